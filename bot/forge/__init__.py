@@ -1,0 +1,1 @@
+"""Forges: where campaign steps live (a local git repository, or GitHub)."""

@@ -1,0 +1,1 @@
+"""Workloads ATTUNE ships: torchtitan config functions usable as ``--module``/``--config``."""
