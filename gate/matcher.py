@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, Union
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationInfo, field_validator
 
 Op = Literal["eq", "ne", "in", "not_in", "lt", "le", "gt", "ge", "exists", "absent", "version_in"]
 
@@ -76,6 +76,16 @@ def version_matches(spec: str, version: object) -> bool:
         return False
 
 
+class _Unset:
+    """Marks a leaf written without ``value`` (``null`` is a legitimate value for ``eq``)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
 class Leaf(BaseModel):
     """``{field, op, value}``: compare one context field."""
 
@@ -83,30 +93,37 @@ class Leaf(BaseModel):
 
     field: str
     op: Op
-    value: Any = None
+    value: Any = Field(default=_UNSET, validate_default=True)
     icase: bool = False
 
-    @model_validator(mode="after")
-    def _check_value(self) -> Leaf:
-        if not _FIELD_RE.match(self.field):
-            raise ValueError(f"field must be a dotted name such as 'training.seq_len'; got {self.field!r}")
-        value_given = "value" in self.model_fields_set
-        if self.op in ("exists", "absent"):
-            if value_given and self.value is not None:
-                raise ValueError(f"op {self.op!r} takes no value; got {self.value!r}")
-        elif not value_given:
-            raise ValueError(f"op {self.op!r} needs a value")
-        elif self.op in ("in", "not_in"):
-            if not isinstance(self.value, list):
-                raise ValueError(f"op {self.op!r} needs a list value; got {self.value!r}")
-        elif self.op in ("lt", "le", "gt", "ge"):
-            if isinstance(self.value, bool) or not isinstance(self.value, int | float):
-                raise ValueError(f"op {self.op!r} needs a number value; got {self.value!r}")
-        elif self.op == "version_in":
-            if not isinstance(self.value, str):
-                raise ValueError(f"op 'version_in' needs a PEP 440 specifier string; got {self.value!r}")
-            parse_specifier(self.value)
-        return self
+    @field_validator("field")
+    @classmethod
+    def _check_field(cls, name: str) -> str:
+        if not _FIELD_RE.match(name):
+            raise ValueError(f"expected a dotted name such as 'training.seq_len'; got {name!r}")
+        return name
+
+    @field_validator("value")
+    @classmethod
+    def _check_value(cls, value: Any, info: ValidationInfo) -> Any:
+        op = info.data.get("op")
+        if op is None:  # the op itself is invalid; that error is reported on its own
+            return None if value is _UNSET else value
+        if op in ("exists", "absent"):
+            if value is not _UNSET and value is not None:
+                raise ValueError(f"op {op!r} takes no value; got {value!r}")
+            return None
+        if value is _UNSET:
+            raise ValueError(f"op {op!r} needs a value")
+        if op in ("in", "not_in") and not isinstance(value, list):
+            raise ValueError(f"op {op!r} needs a list value; got {value!r}")
+        if op in ("lt", "le", "gt", "ge") and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError(f"op {op!r} needs a number value; got {value!r}")
+        if op == "version_in":
+            if not isinstance(value, str):
+                raise ValueError(f"op 'version_in' needs a PEP 440 specifier string; got {value!r}")
+            parse_specifier(value)
+        return value
 
 
 class AllOf(BaseModel):

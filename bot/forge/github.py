@@ -1,0 +1,531 @@
+"""GitHubForge: the Forge protocol on GitHub's REST API, through PyGithub.
+
+A campaign step is a pull request from the branch ``attune/<campaign>/<n>-<lever>`` of this repository. Its body
+carries the hidden marker ``<!-- attune:step:<campaign>/<n> -->`` so a resumed driver finds it again instead of
+opening a second one. Every write is guarded:
+
+- ``open_step`` edits the recipe *before* touching GitHub (a bad lever value changes nothing) and refuses any edit
+  whose diff is not exactly one line;
+- ``merge`` merges only the measured head sha (``PUT …/pulls/{n}/merge`` with ``sha``; GitHub answers 409 when the
+  head moved), and only a pull request from a bot branch of this repository;
+- ``check_trial`` is what a workflow asks before a self-hosted runner executes anything.
+
+PyGithub runs lazily here (``Github(lazy=True)``): objects are fetched only when an attribute is read, so each
+operation sends the few requests listed in its docstring and nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import os
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from github import Auth, Github, GithubException, UnknownObjectException
+from github.GithubRetry import GithubRetry
+from pydantic import BaseModel
+from urllib3.util import Retry
+
+from bot.forge import markers
+from bot.forge.base import StatusState, StepRef, StepRequest, step_branch
+
+GATE_CONTEXT = "attune/gate"
+BOT_BRANCH_PREFIX = "attune/"
+MERGE_METHODS = ("merge", "squash", "rebase")
+STATUS_STATES = ("pending", "success", "failure", "error")
+WRITE_PERMISSIONS = frozenset({"admin", "write"})  # ``maintain`` is reported as ``write`` by this endpoint
+
+_REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
+_WORKFLOW_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.ya?ml$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+RecipeEditor = Callable[..., str]
+
+
+class GitHubForgeError(RuntimeError):
+    """A forge operation that could not be done; the message says what and why."""
+
+
+class MergeRefused(GitHubForgeError):
+    """GitHub (or the forge's own guard) refused to merge; nothing was merged."""
+
+
+class Labels(BaseModel):
+    """Label names the bot sets (labels mark state for people; they are never trusted as authorisation)."""
+
+    bot: str = "attune"
+    step: str = "attune:step"
+    rejected: str = "attune:rejected"
+    campaign: str = "attune:campaign"
+
+
+class TrialCheck(BaseModel):
+    """Whether a self-hosted runner may execute the head of a step pull request, and why not."""
+
+    ok: bool
+    pr: int
+    sha: str
+    reason: str = ""
+    branch: str = ""
+
+
+class _File(BaseModel):
+    text: str
+    blob_sha: str
+
+
+def _default_editor(text: str, lever: str, value: str, *, source: str) -> str:
+    # Imported on use: bot.recipe belongs to the recipe layer and this module must load without it.
+    from bot.recipe import set_lever_text
+
+    return set_lever_text(text, lever, value, source=source)
+
+
+def _diff_size(old: str, new: str) -> tuple[int, int]:
+    """(removed, added) lines between two texts; a one-line edit is (1, 1)."""
+    removed = added = 0
+    for line in difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)):
+        if line.startswith("- "):
+            removed += 1
+        elif line.startswith("+ "):
+            added += 1
+    return removed, added
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data if isinstance(exc.data, Mapping) else {}
+    return str(data.get("message") or exc.message or exc)
+
+
+def _require_repo_path(path: str) -> str:
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise GitHubForgeError(f"file path {path!r}: expected a relative path inside the repository")
+    return path
+
+
+class GitHubForge:
+    """The Forge protocol for one GitHub repository (see ``bot.forge.base.Forge``)."""
+
+    def __init__(
+        self,
+        repo_full_name: str,
+        token: str,
+        *,
+        base_branch: str = "main",
+        base_url: str = "https://api.github.com",
+        labels: Labels | None = None,
+        campaign_issue: int | None = None,
+        merge_method: str = "merge",
+        bot_login: str | None = None,
+        run_url: str | None = None,
+        seconds_between_requests: float | None = 0.25,
+        seconds_between_writes: float | None = 1.0,
+        retry: int | Retry | None = GithubRetry(),  # noqa: B008 - PyGithub's own default, immutable
+        per_page: int = 100,
+        timeout: int = 30,
+        trial_paths: Iterable[str] = ("recipes/", "results/"),
+        edit_recipe: RecipeEditor | None = None,
+    ) -> None:
+        if not _REPO_NAME.match(repo_full_name):
+            raise ValueError(f"repository {repo_full_name!r}: expected 'owner/name'")
+        if merge_method not in MERGE_METHODS:
+            raise ValueError(f"merge_method {merge_method!r}: expected one of {', '.join(MERGE_METHODS)}")
+        if not token:
+            raise ValueError("token: empty; pass a GitHub App installation token or GITHUB_TOKEN")
+        self.full_name = repo_full_name
+        self.owner = repo_full_name.split("/")[0]
+        self.base_branch = base_branch
+        self.labels = labels or Labels()
+        self.campaign_issue = campaign_issue
+        self.merge_method = merge_method
+        self.bot_login = bot_login
+        self.run_url = run_url
+        self.trial_paths = tuple(trial_paths)
+        self._edit = edit_recipe or _default_editor
+        self._gh = Github(
+            auth=Auth.Token(token),
+            base_url=base_url,
+            per_page=per_page,
+            timeout=timeout,
+            retry=retry,
+            seconds_between_requests=seconds_between_requests,
+            seconds_between_writes=seconds_between_writes,
+            lazy=True,
+        )
+        self._repo = self._gh.get_repo(repo_full_name)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> GitHubForge:
+        """A forge for the repository of the running workflow (``GITHUB_REPOSITORY``, ``GITHUB_API_URL``).
+
+        The token is ``ATTUNE_GITHUB_TOKEN`` (a GitHub App token) or else ``GITHUB_TOKEN``; the run's URL becomes
+        the status link.
+        """
+        env = os.environ if env is None else env
+        repo = env.get("GITHUB_REPOSITORY", "")
+        token = env.get("ATTUNE_GITHUB_TOKEN") or env.get("GITHUB_TOKEN", "")
+        if not repo or not token:
+            raise GitHubForgeError("GITHUB_REPOSITORY and ATTUNE_GITHUB_TOKEN or GITHUB_TOKEN must be set")
+        run_url = None
+        if env.get("GITHUB_SERVER_URL") and env.get("GITHUB_RUN_ID"):
+            run_url = f"{env['GITHUB_SERVER_URL']}/{repo}/actions/runs/{env['GITHUB_RUN_ID']}"
+        kwargs.setdefault("base_url", env.get("GITHUB_API_URL", "https://api.github.com"))
+        kwargs.setdefault("run_url", run_url)
+        if env.get("ATTUNE_BOT_LOGIN"):
+            kwargs.setdefault("bot_login", env["ATTUNE_BOT_LOGIN"])
+        return cls(repo, token, **kwargs)
+
+    # -- finding and opening steps ------------------------------------------------------------------------
+
+    def find_step(self, campaign: str, n: int) -> StepRef | None:
+        """The step ``n`` of ``campaign`` in any state, or None.
+
+        Calls ``GET /git/matching-refs/heads/attune/<campaign>/<n>-`` and ``GET /pulls?state=all&head=…`` for each
+        branch; when the branch is gone (deleted after merge), ``GET /issues?labels=attune:step&state=all`` and
+        ``GET /pulls/{n}``. A pull request counts only if its head is a branch of this repository with that prefix
+        and its body carries the step marker.
+        """
+        prefix = f"{BOT_BRANCH_PREFIX}{campaign}/{n}-"
+        tag = markers.step_marker(campaign, n)
+        for ref in self._repo.get_git_matching_refs(f"heads/{prefix}"):
+            branch = ref.ref.removeprefix("refs/heads/")
+            for pr in self._repo.get_pulls(state="all", head=f"{self.owner}:{branch}"):
+                if self._is_step_pr(pr, prefix, tag):
+                    return self._step_ref(pr, campaign, n)
+        for issue in self._repo.get_issues(state="all", labels=[self.labels.step]):
+            if issue.pull_request is None or tag not in (issue.body or ""):
+                continue
+            pr = self._repo.get_pull(issue.number)
+            if self._is_step_pr(pr, prefix, tag):
+                return self._step_ref(pr, campaign, n)
+        return None
+
+    def open_step(self, req: StepRequest) -> StepRef:
+        """Branch from the base head, commit the one-line recipe edit, open the PR and label it.
+
+        Idempotent: an existing step is returned as it is; a branch left by a crash is reused when it holds exactly
+        this edit. Calls ``GET /git/ref/heads/<base>``, ``GET /contents/<recipe>?ref=<sha>``,
+        ``POST /git/refs``, ``PUT /contents/<recipe>``, ``POST /pulls``, ``POST /issues/{n}/labels`` (after
+        ``find_step``'s look-ups).
+        """
+        existing = self.find_step(req.campaign, req.n)
+        if existing is not None:
+            return existing
+        path = _require_repo_path(req.recipe_path)
+        base_sha = self._branch_head(self.base_branch)
+        if base_sha is None:
+            raise GitHubForgeError(f"base branch {self.base_branch!r} not found in {self.full_name}")
+        current = self._get_file(path, base_sha)
+        new_text = self._edit(current.text, req.lever, req.value, source=path)
+        removed, added = _diff_size(current.text, new_text)
+        if (removed, added) != (1, 1):
+            raise GitHubForgeError(
+                f"{path}: setting {req.lever} to {req.value!r} removes {removed} and adds {added} lines; "
+                "a step changes exactly one line"
+            )
+        branch = step_branch(req.campaign, req.n, req.lever)
+        head_sha = self._commit_edit(branch, base_sha, path, current, new_text, req)
+        pr = self._open_pull(branch, req)
+        self._repo.get_issue(pr.number).add_to_labels(self.labels.bot, self.labels.step)
+        return StepRef(
+            campaign=req.campaign, n=req.n, branch=branch, head_sha=head_sha, number=pr.number, url=pr.html_url
+        )
+
+    def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
+        """Commit ``files`` on the step branch through the contents API (one commit per file).
+
+        Refuses when the branch head is not ``step.head_sha`` (someone else pushed): the returned head is then
+        always a descendant of the measured commit made by the bot alone. Calls ``GET /git/ref/heads/<branch>``,
+        then per file ``GET /contents/<path>?ref=<branch>`` and ``PUT /contents/<path>``.
+        """
+        head = self._branch_head(step.branch)
+        if head != step.head_sha:
+            raise GitHubForgeError(
+                f"branch {step.branch} is at {head or 'nothing'}, not at {step.head_sha}; not adding files"
+            )
+        for path, text in files.items():
+            _require_repo_path(path)
+            try:
+                existing = self._get_file(path, step.branch)
+            except UnknownObjectException:
+                result = self._repo.create_file(path, message, text, branch=step.branch)
+            else:
+                if existing.text == text:
+                    continue
+                result = self._repo.update_file(path, message, text, sha=existing.blob_sha, branch=step.branch)
+            head = result["commit"].sha
+        return step.model_copy(update={"head_sha": head})
+
+    # -- comments, statuses, dashboard --------------------------------------------------------------------
+
+    def upsert_comment(self, target: int | StepRef, marker: str, body: str) -> None:
+        """Create, or edit in place, the one comment that starts with ``<!-- attune:<marker> -->``.
+
+        The body is capped at 65,536 characters with a truncation note; an unchanged body is not re-sent. Calls
+        ``GET /issues/{n}/comments`` and then ``PATCH /issues/comments/{id}`` or ``POST /issues/{n}/comments``.
+        """
+        number = self._number(target)
+        tag = markers.marker(marker)
+        rendered = markers.with_marker(marker, body)
+        issue = self._repo.get_issue(number)
+        for comment in issue.get_comments():
+            if (comment.body or "").lstrip().startswith(tag) and self._is_ours(comment):
+                if comment.body != rendered:
+                    comment.edit(rendered)
+                return
+        issue.create_comment(rendered)
+
+    def update_dashboard(self, issue: int, body: str) -> None:
+        """Keep the campaign dashboard (steps, status, gain, links) in one marker comment of the campaign issue.
+
+        A comment, not the issue body: the body is the requester's form, re-read and re-validated on every
+        transition, so the bot never rewrites it.
+        """
+        self.upsert_comment(issue, "dashboard", body)
+
+    def set_status(
+        self, step: StepRef, state: StatusState, description: str, target_url: str | None = None
+    ) -> None:
+        """Set commit status ``attune/gate`` on ``step.head_sha`` (``POST /statuses/{sha}``).
+
+        The link is ``target_url``, else the workflow run, else the pull request.
+        """
+        if state not in STATUS_STATES:
+            raise ValueError(f"status state {state!r}: expected one of {', '.join(STATUS_STATES)}")
+        sha = self._require_sha(step.head_sha)
+        payload = {
+            "state": state,
+            "context": GATE_CONTEXT,
+            "description": markers.one_line(description, markers.STATUS_DESCRIPTION_LIMIT),
+        }
+        link = target_url or self.run_url or step.url
+        if link:
+            payload["target_url"] = link
+        # PyGithub's Commit.create_status needs a completed Commit (one more GET); the endpoint needs only the sha.
+        self._gh.requester.requestJsonAndCheck("POST", f"{self._repo.url}/statuses/{sha}", input=payload)
+
+    # -- merging and closing ------------------------------------------------------------------------------
+
+    def merge(self, step: StepRef, message: str) -> StepRef:
+        """Merge the step's pull request at exactly ``step.head_sha``; raise ``MergeRefused`` otherwise.
+
+        Calls ``GET /pulls/{n}`` (bot branch? open? head still the measured sha?) and
+        ``PUT /pulls/{n}/merge`` with ``sha``; GitHub's 409 (head moved meanwhile) and 405 (not mergeable) become
+        ``MergeRefused`` with GitHub's reason. An already merged step at that sha is returned as merged.
+        """
+        number = self._require_number(step)
+        sha = self._require_sha(step.head_sha)
+        pr = self._repo.get_pull(number)
+        if not self._is_bot_pr(pr):
+            raise MergeRefused(f"PR #{number} is not a bot branch of {self.full_name}; not merging it")
+        if pr.merged:
+            if pr.head.sha == sha:
+                return step.model_copy(update={"state": "merged"})
+            raise MergeRefused(f"PR #{number} was merged at {pr.head.sha}, not at the measured {sha}")
+        if pr.state != "open":
+            raise MergeRefused(f"PR #{number} is {pr.state}; not merging it")
+        if pr.head.sha != sha:
+            raise MergeRefused(
+                f"PR #{number} head is {pr.head.sha}, not the measured {sha}; not merging an unmeasured commit"
+            )
+        try:
+            result = pr.merge(
+                commit_message=message,
+                commit_title=markers.one_line(f"{pr.title} (#{number})", markers.TITLE_LIMIT),
+                merge_method=self.merge_method,
+                sha=sha,
+            )
+        except GithubException as exc:
+            if exc.status == 409:
+                raise MergeRefused(
+                    f"PR #{number} not merged: its head moved away from the measured {sha} ({_message(exc)})"
+                ) from exc
+            if exc.status in (403, 405, 422):
+                raise MergeRefused(f"PR #{number} not merged: GitHub refused ({exc.status}: {_message(exc)})") from exc
+            raise
+        if not result.merged:
+            raise MergeRefused(f"PR #{number} not merged: {result.message}")
+        return step.model_copy(update={"state": "merged"})
+
+    def close(self, step: StepRef, reason: str) -> StepRef:
+        """Close the step without merging: a ``closed`` marker comment with the reason, state closed, label
+        ``attune:rejected``. The branch stays (it is the record of what was tried).
+
+        Calls ``GET /pulls/{n}``, the comment calls of ``upsert_comment``, ``PATCH /pulls/{n}`` and
+        ``POST /issues/{n}/labels``.
+        """
+        number = self._require_number(step)
+        pr = self._repo.get_pull(number)
+        if pr.merged:
+            raise GitHubForgeError(f"PR #{number} is already merged; it cannot be closed as rejected")
+        self.upsert_comment(step, "closed", reason)
+        if pr.state == "open":
+            pr.edit(state="closed")
+        self._repo.get_issue(number).add_to_labels(self.labels.rejected)
+        return step.model_copy(update={"state": "closed"})
+
+    # -- reading, permissions, dispatch, trust checks -----------------------------------------------------
+
+    def read_file(self, path: str, ref: str | None = None) -> str:
+        """A file's text on ``ref`` (default: the base branch). ``GET /contents/<path>``; files over 1 MB come
+        through ``GET /git/blobs/{sha}``."""
+        try:
+            return self._get_file(_require_repo_path(path), ref or self.base_branch).text
+        except UnknownObjectException as exc:
+            raise GitHubForgeError(f"{path}: not found on {ref or self.base_branch}") from exc
+
+    def permission(self, user: str) -> str:
+        """``admin``, ``write``, ``read`` or ``none`` (``GET /collaborators/{user}/permission``).
+
+        The only source the bot trusts for who may steer a campaign: not ``author_association``, not labels.
+        """
+        if not _LOGIN.match(user):
+            return "none"
+        try:
+            return self._repo.get_collaborator_permission(user)
+        except UnknownObjectException:
+            return "none"
+
+    def can_write(self, user: str) -> bool:
+        """Whether ``user`` has write or admin permission on this repository."""
+        return self.permission(user) in WRITE_PERMISSIONS
+
+    def dispatch(self, workflow_file: str, ref: str, inputs: Mapping[str, object]) -> None:
+        """Start ``workflow_file`` on ``ref`` (``POST /actions/workflows/{file}/dispatches``); inputs become strings."""
+        if not _WORKFLOW_FILE.match(workflow_file):
+            raise ValueError(f"workflow file {workflow_file!r}: expected a file name like 'trial.yml'")
+        if len(inputs) > 25:
+            raise ValueError(f"workflow_dispatch takes at most 25 inputs, got {len(inputs)}")
+        values = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in inputs.items()}
+        self._repo.get_workflow(workflow_file).create_dispatch(ref, inputs=values, throw=True)
+
+    def is_bot_branch(self, pr_number: int) -> bool:
+        """Whether PR ``pr_number`` comes from a branch ``attune/…`` of this repository (not a fork)."""
+        return self._is_bot_pr(self._repo.get_pull(pr_number))
+
+    def check_trial(self, pr_number: int, sha: str) -> TrialCheck:
+        """May a self-hosted runner execute ``sha`` for PR ``pr_number``?
+
+        Yes only if the PR is open, comes from a bot branch of this repository, its head is exactly ``sha`` and it
+        changes files only under ``trial_paths`` (recipes and results: no code). ``GET /pulls/{n}`` and
+        ``GET /pulls/{n}/files``.
+        """
+
+        def no(reason: str, branch: str = "") -> TrialCheck:
+            return TrialCheck(ok=False, pr=pr_number, sha=sha, reason=reason, branch=branch)
+
+        if not _SHA.match(sha):
+            return no(f"sha {sha!r}: expected 40 hexadecimal characters")
+        try:
+            pr = self._repo.get_pull(pr_number)
+            branch = pr.head.ref
+        except UnknownObjectException:
+            return no(f"PR #{pr_number} does not exist in {self.full_name}")
+        if not self._is_bot_pr(pr):
+            return no(f"PR #{pr_number} is not from an attune/ branch of {self.full_name}", branch)
+        if pr.state != "open":
+            return no(f"PR #{pr_number} is {pr.state}", branch)
+        if pr.head.sha != sha:
+            return no(f"PR #{pr_number} head is {pr.head.sha}, not {sha}", branch)
+        outside = [f.filename for f in pr.get_files() if not f.filename.startswith(self.trial_paths)]
+        if outside:
+            return no(f"PR #{pr_number} changes files outside {', '.join(self.trial_paths)}: {outside[:5]}", branch)
+        return TrialCheck(ok=True, pr=pr_number, sha=sha, branch=branch)
+
+    # -- helpers ------------------------------------------------------------------------------------------
+
+    def _branch_head(self, branch: str) -> str | None:
+        try:
+            return self._repo.get_git_ref(f"heads/{branch}").object.sha
+        except UnknownObjectException:
+            return None
+
+    def _get_file(self, path: str, ref: str) -> _File:
+        content = self._repo.get_contents(path, ref=ref)
+        if isinstance(content, list):
+            raise GitHubForgeError(f"{path} is a directory on {ref}, expected a file")
+        if content.encoding == "base64" and (content.content or not content.size):
+            data = content.decoded_content
+        else:  # files over 1 MB come back with encoding "none" and no content
+            data = base64.b64decode(self._repo.get_git_blob(content.sha).content)
+        return _File(text=data.decode("utf-8"), blob_sha=content.sha)
+
+    def _commit_edit(
+        self, branch: str, base_sha: str, path: str, current: _File, new_text: str, req: StepRequest
+    ) -> str:
+        head = self._branch_head(branch)
+        if head is None:
+            self._repo.create_git_ref(f"refs/heads/{branch}", base_sha)
+            head = base_sha
+        if head == base_sha:
+            message = f"attune: {req.campaign} step {req.n}: set {req.lever} = {req.value}"
+            result = self._repo.update_file(path, message, new_text, sha=current.blob_sha, branch=branch)
+            return result["commit"].sha
+        if self._get_file(path, head).text != new_text:  # left by a crash: reuse only if it is this very edit
+            raise GitHubForgeError(f"branch {branch} already exists with a different {path}; not reusing it")
+        return head
+
+    def _open_pull(self, branch: str, req: StepRequest):
+        tail = "\n\n" + (f"Campaign: #{self.campaign_issue}\n" if self.campaign_issue else "")
+        tail += markers.step_marker(req.campaign, req.n)
+        body = markers.cap(req.body, markers.GITHUB_BODY_LIMIT - len(tail)) + tail
+        title = markers.one_line(req.title, markers.TITLE_LIMIT)
+        try:
+            return self._repo.create_pull(base=self.base_branch, head=branch, title=title, body=body, draft=False)
+        except GithubException as exc:
+            if exc.status != 422:
+                raise
+            for pr in self._repo.get_pulls(state="open", head=f"{self.owner}:{branch}"):
+                return pr
+            raise GitHubForgeError(f"could not open a PR from {branch}: {_message(exc)}") from exc
+
+    def _is_bot_pr(self, pr: Any) -> bool:
+        repo = pr.head.repo
+        return (
+            repo is not None
+            and repo.full_name.lower() == self.full_name.lower()
+            and pr.head.ref.startswith(BOT_BRANCH_PREFIX)
+        )
+
+    def _is_step_pr(self, pr: Any, prefix: str, tag: str) -> bool:
+        return self._is_bot_pr(pr) and pr.head.ref.startswith(prefix) and tag in (pr.body or "")
+
+    def _is_ours(self, comment: Any) -> bool:
+        return self.bot_login is None or (comment.user is not None and comment.user.login == self.bot_login)
+
+    @staticmethod
+    def _step_ref(pr: Any, campaign: str, n: int) -> StepRef:
+        state = "merged" if pr.merged_at is not None else pr.state
+        return StepRef(
+            campaign=campaign,
+            n=n,
+            branch=pr.head.ref,
+            head_sha=pr.head.sha,
+            number=pr.number,
+            url=pr.html_url,
+            state=state,
+        )
+
+    @staticmethod
+    def _number(target: int | StepRef) -> int:
+        if isinstance(target, StepRef):
+            return GitHubForge._require_number(target)
+        if isinstance(target, bool) or not isinstance(target, int) or target <= 0:
+            raise ValueError(f"comment target {target!r}: expected an issue number or a step")
+        return target
+
+    @staticmethod
+    def _require_number(step: StepRef) -> int:
+        if step.number is None:
+            raise GitHubForgeError(f"step {step.campaign}/{step.n} has no pull request number")
+        return step.number
+
+    @staticmethod
+    def _require_sha(sha: str) -> str:
+        if not _SHA.match(sha):
+            raise GitHubForgeError(f"sha {sha!r}: expected 40 hexadecimal characters")
+        return sha

@@ -1,0 +1,113 @@
+"""The Runner protocol, the launcher registry, and what every backend shares (summary, stack).
+
+``run(recipe, *, steps, out_dir) -> RunRecord``: a backend runs a recipe and always returns a
+record — a failed run is an outcome (``oom``, ``crash``, ``hang``, ``timeout``, ``invalid``),
+never an exception.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Protocol
+
+from bot.recipe import Recipe
+from bot.records import RunRecord, RunSummary, StackFingerprint, StepMetric
+
+
+class Runner(Protocol):
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None) -> RunRecord: ...
+
+
+def get_runner(launcher: str, **options: object) -> Runner:
+    """The backend for a recipe's ``cluster.launcher``."""
+    if launcher == "local":
+        from bot.runner.local import LocalRunner
+
+        return LocalRunner(**options)  # type: ignore[arg-type]
+    if launcher == "sim":
+        from bot.runner.sim import SimRunner
+
+        return SimRunner(**options)  # type: ignore[arg-type]
+    if launcher == "slurm":
+        from bot.runner.slurm import SlurmRunner
+
+        return SlurmRunner(**options)  # type: ignore[arg-type]
+    raise ValueError(f"unknown launcher {launcher!r}; expected local, slurm or sim")
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def stack_fingerprint() -> StackFingerprint:
+    import torch
+
+    try:
+        from importlib.metadata import version
+
+        titan = version("torchtitan")
+    except Exception:
+        titan = "unknown"
+    cuda = torch.version.cuda if torch.cuda.is_available() else None
+    name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    family = "cuda" if torch.cuda.is_available() and torch.version.cuda else ("rocm" if torch.cuda.is_available() else "cpu")
+    return StackFingerprint(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        torchtitan=titan,
+        cuda=cuda,
+        device_name=name,
+        device_family=family,  # type: ignore[arg-type]
+    )
+
+
+def summarize(
+    steps: list[StepMetric],
+    *,
+    warmup_steps: int,
+    devices: int,
+    wall_s: float,
+    startup_s: float | None,
+    tokens_per_step: int | None,
+    memory_capacity_gib: float | None = None,
+) -> RunSummary:
+    """Median tokens/s per device after warm-up (step 1 is never counted), its CV, and the rest."""
+    measured = [s for s in steps if s.step > max(warmup_steps, 1)]
+    if not measured and len(steps) > 1:
+        measured = [s for s in steps if s.step > 1]
+    tps = [s.tps for s in measured if s.tps is not None]
+    times = [b.time_s - a.time_s for a, b in zip(steps, steps[1:], strict=False) if a.time_s is not None and b.time_s is not None and b.step > max(warmup_steps, 1)]
+    tps_median = statistics.median(tps) if tps else None
+    cv = statistics.pstdev(tps) / statistics.mean(tps) if len(tps) > 1 else None
+    step_time = statistics.median(times) if times else None
+    if step_time is None and tps_median and tokens_per_step:
+        step_time = tokens_per_step / (tps_median * devices)
+    mfus = [s.mfu for s in measured if s.mfu is not None]
+    mems = [s.memory_gib for s in steps if s.memory_gib is not None]
+    return RunSummary(
+        steps_completed=max((s.step for s in steps), default=0),
+        tokens_per_step=tokens_per_step,
+        tps_median=tps_median,
+        tps_cv=cv,
+        step_time_median_s=step_time,
+        mfu=statistics.median(mfus) if mfus else None,
+        peak_memory_gib=max(mems) if mems else None,
+        memory_capacity_gib=memory_capacity_gib,
+        loss_first=steps[0].loss if steps else None,
+        loss_last=steps[-1].loss if steps else None,
+        wall_s=round(wall_s, 3),
+        startup_s=startup_s,
+        device_hours=devices * wall_s / 3600.0,
+    )

@@ -1,0 +1,80 @@
+"""The exact torchrun command for a recipe, with overrides in the order tyro needs.
+
+``torchrun … -m torchtitan.train --module M --config C`` then every global ``--section.field``
+flag (pins first, then levers, then the runner's own), then the positional
+``activation-checkpoint:<mode>`` subcommand, then the AC-specific flags. Booleans are
+``--x`` / ``--no-x``. Source: torchtitan.md §0 ("Tyro requires global options to precede union
+subcommands", https://github.com/pytorch/torchtitan/pull/3559).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from bot import levers as lever_catalog
+from bot.recipe import PIN_ALIASES, Recipe
+from bot.records import Scalar
+
+AC_TOKEN = {"none": "none", "selective": "selective", "full": "full", "memory_budget": "memory-budget"}
+
+
+class Launch(BaseModel):
+    argv: list[str]  # the whole command, torchrun first
+    titan_args: list[str]  # what follows ``-m torchtitan.train`` (what ConfigManager parses)
+    env: dict[str, str]
+
+
+def flag(name: str, value: Scalar) -> list[str]:
+    """One override as tyro spells it: ``--a.b-c V``; booleans ``--a.b`` / ``--a.no-b``."""
+    section, _, fld = name.rpartition(".")
+    dashed = fld.replace("_", "-")
+    prefix = f"--{section}." if section else "--"
+    if isinstance(value, bool):
+        return [f"{prefix}{dashed}" if value else f"{prefix}no-{dashed}"]
+    return [f"{prefix}{dashed}", str(value)]
+
+
+def titan_args(recipe: Recipe, *, steps: int, dump_folder: str) -> list[str]:
+    """torchtitan's arguments for this recipe (without the torchrun prefix)."""
+    args = ["--module", recipe.workload.module, "--config", recipe.workload.config]
+    for key, value in recipe.pinned.items():
+        if key not in PIN_ALIASES:
+            args += flag(key, value)
+    ac_mode: str | None = None
+    ac_flags: list[str] = []
+    for key, value in recipe.levers.items():
+        lever = lever_catalog.get(key)
+        if key == "activation_checkpoint":
+            ac_mode = str(value)
+        elif not lever.cli:
+            continue  # set by the config function only; the resolver checks it
+        elif lever.ac_flag:
+            ac_flags += flag("activation_checkpoint." + key.rpartition(".")[2], value)
+        else:
+            args += flag(key, value)
+    args += flag("training.steps", steps)
+    args += flag("dump_folder", dump_folder)
+    if "metrics.log_freq" not in recipe.levers:
+        args += flag("metrics.log_freq", 1)  # the loss curve needs every step
+    if ac_mode is not None:
+        args.append(f"activation-checkpoint:{AC_TOKEN[ac_mode]}")
+        args += ac_flags
+    return args
+
+
+def build_launch(recipe: Recipe, *, steps: int, dump_folder: str, torchrun: str = "torchrun") -> Launch:
+    nproc = recipe.cluster.devices_per_node
+    targs = titan_args(recipe, steps=steps, dump_folder=dump_folder)
+    argv = [
+        torchrun,
+        "--standalone",
+        "--nnodes=1",
+        f"--nproc_per_node={nproc}",
+        "--local-ranks-filter=0",
+        "--role=rank",
+        "--tee=3",
+        "-m",
+        "torchtitan.train",
+        *targs,
+    ]
+    return Launch(argv=argv, titan_args=targs, env=dict(recipe.env))

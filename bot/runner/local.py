@@ -1,0 +1,198 @@
+"""The ``local`` backend: real torchtitan under torchrun on this machine.
+
+1. Resolve the full config in-process with torchtitan's ConfigManager; a refused config is
+   outcome ``invalid`` with no launch.
+2. Launch torchrun in its own process group; stream its output, parse each metric line.
+3. Classify: ``ok``; ``oom`` (CUDA OOM text, or host memory exhaustion on the CPU);
+   ``crash``; ``hang`` (no new step line for ``hang_s``); ``timeout`` (wall clock over
+   ``timeout_s``); ``invalid``. On hang or timeout the whole process group is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from bot.recipe import Recipe
+from bot.records import Outcome, RunRecord, StepMetric, content_hash
+from bot.runner.base import git_commit, new_run_id, stack_fingerprint, summarize
+from bot.runner.command import build_launch
+from bot.runner.logparse import is_oom, parse_step_line, span_medians
+from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
+
+SITE_DIR = Path(__file__).parent / "_site"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class LocalRunner:
+    def __init__(
+        self,
+        *,
+        hang_s: float = 120.0,
+        startup_s: float = 300.0,
+        timeout_s: float = 1800.0,
+        hook: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        on_step=None,
+    ) -> None:
+        self.hang_s, self.startup_s, self.timeout_s = hang_s, startup_s, timeout_s
+        self.hook = hook
+        self.extra_env = extra_env or {}
+        self.on_step = on_step
+
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None) -> RunRecord:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        steps = steps or recipe.bench.steps
+        dump = out_dir / "titan"
+        launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=str(Path(sys.executable).with_name("torchrun")))
+        text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
+        base = dict(
+            run_id=new_run_id(),
+            recipe_id=recipe.name,
+            recipe_path=recipe_path,
+            recipe_hash=content_hash(text),
+            model=recipe.workload.model,
+            hardware=recipe.cluster.hardware,
+            levers=recipe.levers,
+            pinned=recipe.pinned,
+            git_commit=git_commit(Path(recipe_path).parent if recipe_path else None),
+            stack=stack_fingerprint(),
+            usd_per_device_hour=recipe.cluster.usd_per_device_hour,
+            hook=self.hook,
+        )
+        from bot.records import LaunchShape
+
+        shape = LaunchShape(
+            launcher="local",
+            nodes=recipe.cluster.nodes,
+            devices_per_node=recipe.cluster.devices_per_node,
+            world_size=recipe.devices,
+            command=launch.argv,
+            env=launch.env,
+        )
+        if recipe.cluster.nodes != 1:
+            return RunRecord(**base, launch=shape, outcome="invalid", reason="the local launcher runs one node; use launcher slurm for more")
+        try:
+            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump))
+        except ResolveError as exc:
+            return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
+        tokens_per_step = int(flat["training.seq_len"]) * (
+            int(flat["training.global_batch_size"]) if int(flat["training.global_batch_size"]) > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
+        )
+        env = {**os.environ, **launch.env, **self.extra_env}
+        env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONUNBUFFERED"] = "1"
+        if recipe.cluster.hardware == "cpu":
+            env["ATTUNE_CPU_COMPAT"] = "1"
+        if self.hook:
+            env["ATTUNE_HOOK"] = self.hook
+        outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps)
+        summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall, startup_s=startup, tokens_per_step=tokens_per_step)
+        spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
+        return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=metrics, spans_ms=spans, summary=summary, log_tail=log_tail)
+
+    def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
+        log_path = out_dir / "train.log"
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=out_dir)
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+        tail: deque[str] = deque(maxlen=80)
+        metrics: dict[int, StepMetric] = {}
+        first_ts = None
+        startup: float | None = None
+        last_progress = t0
+        killed: Outcome | None = None
+        with log_path.open("w") as log:
+            while True:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    line = ""
+                if line is None:
+                    break
+                now = time.monotonic()
+                if line:
+                    log.write(line)
+                    tail.append(line.rstrip("\n"))
+                    parsed = parse_step_line(line)
+                    if parsed:
+                        metric, when = parsed
+                        if first_ts is None and when is not None:
+                            first_ts = when
+                        if when is not None and first_ts is not None:
+                            metric.time_s = (when - first_ts).total_seconds()
+                        if metric.step not in metrics:
+                            metrics[metric.step] = metric
+                            last_progress = now
+                            if startup is None:
+                                startup = now - t0
+                            if self.on_step:
+                                self.on_step(metric)
+                limit = self.hang_s if metrics else self.startup_s
+                if now - t0 > self.timeout_s:
+                    killed = "timeout"
+                elif now - last_progress > limit:
+                    killed = "hang"
+                if killed:
+                    _kill_group(proc)
+                    break
+        proc.wait()
+        wall = time.monotonic() - t0
+        got = [metrics[k] for k in sorted(metrics)]
+        tail_text = "\n".join(tail)
+        if killed == "timeout":
+            return "timeout", f"wall clock over {self.timeout_s:.0f}s; process group killed", got, tail_text, wall, startup
+        if killed == "hang":
+            what = "no new step line" if metrics else "no first step line"
+            return "hang", f"{what} for {limit:.0f}s; process group killed", got, tail_text, wall, startup
+        full_log = log_path.read_text(errors="replace")
+        if proc.returncode == 0 and got and got[-1].step >= steps:
+            return "ok", "", got, tail_text, wall, startup
+        if is_oom(full_log) or proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            return "oom", _first_error(full_log) or "out of memory", got, tail_text, wall, startup
+        return "crash", _first_error(full_log) or f"exit code {proc.returncode}", got, tail_text, wall, startup
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        s = line.strip()
+        if any(k in s for k in ("Error:", "Error ", "error:", "Exception:")) and "lspci" not in s and "WARNING" not in s:
+            return s[-400:]
+    return ""
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Terminate the whole process group (torchrun and every rank), then kill what is left."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # ranks may outlive torchrun briefly; make sure the group is gone
+            os.killpg(pgid, 0)
+        except subprocess.TimeoutExpired:
+            continue
+        except ProcessLookupError:
+            return

@@ -1,0 +1,86 @@
+"""Hardware profiles: per-GPU peak compute, memory and interconnect figures, each cited.
+
+Figures are vendor datasheet values (dense, no sparsity) as collected in perfmodel.md §4.5, plus the torchtitan
+benchmark pages for the 96 GB HBM2e / 500 W H100 part. Bandwidths are per GPU and per direction. How much of each
+peak is achieved is not a hardware fact: that lives in ``bot.sim.efficiency`` (fitted on calibration rows).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class HardwareSpec(BaseModel):
+    """One GPU type in one node type."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    bf16_tflops: float = Field(description="dense BF16 tensor-core peak, TFLOP/s (also torchtitan's MFU peak)")
+    fp8_tflops: float = Field(description="dense FP8 tensor-core peak, TFLOP/s")
+    hbm_gib: float = Field(description="device memory visible to the framework, GiB")
+    hbm_tbs: float = Field(description="HBM bandwidth, TB/s")
+    nvlink_gbs: float = Field(description="NVLink bandwidth per GPU per direction, GB/s")
+    internode_gbs: float = Field(description="scale-out bandwidth per GPU per direction, GB/s")
+    gpus_per_node: int = Field(description="GPUs in one NVLink domain / node")
+    tdp_w: int
+    sources: list[str]
+    notes: str = ""
+
+
+_DATASHEET = "https://zdszero.github.io/Computer/Artificial_Intelligence/Hardware.html"
+_TT_PEAKS = "https://github.com/pytorch/torchtitan/blob/main/torchtitan/tools/utils.py"
+_TT_BENCH = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md"
+_LLAMA3 = "https://arxiv.org/abs/2407.21783"
+
+HARDWARE: dict[str, HardwareSpec] = {
+    h.id: h
+    for h in [
+        HardwareSpec(
+            id="h100-sxm-80gb",
+            name="NVIDIA H100 SXM5 80GB HBM3 (700 W), 8-GPU HGX node",
+            bf16_tflops=989.0, fp8_tflops=1979.0, hbm_gib=79.6, hbm_tbs=3.35,
+            nvlink_gbs=450.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=700,
+            sources=[_DATASHEET, _TT_PEAKS, _LLAMA3],
+            notes="hbm_gib: 81,559 MiB as reported by nvidia-smi for the 80 GB part [derived]. "
+            "NVLink4 900 GB/s bidirectional = 450 GB/s per direction; 400 Gb/s per GPU RDMA (Llama 3 paper).",
+        ),
+        HardwareSpec(
+            id="h100-96gb",
+            name="NVIDIA H100 96GB HBM2e at 500 W (Meta Grand Teton), 8-GPU node",
+            bf16_tflops=989.0, fp8_tflops=1979.0, hbm_gib=95.0, hbm_tbs=2.4,
+            nvlink_gbs=450.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=500,
+            sources=[_TT_BENCH, _TT_PEAKS],
+            notes="torchtitan benchmarks run here: 96 GB HBM2e, 2.4 TB/s, 500 W, 400 Gb/s per GPU RDMA. The doc says "
+            "the true peak lies between SXM (989) and NVL (835); the nominal SXM peak is kept for MFU and the "
+            "power-capped clock is a fitted derate in bot.sim.efficiency. hbm_gib ~95 [derived, approximate].",
+        ),
+        HardwareSpec(
+            id="h200",
+            name="NVIDIA H200 SXM 141GB HBM3e (700 W), 8-GPU HGX node",
+            bf16_tflops=989.0, fp8_tflops=1979.0, hbm_gib=140.0, hbm_tbs=4.8,
+            nvlink_gbs=450.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=700,
+            sources=[_DATASHEET, "https://lzwjava.github.io/nvidia-h200-gpu-specs-en", _TT_PEAKS,
+                     "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"],
+            notes="hbm_gib: 143,771 MiB per nvidia-smi [derived]. Trainy/WhiteFiber H200 nodes: 400 Gb/s CX-7 per GPU.",
+        ),
+        HardwareSpec(
+            id="b200",
+            name="NVIDIA B200 (HGX/DGX B200, 1000 W), 8-GPU node",
+            bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_gib=179.0, hbm_tbs=8.0,
+            nvlink_gbs=900.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=1000,
+            sources=[_DATASHEET, "https://glennklockwood.com/garden/processors/B200", _TT_PEAKS],
+            notes="NVLink5 1.8 TB/s bidirectional = 900 GB/s per direction; 400 Gb/s per GPU scale-out. "
+            "hbm_gib: 183,359 MiB per nvidia-smi for the 180 GB part [derived].",
+        ),
+    ]
+}
+
+
+def get_hardware(hw_id: str) -> HardwareSpec:
+    """Look up a hardware profile by id; the error lists the known ids."""
+    try:
+        return HARDWARE[hw_id]
+    except KeyError:
+        raise KeyError(f"unknown hardware {hw_id!r}; known: {sorted(HARDWARE)}") from None
