@@ -13,6 +13,7 @@ of the AC subcommand (``ac_flag=True``) must come after that token.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -98,9 +99,12 @@ def _coerce(lever: Lever, raw: Scalar | str) -> Scalar:
         if isinstance(raw, bool):
             raise LeverError(f"{lever.name}: expected a number; got {raw!r}")
         try:
-            return float(raw)
-        except ValueError:
+            number = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # TypeError: a list, a mapping or null from YAML
             raise LeverError(f"{lever.name}: expected a number; got {raw!r}") from None
+        if not math.isfinite(number):  # nan passes every range check
+            raise LeverError(f"{lever.name}: expected a finite number; got {raw!r}")
+        return number
     # choice: match case-insensitively, return the catalog's spelling
     text = str(raw).strip()
     for choice in lever.choices:

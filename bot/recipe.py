@@ -69,7 +69,7 @@ class Bench(BaseModel):
     @model_validator(mode="after")
     def _warmup_below_steps(self) -> Bench:
         if self.warmup_steps >= self.steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be below steps ({self.steps})")
+            raise ValueError(f"warmup_steps: {self.warmup_steps} must be below steps ({self.steps})")
         return self
 
 
@@ -94,7 +94,8 @@ class Recipe(BaseModel):
             try:
                 out[str(name)] = lever_catalog.parse_value(str(name), raw)
             except lever_catalog.LeverError as exc:
-                raise ValueError(str(exc)) from None
+                # always "<lever>: <what>", so the error can point at the lever's own line
+                raise ValueError(f"{name}: {str(exc).removeprefix(f'{name}: ')}") from None
         return out
 
     @field_validator("env", mode="before")
@@ -111,7 +112,7 @@ class Recipe(BaseModel):
             raise ValueError("pinned must include " + ", ".join(missing))
         both = sorted(set(self.pinned) & set(self.levers))
         if both:
-            raise ValueError(f"{both[0]} is both pinned and a lever; the objective cannot be tuned")
+            raise ValueError(f"levers: {both[0]}: is also pinned (part of the objective); the tuner may not change it")
         return self
 
     @property
@@ -168,14 +169,19 @@ def parse_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
         loc = tuple(err["loc"])
         # dotted lever names are single keys; keep them whole
         msg = err["msg"].removeprefix("Value error, ")
-        if loc == ("levers",) and ":" in msg:  # a lever value error names its lever first
+        if loc == ("levers",) and ": " in msg:  # a lever value error names its lever first
             name, _, msg = msg.partition(": ")
+            loc = ("levers", name)
+        elif loc == ("bench",) and msg.startswith("warmup_steps: "):
+            loc, msg = ("bench", "warmup_steps"), msg.removeprefix("warmup_steps: ")
+        elif not loc and msg.startswith("levers: "):  # a pinned key that is also a lever
+            name, _, msg = msg.removeprefix("levers: ").partition(": ")
             loc = ("levers", name)
         elif not loc and msg.startswith("pinned"):
             loc = ("pinned",)
         field = ".".join(str(p) for p in loc) or "recipe"
-        line = _line_of(data, loc)
-        where = f"{source}:{line}" if line else source
+        line = _line_of(data, loc) or 1  # a missing top-level field: point at the file's start
+        where = f"{source}:{line}"
         if err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":

@@ -121,6 +121,8 @@ class Change(BaseModel):
     why: str = ""
     lessons: list[str] = Field(default_factory=list)
     policy: str = "heuristic"
+    stacked_on: int | None = None  # OOM retry: applied on top of that step's layout
+    extra: dict[str, Scalar] = Field(default_factory=dict)  # black-box baselines only: more levers
 
     model_config = {"populate_by_name": True}
 
@@ -170,6 +172,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        # mkstemp makes the file 0600: keep the mode of the file replaced (else the umask default)
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
         os.replace(tmp, target)

@@ -6,8 +6,8 @@ subclass with a complete message: file, line, entry index and id, the dotted fie
 expected and what was found. Nothing is half-loaded: a file either loads whole or raises.
 
 The round-trip loader is used only to learn line numbers; it never constructs Python objects
-from tags (any explicit ``!tag`` is refused), and the result is converted to plain
-dict/list/str/int/float/bool/None before validation.
+from tags (any explicit tag such as ``!!python/object`` or ``!foo`` is refused), and the result is
+converted to plain dict/list/str/int/float/bool/None before validation.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class DataFileError(Exception):
 def _tag_of(node: Any) -> str | None:
     tag = getattr(node, "tag", None)
     value = getattr(tag, "value", tag) if tag is not None else None
-    return value if isinstance(value, str) and value.startswith("!") else None
+    return value if isinstance(value, str) and value else None
 
 
 def _plain(node: Any, path: tuple[Any, ...], lines: Lines, where: str, line: int | None) -> Any:
@@ -106,10 +106,13 @@ def _data_path(entry: Any, loc: Sequence[Any]) -> list[Any]:
     path: list[Any] = []
     node = entry
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            path.append(part)
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if (
+            isinstance(node, dict)
+            and part in node
+            or isinstance(node, list)
+            and isinstance(part, int)
+            and 0 <= part < len(node)
+        ):
             path.append(part)
             node = node[part]
         elif isinstance(node, dict) and isinstance(part, str) and not part.startswith("<"):
@@ -195,7 +198,9 @@ def load_entries(
         try:
             item = model.model_validate(entry)
         except ValidationError as exc:
-            raise error(format_validation_error(where, kind, index, entry, exc, lines, (key, index), model)) from None
+            raise error(
+                format_validation_error(where, kind, index, entry, exc, lines, (key, index), model)
+            ) from None
         entry_id = getattr(item, "id", None)
         if isinstance(entry_id, str):
             if entry_id in seen:

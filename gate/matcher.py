@@ -28,11 +28,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationInfo,
+    field_validator,
+)
 
 Op = Literal["eq", "ne", "in", "not_in", "lt", "le", "gt", "ge", "exists", "absent", "version_in"]
 
@@ -54,12 +63,23 @@ _OP_WORDS = {
 }
 
 
+def show(value: Any) -> str:
+    """Render a value YAML-style for messages: ``true``/``false``/``null``, other values by repr."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return repr(value)
+
+
 def parse_specifier(spec: str) -> SpecifierSet:
     """Parse a PEP 440 specifier set; raise ``ValueError`` with a clear message if it is invalid."""
     try:
         return SpecifierSet(spec)
     except InvalidSpecifier:
-        raise ValueError(f"expected a PEP 440 version specifier such as '>=2.10,<2.14'; got {spec!r}") from None
+        raise ValueError(
+            f"expected a PEP 440 version specifier such as '>=2.10,<2.14'; got {spec!r}"
+        ) from None
 
 
 def version_matches(spec: str, version: object) -> bool:
@@ -162,12 +182,10 @@ def _condition_tag(data: Any) -> str | None:
 
 
 Condition = Annotated[
-    Union[
-        Annotated[Leaf, Tag("<leaf>")],
-        Annotated[AllOf, Tag("<all>")],
-        Annotated[AnyOf, Tag("<any>")],
-        Annotated[NotOf, Tag("<not>")],
-    ],
+    Annotated[Leaf, Tag("<leaf>")]
+    | Annotated[AllOf, Tag("<all>")]
+    | Annotated[AnyOf, Tag("<any>")]
+    | Annotated[NotOf, Tag("<not>")],
     Discriminator(
         _condition_tag,
         custom_error_type="condition_shape",
@@ -274,7 +292,7 @@ def describe(cond: Leaf | AllOf | AnyOf | NotOf) -> str:
         if cond.op in ("exists", "absent"):
             return f"{cond.field} {word}"
         suffix = " (any case)" if cond.icase else ""
-        return f"{cond.field} {word} {cond.value!r}{suffix}"
+        return f"{cond.field} {word} {show(cond.value)}{suffix}"
     if isinstance(cond, AllOf):
         return "all(" + ", ".join(describe(c) for c in cond.all) + ")"
     if isinstance(cond, AnyOf):
@@ -294,7 +312,7 @@ def explain(cond: Leaf | AllOf | AnyOf | NotOf, ctx: Mapping[str, Any]) -> str:
         pad = "  " * depth
         if isinstance(node, Leaf):
             actual = ctx.get(node.field, _MISSING)
-            shown = "missing" if actual is _MISSING else repr(actual)
+            shown = "missing" if actual is _MISSING else show(actual)
             lines.append(f"{pad}{mark} {describe(node)}  (actual: {shown})")
             return
         if isinstance(node, NotOf):
@@ -318,3 +336,19 @@ def matched_leaves(cond: Leaf | AllOf | AnyOf | NotOf, ctx: Mapping[str, Any]) -
         return matched_leaves(cond.not_, ctx)
     children = cond.all if isinstance(cond, AllOf) else cond.any
     return [leaf for child in children for leaf in matched_leaves(child, ctx)]
+
+
+def to_data(cond: Leaf | AllOf | AnyOf | NotOf) -> dict[str, Any]:
+    """Plain data for a condition (the YAML form ``parse_condition`` reads back)."""
+    if isinstance(cond, Leaf):
+        data: dict[str, Any] = {"field": cond.field, "op": cond.op}
+        if cond.op not in ("exists", "absent"):
+            data["value"] = cond.value
+        if cond.icase:
+            data["icase"] = True
+        return data
+    if isinstance(cond, AllOf):
+        return {"all": [to_data(c) for c in cond.all]}
+    if isinstance(cond, AnyOf):
+        return {"any": [to_data(c) for c in cond.any]}
+    return {"not": to_data(cond.not_)}

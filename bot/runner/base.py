@@ -88,7 +88,12 @@ def summarize(
     if not measured and len(steps) > 1:
         measured = [s for s in steps if s.step > 1]
     tps = [s.tps for s in measured if s.tps is not None]
-    times = [b.time_s - a.time_s for a, b in zip(steps, steps[1:], strict=False) if a.time_s is not None and b.time_s is not None and b.step > max(warmup_steps, 1)]
+    # per-step time between consecutive metric lines (they are metrics.log_freq steps apart)
+    times = [
+        (b.time_s - a.time_s) / (b.step - a.step)
+        for a, b in zip(steps, steps[1:], strict=False)
+        if a.time_s is not None and b.time_s is not None and b.step > a.step and b.step > max(warmup_steps, 1)
+    ]
     tps_median = statistics.median(tps) if tps else None
     cv = statistics.pstdev(tps) / statistics.mean(tps) if len(tps) > 1 else None
     step_time = statistics.median(times) if times else None

@@ -25,10 +25,10 @@ class Launch(BaseModel):
 
 
 def flag(name: str, value: Scalar) -> list[str]:
-    """One override as tyro spells it: ``--a.b-c V``; booleans ``--a.b`` / ``--a.no-b``."""
+    """One override as tyro spells it: ``--a-b.c-d V``; booleans ``--a-b.c-d`` / ``--a-b.no-c-d``."""
     section, _, fld = name.rpartition(".")
     dashed = fld.replace("_", "-")
-    prefix = f"--{section}." if section else "--"
+    prefix = f"--{section.replace('_', '-')}." if section else "--"
     if isinstance(value, bool):
         return [f"{prefix}{dashed}" if value else f"{prefix}no-{dashed}"]
     return [f"{prefix}{dashed}", str(value)]
@@ -58,7 +58,8 @@ def titan_args(recipe: Recipe, *, steps: int, dump_folder: str) -> list[str]:
         args += flag("metrics.log_freq", 1)  # the loss curve needs every step
     if ac_mode is not None:
         args.append(f"activation-checkpoint:{AC_TOKEN[ac_mode]}")
-        args += ac_flags
+    # AC flags without an AC mode are still passed (never dropped): torchtitan then refuses them
+    args += ac_flags
     return args
 
 

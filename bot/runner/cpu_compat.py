@@ -124,6 +124,12 @@ def _sdpa_forward(
     # Argument names must stay q_BLNH/k_BLNH/v_BLNH: spmd_types maps positional names.
     from torch.distributed.tensor import DTensor
 
+    if score_mod is not None or out_transform is not None:
+        # SDPA cannot apply them; dropping them would silently train a different model
+        raise NotImplementedError(
+            "attune cpu_compat: FlexAttention with score_mod/out_transform (e.g. attention sinks) has no CPU SDPA equivalent"
+        )
+
     mask = attention_masks.to_local() if isinstance(attention_masks, DTensor) else attention_masks
     out = torch.nn.functional.scaled_dot_product_attention(
         q_BLNH.transpose(1, 2),
@@ -141,8 +147,17 @@ def patch_attention() -> None:
     from torchtitan.models.common.attention import FlexAttention
     from torchtitan.models.common.decoder import Decoder
 
+    stock_masks = Decoder.get_attention_masks
+
+    def get_attention_masks(self, positions: torch.Tensor):
+        # only flex attention is replaced; other backends keep torchtitan's own masks
+        attn = getattr(self.config, "first_attention", None)
+        if attn is not None and isinstance(attn.inner_attention, FlexAttention.Config):
+            return doc_causal_mask(positions)
+        return stock_masks(self, positions)
+
     FlexAttention.forward = _sdpa_forward
-    Decoder.get_attention_masks = lambda self, positions: doc_causal_mask(positions)
+    Decoder.get_attention_masks = get_attention_masks
 
 
 def patch_gloo_premul_sum() -> None:

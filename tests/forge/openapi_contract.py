@@ -134,7 +134,7 @@ def _compile(template: str) -> tuple[re.Pattern[str], tuple[str, ...], int]:
 
 def _errors_text(exc: BaseException) -> str:
     """The schema errors behind an openapi-core exception, one per line."""
-    lines = [f"{type(exc).__name__}: {exc}"]
+    lines = [f"{type(exc).__name__}: {str(exc)[:200]}"]
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

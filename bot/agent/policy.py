@@ -1,0 +1,110 @@
+"""The policy interface, the checks every proposal passes, and the policy registry.
+
+``propose(campaign, diagnosis, lessons, levers) -> Change | Stop``. A policy never runs
+anything. Whatever a policy proposes (the heuristic, Claude, a sampler) goes through
+:func:`validate_change` before it becomes a step: a known lever, a legal value, not already
+tried, not objective-changing, prerequisites met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bot import levers as catalog
+from bot.agent.diagnose import Diagnosis
+from bot.campaign import Campaign
+from bot.lessons import Lesson
+from bot.recipe import Recipe
+from bot.records import Change, Scalar, Stop
+
+
+@dataclass
+class LeverSpace:
+    """The recipe being tuned and the legal values of each lever the tuner may change."""
+
+    recipe: Recipe
+    values: dict[str, list[Scalar]]
+    model: catalog.ModelFacts | None = None
+    stack: dict[str, str] = field(default_factory=dict)
+
+
+class Policy(Protocol):
+    name: str
+
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop: ...
+
+
+def base_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:
+    return campaign.step(change.stacked_on).levers if change.stacked_on else campaign.incumbent_levers
+
+
+def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, allow_multi: bool = False, check_prerequisites: bool = True) -> str | None:
+    """Why ``change`` may not become a step, or None when it may."""
+    try:
+        lever = catalog.get(change.lever)
+        value = lever.parse(change.after)
+    except catalog.LeverError as exc:
+        return str(exc)
+    if change.extra and not allow_multi:
+        return "a step changes exactly one lever"
+    if lever.tier_of(value) == "X":
+        return f"{change.lever} is objective-changing (tier X)"
+    if lever.precision or lever.tier_of(value) == "N":
+        return f"{change.lever}={value} changes numeric precision; only a person may opt in"
+    if change.lever in space.recipe.pinned:
+        return f"{change.lever} is pinned"
+    base = effective = base_levers(campaign, change)
+    effective = {**base, **change.extra, change.lever: value}
+    if catalog.effective(base).get(change.lever) == value and not change.extra:
+        return f"{change.lever} is already {value!r}"
+    key = (change.lever, repr(value))
+    tried = {(s.change.lever, repr(s.change.after)) for s in campaign.steps if s.change.stacked_on == change.stacked_on and not s.change.extra}
+    if key in tried and not change.extra:
+        return f"{change.lever}={value!r} was already tried"
+    if change.extra and any(s.levers == effective for s in campaign.steps):
+        return "this configuration was already tried"
+    if not check_prerequisites:
+        return None
+    new_problems = set(catalog.prerequisite_problems(effective, space.model)) - set(catalog.prerequisite_problems(base, space.model))
+    if new_problems:
+        return "prerequisite missing: " + "; ".join(sorted(new_problems))
+    return None
+
+
+def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> dict[str, Any]:
+    recipe = space.recipe
+    ctx: dict[str, Any] = {
+        **diagnosis.context(),
+        "recipe.hardware": recipe.cluster.hardware,
+        "recipe.devices": recipe.devices,
+        "recipe.model": recipe.workload.model,
+        "recipe.moe": bool(space.model and space.model.num_experts),
+        **{f"stack.{k}": v for k, v in space.stack.items()},
+    }
+    for name, value in catalog.effective(campaign.incumbent_levers).items():
+        ctx[f"levers.{name}"] = value
+    return ctx
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    if name == "heuristic":
+        from bot.agent.heuristic import HeuristicPolicy
+
+        return HeuristicPolicy()
+    if name == "claude":
+        from bot.agent.claude import ClaudePolicy
+
+        return ClaudePolicy(**options)
+    if name == "random":
+        from bot.agent.samplers import RandomPolicy
+
+        return RandomPolicy(**options)
+    if name in ("tpe", "gp"):
+        from bot.agent.samplers import OptunaPolicy
+
+        return OptunaPolicy(sampler=name, **options)
+    raise ValueError(f"unknown policy {name!r}; expected heuristic, claude, random, tpe or gp")
+
+
+POLICIES = ("heuristic", "claude", "random", "tpe", "gp")

@@ -1,0 +1,106 @@
+"""Black-box baselines through the same loop and budget: random search and optuna (TPE, GP).
+
+Each proposal is a whole configuration drawn from the shared search space
+(:mod:`bot.agent.space`); it reaches the campaign as a Change whose first differing lever is
+``lever`` and the rest ``extra`` (a baseline is not bound to one lever per step). The samplers
+are stateless between calls: the study is rebuilt from the campaign's history each time, so a
+resumed campaign proposes the same thing. OOM and invalid layouts are told to the sampler as
+*infeasible observations* (a constraint violation), not dropped.
+"""
+
+from __future__ import annotations
+
+import random
+
+from bot import levers as catalog
+from bot.agent.diagnose import Diagnosis
+from bot.agent.policy import LeverSpace, validate_change
+from bot.campaign import Campaign
+from bot.lessons import Lesson
+from bot.records import Change, Scalar, Stop
+
+
+def _as_change(campaign: Campaign, config: dict[str, Scalar], policy: str, why: str) -> Change | None:
+    current = catalog.effective(campaign.incumbent_levers)
+    diff = {k: v for k, v in config.items() if current.get(k) != v}
+    if not diff:
+        return None
+    (lever, value), *rest = diff.items()
+    return Change(lever=lever, before=current.get(lever), after=value, extra=dict(rest), why=why, policy=policy)
+
+
+def _tried_configs(campaign: Campaign) -> list[dict[str, Scalar]]:
+    return [campaign.baseline_levers] + [s.levers for s in campaign.steps]
+
+
+class RandomPolicy:
+    name = "random"
+
+    def __init__(self, seed: int = 0, max_draws: int = 500) -> None:
+        self.seed, self.max_draws = seed, max_draws
+
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+        rng = random.Random(f"{self.seed}:{len(campaign.steps)}")
+        seen = [dict(sorted(c.items())) for c in _tried_configs(campaign)]
+        for _ in range(self.max_draws):
+            config = {**campaign.baseline_levers, **{k: rng.choice(v) for k, v in levers.values.items()}}
+            if dict(sorted(config.items())) in seen:
+                continue
+            change = _as_change(campaign, config, self.name, "random search: a uniformly drawn configuration")
+            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+                return change
+        return Stop(why="random search found no untried configuration", policy=self.name)
+
+
+class OptunaPolicy:
+    """Bayesian optimisation with optuna: TPE or a Gaussian process, constraint-aware."""
+
+    def __init__(self, sampler: str = "tpe", seed: int = 0, n_startup: int = 4) -> None:
+        self.sampler_name, self.seed, self.n_startup = sampler, seed, n_startup
+        self.name = sampler
+
+    def _sampler(self):
+        import optuna
+
+        constraints = lambda t: [t.user_attrs.get("infeasible", 0.0)]  # noqa: E731
+        if self.sampler_name == "gp":
+            return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=self.n_startup, constraints_func=constraints)
+        return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup, constraints_func=constraints)
+
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+        import optuna
+        from optuna.distributions import CategoricalDistribution
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        dists = {k: CategoricalDistribution(list(v)) for k, v in levers.values.items()}
+        study = optuna.create_study(direction="maximize", sampler=self._sampler())
+        history = [(campaign.baseline_levers, campaign.baseline_tps, "ok")]
+        for st in campaign.steps:
+            trial = next((r for r in st.runs if r.kind == "trial"), None)
+            outcome = trial.outcome if trial else ("invalid" if st.config_verdict and not st.config_verdict.ok else None)
+            if outcome is None:
+                continue
+            history.append((st.levers, trial.tps if trial else None, outcome))
+        for config, tps, outcome in history:
+            params = {k: config.get(k, catalog.effective(config)[k]) for k in dists}
+            if any(params[k] not in dists[k].choices for k in dists):
+                continue
+            feasible = outcome == "ok" and tps
+            study.add_trial(
+                optuna.trial.create_trial(
+                    params=params, distributions=dists, value=float(tps) if feasible else 0.0,
+                    user_attrs={"infeasible": 0.0 if feasible else 1.0, "outcome": outcome},
+                )
+            )
+        seen = [dict(sorted(c.items())) for c in _tried_configs(campaign)]
+        for _ in range(50):
+            t = study.ask(dists)
+            config = {**campaign.baseline_levers, **t.params}
+            if dict(sorted(config.items())) in seen:
+                study.tell(t, 0.0, state=optuna.trial.TrialState.PRUNED)  # a repeat: ask again
+                continue
+            change = _as_change(campaign, config, self.name, f"optuna {self.sampler_name.upper()} suggestion")
+            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+                return change
+            study.tell(t, 0.0, state=optuna.trial.TrialState.PRUNED)
+        return Stop(why=f"{self.sampler_name} found no untried configuration", policy=self.name)

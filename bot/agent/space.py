@@ -1,0 +1,53 @@
+"""The search space every policy shares: the recipe's levers and their legal values.
+
+Tier-X levers and precision changes are never in it (the gate would reject them; a precision
+change is a policy decision, not a throughput lever). The same space feeds the heuristic's
+generic exploration, random search, optuna (TPE/GP) and the oracle, so the comparison is fair.
+"""
+
+from __future__ import annotations
+
+from bot import levers as catalog
+from bot.recipe import Recipe
+from bot.records import Scalar
+
+
+def _powers(lo: int, hi: int) -> list[int]:
+    out, v = [], 1
+    while v <= hi:
+        if v >= lo:
+            out.append(v)
+        v *= 2
+    return out
+
+
+def lever_values(recipe: Recipe, name: str) -> list[Scalar]:
+    lever = catalog.get(name)
+    devices = recipe.devices
+    if lever.precision or lever.tier == "X":
+        return []
+    if lever.kind == "bool":
+        return [False, True]
+    if lever.kind == "choice":
+        return [c for c in lever.choices if lever.tier_of(c) != "X" and not (lever.tier_of(c) == "N")]
+    if lever.kind == "float":
+        return [0.25, 0.5, 0.75] if name == "activation_checkpoint.memory_budget" else []
+    if name == "training.local_batch_size":
+        gbs = int(recipe.pinned.get("training.global_batch_size", 64))
+        return [v for v in _powers(1, max(gbs, 1)) if v <= gbs]
+    if name == "parallelism.data_parallel_shard_degree":
+        return [-1, *_powers(1, devices)]
+    if name.endswith("_degree"):
+        return _powers(1, min(devices, 64))
+    if name == "parallelism.pipeline_parallel_microbatch_size":
+        return _powers(1, 16)
+    if name == "loss.num_chunks":
+        return [1, 2, 4, 8, 16]
+    if name in ("training.gc_freq", "metrics.log_freq"):
+        return [1, 10, 50, 100]
+    return []
+
+
+def search_space(recipe: Recipe) -> dict[str, list[Scalar]]:
+    space = {name: lever_values(recipe, name) for name in recipe.levers}
+    return {k: v for k, v in space.items() if len(v) > 1}

@@ -1,0 +1,442 @@
+"""The campaign: a pure state machine ``advance(state, event) -> (state, actions)``.
+
+Two drivers execute the actions (the local loop in :mod:`bot.drive`, the GitHub event handlers),
+so the same decisions come out whichever runs it. The state carries the actions still to do
+(``pending``); a driver persists the state after every transition and, after a crash, re-executes
+the first pending action idempotently (a step already opened is found on the forge, a run whose
+record is on disk is not repeated) — never a second step for the same change, never two open
+steps, never a lost record.
+
+Per step: propose one change -> open step -> config gate (free) -> trial run -> convergence gate
+-> if the gain clears the noise band, re-measure (confirm) -> merge, else close. Budget is
+device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost
+does not fit what is left is not started.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from bot.records import Change, Scalar, Stop, Verdict
+
+Phase = Literal["baseline", "stepping", "finished"]
+
+
+class RunRef(BaseModel):
+    """What the campaign keeps of a run (the full record lives on disk / on the branch)."""
+
+    kind: Literal["baseline", "trial", "confirm"]
+    n: int = 0  # step number (0 for baseline)
+    attempt: int = 1
+    outcome: str
+    reason: str = ""
+    tps: float | None = None  # median tokens/s per device
+    tps_cv: float | None = None
+    device_hours: float = 0.0
+    record: str = ""  # path of the record (driver-relative)
+    simulated: bool = False
+
+
+class NoiseBand(BaseModel):
+    k: float
+    floor: float
+    spread: float  # observed relative spread of the baseline runs ((max-min)/median)
+    band: float  # max(k x spread, floor): the gain a change must clear
+
+    @classmethod
+    def from_runs(cls, tps: list[float], *, k: float, floor: float) -> NoiseBand:
+        med = statistics.median(tps)
+        spread = (max(tps) - min(tps)) / med if med else 0.0
+        return cls(k=k, floor=floor, spread=spread, band=max(k * spread, floor))
+
+
+class Step(BaseModel):
+    n: int
+    change: Change
+    stacked_on: int | None = None  # OOM retry: built on top of that step's layout
+    state: Literal["proposed", "open", "merged", "closed"] = "proposed"
+    branch: str = ""
+    number: int | None = None
+    head_sha: str = ""
+    levers: dict[str, Scalar] = Field(default_factory=dict)  # the candidate recipe's levers
+    config_verdict: Verdict | None = None
+    verdict: Verdict | None = None
+    runs: list[RunRef] = Field(default_factory=list)
+    gain: float | None = None
+    kept: bool = False
+    close_reason: str = ""
+
+
+# ----------------------------------------------------------------------------- actions
+class RunBaseline(BaseModel):
+    type: Literal["run_baseline"] = "run_baseline"
+    attempt: int
+
+
+class OpenStep(BaseModel):
+    type: Literal["open_step"] = "open_step"
+    n: int
+
+
+class CheckConfig(BaseModel):
+    type: Literal["check_config"] = "check_config"
+    n: int
+
+
+class RunTrial(BaseModel):
+    type: Literal["run_trial"] = "run_trial"
+    n: int
+
+
+class Confirm(BaseModel):
+    type: Literal["confirm"] = "confirm"
+    n: int
+
+
+class CheckConvergence(BaseModel):
+    type: Literal["check_convergence"] = "check_convergence"
+    n: int
+
+
+class Comment(BaseModel):
+    type: Literal["comment"] = "comment"
+    n: int  # 0 = the campaign itself
+    kind: Literal["start", "report", "summary"] = "report"
+
+
+class SetStatus(BaseModel):
+    type: Literal["set_status"] = "set_status"
+    n: int
+    state: Literal["pending", "success", "failure", "error"]
+    description: str
+
+
+class Merge(BaseModel):
+    type: Literal["merge"] = "merge"
+    n: int
+
+
+class Close(BaseModel):
+    type: Literal["close"] = "close"
+    n: int
+    reason: str
+
+
+class Propose(BaseModel):
+    type: Literal["propose"] = "propose"
+
+
+class Finish(BaseModel):
+    type: Literal["finish"] = "finish"
+    reason: str
+
+
+Action = Annotated[
+    RunBaseline | OpenStep | CheckConfig | RunTrial | Confirm | CheckConvergence | Comment | SetStatus | Merge | Close | Propose | Finish,
+    Field(discriminator="type"),
+]
+
+
+# ----------------------------------------------------------------------------- events
+class CampaignRequested(BaseModel):
+    type: Literal["requested"] = "requested"
+
+
+class RunFinished(BaseModel):
+    type: Literal["run_finished"] = "run_finished"
+    run: RunRef
+
+
+class Proposed(BaseModel):
+    type: Literal["proposed"] = "proposed"
+    decision: Change | Stop
+
+
+class StepOpened(BaseModel):
+    type: Literal["step_opened"] = "step_opened"
+    n: int
+    branch: str
+    head_sha: str
+    number: int | None = None
+
+
+class GateVerdict(BaseModel):
+    type: Literal["gate_verdict"] = "gate_verdict"
+    n: int
+    verdict: Verdict
+
+
+class StepMerged(BaseModel):
+    type: Literal["step_merged"] = "step_merged"
+    n: int
+
+
+class StepClosed(BaseModel):
+    type: Literal["step_closed"] = "step_closed"
+    n: int
+
+
+class Done(BaseModel):
+    """A side-effect-only action (comment, status, finish) was carried out."""
+
+    type: Literal["done"] = "done"
+
+
+class BudgetExhausted(BaseModel):
+    type: Literal["budget_exhausted"] = "budget_exhausted"
+
+
+class StopRequested(BaseModel):
+    type: Literal["stop_requested"] = "stop_requested"
+    why: str = "stop requested"
+
+
+class BudgetAdded(BaseModel):
+    type: Literal["budget_added"] = "budget_added"
+    device_hours: float
+
+
+Event = Annotated[
+    CampaignRequested | RunFinished | Proposed | StepOpened | GateVerdict | StepMerged | StepClosed | Done | BudgetExhausted | StopRequested | BudgetAdded,
+    Field(discriminator="type"),
+]
+
+
+# ----------------------------------------------------------------------------- state
+class Campaign(BaseModel):
+    id: str
+    recipe_path: str
+    recipe_id: str
+    policy: str = "heuristic"
+    devices: int = 1
+    usd_per_device_hour: float = 0.0
+    budget: float  # device-hours
+    spent: float = 0.0
+    baseline_runs_wanted: int = Field(default=2, ge=2)
+    band_k: float = 2.0
+    band_floor: float = 0.05
+    max_steps: int = 50
+    phase: Phase = "baseline"
+    baseline_levers: dict[str, Scalar] = Field(default_factory=dict)
+    baseline: list[RunRef] = Field(default_factory=list)
+    band: NoiseBand | None = None
+    incumbent_levers: dict[str, Scalar] = Field(default_factory=dict)
+    incumbent_tps: float | None = None
+    incumbent_step: int = 0
+    steps: list[Step] = Field(default_factory=list)
+    pending: list[Action] = Field(default_factory=list)
+    finish_reason: str = ""
+    stop_requested: bool = False
+
+    # -- derived
+    @property
+    def open_step(self) -> Step | None:
+        return next((s for s in self.steps if s.state in ("proposed", "open")), None)
+
+    def step(self, n: int) -> Step:
+        return next(s for s in self.steps if s.n == n)
+
+    @property
+    def baseline_tps(self) -> float | None:
+        tps = [r.tps for r in self.baseline if r.tps]
+        return statistics.median(tps) if tps else None
+
+    @property
+    def gain(self) -> float:
+        if not self.baseline_tps or not self.incumbent_tps:
+            return 0.0
+        return self.incumbent_tps / self.baseline_tps - 1.0
+
+    def expected_run_cost(self) -> float:
+        """Device-hours a run is expected to cost: the largest run so far, plus 10%."""
+        costs = [r.device_hours for r in self.baseline] + [r.device_hours for s in self.steps for r in s.runs]
+        return 1.1 * max(costs) if costs else 0.0
+
+    def tried(self) -> set[tuple[str, str]]:
+        return {(s.change.lever, repr(s.change.after)) for s in self.steps}
+
+    def payback_hours(self) -> float | None:
+        """Hours of training at the tuned speed after which tuning paid for itself."""
+        if self.gain <= 0:
+            return None
+        return self.spent / (self.gain * self.devices)
+
+
+def advance(state: Campaign, event: Event) -> tuple[Campaign, list[Action]]:
+    """Apply ``event``; return the new state and the actions it adds (also queued in ``pending``)."""
+    s = state.model_copy(deep=True)
+    if s.pending and not isinstance(event, CampaignRequested | StopRequested | BudgetAdded):
+        s.pending.pop(0)  # the action this event answers
+    new = _transition(s, event)
+    if s.stop_requested and s.phase != "finished":
+        new = _stop_now(s)
+    s.pending.extend(new)
+    return s, new
+
+
+def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one small branch per event
+    if isinstance(ev, CampaignRequested):
+        if s.pending or s.baseline:
+            return []  # re-delivered request: nothing new
+        s.baseline_levers = dict(s.baseline_levers)
+        return [Comment(n=0, kind="start"), *_run_or_finish(s, RunBaseline(attempt=1))]
+    if isinstance(ev, StopRequested):
+        s.stop_requested = True
+        s.finish_reason = ev.why
+        return []
+    if isinstance(ev, BudgetAdded):
+        s.budget += ev.device_hours
+        if s.phase == "finished" and s.finish_reason.startswith("budget"):
+            s.phase = "stepping"
+            s.finish_reason = ""
+            return [Propose()]
+        return []
+    if isinstance(ev, BudgetExhausted):
+        return _finish(s, "budget exhausted")
+    if isinstance(ev, Done):
+        return []
+    if isinstance(ev, RunFinished):
+        s.spent += ev.run.device_hours
+        return _on_run(s, ev.run)
+    if isinstance(ev, Proposed):
+        return _on_proposed(s, ev)
+    if isinstance(ev, StepOpened):
+        st = s.step(ev.n)
+        st.state, st.branch, st.head_sha, st.number = "open", ev.branch, ev.head_sha, ev.number
+        return [CheckConfig(n=ev.n)]
+    if isinstance(ev, GateVerdict):
+        return _on_verdict(s, ev)
+    if isinstance(ev, StepMerged):
+        st = s.step(ev.n)
+        st.state, st.kept = "merged", True
+        s.incumbent_levers = dict(st.levers)
+        s.incumbent_tps = _confirmed_tps(st)
+        s.incumbent_step = st.n
+        return [] if s.phase == "finished" else [Propose()]
+    if isinstance(ev, StepClosed):
+        s.step(ev.n).state = "closed"
+        return [] if s.phase == "finished" else [Propose()]
+    raise TypeError(f"unknown event {ev!r}")
+
+
+def _run_or_finish(s: Campaign, action: Action) -> list[Action]:
+    if s.spent + s.expected_run_cost() > s.budget:
+        return _finish(s, f"budget: the next run (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
+    return [action]
+
+
+def _on_run(s: Campaign, run: RunRef) -> list[Action]:
+    if run.kind == "baseline":
+        s.baseline.append(run)
+        if run.outcome != "ok":
+            return _finish(s, f"baseline run failed ({run.outcome}: {run.reason}); the recipe must work before it is tuned")
+        if len(s.baseline) < s.baseline_runs_wanted:
+            return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
+        s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.baseline], k=s.band_k, floor=s.band_floor)
+        s.incumbent_levers = dict(s.baseline_levers)
+        s.incumbent_tps = s.baseline_tps
+        s.phase = "stepping"
+        return [Propose()]
+    st = s.step(run.n)
+    st.runs.append(run)
+    if run.kind == "trial":
+        if run.outcome != "ok":
+            st.close_reason = f"trial {run.outcome}: {run.reason}".strip(": ")
+            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"trial {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
+        return [CheckConvergence(n=st.n)]
+    # confirm
+    if run.outcome != "ok":
+        st.close_reason = f"re-measure {run.outcome}: {run.reason}"
+        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="re-measure failed"), Close(n=st.n, reason=st.close_reason)]
+    confirmed = _confirmed_tps(st)
+    st.gain = confirmed / s.incumbent_tps - 1.0 if confirmed and s.incumbent_tps else None
+    assert s.band is not None
+    if st.gain is not None and st.gain > s.band.band:
+        st.kept = True
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; +{st.gain:.1%} confirmed"), Merge(n=st.n)]
+    st.close_reason = f"gain not confirmed on re-measure ({_pct(st.gain)} vs band {s.band.band:.1%})"
+    return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; no confirmed gain"), Close(n=st.n, reason=st.close_reason)]
+
+
+def _confirmed_tps(st: Step) -> float | None:
+    """A winner's throughput: the worse of its trial and its re-measure (a lucky run is not a gain)."""
+    tps = [r.tps for r in st.runs if r.outcome == "ok" and r.tps]
+    return min(tps) if tps else None
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def _on_proposed(s: Campaign, ev: Proposed) -> list[Action]:
+    if isinstance(ev.decision, Stop):
+        return _finish(s, f"policy stopped: {ev.decision.why}")
+    if s.open_step is not None:
+        raise ValueError(f"step {s.open_step.n} is still open; a campaign never has two open steps")
+    if len(s.steps) >= s.max_steps:
+        return _finish(s, f"reached the {s.max_steps}-step limit")
+    if s.spent + s.expected_run_cost() > s.budget:
+        return _finish(s, f"budget: the next trial (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
+    n = len(s.steps) + 1
+    change = ev.decision
+    base = s.step(change.stacked_on).levers if change.stacked_on else s.incumbent_levers
+    levers = {**base, **change.extra, change.lever: change.after}
+    s.steps.append(Step(n=n, change=change, stacked_on=change.stacked_on, levers=levers))
+    return [OpenStep(n=n)]
+
+
+def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
+    st = s.step(ev.n)
+    v = ev.verdict
+    if v.stage == "config":
+        st.config_verdict = v
+        if not v.ok:
+            st.verdict = v
+            st.close_reason = "gate (config): " + "; ".join(v.reasons)
+            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the config"), Close(n=st.n, reason=st.close_reason)]
+        return _run_or_close(s, st, RunTrial(n=st.n))
+    st.verdict = v
+    if not v.ok:
+        st.close_reason = "gate (convergence): " + "; ".join(v.reasons)
+        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the loss curve"), Close(n=st.n, reason=st.close_reason)]
+    trial = next(r for r in st.runs if r.kind == "trial")
+    st.gain = trial.tps / s.incumbent_tps - 1.0 if trial.tps and s.incumbent_tps else None
+    assert s.band is not None
+    if st.gain is not None and st.gain > s.band.band:
+        return _run_or_close(s, st, Confirm(n=st.n))
+    st.close_reason = f"no gain beyond the noise band ({_pct(st.gain)} vs {s.band.band:.1%})"
+    return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; within noise"), Close(n=st.n, reason=st.close_reason)]
+
+
+def _run_or_close(s: Campaign, st: Step, action: Action) -> list[Action]:
+    if s.spent + s.expected_run_cost() > s.budget:
+        st.close_reason = "budget: the run does not fit what is left"
+        return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
+    return [action]
+
+
+def _stop_now(s: Campaign) -> list[Action]:
+    s.pending.clear()
+    actions: list[Action] = []
+    st = s.open_step
+    if st is not None and st.state == "open":
+        st.close_reason = s.finish_reason or "stop requested"
+        actions.append(Close(n=st.n, reason=st.close_reason))
+    elif st is not None:
+        st.state = "closed"
+    return actions + _finish(s, s.finish_reason or "stop requested")
+
+
+def _finish(s: Campaign, reason: str) -> list[Action]:
+    if s.phase == "finished":
+        return []
+    s.phase = "finished"
+    s.finish_reason = s.finish_reason or reason
+    return [Comment(n=0, kind="summary"), Finish(reason=s.finish_reason)]
+
+
+ProposeFn = Callable[[Campaign], Proposed]

@@ -1,0 +1,143 @@
+"""Sub-command groups beyond run/recipe: campaign, demo, leaderboard, lessons, gate, bench, sim, github."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bot.cli import EXIT_OK, EXIT_USAGE, UsageError, _console, emit_json
+
+
+# ------------------------------------------------------------------ campaign / demo
+def _progress(console):
+    def on_event(state, action, event) -> None:
+        kind = getattr(action, "type", "")
+        if kind in ("run_baseline", "run_trial", "confirm") and hasattr(event, "run"):
+            r = event.run
+            label = f"baseline {r.attempt}" if r.kind == "baseline" else f"step {r.n} {r.kind}"
+            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}  [spent {state.spent:.4f}/{state.budget:.4f} dh]")
+        elif kind == "open_step":
+            st = state.step(event.n)
+            console.print(f"[bold]step {st.n}[/]: {st.change.title()}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})")
+        elif kind in ("check_config", "check_convergence"):
+            v = event.verdict
+            console.print(f"  gate {v.stage}: {v.verdict} (tier {v.tier})" + ("" if v.ok else f" — {v.reasons[0][:120]}"))
+        elif kind == "merge":
+            console.print(f"  [green]kept[/]: step {event.n} merged")
+        elif kind == "close":
+            console.print(f"  closed: {action.reason[:140]}")
+    return on_event
+
+
+def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0) -> int:
+    from bot.local_campaign import build_driver, new_state, summary_json
+    from bot.recipe import load_recipe
+    from bot.report import render_campaign_summary
+
+    recipe = load_recipe(repo / recipe_rel)
+    if budget <= 0:
+        raise UsageError(f"--budget: expected a positive number of device-hours; got {budget}")
+    console = _console()
+    if not as_json:
+        console.print(f"[bold]attune campaign[/] {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours")
+    driver = build_driver(repo, recipe_rel, policy=policy, forge=forge, on_event=None if as_json else _progress(console), seed=seed)
+    state = driver.start(new_state(recipe, recipe_rel, budget=budget, policy=policy))
+    if not as_json:
+        console.print(render_campaign_summary(state))
+        lb = repo / "leaderboard.md"
+        if forge == "local" and lb.exists():
+            console.print(lb.read_text())
+    else:
+        emit_json(summary_json(state, repo))
+    return EXIT_OK
+
+
+def cmd_campaign_run(args: argparse.Namespace) -> int:
+    from bot.local_campaign import repo_of
+
+    path = Path(args.recipe).resolve()
+    if not path.exists():
+        raise UsageError(f"{args.recipe}: no such recipe")
+    repo = repo_of(path)
+    return _run_campaign(repo, str(path.relative_to(repo)), budget=args.budget, policy=args.policy, forge=args.forge, as_json=args.json, seed=args.seed)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from bot.local_campaign import scratch_clone
+
+    repo = scratch_clone()
+    return _run_campaign(repo, "recipes/llama3-tiny/cpu.yaml", budget=args.budget, policy=args.policy, forge="local", as_json=args.json)
+
+
+def cmd_campaign_show(args: argparse.Namespace) -> int:
+    from bot import campaign as cm
+    from bot.report import render_campaign_summary
+
+    root = Path(args.repo) / ".attune" / "campaigns" / args.id / "state.json"
+    if not root.exists():
+        raise UsageError(f"{root}: no such campaign (campaigns live under .attune/campaigns/ of the repository)")
+    state = cm.Campaign.model_validate_json(root.read_text())
+    print(render_campaign_summary(state))
+    return EXIT_OK
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from bot.leaderboard import regenerate
+
+    path, text = regenerate(Path(args.repo))
+    print(text)
+    return EXIT_OK
+
+
+def cmd_lessons(args: argparse.Namespace) -> int:
+    from bot.lessons import find_lesson, load_lessons, render_lesson, render_table
+
+    lessons = load_lessons()
+    if args.lessons_cmd == "list":
+        print(render_table(lessons))
+        return EXIT_OK
+    lesson = find_lesson(lessons, args.id)
+    if lesson is None:
+        raise UsageError(f"no lesson {args.id!r}; `attune lessons list` shows them")
+    print(render_lesson(lesson))
+    return EXIT_OK
+
+
+def register_campaign(sub: Any) -> None:
+    from bot.agent.policy import POLICIES
+
+    c = sub.add_parser("campaign", help="run or show a tuning campaign").add_subparsers(dest="campaign_cmd", required=True)
+    r = c.add_parser("run", help="tune a recipe inside a device-hour budget")
+    r.add_argument("recipe")
+    r.add_argument("--budget", type=float, required=True, help="device-hours (devices x wall hours)")
+    r.add_argument("--policy", choices=POLICIES, default="heuristic")
+    r.add_argument("--forge", choices=("local", "none"), default="local")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=cmd_campaign_run)
+    s = c.add_parser("show", help="the PR-like history of a campaign")
+    s.add_argument("id")
+    s.add_argument("--repo", default=".")
+    s.set_defaults(func=cmd_campaign_show)
+
+    d = sub.add_parser("demo", help="a real local campaign on the CPU recipe, in a scratch clone")
+    d.add_argument("--budget", type=float, default=0.12, help="device-hours (default 0.12: about 7 minutes of runs)")
+    d.add_argument("--policy", choices=POLICIES, default="heuristic")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_demo)
+
+    lb = sub.add_parser("leaderboard", help="regenerate leaderboard.md from results/")
+    lb.add_argument("--repo", default=".")
+    lb.set_defaults(func=cmd_leaderboard)
+
+    ls = sub.add_parser("lessons", help="the lessons catalog").add_subparsers(dest="lessons_cmd", required=True)
+    ls.add_parser("list").set_defaults(func=cmd_lessons)
+    sh = ls.add_parser("show")
+    sh.add_argument("id")
+    sh.set_defaults(func=cmd_lessons)
+
+
+REGISTRARS: list[Callable[[Any], None]] = [register_campaign]
+_ = EXIT_USAGE

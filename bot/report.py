@@ -1,0 +1,123 @@
+"""Markdown and terminal text for runs, steps and campaigns."""
+
+from __future__ import annotations
+
+from tabulate import tabulate
+
+from bot.records import RunRecord
+
+
+def _fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def render_run_summary(record: RunRecord, path: str | None = None) -> str:
+    s = record.summary
+    label = " (SIMULATED)" if record.simulated else ""
+    rows = [
+        ["outcome", record.outcome + (f" — {record.reason}" if record.reason else "")],
+        ["steps", s.steps_completed],
+        ["loss first → last", f"{_fmt(s.loss_first, '.4f')} → {_fmt(s.loss_last, '.4f')}"],
+        ["tokens/s per device (median)", f"{_fmt(s.tps_median)}  (CV {_fmt((s.tps_cv or 0) * 100, '.1f')}%)"],
+        ["step time (median)", f"{_fmt(s.step_time_median_s, '.3f')} s"],
+        ["MFU", _fmt(s.mfu, ".2f") + ("%" if s.mfu is not None else "")],
+        ["peak memory", f"{_fmt(s.peak_memory_gib, '.2f')} GiB"],
+        ["wall / start-up", f"{s.wall_s:.1f} s / {_fmt(s.startup_s, '.1f')} s"],
+        ["device-hours", f"{s.device_hours:.5f}"],
+    ]
+    if path:
+        rows.append(["record", path])
+    return f"run {record.run_id}{label}: {record.recipe_id}\n" + tabulate(rows, tablefmt="simple")
+
+
+MAX_REPORT = 60_000
+
+
+def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
+    if not baseline or not candidate or not candidate.steps:
+        return ""
+    n = min(len(baseline.steps), len(candidate.steps), 40)
+    xs = [str(s.step) for s in candidate.steps[:n]]
+    b = [f"{s.loss:.4f}" for s in baseline.steps[:n]]
+    c = [f"{s.loss:.4f}" for s in candidate.steps[:n]]
+    chart = "\n".join(
+        [
+            "```mermaid",
+            "xychart-beta",
+            '    title "Loss per step (line 1: baseline, line 2: candidate)"',
+            f"    x-axis [{', '.join(xs)}]",
+            '    y-axis "loss"',
+            f"    line [{', '.join(b)}]",
+            f"    line [{', '.join(c)}]",
+            "```",
+        ]
+    )
+    rows = [[s.step, f"{bs.loss:.5f}", f"{s.loss:.5f}", f"{s.loss - bs.loss:+.2e}", _fmt(bs.grad_norm, ".4f"), _fmt(s.grad_norm, ".4f")]
+            for bs, s in zip(baseline.steps[:n], candidate.steps[:n], strict=False)]
+    table = tabulate(rows, headers=["step", "baseline loss", "candidate loss", "Δ", "baseline grad norm", "candidate grad norm"], tablefmt="github")
+    return chart + "\n\n" + table
+
+
+def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord | None) -> str:
+    """A step's report (PR body / comment): change, why, gate evidence, throughput, loss curve."""
+    ch = step.change
+    sim = " — SIMULATED" if trial is not None and trial.simulated else ""
+    band = state.band.band if state.band else None
+    tps = trial.summary.tps_median if trial else None
+    rows = [
+        ["change", f"`{ch.lever}`: `{ch.before}` → `{ch.after}`" + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")],
+        ["decided by", ch.policy + (f"; lessons: {', '.join(ch.lessons)}" if ch.lessons else "")],
+        ["stacked on", f"step {step.stacked_on}" if step.stacked_on else "—"],
+        ["trial outcome", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"), "not run yet")],
+        ["tokens/s per device", f"{_fmt(tps)} vs incumbent {_fmt(state.incumbent_tps)}"],
+        ["gain", "—" if step.gain is None else f"{step.gain:+.1%} (noise band {band:.1%})" if band is not None else f"{step.gain:+.1%}"],
+        ["re-measured", ", ".join(_fmt(r.tps) for r in step.runs if r.kind == "confirm") or "—"],
+        ["decision", "kept (merged)" if step.kept and step.state == "merged" else step.close_reason or step.state],
+    ]
+    parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, tablefmt="github"), f"**Why:** {ch.why}"]
+    for v in (step.config_verdict, step.verdict if step.verdict is not step.config_verdict else None):
+        if v is None:
+            continue
+        parts.append(f"### Gate ({v.stage}): **{v.verdict}** (tier {v.tier})")
+        parts += [f"- {r}" for r in v.reasons[:20]]
+        for c in v.checks[:10]:
+            ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
+            parts.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev}" if ev else ""))
+    if trial is not None:
+        parts.append("### Run\n" + render_run_summary(trial).replace("\n", "\n    "))
+        chart = _loss_chart(baseline, trial)
+        if chart:
+            parts.append("### Loss curve\n" + chart)
+    text = "\n\n".join(parts) + "\n"
+    return text if len(text) <= MAX_REPORT else text[: MAX_REPORT - 40] + "\n\n…(truncated)\n"
+
+
+def campaign_rows(state) -> list[list[str]]:
+    rows = []
+    for s in state.steps:
+        trial = next((r for r in s.runs if r.kind == "trial"), None)
+        gate = s.verdict.verdict if s.verdict else (s.config_verdict.verdict if s.config_verdict else "—")
+        rows.append([s.n, s.change.lever, str(s.change.before), str(s.change.after), trial.outcome if trial else "—", gate,
+                     "—" if s.gain is None else f"{s.gain:+.1%}", "yes" if s.kept else "no", s.branch])
+    return rows
+
+
+def render_campaign_summary(state) -> str:
+    band = state.band
+    sim = any(r.simulated for r in state.baseline)
+    head = f"## ATTUNE campaign {state.id}{' — SIMULATED' if sim else ''}\n\nRecipe `{state.recipe_path}`, policy `{state.policy}`, {state.phase}."
+    facts = [
+        ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.baseline)})" if state.baseline else "")],
+        ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
+        ["final tokens/s per device", _fmt(state.incumbent_tps)],
+        ["gain", f"{state.gain:+.1%}"],
+        ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
+        ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
+    ]
+    if state.phase == "finished":
+        verdict = state.finish_reason
+        if state.incumbent_step == 0:
+            verdict += " — nothing cleared the noise band; the recipe is kept as it was"
+        facts.append(["finished", verdict])
+    table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain", "kept", "branch"], tablefmt="github")
+    return f"{head}\n\n{tabulate(facts, tablefmt='github')}\n\n### Steps\n\n{table}\n"

@@ -1,0 +1,102 @@
+"""Achieved-versus-peak efficiency factors: the only free constants of the simulator.
+
+Fixed factors come from public measurements (cited inline). Fitted factors were fitted offline with
+``bot.sim.calibration.fit_factors`` on the rows of ``calibration.yaml`` marked ``split: fit`` only, never on
+holdout rows; the comment on each says which rows pin it down. Re-run ``fit_factors()`` to refit.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EfficiencyFactors(BaseModel):
+    """Efficiency constants; ``FITTED`` names the ones ``fit_factors`` may move."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # --- compute (fitted) ---
+    gemm_eff: float = Field(description="achieved/peak for large bf16 GEMMs on a 700 W H100")
+    attn_eff: float = Field(description="achieved/peak for causal flash attention (fwd+bwd), on the causal FLOPs")
+    elem_passes: float = Field(description="eager memory-bound passes over a layer's activations (norms, rope, "
+                               "SwiGLU, casts, residuals), per token per layer, in units of (h + FFN width) bf16")
+    compile_elem: float = Field(description="fraction of eager elementwise traffic left after torch.compile fusion")
+    fp8_tensorwise: float = Field(description="speedup of linear GEMM time with float8 tensorwise (compiled)")
+    fp8_rowwise: float = Field(description="speedup of linear GEMM time with float8 rowwise (0.3.0 converter)")
+    async_tp_hidden: float = Field(description="fraction of TP collective time async TP hides")
+    derate: dict[str, float] = Field(description="sustained-clock derate per hardware id (power-capped parts)")
+    stack: dict[str, float] = Field(description="GEMM / pointwise efficiency multiplier per software stack")
+    grouped_d0: float = Field(description="expert width at which grouped GEMMs reach half efficiency "
+                              "(fine-grained experts run far below dense-GEMM efficiency)")
+    # --- fixed from public figures ---
+    gemm_m0: float = Field(256.0, description="tokens at which a GEMM reaches half its large-M efficiency")
+    gemm_d0: float = Field(96.0, description="weight dim at which a GEMM reaches half its large-dim efficiency")
+    attn_stack: dict[str, float] = Field(
+        default_factory=lambda: {"megatron": 0.5, "meta": 0.5},
+        description="attention efficiency of stacks with FlashAttention-3 / cuDNN fused attention: FA3 reaches "
+        "~500 TFLOP/s causal fwd+bwd at head dim 128 on H100 (arXiv 2407.08608); other stacks use attn_eff")
+    cp_attn_penalty: float = Field(0.1, description="ring-attention efficiency loss per doubling of CP (c block "
+                                   "kernels per layer plus log-sum-exp merges)")
+    ep_overlap: dict[str, float] = Field(
+        default_factory=lambda: {"megatron": 0.5},
+        description="share of EP all-to-all hidden by the stack (Megatron 1F1B A2A overlap / shared-expert overlap, "
+        "megatron/core/transformer/moe/README.md); torchtitan's dispatch blocks")
+    nvlink_eff: float = Field(0.80, description="NCCL bus bandwidth / NVLink peak; 8xH100 all-reduce busbw "
+                              "~360-480 GB/s (docs.alayanew.com nccl-tests, perfmodel.md §4.5)")
+    internode_eff: float = Field(0.80, description="NCCL bus bandwidth / NIC peak (400 Gb/s -> ~40 GB/s)")
+    alpha_intra_s: float = Field(8e-6, description="per-ring-step latency inside a node")
+    alpha_inter_s: float = Field(15e-6, description="per-ring-step latency across nodes")
+    fsdp_overlap: float = Field(0.9, description="fraction of compute time usable to hide FSDP collectives")
+    pp_p2p_exposed: float = Field(0.5, description="fraction of pipeline send/recv time on the critical path")
+    cp_exposed: float = Field(0.5, description="fraction of context-parallel KV exchange time not overlapped")
+    ep_sync_s: float = Field(3e-4, description="host sync per all-to-all with the 'standard' (host-synced) dispatcher")
+    fast_ep_bw: float = Field(1.3, description="bandwidth gain of DeepEP/HybridEP kernels over NCCL all-to-all")
+    fp8_eager: float = Field(0.75, description="share of the float8 speedup kept without torch.compile")
+    sac_memory: float = Field(0.38, description="per-op SAC activation memory / no-AC activation memory")
+    sac_recompute: float = Field(0.5, description="share of forward GEMMs per-op SAC recomputes (every 2nd mm)")
+    hbm_eff: float = Field(0.7, description="achieved/peak HBM bandwidth for memory-bound kernels")
+    launch_s: float = Field(4e-6, description="CPU launch cost per kernel without CUDA graphs")
+    kernels_per_layer: float = Field(120.0, description="kernels per layer per microbatch, fwd+bwd, eager")
+    step_fixed_s: float = Field(0.03, description="per-step fixed cost: data loading, logging, grad-norm, sync")
+    memory_overhead_gib: float = Field(3.0, description="CUDA context, NCCL buffers, workspace")
+    fragmentation: float = Field(0.06, description="allocator fragmentation on top of the modelled peak")
+
+    FITTED: ClassVar[tuple[str, ...]] = ("gemm_eff", "attn_eff", "elem_passes", "compile_elem", "fp8_tensorwise",
+                               "fp8_rowwise", "async_tp_hidden", "derate.h100-96gb", "stack.megatron",
+                               "stack.meta", "derate.b200", "grouped_d0")
+
+    def get(self, name: str) -> float:
+        if "." in name:
+            group, key = name.split(".", 1)
+            return getattr(self, group)[key]
+        return getattr(self, name)
+
+    def with_values(self, values: dict[str, float]) -> EfficiencyFactors:
+        """A copy with some (possibly dotted) factors replaced."""
+        data = self.model_dump()
+        for name, val in values.items():
+            if "." in name:
+                group, key = name.split(".", 1)
+                data[group] = {**data[group], key: val}
+            else:
+                data[name] = val
+        return EfficiencyFactors(**data)
+
+
+# Fitted offline by bot.sim.calibration.fit_factors() on the `split: fit` rows of calibration.yaml
+# (tt-8b-fsdp8-*, tt-8b-32k, tt-405b-pp8-1f1b, tt-70b-bf16*, tt-70b-fp8-rowwise, mb-8b-fp8, mb-70b-fp8,
+# mb-405b-b200, meta-405b-8k). Holdout rows were never used. Values are rounded.
+DEFAULT_FACTORS = EfficiencyFactors(
+    gemm_eff=0.72,
+    attn_eff=0.50,
+    elem_passes=30.0,
+    compile_elem=0.45,
+    fp8_tensorwise=1.55,
+    fp8_rowwise=1.15,
+    async_tp_hidden=0.5,
+    derate={"h100-sxm-80gb": 1.0, "h100-96gb": 0.85, "h200": 1.0, "b200": 0.8},
+    stack={"torchtitan": 1.0, "megatron": 1.1, "meta": 1.05},
+    grouped_d0=512.0,
+)

@@ -1,0 +1,69 @@
+"""Fixtures for tests against GitHub's contract: the spec (once per session) and a fresh fake per test."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from fake_github import FakeGitHub
+from openapi_contract import Contract, spec_missing_reason
+
+from bot.forge.github import GitHubForge
+
+TOKEN = "ghs_test_token_not_a_secret"
+
+
+@pytest.fixture(scope="session")
+def github_contract() -> Contract:
+    """GitHub's REST description, loaded once per session; skipped (failed under CI) when not installed."""
+    reason = spec_missing_reason()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the GitHub contract tests: {reason}")
+        pytest.skip(reason)
+    started = time.perf_counter()
+    contract = Contract()
+    print(f"\n@octokit/openapi {contract.version}: loaded in {time.perf_counter() - started:.2f}s")
+    return contract
+
+
+@pytest.fixture
+def fake_github(github_contract: Contract):
+    """A fresh fake repository ``acme/tuning`` on api.github.com; the test fails if the contract was broken."""
+    fake = FakeGitHub(github_contract).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    fake.assert_contract_kept()
+
+
+@pytest.fixture
+def forge(fake_github: FakeGitHub) -> GitHubForge:
+    """A GitHubForge on the fake, with PyGithub's throttling and retries off."""
+    return GitHubForge(
+        fake_github.full_name,
+        TOKEN,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        retry=None,
+        bot_login=fake_github.actor,
+        edit_recipe=set_one_lever,
+    )
+
+
+def set_one_lever(text: str, lever: str, value: str, *, source: str = "<recipe>") -> str:
+    """A stand-in for ``bot.recipe.set_lever_text`` for forge tests: replaces the line ``  <lever>: <old>``.
+
+    The forge's GitHub behaviour is what these tests check; the recipe edit itself is bot.recipe's.
+    """
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        key, sep, _ = line.strip().partition(":")
+        if sep and key == lever and line.startswith("  "):
+            if value.strip() != value or not value or "\n" in value:
+                raise ValueError(f"{source}: bad value for {lever}: {value!r}")
+            lines[i] = f"  {lever}: {value}\n"
+            return "".join(lines)
+    raise ValueError(f"{source}: no lever {lever}")
