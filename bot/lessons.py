@@ -167,7 +167,7 @@ def lesson_to_data(lesson: Lesson) -> dict[str, Any]:
     return data
 
 
-def load_lessons(dir: Path | str | None = None) -> list[Lesson]:  # noqa: A002 - the brief's name
+def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
     """Load every ``*.yaml`` directly in ``dir`` (default ``lessons/``), sorted by file name.
 
     Lesson ids are unique across files. Raises ``LessonFileError`` on the first problem.

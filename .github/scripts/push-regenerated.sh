@@ -6,7 +6,8 @@
 # On a rejected push: `git pull --rebase` and regenerate on the new tip (amending the commit when new inputs
 # landed meanwhile); when the rebase itself conflicts (someone pushed the same file), abort it, reset to the
 # remote tip and regenerate from scratch. Exits 0 when the file is already up to date. Git credentials come from
-# the environment (e.g. GIT_CONFIG_COUNT/KEY/VALUE), never from a file written here.
+# the environment (e.g. GIT_CONFIG_COUNT/KEY/VALUE), never from a file written here. Run it in a fresh checkout:
+# on a conflict it resets to the remote tip, dropping any other unpushed local commit.
 set -euo pipefail
 
 file="${1:?usage: push-regenerated.sh FILE -- COMMAND...}"

@@ -82,8 +82,19 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) 
         "recipe.moe": bool(space.model and space.model.num_experts),
         **{f"stack.{k}": v for k, v in space.stack.items()},
     }
-    for name, value in catalog.effective(campaign.incumbent_levers).items():
+    eff = catalog.effective(campaign.incumbent_levers)
+    for name, value in eff.items():
         ctx[f"levers.{name}"] = value
+    gbs = recipe.pinned.get("training.global_batch_size")
+    seq = recipe.pinned.get("training.seq_len")
+    lbs = int(eff["training.local_batch_size"])
+    ctx["recipe.global_batch_pinned"] = isinstance(gbs, int) and gbs > 0
+    if isinstance(seq, int):
+        ctx["recipe.tokens_per_microbatch"] = lbs * seq
+    if isinstance(gbs, int) and gbs > 0:
+        tp, pp, cp = (int(eff[f"parallelism.{k}_parallel_degree"]) for k in ("tensor", "pipeline", "context"))
+        dp = max(recipe.devices // (tp * pp * cp), 1)
+        ctx["recipe.grad_accum_steps"] = max(gbs // (lbs * dp), 1)
     return ctx
 
 

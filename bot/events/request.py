@@ -8,6 +8,7 @@ single edit. Values quoted back in the message are shortened and stripped of Mar
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import PurePosixPath
@@ -89,10 +90,37 @@ def parse_runner_labels(text: str) -> tuple[list[str], str | None]:
         return [], f"{FIELD_RUNNER_LABELS}: missing; expected labels of your GPU runners, e.g. gpu, h100"
     bad = [x for x in labels if not RUNNER_LABEL.match(x) or len(x) > 64]
     if bad:
-        return [], f"{FIELD_RUNNER_LABELS}: {', '.join(shown(x, 20) for x in bad[:3])} — use only A-Z a-z 0-9 _ . -"
+        return (
+            [],
+            f"{FIELD_RUNNER_LABELS}: {', '.join(shown(x, 20) for x in bad[:3])} — use only A-Z a-z 0-9 _ . -",
+        )
     if len(labels) > MAX_RUNNER_LABELS:
         return [], f"{FIELD_RUNNER_LABELS}: {len(labels)} labels; at most {MAX_RUNNER_LABELS}"
     return list(dict.fromkeys(labels)), None
+
+
+def runs_on(labels_text: str) -> list[str]:
+    """The ``runs-on`` list for a trial: ``self-hosted`` plus validated labels.
+
+    ``labels_text`` is a JSON array of strings (as dispatched to trial.yml) or comma/space-separated text.
+    Raises ``ValueError`` naming the problem, so a bad dispatch never reaches a runner.
+    """
+    text = labels_text.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{FIELD_RUNNER_LABELS}: not a JSON array of strings ({exc.msg})") from None
+        if not isinstance(items, list) or not all(isinstance(x, str) and x.strip() == x for x in items):
+            raise ValueError(f"{FIELD_RUNNER_LABELS}: expected a JSON array of label strings")
+        # Each item is checked whole, so "a b" cannot split into two labels.
+        if any(not RUNNER_LABEL.match(x) for x in items):
+            raise ValueError(f"{FIELD_RUNNER_LABELS}: use only A-Z a-z 0-9 _ . - in each label")
+        text = ",".join(items)
+    labels, problem = parse_runner_labels(text)
+    if problem:
+        raise ValueError(problem)
+    return ["self-hosted", *(x for x in labels if x != "self-hosted")]
 
 
 def _budget(text: str) -> tuple[float | None, str | None]:
@@ -121,7 +149,10 @@ def _bench_steps(text: str) -> tuple[int | None, str | None]:
         return None, f"{FIELD_BENCH_STEPS}: {shown(text)} is not a whole number"
     steps = int(text)
     if not MIN_BENCH_STEPS <= steps <= MAX_BENCH_STEPS:
-        return None, f"{FIELD_BENCH_STEPS}: {steps}; expected {MIN_BENCH_STEPS} to {MAX_BENCH_STEPS} (or empty)"
+        return (
+            None,
+            f"{FIELD_BENCH_STEPS}: {steps}; expected {MIN_BENCH_STEPS} to {MAX_BENCH_STEPS} (or empty)",
+        )
     return steps, None
 
 
@@ -147,4 +178,6 @@ def validate_request(body: str | None) -> CampaignRequest | RequestError:
     problems += [problem] if problem else []
     if problems:
         return RequestError(problems=problems)
-    return CampaignRequest(recipe=recipe, budget_hours=budget, policy=policy, runner_labels=labels, bench_steps=steps)
+    return CampaignRequest(
+        recipe=recipe, budget_hours=budget, policy=policy, runner_labels=labels, bench_steps=steps
+    )

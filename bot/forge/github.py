@@ -70,6 +70,7 @@ class TrialCheck(BaseModel):
     sha: str
     reason: str = ""
     branch: str = ""
+    recipe: str = ""  # the one recipe file the step changes
 
 
 class _File(BaseModel):
@@ -85,7 +86,7 @@ def _default_editor(text: str, lever: str, value: str, *, source: str) -> str:
 
 
 def _diff_size(old: str, new: str) -> tuple[int, int]:
-    """(removed, added) lines between two texts; a one-line edit is (1, 1)."""
+    """(removed, added) lines between two texts; a one-line edit is (1, 1), an added line (0, 1)."""
     removed = added = 0
     for line in difflib.ndiff(old.splitlines(keepends=True), new.splitlines(keepends=True)):
         if line.startswith("- "):
@@ -222,7 +223,7 @@ class GitHubForge:
         current = self._get_file(path, base_sha)
         new_text = self._edit(current.text, req.lever, req.value, source=path)
         removed, added = _diff_size(current.text, new_text)
-        if (removed, added) != (1, 1):
+        if (removed, added) not in ((1, 1), (0, 1)):  # one line changed, or one lever line added
             raise GitHubForgeError(
                 f"{path}: setting {req.lever} to {req.value!r} removes {removed} and adds {added} lines; "
                 "a step changes exactly one line"
@@ -232,7 +233,12 @@ class GitHubForge:
         pr = self._open_pull(branch, req)
         self._repo.get_issue(pr.number).add_to_labels(self.labels.bot, self.labels.step)
         return StepRef(
-            campaign=req.campaign, n=req.n, branch=branch, head_sha=head_sha, number=pr.number, url=pr.html_url
+            campaign=req.campaign,
+            n=req.n,
+            branch=branch,
+            head_sha=head_sha,
+            number=pr.number,
+            url=pr.html_url,
         )
 
     def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
@@ -256,7 +262,9 @@ class GitHubForge:
             else:
                 if existing.text == text:
                     continue
-                result = self._repo.update_file(path, message, text, sha=existing.blob_sha, branch=step.branch)
+                result = self._repo.update_file(
+                    path, message, text, sha=existing.blob_sha, branch=step.branch
+                )
             head = result["commit"].sha
         return step.model_copy(update={"head_sha": head})
 
@@ -345,7 +353,9 @@ class GitHubForge:
                     f"PR #{number} not merged: its head moved away from the measured {sha} ({_message(exc)})"
                 ) from exc
             if exc.status in (403, 405, 422):
-                raise MergeRefused(f"PR #{number} not merged: GitHub refused ({exc.status}: {_message(exc)})") from exc
+                raise MergeRefused(
+                    f"PR #{number} not merged: GitHub refused ({exc.status}: {_message(exc)})"
+                ) from exc
             raise
         if not result.merged:
             raise MergeRefused(f"PR #{number} not merged: {result.message}")
@@ -410,9 +420,9 @@ class GitHubForge:
     def check_trial(self, pr_number: int, sha: str) -> TrialCheck:
         """May a self-hosted runner execute ``sha`` for PR ``pr_number``?
 
-        Yes only if the PR is open, comes from a bot branch of this repository, its head is exactly ``sha`` and it
-        changes files only under ``trial_paths`` (recipes and results: no code). ``GET /pulls/{n}`` and
-        ``GET /pulls/{n}/files``.
+        Yes only if the PR is open, comes from a bot branch of this repository, its head is exactly ``sha``, it
+        changes files only under ``trial_paths`` (recipes and results: no code) and exactly one recipe file, which
+        the answer names. ``GET /pulls/{n}`` and ``GET /pulls/{n}/files``.
         """
 
         def no(reason: str, branch: str = "") -> TrialCheck:
@@ -431,10 +441,18 @@ class GitHubForge:
             return no(f"PR #{pr_number} is {pr.state}", branch)
         if pr.head.sha != sha:
             return no(f"PR #{pr_number} head is {pr.head.sha}, not {sha}", branch)
-        outside = [f.filename for f in pr.get_files() if not f.filename.startswith(self.trial_paths)]
+        changed = [f.filename for f in pr.get_files()]
+        outside = [name for name in changed if not name.startswith(self.trial_paths)]
         if outside:
-            return no(f"PR #{pr_number} changes files outside {', '.join(self.trial_paths)}: {outside[:5]}", branch)
-        return TrialCheck(ok=True, pr=pr_number, sha=sha, branch=branch)
+            return no(
+                f"PR #{pr_number} changes files outside {', '.join(self.trial_paths)}: {outside[:5]}", branch
+            )
+        recipes = [name for name in changed if name.startswith("recipes/") and name.endswith(".yaml")]
+        if len(recipes) != 1:
+            return no(
+                f"PR #{pr_number} changes {len(recipes)} recipe files; a step changes exactly one", branch
+            )
+        return TrialCheck(ok=True, pr=pr_number, sha=sha, branch=branch, recipe=recipes[0])
 
     # -- helpers ------------------------------------------------------------------------------------------
 
@@ -475,7 +493,9 @@ class GitHubForge:
         body = markers.cap(req.body, markers.GITHUB_BODY_LIMIT - len(tail)) + tail
         title = markers.one_line(req.title, markers.TITLE_LIMIT)
         try:
-            return self._repo.create_pull(base=self.base_branch, head=branch, title=title, body=body, draft=False)
+            return self._repo.create_pull(
+                base=self.base_branch, head=branch, title=title, body=body, draft=False
+            )
         except GithubException as exc:
             if exc.status != 422:
                 raise

@@ -54,7 +54,7 @@ HARDWARE: dict[str, HardwareSpec] = {
             sources=[_TT_BENCH, _TT_PEAKS],
             notes="torchtitan benchmarks run here: 96 GB HBM2e, 2.4 TB/s, 500 W, 400 Gb/s per GPU RDMA. The doc says "
             "the true peak lies between SXM (989) and NVL (835); the nominal SXM peak is kept for MFU and the "
-            "power-capped clock is a fitted derate in bot.sim.efficiency. hbm_gib ~95 [derived, approximate].",
+            "power-capped clock is a fitted efficiency (hw_eff) in bot.sim.efficiency. hbm_gib ~95 [derived, approximate].",
         ),
         HardwareSpec(
             id="h200",

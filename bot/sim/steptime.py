@@ -1,7 +1,7 @@
 """Step time of one training step on the slowest pipeline rank: compute, recompute, exposed communication, bubble.
 
 Per microbatch, each rank runs its share of the linear, expert, attention and output-head FLOPs (``bot.sim.flops``)
-at ``peak x derate x stack x efficiency`` where GEMM efficiency falls for small token counts (small microbatches,
+at ``peak x hw_eff x stack x efficiency`` where GEMM efficiency falls for small token counts (small microbatches,
 few tokens per expert) and thin TP-split weights; attention runs on causal FLOPs (half the counted ones); pointwise
 work is HBM-bound and mostly fused away by torch.compile. Recompute adds a forward (full AC), every second forward
 GEMM (per-op SAC, torchtitan's policy), or a budget-dependent share. TP collectives sit on the critical path unless
@@ -79,13 +79,23 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
     h, t, c = m.hidden, lay.tp, lay.cp
     tokens = lay.microbatch_size * lay.seq_len  # tokens of the microbatch (whole DP replica)
     share = t * c  # ranks sharing that microbatch's work inside a stage
-    peak = hw.bf16_tflops * 1e12 * f.derate.get(hw.id, 1.0) * f.stack.get(lay.stack, 1.0)
+    peak = hw.bf16_tflops * 1e12 * f.hw_eff.get(hw.id, 1.0) * f.stack.get(lay.stack, 1.0)
     n_layers = load.layers
 
     # Linear GEMMs: M = the microbatch's tokens on this CP rank (SP all-gathers the sequence), thinnest dim after TP.
     lin_flops = 6.0 * tokens * (load.dense_layers * p.dense_layer() + load.moe_layers * p.moe_layer_nonexpert())
     lin_dim = min(h, m.q_dim / t, (m.ffn_dense or m.q_dim) / t)
     t_lin = lin_flops / share / (peak * _gemm_eff(tokens / c, lin_dim, f)) / _fp8_speedup(lay.fp8_linear, lay, f)
+    hbm = hw.hbm_tbs * 1e12 * f.hbm_eff * f.stack.get(lay.stack, 1.0)
+    cast_scale = f.fp8_cast_bytes * (f.compile_elem if lay.compile else 1.0) / hbm
+    if lay.fp8_linear != "none":
+        # Float8 casts of GEMM inputs and grad-outputs (and their transposes for wgrad); full-width tensors are
+        # all-gathered on every TP rank, so casting does not shrink with TP while the GEMMs do.
+        attn_w = 2 * h + (2 * m.q_dim + 2 * m.kv_dim) / t
+        ffn_w = 2 * h + 3 * m.ffn_dense / t
+        shared_w = (2 * h + 3 * m.n_shared_experts * m.ffn_shared / t) if m.n_shared_experts else 0.0
+        width = load.dense_layers * (attn_w + ffn_w) + load.moe_layers * (attn_w + shared_w)
+        t_lin += (tokens / c) * 2 * width * cast_scale
     # Routed experts: grouped GEMMs with M = tokens routed to each local expert.
     t_exp = 0.0
     if load.moe_layers:
@@ -94,10 +104,13 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
         width = min(h, m.ffn_expert)
         eff = f.gemm_eff * per_expert / (per_expert + f.gemm_m0) * width / (width + f.grouped_d0)
         t_exp = exp_flops / share / (peak * eff) / _fp8_speedup("tensorwise" if lay.fp8_grouped else "none", lay, f)
+        if lay.fp8_grouped:
+            routed_w = load.moe_layers * m.top_k * (2 * h + 3 * m.ffn_expert)
+            t_exp += tokens / share * 2 * routed_w * cast_scale
     # Attention: torchtitan counts full QK^T/AV; a causal kernel does half of it.
     attn_flops = tokens * n_layers * attention_flops_per_token_per_layer(m, lay.seq_len)
     attn_eff = f.attn_stack.get(lay.stack, f.attn_eff) / (1.0 + f.cp_attn_penalty * math.log2(c))
-    peak_attn = hw.bf16_tflops * 1e12 * f.derate.get(hw.id, 1.0)
+    peak_attn = hw.bf16_tflops * 1e12 * f.hw_eff.get(hw.id, 1.0)
     t_attn = 0.5 * attn_flops / share / (peak_attn * attn_eff)
     t_head = 0.0
     if load.has_head:

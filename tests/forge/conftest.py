@@ -7,11 +7,10 @@ import time
 
 import pytest
 from fake_github import FakeGitHub
+from forge_helpers import TOKEN, set_one_lever
 from openapi_contract import Contract, spec_missing_reason
 
 from bot.forge.github import GitHubForge
-
-TOKEN = "ghs_test_token_not_a_secret"
 
 
 @pytest.fixture(scope="session")
@@ -51,19 +50,3 @@ def forge(fake_github: FakeGitHub) -> GitHubForge:
         bot_login=fake_github.actor,
         edit_recipe=set_one_lever,
     )
-
-
-def set_one_lever(text: str, lever: str, value: str, *, source: str = "<recipe>") -> str:
-    """A stand-in for ``bot.recipe.set_lever_text`` for forge tests: replaces the line ``  <lever>: <old>``.
-
-    The forge's GitHub behaviour is what these tests check; the recipe edit itself is bot.recipe's.
-    """
-    lines = text.splitlines(keepends=True)
-    for i, line in enumerate(lines):
-        key, sep, _ = line.strip().partition(":")
-        if sep and key == lever and line.startswith("  "):
-            if value.strip() != value or not value or "\n" in value:
-                raise ValueError(f"{source}: bad value for {lever}: {value!r}")
-            lines[i] = f"  {lever}: {value}\n"
-            return "".join(lines)
-    raise ValueError(f"{source}: no lever {lever}")

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import responses
-
-from openapi_contract import API_HOST, Contract, ContractViolation, Match
+from openapi_contract import API_HOST, Contract, ContractViolation
 
 WEB_HOST = "https://github.com"
 DOCS = "https://docs.github.com/rest"
@@ -234,7 +233,15 @@ class FakeGitHub:
         number = next(self._numbers)
         self.issues[number] = Issue(number, title, body, user, self._now(), is_pull=True)
         self.pulls[number] = Pull(
-            number, title, body, user, head_ref, head_repo, self.default_branch, head_sha or "0" * 40, self._now()
+            number,
+            title,
+            body,
+            user,
+            head_ref,
+            head_repo,
+            self.default_branch,
+            head_sha or "0" * 40,
+            self._now(),
         )
         return number
 
@@ -246,7 +253,11 @@ class FakeGitHub:
         return self.refs[f"heads/{branch}"]
 
     def head_sha(self, pull: Pull) -> str:
-        if pull.state == "open" and pull.head_repo == self.full_name and f"heads/{pull.head_ref}" in self.refs:
+        if (
+            pull.state == "open"
+            and pull.head_repo == self.full_name
+            and f"heads/{pull.head_ref}" in self.refs
+        ):
             return self.refs[f"heads/{pull.head_ref}"]
         return pull.frozen_head_sha
 
@@ -316,7 +327,9 @@ class FakeGitHub:
         tick = next(self._clock)
         return f"2026-01-01T{tick // 3600 % 24:02d}:{tick // 60 % 60:02d}:{tick % 60:02d}Z"
 
-    def _commit(self, tree: dict[str, str], parents: list[str], message: str, branch: str | None = None) -> str:
+    def _commit(
+        self, tree: dict[str, str], parents: list[str], message: str, branch: str | None = None
+    ) -> str:
         seed = json.dumps([sorted(tree.items()), parents, message, next(self._ids)])
         sha = hashlib.sha1(seed.encode()).hexdigest()
         self.commits[sha] = Commit(sha, dict(tree), list(parents), message)
@@ -596,7 +609,11 @@ class FakeGitHub:
             html_url=f"{WEB_HOST}/{self.full_name}/commit/{commit.sha}",
             message=commit.message,
             parents=[
-                {"url": self._api(f"/git/commits/{p}"), "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}", "sha": p}
+                {
+                    "url": self._api(f"/git/commits/{p}"),
+                    "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}",
+                    "sha": p,
+                }
                 for p in commit.parents
             ],
         )
@@ -658,7 +675,9 @@ class FakeGitHub:
             return False
         return self._three_way(base, head) is not None
 
-    def _page(self, items: list[Any], query: dict[str, list[str]], path: str) -> tuple[int, Any, dict[str, str]]:
+    def _page(
+        self, items: list[Any], query: dict[str, list[str]], path: str
+    ) -> tuple[int, Any, dict[str, str]]:
         per_page = int(query.get("per_page", ["30"])[0])
         page = int(query.get("page", ["1"])[0])
         chunk = items[(page - 1) * per_page : page * per_page]
@@ -738,16 +757,22 @@ class FakeGitHub:
         try:
             text = base64.b64decode(body["content"], validate=True).decode()
         except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPError(422, "content is not valid Base64", [{"code": "invalid", "field": "content"}]) from exc
+            raise HTTPError(
+                422, "content is not valid Base64", [{"code": "invalid", "field": "content"}]
+            ) from exc
         existing = tree.get(path)
         if existing is not None:
             if "sha" not in body:
-                raise HTTPError(422, 'Invalid request.\n\n"sha" wasn\'t supplied.', [{"code": "missing_field"}])
+                raise HTTPError(
+                    422, 'Invalid request.\n\n"sha" wasn\'t supplied.', [{"code": "missing_field"}]
+                )
             if body["sha"] != blob_sha(existing):
                 raise HTTPError(409, f"{path} does not match {body['sha']}")
         tree[path] = text
         sha = self._commit(tree, [parent], body["message"], branch=branch)
-        return (200 if existing is not None else 201), self._file_commit_obj(path, text, self.commits[sha], branch)
+        return (200 if existing is not None else 201), self._file_commit_obj(
+            path, text, self.commits[sha], branch
+        )
 
     def _op_pulls_list(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         state = query.get("state", ["open"])[0]
@@ -770,19 +795,31 @@ class FakeGitHub:
         head_ref = body["head"].split(":", 1)[-1]
         base_ref = body["base"]
         if f"heads/{base_ref}" not in self.refs:
-            raise HTTPError(422, "Validation Failed", [{"resource": "PullRequest", "field": "base", "code": "invalid"}])
+            raise HTTPError(
+                422, "Validation Failed", [{"resource": "PullRequest", "field": "base", "code": "invalid"}]
+            )
         if f"heads/{head_ref}" not in self.refs:
-            raise HTTPError(422, "Validation Failed", [{"resource": "PullRequest", "field": "head", "code": "invalid"}])
+            raise HTTPError(
+                422, "Validation Failed", [{"resource": "PullRequest", "field": "head", "code": "invalid"}]
+            )
         for pull in self.pulls.values():
             if pull.state == "open" and pull.head_ref == head_ref and pull.head_repo == self.full_name:
                 message = f"A pull request already exists for {self.owner}:{head_ref}."
-                raise HTTPError(422, "Validation Failed", [{"resource": "PullRequest", "code": "custom", "message": message}])
+                raise HTTPError(
+                    422,
+                    "Validation Failed",
+                    [{"resource": "PullRequest", "code": "custom", "message": message}],
+                )
         head_sha = self.refs[f"heads/{head_ref}"]
         if head_sha in self._ancestors(self.refs[f"heads/{base_ref}"]):
             message = f"No commits between {base_ref} and {head_ref}"
-            raise HTTPError(422, "Validation Failed", [{"resource": "PullRequest", "code": "custom", "message": message}])
+            raise HTTPError(
+                422, "Validation Failed", [{"resource": "PullRequest", "code": "custom", "message": message}]
+            )
         number = next(self._numbers)
-        self.issues[number] = Issue(number, body.get("title", ""), body.get("body"), self.actor, self._now(), is_pull=True)
+        self.issues[number] = Issue(
+            number, body.get("title", ""), body.get("body"), self.actor, self._now(), is_pull=True
+        )
         pull = Pull(
             number,
             body.get("title", ""),
@@ -869,7 +906,11 @@ class FakeGitHub:
 
     def _op_issues_list_comments(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         issue = self._issue(params)
-        found = [self._comment_obj(c) for c in sorted(self.comments.values(), key=lambda c: c.id) if c.issue == issue.number]
+        found = [
+            self._comment_obj(c)
+            for c in sorted(self.comments.values(), key=lambda c: c.id)
+            if c.issue == issue.number
+        ]
         return self._page(found, query, f"/repos/{self.full_name}/issues/{issue.number}/comments")
 
     def _op_issues_create_comment(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
@@ -893,7 +934,9 @@ class FakeGitHub:
     def _check_body_size(text: str) -> None:
         if len(text) > 65_536:
             message = "Body is too long (maximum is 65536 characters)"
-            raise HTTPError(422, "Validation Failed", [{"resource": "IssueComment", "code": "custom", "message": message}])
+            raise HTTPError(
+                422, "Validation Failed", [{"resource": "IssueComment", "code": "custom", "message": message}]
+            )
 
     def _op_repos_create_commit_status(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
         sha = params["sha"]
@@ -911,7 +954,9 @@ class FakeGitHub:
         self.statuses.append(status)
         return 201, self._status_obj(status)
 
-    def _op_repos_get_collaborator_permission_level(self, params: dict[str, str], query: Any, body: Any) -> Any:
+    def _op_repos_get_collaborator_permission_level(
+        self, params: dict[str, str], query: Any, body: Any
+    ) -> Any:
         login = params["username"]
         if login not in self.permissions:
             raise HTTPError(404, "Not Found")
@@ -920,11 +965,15 @@ class FakeGitHub:
         user = self._user(login) | {"role_name": role}
         return 200, {"permission": permission, "role_name": role, "user": user}
 
-    def _op_actions_create_workflow_dispatch(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
+    def _op_actions_create_workflow_dispatch(
+        self, params: dict[str, str], query: Any, body: dict[str, Any]
+    ) -> Any:
         workflow = params["workflow_id"]
         if workflow not in self.workflows:
             raise HTTPError(404, "Not Found")
         if f"heads/{body['ref']}" not in self.refs and f"tags/{body['ref']}" not in self.refs:
             raise HTTPError(422, f"No ref found for: {body['ref']}")
-        self.dispatches.append({"workflow": workflow, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})})
+        self.dispatches.append(
+            {"workflow": workflow, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})}
+        )
         return 204, None

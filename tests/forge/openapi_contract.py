@@ -48,9 +48,15 @@ LABEL_OPERATIONS = frozenset({"issues/add-labels", "issues/set-labels"})
 
 # (operationId, status): why GitHub sends it although the operation does not document it.
 UNDOCUMENTED_ERRORS: dict[tuple[str, int], str] = {
-    ("repos/create-commit-status", 422): "github.com answers 422 'No commit found for SHA' for an unknown sha",
+    (
+        "repos/create-commit-status",
+        422,
+    ): "github.com answers 422 'No commit found for SHA' for an unknown sha",
     ("actions/create-workflow-dispatch", 404): "github.com answers 404 for an unknown workflow file",
-    ("actions/create-workflow-dispatch", 422): "github.com answers 422 for an unknown ref or undeclared input",
+    (
+        "actions/create-workflow-dispatch",
+        422,
+    ): "github.com answers 422 for an unknown ref or undeclared input",
 }
 
 
@@ -195,7 +201,9 @@ class Contract:
             return {"labels": body}
         return body
 
-    def _request(self, match: Match, query: dict[str, list[str]], body: Any, content_type: str) -> SpecRequest:
+    def _request(
+        self, match: Match, query: dict[str, list[str]], body: Any, content_type: str
+    ) -> SpecRequest:
         data = None if body is None else json.dumps(body).encode()
         return SpecRequest(
             path=match.spec_path(),

@@ -9,16 +9,19 @@ from __future__ import annotations
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
-from conftest import TOKEN, set_one_lever
 from fake_github import FakeGitHub
+from forge_helpers import TOKEN, set_one_lever
 from github import Auth, Github, GithubException
 
 from bot.forge.base import StepRef, StepRequest
 from bot.forge.github import GATE_CONTEXT, GitHubForge, GitHubForgeError, MergeRefused
 from bot.forge.markers import GITHUB_BODY_LIMIT, marker
 
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_RECIPE = ROOT / "recipes" / "llama3-tiny" / "cpu.yaml"
 RECIPE_PATH = "recipes/llama3_8b/h100x8.yaml"
 RECIPE = """\
 # Llama 3 8B on one node of 8 H100 (comments and order must survive the edit)
@@ -50,7 +53,11 @@ def seeded(fake_github: FakeGitHub) -> FakeGitHub:
 def client() -> Github:
     """An independent PyGithub client, to look at the fake the way a reviewer's browser would."""
     return Github(
-        auth=Auth.Token(TOKEN), retry=None, seconds_between_requests=None, seconds_between_writes=None, lazy=True
+        auth=Auth.Token(TOKEN),
+        retry=None,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        lazy=True,
     )
 
 
@@ -100,9 +107,15 @@ def test_open_step_resumes_a_branch_left_by_a_crash(seeded: FakeGitHub, forge: G
     assert len(seeded.pulls) == 1 and "repos/create-or-update-file-contents" not in seeded.operations()
 
 
-def test_open_step_refuses_to_reuse_a_branch_with_other_content(seeded: FakeGitHub, forge: GitHubForge) -> None:
+def test_open_step_refuses_to_reuse_a_branch_with_other_content(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
     seeded.create_branch("attune/c7/1-compile")
-    seeded.seed({RECIPE_PATH: RECIPE.replace("seq_len: 8192", "seq_len: 4096")}, "someone", branch="attune/c7/1-compile")
+    seeded.seed(
+        {RECIPE_PATH: RECIPE.replace("seq_len: 8192", "seq_len: 4096")},
+        "someone",
+        branch="attune/c7/1-compile",
+    )
 
     with pytest.raises(GitHubForgeError, match="already exists with a different"):
         forge.open_step(request())
@@ -121,14 +134,65 @@ def test_an_edit_of_more_than_one_line_is_refused(seeded: FakeGitHub, fake_githu
     def two_lines(text: str, lever: str, value: str, *, source: str) -> str:
         return text.replace("compile: false", "compile: true").replace("seq_len: 8192", "seq_len: 1")
 
-    forge = GitHubForge(seeded.full_name, TOKEN, retry=None, seconds_between_requests=None,
-                        seconds_between_writes=None, edit_recipe=two_lines)
+    forge = GitHubForge(
+        seeded.full_name,
+        TOKEN,
+        retry=None,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        edit_recipe=two_lines,
+    )
     with pytest.raises(GitHubForgeError, match="removes 2 and adds 2 lines"):
         forge.open_step(request())
     assert seeded.pulls == {} and set(seeded.refs) == {"heads/main"}
 
 
-def test_find_step_sees_merged_steps_after_their_branch_is_deleted(seeded: FakeGitHub, forge: GitHubForge) -> None:
+def test_a_step_may_add_one_lever_line(seeded: FakeGitHub) -> None:
+    def add_line(text: str, lever: str, value: str, *, source: str) -> str:
+        return text.replace("levers:\n", f"levers:\n  {lever}: {value}\n")
+
+    forge = GitHubForge(
+        seeded.full_name,
+        TOKEN,
+        retry=None,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        edit_recipe=add_line,
+    )
+    step = forge.open_step(request(lever="float8", value="true"))
+    files = list(client().get_repo(seeded.full_name).get_pull(step.number).get_files())
+    assert [(f.filename, f.additions, f.deletions) for f in files] == [(RECIPE_PATH, 1, 0)]
+
+
+def test_open_step_with_the_real_recipe_editor_and_a_shipped_recipe(fake_github: FakeGitHub) -> None:
+    recipe_module = pytest.importorskip("bot.recipe")
+    if not hasattr(recipe_module, "set_lever_text") or not SHIPPED_RECIPE.is_file():
+        pytest.skip("bot.recipe.set_lever_text or recipes/llama3-tiny/cpu.yaml is not there yet")
+    path = SHIPPED_RECIPE.relative_to(ROOT).as_posix()
+    text = SHIPPED_RECIPE.read_text()
+    fake_github.seed({path: text})
+    forge = GitHubForge(
+        fake_github.full_name, TOKEN, retry=None, seconds_between_requests=None, seconds_between_writes=None
+    )
+    req = StepRequest(
+        campaign="tiny", n=1, recipe_path=path, lever="compile.enable", value="true", title="t", body="b"
+    )
+
+    with pytest.raises(recipe_module.RecipeError):
+        forge.open_step(req.model_copy(update={"value": "maybe"}))
+    assert set(fake_github.refs) == {"heads/main"}  # a refused value changed nothing
+
+    step = forge.open_step(req)
+    assert step.branch == "attune/tiny/1-compile-enable"
+    files = list(client().get_repo(fake_github.full_name).get_pull(step.number).get_files())
+    assert [(f.filename, f.additions, f.deletions) for f in files] == [(path, 1, 1)]
+    assert "+  compile.enable: true" in files[0].patch
+    assert fake_github.file(path, step.branch).startswith(text.split("\n", 1)[0])  # comments survive
+
+
+def test_find_step_sees_merged_steps_after_their_branch_is_deleted(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
     step = forge.open_step(request())
     forge.merge(step, "keep")
     del seeded.refs[f"heads/{step.branch}"]  # "automatically delete head branches"
@@ -140,9 +204,13 @@ def test_find_step_sees_merged_steps_after_their_branch_is_deleted(seeded: FakeG
     assert forge.find_step("c7", 2) is None
 
 
-def test_find_step_ignores_forks_and_pull_requests_without_the_marker(seeded: FakeGitHub, forge: GitHubForge) -> None:
+def test_find_step_ignores_forks_and_pull_requests_without_the_marker(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
     tag = marker("step:c7/1")
-    seeded.add_pull("attune/c7/1-compile", body=tag, user="mallory", head_repo="mallory/tuning", head_sha="f" * 40)
+    seeded.add_pull(
+        "attune/c7/1-compile", body=tag, user="mallory", head_repo="mallory/tuning", head_sha="f" * 40
+    )
     seeded.create_branch("attune/c7/1-lookalike")
     seeded.seed({"x.txt": "x"}, "x", branch="attune/c7/1-lookalike")
     seeded.add_pull("attune/c7/1-lookalike", body="no marker here", user="alice")
@@ -175,7 +243,10 @@ def test_comments_with_different_markers_coexist(seeded: FakeGitHub, forge: GitH
     forge.update_dashboard(issue, "| step | status |\n|---|---|\n| 1 | merged |")
 
     bodies = sorted(c.body for c in seeded.comments.values() if c.issue == issue)
-    assert bodies == [f"{marker('dashboard')}\n| step | status |\n|---|---|\n| 1 | merged |", f"{marker('request')}\nok"]
+    assert bodies == [
+        f"{marker('dashboard')}\n| step | status |\n|---|---|\n| 1 | merged |",
+        f"{marker('request')}\nok",
+    ]
     assert seeded.issues[issue].body == "form body"  # the requester's form is never rewritten
 
 
@@ -222,8 +293,9 @@ def test_set_status_links_the_workflow_run(seeded: FakeGitHub) -> None:
         "GITHUB_SERVER_URL": "https://github.com",
         "GITHUB_RUN_ID": "99",
     }
-    forge = GitHubForge.from_env(env, retry=None, seconds_between_requests=None, seconds_between_writes=None,
-                                 edit_recipe=set_one_lever)
+    forge = GitHubForge.from_env(
+        env, retry=None, seconds_between_requests=None, seconds_between_writes=None, edit_recipe=set_one_lever
+    )
     step = forge.open_step(request())
     forge.set_status(step, "failure", "gate failed")
     assert seeded.statuses[-1].target_url == f"https://github.com/{seeded.full_name}/actions/runs/99"
@@ -248,7 +320,9 @@ def test_merge_with_the_measured_sha(seeded: FakeGitHub, forge: GitHubForge) -> 
 def test_merge_refuses_when_the_head_moved_after_measuring(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
     # Between the forge's look at the PR and its merge request, someone pushes to the step branch.
-    seeded.after("pulls/get", lambda fake: fake.seed({"results/x.json": "{}"}, "late push", branch=step.branch))
+    seeded.after(
+        "pulls/get", lambda fake: fake.seed({"results/x.json": "{}"}, "late push", branch=step.branch)
+    )
     main_before = seeded.head("main")
 
     with pytest.raises(MergeRefused, match="head moved away from the measured"):
@@ -259,7 +333,9 @@ def test_merge_refuses_when_the_head_moved_after_measuring(seeded: FakeGitHub, f
     assert seeded.head("main") == main_before and seeded.pulls[step.number].state == "open"
 
 
-def test_merge_refuses_an_unmeasured_head_without_asking_github(seeded: FakeGitHub, forge: GitHubForge) -> None:
+def test_merge_refuses_an_unmeasured_head_without_asking_github(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
     step = forge.open_step(request())
     seeded.seed({"results/x.json": "{}"}, "late push", branch=step.branch)
 
@@ -270,14 +346,16 @@ def test_merge_refuses_an_unmeasured_head_without_asking_github(seeded: FakeGitH
 
 def test_merge_reports_githubs_refusal(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
-    seeded.pulls[step.number].blocked_reason = "Required status check \"attune/gate\" is expected."
+    seeded.pulls[step.number].blocked_reason = 'Required status check "attune/gate" is expected.'
 
     with pytest.raises(MergeRefused, match=r"405: Required status check"):
         forge.merge(step, "msg")
     assert seeded.pulls[step.number].merged_at is None
 
 
-def test_merge_refuses_pull_requests_that_are_not_bot_branches(seeded: FakeGitHub, forge: GitHubForge) -> None:
+def test_merge_refuses_pull_requests_that_are_not_bot_branches(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
     seeded.create_branch("feature")
     sha = seeded.seed({"bot/x.py": "print(1)\n"}, "feature", branch="feature")
     number = seeded.add_pull("feature")
@@ -297,7 +375,9 @@ def test_close_with_reason_keeps_the_branch(seeded: FakeGitHub, forge: GitHubFor
     assert pull.state == "closed" and pull.merged_at is None
     assert "attune:rejected" in seeded.issues[step.number].labels
     (comment,) = [c for c in seeded.comments.values() if c.issue == step.number]
-    assert comment.body == f"{marker('closed')}\nGate failed: loss diverged at step 40 (outside the noise band)."
+    assert (
+        comment.body == f"{marker('closed')}\nGate failed: loss diverged at step 40 (outside the noise band)."
+    )
     assert seeded.head(step.branch) == step.head_sha  # the record of what was tried stays
     assert forge.find_step("c7", 1).state == "closed"
 
@@ -307,7 +387,9 @@ def test_close_with_reason_keeps_the_branch(seeded: FakeGitHub, forge: GitHubFor
 
 def test_a_fork_branch_is_not_a_bot_branch(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
-    fork = seeded.add_pull("attune/c7/2-compile", user="mallory", head_repo="mallory/tuning", head_sha="e" * 40)
+    fork = seeded.add_pull(
+        "attune/c7/2-compile", user="mallory", head_repo="mallory/tuning", head_sha="e" * 40
+    )
     seeded.create_branch("my-feature")
     seeded.seed({"notes.md": "hi\n"}, "notes", branch="my-feature")
     human = seeded.add_pull("my-feature")
@@ -321,12 +403,15 @@ def test_check_trial(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
     fork = seeded.add_pull("attune/c7/2-x", user="mallory", head_repo="mallory/tuning", head_sha="e" * 40)
 
-    assert forge.check_trial(step.number, step.head_sha).ok
+    check = forge.check_trial(step.number, step.head_sha)
+    assert check.ok and check.recipe == RECIPE_PATH and check.branch == step.branch
     assert "not from an attune/ branch" in forge.check_trial(fork, "e" * 40).reason
     assert "head is" in forge.check_trial(step.number, "a" * 40).reason
     assert "40 hexadecimal" in forge.check_trial(step.number, "$(id)").reason
     assert "does not exist" in forge.check_trial(999, step.head_sha).reason
 
+    two = seeded.seed({"recipes/other.yaml": "levers: {}\n"}, "second recipe", branch=step.branch)
+    assert "changes 2 recipe files" in forge.check_trial(step.number, two).reason
     code = seeded.seed({"bot/cli.py": "import os; os.system('curl evil')\n"}, "sneak", branch=step.branch)
     check = forge.check_trial(step.number, code)
     assert not check.ok and "outside recipes/, results/" in check.reason and "bot/cli.py" in check.reason
@@ -349,7 +434,11 @@ def test_dispatch_sends_string_inputs(seeded: FakeGitHub, forge: GitHubForge) ->
     forge.dispatch("trial.yml", "main", {"campaign": "c7", "pr": 3, "sha": "a" * 40, "dry": True})
 
     assert seeded.dispatches == [
-        {"workflow": "trial.yml", "ref": "main", "inputs": {"campaign": "c7", "pr": "3", "sha": "a" * 40, "dry": "true"}}
+        {
+            "workflow": "trial.yml",
+            "ref": "main",
+            "inputs": {"campaign": "c7", "pr": "3", "sha": "a" * 40, "dry": "true"},
+        }
     ]
     with pytest.raises(GithubException) as missing:
         forge.dispatch("nope.yml", "main", {})
@@ -445,8 +534,9 @@ def test_the_default_editor_is_bot_recipe_set_lever_text(
         stub.set_lever_text = spy
         monkeypatch.setitem(sys.modules, "bot.recipe", stub)
 
-    forge = GitHubForge(seeded.full_name, TOKEN, retry=None, seconds_between_requests=None,
-                        seconds_between_writes=None)
+    forge = GitHubForge(
+        seeded.full_name, TOKEN, retry=None, seconds_between_requests=None, seconds_between_writes=None
+    )
     forge.open_step(request())
     assert seen == [("compile", "true", RECIPE_PATH)]
 

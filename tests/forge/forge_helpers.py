@@ -1,0 +1,21 @@
+"""Shared values for the forge tests (kept out of conftest.py so test modules can import them by a unique name)."""
+
+from __future__ import annotations
+
+TOKEN = "ghs_test_token_not_a_secret"
+
+
+def set_one_lever(text: str, lever: str, value: str, *, source: str = "<recipe>") -> str:
+    """A stand-in for ``bot.recipe.set_lever_text`` in forge tests: replaces the line ``  <lever>: <old>``.
+
+    The forge's GitHub behaviour is what these tests check; the recipe edit itself is bot.recipe's.
+    """
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        key, sep, _ = line.strip().partition(":")
+        if sep and key == lever and line.startswith("  "):
+            if value.strip() != value or not value or "\n" in value:
+                raise ValueError(f"{source}: bad value for {lever}: {value!r}")
+            lines[i] = f"  {lever}: {value}\n"
+            return "".join(lines)
+    raise ValueError(f"{source}: no lever {lever}")

@@ -1,0 +1,253 @@
+"""The workflow files and the issue form, checked offline: zizmor (security), check-jsonschema (structure, job
+timeouts) and static rules of this project (permissions, no injection, guarded self-hosted job, pinned actions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+ISSUE_FORMS = sorted((ROOT / ".github" / "ISSUE_TEMPLATE").glob("*.yml"))
+PINNED = re.compile(r"^[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}$")
+EXPECTED = {"ci.yml", "campaign.yml", "trial.yml", "leaderboard.yml"}
+
+
+def tool(name: str) -> str:
+    """The path of a checking tool installed beside this Python; skipped locally (failed in CI) when missing."""
+    found = Path(sys.executable).with_name(name)
+    path = str(found) if found.exists() else shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (pip install zizmor check-jsonschema)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def load(path: Path) -> dict[str, Any]:
+    return YAML(typ="safe").load(path.read_text())  # YAML 1.2: `on` stays a string key
+
+
+def jobs(path: Path) -> dict[str, dict[str, Any]]:
+    return load(path)["jobs"]
+
+
+def run_scripts(path: Path) -> list[str]:
+    return [step["run"] for job in jobs(path).values() for step in job.get("steps", []) if "run" in step]
+
+
+def uses(path: Path) -> list[dict[str, Any]]:
+    return [step for job in jobs(path).values() for step in job.get("steps", []) if "uses" in step]
+
+
+def zizmor(*args: str) -> tuple[int, list[dict[str, Any]]]:
+    done = subprocess.run(
+        [tool("zizmor"), "--offline", "--format", "json", *args], capture_output=True, text=True, timeout=120
+    )
+    return done.returncode, json.loads(done.stdout or "[]")
+
+
+def test_the_four_workflows_exist() -> None:
+    assert {p.name for p in WORKFLOWS} == EXPECTED
+
+
+# -- zizmor -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persona", ["regular", "pedantic"])
+def test_zizmor_finds_nothing(persona: str) -> None:
+    code, findings = zizmor("--persona", persona, *map(str, WORKFLOWS))
+    summary = [
+        (f["ident"], f["determinations"]["severity"], f["locations"][0]["symbolic"]["key"]) for f in findings
+    ]
+    assert findings == [], summary
+    assert code == 0
+
+
+def test_every_zizmor_ignore_says_why() -> None:
+    for path in WORKFLOWS:
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if "zizmor: ignore[" not in line:
+                continue
+            after = line.split("]", 1)[1].strip()
+            before = lines[i - 1].strip() if i else ""
+            assert after or before.startswith("#"), (
+                f"{path.name}:{i + 1}: an ignore needs a reason beside or above it"
+            )
+
+
+def test_zizmor_does_flag_a_dangerous_workflow(tmp_path: Path) -> None:
+    """Control: the same call reports the classic mistakes, so an empty report above means something."""
+    bad = tmp_path / "bad.yml"
+    bad.write_text(
+        "on:\n  pull_request_target:\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n"
+        "      - uses: actions/checkout@v4\n        with:\n          ref: ${{ github.event.pull_request.head.sha }}\n"
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
+    )
+    code, findings = zizmor(str(bad))
+    idents = {f["ident"] for f in findings}
+    assert {"template-injection", "dangerous-triggers", "unpinned-uses", "excessive-permissions"} <= idents
+    assert code >= 10
+
+
+# -- check-jsonschema ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schema", "files"),
+    [
+        ("vendor.github-workflows", WORKFLOWS),
+        ("custom.github-workflows-require-timeout", WORKFLOWS),
+        ("vendor.github-issue-forms", ISSUE_FORMS),
+    ],
+)
+def test_check_jsonschema(schema: str, files: list[Path]) -> None:
+    assert files
+    done = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", schema, *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_require_timeout_schema_does_reject_a_job_without_one(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yml"
+    bad.write_text("on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n    steps:\n      - run: true\n")
+    done = subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", "custom.github-workflows-require-timeout", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "timeout-minutes" in done.stdout
+
+
+# -- static rules -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_pull_request_target(path: Path) -> None:
+    assert "pull_request_target" not in load(path)["on"]
+    assert "pull_request_target" not in path.read_text()
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_no_expressions_inside_run_scripts(path: Path) -> None:
+    for script in run_scripts(path):
+        assert "${{" not in script, f"{path.name}: pass values through env:, not ${{{{ }}}} in run:\n{script}"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_permissions_are_empty_at_the_top_and_set_per_job(path: Path) -> None:
+    workflow = load(path)
+    assert workflow["permissions"] == {}
+    for name, job in workflow["jobs"].items():
+        assert isinstance(job.get("permissions"), dict), f"{path.name}:{name} must state its permissions"
+        assert set(job["permissions"].values()) <= {"read", "write"}
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_every_job_has_a_timeout(path: Path) -> None:
+    for name, job in jobs(path).items():
+        assert isinstance(job.get("timeout-minutes"), int), f"{path.name}:{name}"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_actions_are_pinned_to_a_commit_with_a_version_comment(path: Path) -> None:
+    text = path.read_text()
+    for step in uses(path):
+        assert PINNED.match(step["uses"]), f"{path.name}: {step['uses']} is not pinned to a full sha"
+        assert re.search(re.escape(step["uses"]) + r" # v\d+\.\d+\.\d+", text), (
+            f"{step['uses']} lacks # vX.Y.Z"
+        )
+        if step["uses"].startswith("actions/checkout@"):
+            assert step["with"]["persist-credentials"] is False
+
+
+def test_the_self_hosted_job_is_guarded() -> None:
+    trial = load(ROOT / ".github" / "workflows" / "trial.yml")
+    check, run, report = trial["jobs"]["check"], trial["jobs"]["run"], trial["jobs"]["report"]
+    # The gate runs on GitHub's runners with read-only permissions, from default-branch code.
+    assert check["runs-on"] == "ubuntu-latest"
+    assert set(check["permissions"].values()) == {"read"}
+    assert any("attune github check-trial" in s.get("run", "") for s in check["steps"])
+    checkout = next(s for s in check["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["ref"] == "${{ github.event.repository.default_branch }}"
+    # The GPU job runs only after an ok, on labels the check emitted, read-only, with no secrets or tokens.
+    assert run["needs"] == "check" and run["if"] == "needs.check.outputs.ok == 'true'"
+    assert run["runs-on"] == "${{ fromJSON(needs.check.outputs.runs_on) }}"
+    assert run["permissions"] == {"contents": "read"}
+    run_text = json.dumps(run)
+    assert "secrets." not in run_text and "github.token" not in run_text and "GITHUB_TOKEN" not in run_text
+    checkout = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"] == {"ref": "${{ inputs.sha }}", "persist-credentials": False}
+    assert any('attune" run "$RECIPE" --json --out run/' in s.get("run", "") for s in run["steps"])
+    # Writes happen only in the short hosted job after it.
+    assert report["runs-on"] == "ubuntu-latest" and report["timeout-minutes"] <= 30
+    assert "needs.check.outputs.ok == 'true'" in report["if"]
+    assert set(trial["on"]["workflow_dispatch"]["inputs"]) == {
+        "campaign",
+        "issue",
+        "pr",
+        "sha",
+        "runner_labels",
+    }
+
+
+def test_only_the_trial_workflow_uses_self_hosted_runners() -> None:
+    for path in WORKFLOWS:
+        for name, job in jobs(path).items():
+            if path.name == "trial.yml" and name == "run":
+                continue
+            assert job["runs-on"] == "ubuntu-latest", f"{path.name}:{name}"
+
+
+def test_campaign_workflow_triggers_and_handler() -> None:
+    workflow = load(ROOT / ".github" / "workflows" / "campaign.yml")
+    assert workflow["on"]["issues"]["types"] == ["opened", "labeled"]
+    assert workflow["on"]["issue_comment"]["types"] == ["created"]
+    assert "workflow_dispatch" in workflow["on"]
+    assert workflow["concurrency"]["cancel-in-progress"] is False
+    (job,) = workflow["jobs"].values()
+    scripts = [s.get("run", "") for s in job["steps"]]
+    assert (
+        'attune github handle --event-path "$GITHUB_EVENT_PATH" --event-name "$GITHUB_EVENT_NAME"' in scripts
+    )
+    assert job["permissions"] == {
+        "contents": "write",
+        "pull-requests": "write",
+        "issues": "write",
+        "actions": "write",
+    }
+
+
+def test_app_tokens_are_optional_and_scoped() -> None:
+    for name in ("campaign.yml", "trial.yml"):
+        for step in uses(ROOT / ".github" / "workflows" / name):
+            if step["uses"].startswith("actions/create-github-app-token@"):
+                assert step["if"] == "vars.ATTUNE_APP_ID != ''"
+                assert any(k.startswith("permission-") for k in step["with"])
+
+
+def test_leaderboard_pushes_with_retry_and_no_persisted_credentials() -> None:
+    workflow = load(ROOT / ".github" / "workflows" / "leaderboard.yml")
+    assert workflow["on"]["push"] == {"branches": ["main"], "paths": ["results/**"]}
+    (job,) = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "write"}
+    assert any(
+        ".github/scripts/push-regenerated.sh leaderboard.md -- attune leaderboard" in s
+        for s in run_scripts(ROOT / ".github" / "workflows" / "leaderboard.yml")
+    )
