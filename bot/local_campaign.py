@@ -36,11 +36,13 @@ def new_campaign_id(recipe: Recipe) -> str:
 def make_space(recipe: Recipe) -> LeverSpace:
     facts = None
     if recipe.workload.model:
-        try:
-            from bot.sim.zoo import model_facts
+        from bot import levers as catalog
+        from bot.sim.zoo import get_model
 
-            facts = model_facts(recipe.workload.model)
-        except Exception:
+        try:
+            m = get_model(recipe.workload.model)
+            facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None)
+        except (KeyError, ValueError):
             facts = None
     return LeverSpace(recipe=recipe, values=search_space(recipe), model=facts)
 

@@ -211,12 +211,12 @@ def render_calibration(report: CalibrationReport) -> str:
         "",
         tabulate(table, headers=headers, tablefmt="github"),
         "",
-        tabulate(summary, headers=["set", "rows", "mean |error|", "max |error|"], tablefmt="github"),
+        tabulate(summary, headers=["set", "rows", "mean abs error", "max abs error"], tablefmt="github"),
     ]
     if report.outliers:
         parts += ["", f"Excluding the flagged outliers ({', '.join(report.outliers)}): all rows "
                   f"{report.mean_abs_error_excl_outliers:.1%}, holdout rows "
-                  f"{report.holdout_mean_abs_error_excl_outliers:.1%} mean |error|."]
+                  f"{report.holdout_mean_abs_error_excl_outliers:.1%} mean abs error."]
     if report.memory_mean_abs_error is not None:
-        parts += ["", f"Peak-memory mean |error| on rows with a published peak: {report.memory_mean_abs_error:.1%}"]
+        parts += ["", f"Peak-memory mean abs error on rows with a published peak: {report.memory_mean_abs_error:.1%}"]
     return "\n".join(parts) + "\n"

@@ -51,6 +51,8 @@ class EfficiencyFactors(BaseModel):
     alpha_intra_s: float = Field(8e-6, description="per-ring-step latency inside a node")
     alpha_inter_s: float = Field(15e-6, description="per-ring-step latency across nodes")
     fsdp_overlap: float = Field(0.9, description="fraction of compute time usable to hide FSDP collectives")
+    overlap_interference: float = Field(0.1, description="compute slowdown per second of hidden collective time "
+                                        "(NCCL kernels occupy SMs and HBM; perfmodel.md §1.1 contention)")
     pp_p2p_exposed: float = Field(0.5, description="fraction of pipeline send/recv time on the critical path")
     cp_exposed: float = Field(0.5, description="fraction of context-parallel KV exchange time not overlapped")
     ep_sync_s: float = Field(3e-4, description="host sync per all-to-all with the 'standard' (host-synced) dispatcher")
@@ -89,7 +91,7 @@ class EfficiencyFactors(BaseModel):
         return EfficiencyFactors(**data)
 
 
-# Fitted offline by bot.sim.calibration.fit_factors() on the 16 `split: fit` rows of calibration.yaml
+# Fitted offline by bot.sim.calibration.fit_factors() on the 15 `split: fit` rows of calibration.yaml
 # (tt-8b-fsdp8-bf16/-compile/-compile-fp8, tt-8b-32k, tt-405b-pp8-1f1b, tt-70b-bf16, tt-70b-bf16-asynctp,
 # tt-70b-fp8-rowwise, tt-8b-tp8-bf16, tt-8b-tp8-bf16-asynctp, mb-8b-fp8, mb-70b-fp8, mb-405b-b200,
 # mb-qwen3-235b-fp8, meta-405b-8k); holdout rows were never used. Values rounded to 3 significant digits.

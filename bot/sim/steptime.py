@@ -203,8 +203,16 @@ def step_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFactors)
     if lay.pp == 1:
         ag_bwd = ag if lay.reshard_after_forward else 0.0
         fsdp = max(0.0, ag - f.fsdp_overlap * fwd) + max(0.0, ag_bwd + rs - f.fsdp_overlap * bwd)
+    elif lay.reshard_after_forward:
+        # PP with resharding: every microbatch re-gathers the stage in forward and again in backward.
+        busy = m_count * (mb.compute + mb.recompute)
+        fsdp = max(0.0, 2 * m_count * ag - f.fsdp_overlap * busy) + max(0.0, rs - f.fsdp_overlap * bwd)
     else:
         fsdp = max(0.0, ag - f.fsdp_overlap * fwd) + max(0.0, rs - f.fsdp_overlap * bwd)
+    # Overlapped collectives are not free: NCCL kernels take SMs and HBM bandwidth from compute.
+    n_ag = 2 * m_count if (lay.pp > 1 and lay.reshard_after_forward) else (2 if lay.reshard_after_forward else 1)
+    hidden = max(0.0, n_ag * ag + rs - fsdp)
+    fsdp += f.overlap_interference * hidden
     fsdp += (ag + rs) / units  # first all-gather and last reduce-scatter cannot overlap
 
     # Kernel launches without CUDA graphs: exposed when the CPU is slower than the GPU.

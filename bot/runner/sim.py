@@ -1,0 +1,69 @@
+"""The ``sim`` backend: a RunRecord from the calibrated cluster simulator, labelled simulated.
+
+No device is used: the outcome (``ok``/``oom``/``invalid``), per-step tokens/s with seeded run-to-run
+noise, peak memory, MFU and the step-time breakdown (compute, exposed communication, bubble,
+recompute) come from :mod:`bot.sim`; the loss curve is the simulator's modelled curve, the same for
+every legal layout of one objective, so the gate path runs. ``device_hours`` is what the run would
+cost on the simulated cluster (start-up plus the benchmark steps, times the devices).
+Simulated records never enter ``results/`` or ``leaderboard.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from bot.recipe import Recipe
+from bot.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
+from bot.runner.base import new_run_id, summarize
+
+SIM_STARTUP_S = 240.0  # launch, init, checkpoint load and compile on a large cluster (modelled)
+
+
+class SimRunner:
+    def __init__(self, *, seed: int = 0, startup_s: float = SIM_STARTUP_S) -> None:
+        self.seed = seed
+        self.counter = itertools.count()
+        self.startup_s = startup_s
+
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path | None = None, recipe_path: str | None = None, recipe_text: str | None = None) -> RunRecord:
+        from bot.sim.noise import sim_loss_curve
+        from bot.sim.simulate import simulate
+
+        steps = steps or recipe.bench.steps
+        seed = self.seed * 100_003 + next(self.counter)
+        c = recipe.cluster
+        res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, dict(recipe.levers), dict(recipe.pinned), seed)
+        metrics: list[StepMetric] = []
+        wall = 30.0  # an invalid layout is refused at start-up, before any step
+        if res.outcome == "ok":
+            p = recipe.pinned
+            loss = sim_loss_curve(steps, int(p.get("debug.seed", 0)), model=recipe.workload.model or "",
+                                  global_batch_size=int(p["training.global_batch_size"]), seq_len=int(p["training.seq_len"]),
+                                  lr=float(p["optimizer.lr"]), warmup_steps=int(p.get("lr_scheduler.warmup_steps", 0)),
+                                  total_steps=int(p["lr_scheduler.total_steps"]))
+            tps = res.step_tps(steps)
+            t = 0.0
+            for i in range(steps):
+                step_time = (res.tokens_per_step or 0) / (tps[i] * recipe.devices) if tps[i] else res.step_time_s or 0.0
+                t += step_time
+                metrics.append(StepMetric(step=i + 1, loss=loss[i], grad_norm=None, tps=tps[i], memory_gib=res.peak_memory_gib,
+                                          memory_pct=100.0 * (res.peak_memory_gib or 0) / (res.memory_capacity_gib or 1), mfu=(res.mfu or 0) * 100, time_s=t))
+            wall = self.startup_s + t
+        elif res.outcome == "oom":
+            wall = self.startup_s  # dies in the first step
+        summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall,
+                            startup_s=self.startup_s if metrics else None, tokens_per_step=res.tokens_per_step,
+                            memory_capacity_gib=res.memory_capacity_gib)
+        if res.outcome == "oom":
+            summary.peak_memory_gib = res.peak_memory_gib
+        text = recipe_text or recipe.model_dump_json()
+        return RunRecord(
+            run_id=new_run_id(), recipe_id=recipe.name, recipe_path=recipe_path, recipe_hash=content_hash(text),
+            model=recipe.workload.model, hardware=c.hardware, levers=recipe.levers, pinned=recipe.pinned,
+            stack=StackFingerprint(python="-", torch="simulated", torchtitan="0.3.0", device_name=c.hardware, device_family="sim"),
+            launch=LaunchShape(launcher="sim", nodes=c.nodes, devices_per_node=c.devices_per_node, world_size=recipe.devices),
+            outcome=res.outcome, reason=res.reason, steps=metrics,
+            breakdown=res.breakdown.model_dump() if res.breakdown else {}, summary=summary,
+            usd_per_device_hour=c.usd_per_device_hour, simulated=True, log_tail="SIMULATED run: " + "; ".join(res.notes)[:2000],
+        )
