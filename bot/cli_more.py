@@ -139,5 +139,86 @@ def register_campaign(sub: Any) -> None:
     sh.set_defaults(func=cmd_lessons)
 
 
-REGISTRARS: list[Callable[[Any], None]] = [register_campaign]
+# ------------------------------------------------------------------ gate / bench / sim
+def cmd_gate(args: argparse.Namespace) -> int:
+    from gate.command import render_verdict, run_gate
+
+    for p in (args.baseline, args.candidate, args.baseline_run, args.candidate_run):
+        if p and not Path(p).exists():
+            raise UsageError(f"{p}: no such file")
+    verdict = run_gate(args.baseline, args.candidate, config_only=args.config_only, baseline_run=args.baseline_run,
+                       candidate_run=args.candidate_run, steps=args.steps)
+    if args.json:
+        print(render_verdict(verdict), file=__import__("sys").stderr)
+        emit_json({"verdict": verdict.verdict, "stage": verdict.stage, "tier": verdict.tier, "reasons": verdict.reasons,
+                   "requires_convergence": verdict.requires_convergence, "precision_change": verdict.precision_change})
+    else:
+        print(render_verdict(verdict))
+    return EXIT_OK if verdict.ok else 1
+
+
+def cmd_bench_gate(args: argparse.Namespace) -> int:
+    from gate.bench import render_bench, run_bench
+
+    report = run_bench(out_dir=Path(args.out))
+    print(render_bench(report))
+    if args.json:
+        emit_json(report.summary())
+    return EXIT_OK
+
+
+def cmd_bench_tuners(args: argparse.Namespace) -> int:
+    from bot.bench_tuners import bench, default_tasks, render
+
+    recipes = [Path(r) for r in args.recipe] if args.recipe else default_tasks()
+    for r in recipes:
+        if not r.exists():
+            raise UsageError(f"{r}: no such recipe")
+    result = bench(recipes, seeds=args.seeds)
+    print(render(result))
+    if args.json:
+        emit_json({k: v for k, v in result.items() if k != "oracle"} | {"oracle": {t: {k: v for k, v in o.items() if k != "oracle_levers"} for t, o in result["oracle"].items()}})
+    return EXIT_OK
+
+
+def cmd_sim_calibrate(args: argparse.Namespace) -> int:
+    from bot.sim.calibration import calibrate, render_calibration
+
+    report = calibrate()
+    print(render_calibration(report))
+    if args.json:
+        emit_json({"simulated": True, **report.model_dump(exclude={"rows"}), "rows": len(report.rows),
+                   "row_errors": [r.model_dump() for r in report.rows]})
+    return EXIT_OK
+
+
+def register_gate_bench_sim(sub: Any) -> None:
+    g = sub.add_parser("gate", help="the correctness gate: is CANDIDATE still training what BASELINE trains?")
+    g.add_argument("baseline")
+    g.add_argument("candidate")
+    g.add_argument("--config-only", action="store_true")
+    g.add_argument("--baseline-run")
+    g.add_argument("--candidate-run")
+    g.add_argument("--steps", type=int, default=20)
+    g.add_argument("--json", action="store_true")
+    g.set_defaults(func=cmd_gate)
+
+    b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
+    bg = b.add_parser("gate", help="fault-injection benchmark of the gate (real CPU torchtitan runs)")
+    bg.add_argument("--out", default=".attune/bench-gate")
+    bg.add_argument("--json", action="store_true")
+    bg.set_defaults(func=cmd_bench_gate)
+    bt = b.add_parser("tuners", help="every policy under the same budget in the simulator (SIMULATED)")
+    bt.add_argument("--recipe", action="append", default=[])
+    bt.add_argument("--seeds", type=int, default=3)
+    bt.add_argument("--json", action="store_true")
+    bt.set_defaults(func=cmd_bench_tuners)
+
+    sim = sub.add_parser("sim", help="the cluster simulator").add_subparsers(dest="sim_cmd", required=True)
+    sc = sim.add_parser("calibrate", help="the simulator against published measurements")
+    sc.add_argument("--json", action="store_true")
+    sc.set_defaults(func=cmd_sim_calibrate)
+
+
+REGISTRARS: list[Callable[[Any], None]] = [register_campaign, register_gate_bench_sim]
 _ = EXIT_USAGE

@@ -477,8 +477,13 @@ class GitHubForge:
     ) -> str:
         head = self._branch_head(branch)
         if head is None:
-            self._repo.create_git_ref(f"refs/heads/{branch}", base_sha)
-            head = base_sha
+            try:
+                self._repo.create_git_ref(f"refs/heads/{branch}", base_sha)
+                head = base_sha
+            except GithubException as exc:  # 422: another driver created it meanwhile
+                head = self._branch_head(branch) if exc.status == 422 else None
+                if head is None:
+                    raise
         if head == base_sha:
             message = f"attune: {req.campaign} step {req.n}: set {req.lever} = {req.value}"
             result = self._repo.update_file(path, message, new_text, sha=current.blob_sha, branch=branch)

@@ -107,6 +107,22 @@ def test_open_step_resumes_a_branch_left_by_a_crash(seeded: FakeGitHub, forge: G
     assert len(seeded.pulls) == 1 and "repos/create-or-update-file-contents" not in seeded.operations()
 
 
+def test_open_step_survives_a_racing_driver_creating_the_branch(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
+    # After the forge saw no step branch (its second ref look-up), another driver creates it.
+    seeded.after(
+        "git/get-ref", lambda f: f.after("git/get-ref", lambda g: g.create_branch("attune/c7/1-compile"))
+    )
+
+    step = forge.open_step(request())
+
+    (create,) = [c for c in seeded.calls if c.operation_id == "git/create-ref"]
+    assert create.status == 422
+    assert seeded.file(RECIPE_PATH, step.branch) == set_one_lever(RECIPE, "compile", "true")
+    assert len(seeded.pulls) == 1
+
+
 def test_open_step_refuses_to_reuse_a_branch_with_other_content(
     seeded: FakeGitHub, forge: GitHubForge
 ) -> None:
