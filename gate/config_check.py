@@ -49,6 +49,7 @@ from gate.errors import GateInputError
 from gate.rules import TIER_ORDER, DefectRule, TierRule
 
 ABSENT = "<absent>"
+_RECIPE_SECTIONS = {"recipe", "workload", "cluster", "bench", "env"}
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _DOC = "https://github.com/pytorch/torchtitan/blob/release/0.3/docs/debugging.md"
 _SKIP_TYPES = ("activation_checkpoint",)  # the AC class follows the CLI subcommand: see activation_checkpoint.mode
@@ -277,9 +278,23 @@ def resolve_cached(recipe: Recipe) -> dict[str, Any]:
     return _RESOLVED[key]
 
 
+def _fix_ac(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """``activation_checkpoint`` none resolves to a None config: mode ``NoneType`` and a bare key.
+
+    bot.runner.resolve maps AC classes by name and torchtitan's NoAC config is ``None``; spell the
+    mode ``none`` as the lever does and drop the bare ``activation_checkpoint: None`` entry.
+    """
+    out = dict(flat)
+    if out.get("activation_checkpoint.mode") == "NoneType":
+        out["activation_checkpoint.mode"] = "none"
+    if "activation_checkpoint" in out and out["activation_checkpoint"] is None:
+        del out["activation_checkpoint"]
+    return out
+
+
 def describe(recipe: Recipe, *, stack: Mapping[str, Any]) -> ResolvedRecipe:
     """Resolve and describe one recipe (raises ``ResolveError`` when torchtitan refuses it)."""
-    flat = resolve_cached(recipe)
+    flat = _fix_ac(resolve_cached(recipe))
     config = _config_object(recipe)
     fields = {k: _norm(v) for k, v in flat.items()}
     fields.update(structure_fields(config, flat))
@@ -370,7 +385,8 @@ def check_resolved(
     pin_reasons = [f"pinned {k}: {_show(a)} -> {_show(b)} (rule 'pinned': the recipe's objective; never changed by tuning)" for k, a, b in pinned]
     checks.append(CheckResult(name="pinned", passed=not pin_reasons, reasons=pin_reasons, evidence={"changed": [{"field": k, "before": a, "after": b} for k, a, b in pinned]}))
 
-    x_changes = [c for c in changes if c.tier == "X"]
+    # torchtitan's own fields first: they say what changed; recipe-level fields say where
+    x_changes = sorted((c for c in changes if c.tier == "X"), key=lambda c: c.field.split(".")[0] in _RECIPE_SECTIONS)
     checks.append(
         CheckResult(
             name="tiers",

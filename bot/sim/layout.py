@@ -45,6 +45,7 @@ LEVER_DEFAULTS: dict[str, tuple[str, Any]] = {
     "parallelism.fsdp_reshard_after_forward": ("str", "default"),
     "compile.enable": ("bool", False),
     "compile.enable_async_tensor_parallel": ("bool", False),
+    "compile.components": ("str", "model,loss"),
     "training.local_batch_size": ("int", 8),
     "training.disable_cuda_graphs": ("bool", False),
     "training.enable_cpu_offload": ("bool", False),
@@ -55,6 +56,11 @@ LEVER_DEFAULTS: dict[str, tuple[str, Any]] = {
     "moe.comm_backend": ("str", "standard"),
     "optimizer.implementation": ("str", "fused"),
     "loss.num_chunks": ("int", 8),
+    "training.mixed_precision_param": ("str", "bfloat16"),
+    "training.gc_freq": ("int", 50),
+    "metrics.log_freq": ("int", 10),
+    "profiler.enable_profiling": ("bool", False),
+    "debug.enable_structured_logging": ("bool", True),
     "sim.stack": ("str", "torchtitan"),
     "sim.virtual_stages": ("int?", None),
     "sim.fp8_all_gather": ("bool", False),
@@ -75,6 +81,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "quantize.grouped_mm": ("none", "float8"),
     "moe.comm_backend": ("standard", "deepep", "hybridep", "minimal_async_ep"),
     "optimizer.implementation": ("fused", "foreach", "for-loop", "fused_opt_states_bf16"),
+    "compile.components": ("model,loss", "model", "loss", "loss,model"),
+    "training.mixed_precision_param": ("bfloat16", "float32"),
     "sim.stack": ("torchtitan", "megatron", "meta"),
 }
 
@@ -133,6 +141,12 @@ class Layout(BaseModel):
     loss_chunks: int
     stack: str
     fp8_all_gather: bool = False
+    compile_loss: bool = False
+    param_fp32: bool = False
+    gc_freq: int = 50
+    log_freq: int = 10
+    profiler: bool = False
+    structured_logging: bool = True
 
     @property
     def dp(self) -> int:
@@ -297,15 +311,17 @@ def resolve_layout(
     if sp and seq % tp:
         raise LayoutError(f"training.seq_len {seq} must be divisible by tp={tp} with sequence parallel")
 
-    compile_on = s["compile.enable"]
+    components = s["compile.components"]
+    compile_on = s["compile.enable"] and "model" in components
+    compile_loss = s["compile.enable"] and "loss" in components
     cuda_graphs = not s["training.disable_cuda_graphs"]
     async_tp = s["compile.enable_async_tensor_parallel"]
     if async_tp and not compile_on:
-        raise LayoutError("compile.enable_async_tensor_parallel requires compile.enable (model component)")
+        raise LayoutError("compile.enable_async_tensor_parallel requires compile.enable with 'model' in compile.components")
     ac = s["activation_checkpoint"]
     budget = s["activation_checkpoint.memory_budget"]
     if ac == "memory_budget" and not compile_on:
-        raise LayoutError("activation_checkpoint memory_budget requires compile.enable (model component)")
+        raise LayoutError("activation_checkpoint memory_budget requires compile.enable with 'model' in compile.components")
     if not 0.0 <= budget <= 1.0:
         raise LayoutError(f"activation_checkpoint.memory_budget must be in [0, 1], got {budget}")
     if pp > 1 and cuda_graphs:
@@ -412,6 +428,9 @@ def resolve_layout(
         fp8_linear=fp8_linear, fp8_grouped=fp8_grouped, moe_backend=moe_backend,
         optimizer=s["optimizer.implementation"], cpu_offload=s["training.enable_cpu_offload"],
         reshard_after_forward=reshard_after_forward, loss_chunks=max(1, s["loss.num_chunks"]), stack=stack,
-        fp8_all_gather=s["sim.fp8_all_gather"],
+        fp8_all_gather=s["sim.fp8_all_gather"], compile_loss=compile_loss,
+        param_fp32=s["training.mixed_precision_param"] == "float32", gc_freq=max(1, s["training.gc_freq"]),
+        log_freq=max(1, s["metrics.log_freq"]), profiler=s["profiler.enable_profiling"],
+        structured_logging=s["debug.enable_structured_logging"],
     )
     return layout, ignored

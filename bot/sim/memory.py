@@ -1,7 +1,7 @@
 """Per-rank peak memory (perfmodel.md §4.2): model states, unsharded parameters, activations, logits, overhead.
 
 Model states under torchtitan FSDP2 are fp32 parameters + fp32 gradients + two fp32 AdamW moments = 16 B per
-parameter, sharded over the FSDP group (dense weights: ``dp_shard*cp`` after TP; routed experts: ``efsdp`` after
+parameter (12 B counted as states, the 4 B of gradients under "grads"), sharded over the FSDP group (dense weights: ``dp_shard*cp`` after TP; routed experts: ``efsdp`` after
 EP). Unsharded bf16 weights live for the whole stage when FSDP does not reshard after forward (the default under
 PP), otherwise for about two FSDP units (the current and the prefetched layer). Under PP the gradients of all
 microbatches accumulate unsharded (in the fp32 reduce dtype) until the reduce-scatter at the end of the pipeline
@@ -83,10 +83,11 @@ def activation_elems_per_token(m: ModelSpec, lay: Layout, moe: bool) -> float:
     e += 2 * h  # all-gathered inputs of the QKV and FFN-in GEMMs (full sequence on every TP rank)
     e += (3 * m.q_dim + 4 * m.kv_dim) / t  # q, k, v before/after RoPE, attention output
     if moe:
-        e += (3 * m.top_k * h + 4 * m.top_k * m.ffn_expert) / t  # permuted tokens, expert SwiGLU, combine
+        e += (2 * m.top_k * h + 4 * m.top_k * m.ffn_expert) / t  # dispatched tokens, expert SwiGLU, expert out
         e += 4 * m.n_shared_experts * m.ffn_shared / t + 2 * m.n_experts / t  # shared expert, router scores
     else:
         e += 4 * m.ffn_dense / t  # gate, up, silu(gate), product
+    e *= 2.0 if lay.param_fp32 else 1.0  # fp32 compute dtype doubles every saved tensor (counted in bf16 units)
     return e * (COMPILE_ACTIVATION if lay.compile else 1.0)
 
 
@@ -111,7 +112,8 @@ def peak_memory(m: ModelSpec, lay: Layout, f: EfficiencyFactors) -> MemoryBreakd
     """Peak memory over pipeline ranks (the rank with the largest total)."""
     best: MemoryBreakdown | None = None
     tokens = lay.microbatch_size * lay.seq_len / lay.cp  # tokens of one microbatch on one rank
-    state_bytes = 0.0 if lay.cpu_offload else (12.0 if lay.optimizer == "fused_opt_states_bf16" else 16.0)
+    # fp32 master weights + two AdamW moments (bf16 moments with fused_opt_states_bf16); gradients separately.
+    state_bytes = 0.0 if lay.cpu_offload else (8.0 if lay.optimizer == "fused_opt_states_bf16" else 12.0)
     for r, load in enumerate(lay.ranks):
         rp = rank_params(m, lay, load)
         unsharded = rp.dense_unsharded + rp.expert_unsharded
@@ -120,10 +122,16 @@ def peak_memory(m: ModelSpec, lay: Layout, f: EfficiencyFactors) -> MemoryBreakd
             params_held = 2.0 * (rp.max_layer_unsharded + rp.layer_unsharded)  # current + prefetched unit
         else:
             params_held = 2.0 * unsharded
+        params_held *= 2.0 if lay.param_fp32 else 1.0
         if lay.pp > 1:
-            grads_held = 4.0 * unsharded  # FSDP2 accumulates unsharded grads in the fp32 reduce dtype when unsynced
+            # FSDP2 accumulates unsharded grads in the fp32 reduce dtype while unsynced; the sharded fp32 grads
+            # replace them unit by unit at the end-of-step reduce-scatter.
+            grads_held = 4.0 * unsharded
         else:
-            grads_held = (2.0 + 4.0) * (rp.max_layer_unsharded + rp.layer_unsharded)  # bf16 grads + fp32 buffer
+            # sharded fp32 grads of the layers already reduced + bf16 grads and fp32 reduce buffer of two units
+            grads_held = 4.0 * rp.local + (2.0 + 4.0) * (rp.max_layer_unsharded + rp.layer_unsharded)
+        if lay.cpu_offload:
+            grads_held -= 4.0 * rp.local if lay.pp == 1 else 0.0
         per_layer = {
             True: saved_elems_per_token(m, lay, True, f),
             False: saved_elems_per_token(m, lay, False, f),
@@ -131,12 +139,14 @@ def peak_memory(m: ModelSpec, lay: Layout, f: EfficiencyFactors) -> MemoryBreakd
         rank_saved = load.dense_layers * per_layer[False] + load.moe_layers * per_layer[True]
         chunks = inflight_chunks(lay, r)
         act = 2.0 * tokens * rank_saved * chunks / lay.stages_per_rank
-        # Working set of the layer being recomputed / back-propagated: its full activations and their grads.
+        # Working set of the layer being back-propagated: under full AC its recomputed activations plus their
+        # gradients; otherwise the transient gradients of one layer.
         work = 2.0 * tokens * max(activation_elems_per_token(m, lay, load.moe_layers > 0), 0.0)
-        act += work if lay.ac in ("full", "memory_budget") else 0.5 * work
+        act += 2.0 * work if lay.ac in ("full", "memory_budget") else 0.5 * work
         logits = 0.0
         if load.has_head:
-            logits = 10.0 * tokens * m.vocab / lay.tp / lay.loss_chunks  # bf16 logits + fp32 log-softmax + grad
+            per_logit = 8.0 if lay.compile_loss else 10.0  # bf16 logits + fp32 log-softmax + grad; compile fuses
+            logits = per_logit * tokens * m.vocab / lay.tp / lay.loss_chunks
         buffers = 0.0
         if load.moe_layers and lay.ep > 1:
             buffers += 2.0 * 2.0 * tokens / lay.tp * m.top_k * m.hidden  # all-to-all send + receive buffers

@@ -80,6 +80,8 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
     tokens = lay.microbatch_size * lay.seq_len  # tokens of the microbatch (whole DP replica)
     share = t * c  # ranks sharing that microbatch's work inside a stage
     peak = hw.bf16_tflops * 1e12 * f.hw_eff.get(hw.id, 1.0) * f.stack.get(lay.stack, 1.0)
+    if lay.param_fp32:
+        peak /= 2.0  # fp32 compute dtype: TF32 tensor cores at half the bf16 rate
     n_layers = load.layers
 
     # Linear GEMMs: M = the microbatch's tokens on this CP rank (SP all-gathers the sequence), thinnest dim after TP.
@@ -110,7 +112,7 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
     # Attention: torchtitan counts full QK^T/AV; a causal kernel does half of it.
     attn_flops = tokens * n_layers * attention_flops_per_token_per_layer(m, lay.seq_len)
     attn_eff = f.attn_stack.get(lay.stack, f.attn_eff) / (1.0 + f.cp_attn_penalty * math.log2(c))
-    peak_attn = hw.bf16_tflops * 1e12 * f.hw_eff.get(hw.id, 1.0)
+    peak_attn = hw.bf16_tflops * 1e12 * f.hw_eff.get(hw.id, 1.0) / (3.0 if lay.param_fp32 else 1.0)
     t_attn = 0.5 * attn_flops / share / (peak_attn * attn_eff)
     t_head = 0.0
     if load.has_head:
@@ -140,7 +142,8 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
     # TP: 2 all-gathers + 2 reduce-scatters (or 2 all-reduces) of the residual stream per layer per direction.
     fwd_colls = 4.0
     n_colls = 2 * fwd_colls + (fwd_colls if lay.ac == "full" else fwd_colls / 2 if lay.ac == "selective" else 0.0)
-    tp_time = n_layers * n_colls * all_gather(tokens / c * h * 2.0, g["tp"])
+    act = 4.0 if lay.param_fp32 else 2.0  # bytes per activation element on the wire
+    tp_time = n_layers * n_colls * all_gather(tokens / c * h * act, g["tp"])
     tp_time *= (1.0 - f.async_tp_hidden) if lay.async_tp else 1.0
 
     # EP: dispatch + combine forward and backward (+ forward again under full AC); SAC saves all-to-all outputs.
@@ -148,7 +151,7 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
     if load.moe_layers and lay.ep > 1:
         n_a2a = 4 + (2 if lay.ac == "full" else 0)
         fast = lay.moe_backend in ("deepep", "hybridep")
-        one = all_to_all(tokens / share * m.top_k * h * 2.0, lay, hw, f, f.fast_ep_bw if fast else 1.0)
+        one = all_to_all(tokens / share * m.top_k * h * act, lay, hw, f, f.fast_ep_bw if fast else 1.0)
         one += f.ep_sync_s if lay.moe_backend == "standard" else 0.0
         ep_time = load.moe_layers * n_a2a * one
         ep_time *= 1.0 - f.ep_overlap.get(lay.stack, 0.0)
@@ -157,14 +160,14 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
     # CP: all-gather K,V forward; all-gather again + reduce-scatter dK,dV backward (+1 under full AC).
     cp_time = 0.0
     if c > 1:
-        kv_bytes = tokens * 2 * (m.kv_dim / t) * 2.0
+        kv_bytes = tokens * 2 * (m.kv_dim / t) * act
         n = 3 + (1 if lay.ac == "full" else 0)
         cp_time = n_layers * n * all_gather(kv_bytes, g["cp"]) * f.cp_exposed
 
     # PP: activation forward and gradient backward across each of the rank's stage boundaries.
     pp_time = 0.0
     if lay.pp > 1:
-        act_bytes = tokens / c * h * 2.0 / t_sp
+        act_bytes = tokens / c * h * act / t_sp
         pp_time = 2 * lay.stages_per_rank * p2p(act_bytes, g["pp"]) * f.pp_p2p_exposed
 
     return MicrobatchTime(compute=compute, forward_compute=fwd, recompute=recompute, tp=tp_time, ep=ep_time,
@@ -175,7 +178,7 @@ def _fsdp_times(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFactor
     """(all-gather, reduce-scatter) seconds for one full pass over the rank's FSDP units."""
     g = groups(lay, hw, f)
     rp = rank_params(m, lay, lay.ranks[rank])
-    ag_bytes = 1.0 if lay.fp8_all_gather else 2.0
+    ag_bytes = 1.0 if lay.fp8_all_gather else (4.0 if lay.param_fp32 else 2.0)
     ag = all_gather(ag_bytes * rp.dense_unsharded, g["fsdp"]) + all_gather(2.0 * rp.expert_unsharded, g["efsdp"])
     rs = all_gather(4.0 * rp.dense_unsharded, g["fsdp"]) + all_gather(4.0 * rp.expert_unsharded, g["efsdp"])
     if lay.dp_replicate > 1:
@@ -228,10 +231,16 @@ def step_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFactors)
     else:
         optimizer = rp.local * 28.0 / (hw.hbm_tbs * 1e12 * f.hbm_eff) * OPTIMIZER_SLOWDOWN[lay.optimizer]
 
+    # Housekeeping: GC pauses (~50 ms every gc_freq steps), logging syncs (~20 ms every log_freq steps),
+    # profiler trace capture and structured per-rank logging as a share of the step.
+    busy = ga * (m_count * mb.total + bubble)
+    housekeeping = 0.05 / lay.gc_freq + 0.02 / lay.log_freq
+    housekeeping += busy * ((0.02 if lay.profiler else 0.0) + (0.003 if lay.structured_logging else 0.0))
+
     return StepBreakdown(
         compute_s=ga * m_count * mb.compute,
         recompute_s=ga * m_count * mb.recompute,
         exposed_comm_s=ga * (m_count * (mb.tp + mb.ep + mb.cp + mb.pp) + fsdp),
         bubble_s=ga * bubble,
-        other_s=ga * launch + optimizer + f.step_fixed_s,
+        other_s=ga * launch + optimizer + f.step_fixed_s + housekeeping,
     )

@@ -83,3 +83,24 @@ def rope_theta_500k() -> Trainer.Config:
     for layer in config.model_spec.model.layers:
         layer.attention.rope.theta = 500000
     return config
+
+
+def clipping_off() -> Trainer.Config:
+    """Gradient clipping effectively off (max_norm 1.0 -> 1e9)."""
+    config = llama3_tiny_cpu()
+    config.training.max_norm = 1e9
+    return config
+
+
+def bf16_training() -> Trainer.Config:
+    """Parameters, gradients and optimizer state in bfloat16 (training.dtype)."""
+    config = llama3_tiny_cpu()
+    config.training.dtype = "bfloat16"
+    return config
+
+
+def spmd_types_backend() -> Trainer.Config:
+    """torchtitan's default spmd_types backend (torch 2.13's FSDP2 cannot convert its params for dp > 1)."""
+    config = llama3_tiny_cpu()
+    config.parallelism.spmd_backend = "spmd_types"
+    return config

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import pytest
-from fake_github import FakeGitHub
 from forge_helpers import TOKEN, set_one_lever
-from openapi_contract import Contract, spec_missing_reason
 
 from bot.forge.github import GitHubForge
+
+if TYPE_CHECKING:  # the fake needs test-only packages; the modules that use it import them via require()
+    from fake_github import FakeGitHub
+    from openapi_contract import Contract
 
 
 @pytest.fixture(scope="session")
 def github_contract() -> Contract:
     """GitHub's REST description, loaded once per session; skipped (failed under CI) when not installed."""
+    from openapi_contract import Contract, spec_missing_reason
+
     reason = spec_missing_reason()
     if reason is not None:
         if os.environ.get("CI"):
@@ -30,6 +35,8 @@ def github_contract() -> Contract:
 @pytest.fixture
 def fake_github(github_contract: Contract):
     """A fresh fake repository ``acme/tuning`` on api.github.com; the test fails if the contract was broken."""
+    from fake_github import FakeGitHub
+
     fake = FakeGitHub(github_contract).start()
     try:
         yield fake

@@ -7,8 +7,11 @@ import time
 
 import pytest
 import requests
-from fake_github import FakeGitHub
-from openapi_contract import SPEC_FILE, Contract, ContractViolation
+from forge_helpers import require
+
+require("responses", "openapi_core")
+from fake_github import FakeGitHub  # noqa: E402
+from openapi_contract import SPEC_FILE, Contract, ContractViolation  # noqa: E402
 
 API = "https://api.github.com/repos/acme/tuning"
 HEADERS = {"Authorization": "token x", "Content-Type": "application/json"}
