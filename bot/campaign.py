@@ -220,6 +220,7 @@ class Campaign(BaseModel):
     band_k: float = 2.0
     band_floor: float = 0.05
     max_steps: int = 50
+    run_cost_estimate: float = 0.0  # device-hours a run is expected to cost before any was measured (0 = unknown)
     phase: Phase = "baseline"
     baseline_levers: dict[str, Scalar] = Field(default_factory=dict)
     baseline: list[RunRef] = Field(default_factory=list)
@@ -252,9 +253,14 @@ class Campaign(BaseModel):
         return self.incumbent_tps / self.baseline_tps - 1.0
 
     def expected_run_cost(self) -> float:
-        """Device-hours a run is expected to cost: the largest run so far, plus 10%."""
+        """Device-hours a run is expected to cost: the largest run so far, plus 10% (before any run: the estimate)."""
         costs = [r.device_hours for r in self.baseline] + [r.device_hours for s in self.steps for r in s.runs]
-        return 1.1 * max(costs) if costs else 0.0
+        return 1.1 * max(costs) if costs else self.run_cost_estimate
+
+    def next_run_fits(self) -> bool:
+        """Whether a run may start: its expected cost fits what is left (with no estimate yet, something must be left)."""
+        expected = self.expected_run_cost()
+        return self.spent + expected <= self.budget and (expected > 0 or self.spent < self.budget)
 
     def tried(self) -> set[tuple[str, str]]:
         return {(s.change.lever, repr(s.change.after)) for s in self.steps}
@@ -269,6 +275,8 @@ class Campaign(BaseModel):
 def advance(state: Campaign, event: Event) -> tuple[Campaign, list[Action]]:
     """Apply ``event``; return the new state and the actions it adds (also queued in ``pending``)."""
     s = state.model_copy(deep=True)
+    if isinstance(event, RunFinished) and _already_recorded(s, event.run):
+        return s, []  # a re-delivered run result: already counted, answers nothing
     if s.pending and not isinstance(event, CampaignRequested | StopRequested | BudgetAdded):
         s.pending.pop(0)  # the action this event answers
     new = _transition(s, event)
@@ -278,21 +286,35 @@ def advance(state: Campaign, event: Event) -> tuple[Campaign, list[Action]]:
     return s, new
 
 
+def _already_recorded(s: Campaign, run: RunRef) -> bool:
+    if run.kind == "baseline":
+        return any(r.attempt == run.attempt for r in s.baseline)
+    st = next((x for x in s.steps if x.n == run.n), None)
+    return st is not None and any(r.kind == run.kind and r.attempt == run.attempt for r in st.runs)
+
+
 def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one small branch per event
     if isinstance(ev, CampaignRequested):
-        if s.pending or s.baseline:
-            return []  # re-delivered request: nothing new
+        if s.pending or s.baseline or s.phase != "baseline":
+            return []  # re-delivered request (or a campaign already finished): nothing new
         s.baseline_levers = dict(s.baseline_levers)
         return [Comment(n=0, kind="start"), *_run_or_finish(s, RunBaseline(attempt=1))]
     if isinstance(ev, StopRequested):
+        if s.phase == "finished":
+            return []  # nothing left to stop; keep the reason it finished for
         s.stop_requested = True
         s.finish_reason = ev.why
         return []
     if isinstance(ev, BudgetAdded):
         s.budget += ev.device_hours
         if s.phase == "finished" and s.finish_reason.startswith("budget"):
-            s.phase = "stepping"
             s.finish_reason = ""
+            # the summary/finish actions not yet carried out are moot: the campaign goes on
+            s.pending = [a for a in s.pending if not isinstance(a, Finish) and not (isinstance(a, Comment) and a.kind == "summary")]
+            if s.band is None:  # the budget ran out during the baseline: measure the rest of it first
+                s.phase = "baseline"
+                return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
+            s.phase = "stepping"
             return [Propose()]
         return []
     if isinstance(ev, BudgetExhausted):
@@ -324,7 +346,7 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
 
 
 def _run_or_finish(s: Campaign, action: Action) -> list[Action]:
-    if s.spent + s.expected_run_cost() > s.budget:
+    if not s.next_run_fits():
         return _finish(s, f"budget: the next run (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
     return [action]
 
@@ -373,13 +395,13 @@ def _pct(x: float | None) -> str:
 
 
 def _on_proposed(s: Campaign, ev: Proposed) -> list[Action]:
-    if isinstance(ev.decision, Stop):
-        return _finish(s, f"policy stopped: {ev.decision.why}")
     if s.open_step is not None:
         raise ValueError(f"step {s.open_step.n} is still open; a campaign never has two open steps")
+    if isinstance(ev.decision, Stop):
+        return _finish(s, f"policy stopped: {ev.decision.why}")
     if len(s.steps) >= s.max_steps:
         return _finish(s, f"reached the {s.max_steps}-step limit")
-    if s.spent + s.expected_run_cost() > s.budget:
+    if not s.next_run_fits():
         return _finish(s, f"budget: the next trial (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
     n = len(s.steps) + 1
     change = ev.decision
@@ -413,7 +435,7 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
 
 
 def _run_or_close(s: Campaign, st: Step, action: Action) -> list[Action]:
-    if s.spent + s.expected_run_cost() > s.budget:
+    if not s.next_run_fits():
         st.close_reason = "budget: the run does not fit what is left"
         return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
     return [action]
@@ -423,11 +445,10 @@ def _stop_now(s: Campaign) -> list[Action]:
     s.pending.clear()
     actions: list[Action] = []
     st = s.open_step
-    if st is not None and st.state == "open":
+    if st is not None:
+        # a proposed step may already be on the forge (a crash between opening it and saving): close it there too
         st.close_reason = s.finish_reason or "stop requested"
         actions.append(Close(n=st.n, reason=st.close_reason))
-    elif st is not None:
-        st.state = "closed"
     return actions + _finish(s, s.finish_reason or "stop requested")
 
 

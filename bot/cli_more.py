@@ -220,5 +220,11 @@ def register_gate_bench_sim(sub: Any) -> None:
     sc.set_defaults(func=cmd_sim_calibrate)
 
 
-REGISTRARS: list[Callable[[Any], None]] = [register_campaign, register_gate_bench_sim]
+def register_github_lazy(sub: Any) -> None:
+    from bot.events.cli import register_github
+
+    register_github(sub)
+
+
+REGISTRARS: list[Callable[[Any], None]] = [register_campaign, register_gate_bench_sim, register_github_lazy]
 _ = EXIT_USAGE

@@ -130,7 +130,8 @@ class Driver:
     # ------------------------------------------------------------------ actions
     def execute(self, state: cm.Campaign, action: Any) -> Any:  # noqa: C901 - a dispatch table
         if isinstance(action, cm.RunBaseline):
-            return cm.RunFinished(run=self._run(state, self.base_text(), "baseline", 0, action.attempt))
+            text = self.base_text_at_start(state) if action.attempt == 1 else self.base_text()
+            return cm.RunFinished(run=self._run(state, text, "baseline", 0, action.attempt))
         if isinstance(action, cm.Propose):
             recipe = parse_recipe_text(self.base_text(), self.recipe_path)
             decision = self.policy.propose(state, self.latest_diagnosis(state), self.lessons, self.space_fn(recipe))
@@ -218,7 +219,10 @@ class Driver:
         if ref.state == "merged":
             return cm.StepMerged(n=n)
         files = {}
-        for run in st.runs:
+        confirmed = cm._confirmed_tps(st)
+        # the leaderboard's source holds the step's confirmed (slower) measurement, never the lucky one
+        kept = next((r for r in st.runs if r.outcome == "ok" and r.tps == confirmed), None)
+        for run in [kept] if kept else []:
             rec = self.record(run)
             if not rec.simulated:  # simulated numbers never enter results/
                 files[f"results/{(rec.model or rec.recipe_id).replace('/', '_')}/{rec.hardware}/{rec.run_id}.json"] = json.dumps(

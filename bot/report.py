@@ -31,15 +31,27 @@ def render_run_summary(record: RunRecord, path: str | None = None) -> str:
 
 
 MAX_REPORT = 60_000
+MAX_POINTS = 40  # points of a loss curve in a report (chart and table show the same ones)
+
+
+def _sample(n: int, k: int = MAX_POINTS) -> list[int]:
+    """Up to ``k`` indices spread evenly over ``range(n)``, the first and the last included."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
 def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
     if not baseline or not candidate or not candidate.steps:
         return ""
-    n = min(len(baseline.steps), len(candidate.steps), 40)
-    xs = [str(s.step) for s in candidate.steps[:n]]
-    b = [f"{s.loss:.4f}" for s in baseline.steps[:n]]
-    c = [f"{s.loss:.4f}" for s in candidate.steps[:n]]
+    base = {s.step: s for s in baseline.steps}
+    pairs = [(base[s.step], s) for s in candidate.steps if s.step in base]  # the steps both runs logged
+    if not pairs:
+        return ""
+    pairs = [pairs[i] for i in _sample(len(pairs))]
+    xs = [f'"{c.step}"' for _, c in pairs]
+    b = [f"{bs.loss:.4f}" for bs, _ in pairs]
+    c = [f"{cs.loss:.4f}" for _, cs in pairs]
     chart = "\n".join(
         [
             "```mermaid",
@@ -52,9 +64,10 @@ def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
             "```",
         ]
     )
-    rows = [[s.step, f"{bs.loss:.5f}", f"{s.loss:.5f}", f"{s.loss - bs.loss:+.2e}", _fmt(bs.grad_norm, ".4f"), _fmt(s.grad_norm, ".4f")]
-            for bs, s in zip(baseline.steps[:n], candidate.steps[:n], strict=False)]
-    table = tabulate(rows, headers=["step", "baseline loss", "candidate loss", "Δ", "baseline grad norm", "candidate grad norm"], tablefmt="github")
+    rows = [[cs.step, bl, cl, f"{cs.loss - bs.loss:+.2e}", _fmt(bs.grad_norm, ".4f"), _fmt(cs.grad_norm, ".4f")]
+            for (bs, cs), bl, cl in zip(pairs, b, c, strict=True)]
+    table = tabulate(rows, headers=["step", "baseline loss", "candidate loss", "Δ", "baseline grad norm", "candidate grad norm"],
+                     tablefmt="github", disable_numparse=True)
     return chart + "\n\n" + table
 
 
@@ -75,7 +88,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["decision", "kept (merged)" if step.kept and step.state == "merged" else step.close_reason or step.state],
     ]
     parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, tablefmt="github"), f"**Why:** {ch.why}"]
-    for v in (step.config_verdict, step.verdict if step.verdict is not step.config_verdict else None):
+    for v in (step.config_verdict, step.verdict if step.verdict is not None and step.verdict.stage == "convergence" else None):
         if v is None:
             continue
         parts.append(f"### Gate ({v.stage}): **{v.verdict}** (tier {v.tier})")

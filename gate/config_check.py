@@ -338,8 +338,15 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _scalars(value: Any) -> list[Any]:
+    """The scalar values a tier rule's ``values`` list can match (list elements included)."""
+    if isinstance(value, list):
+        return [x for v in value for x in _scalars(v)]
+    return [value] if isinstance(value, str | int | float | bool) and value is not ABSENT else []
+
+
 def classify_change(field: str, before: Any, after: Any, tiers: Sequence[TierRule]) -> FieldChange:
-    values = [v for v in (before, after) if v is not ABSENT and isinstance(v, str | int | float | bool)]
+    values = _scalars(before) + _scalars(after)
     rule = rules.classify(field, values=values, rules=[*RECIPE_TIERS, *tiers])
     return FieldChange(
         field=field, before=before, after=after, tier=rule.tier, rule=rule.pattern, why=rule.why,

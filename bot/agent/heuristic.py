@@ -42,6 +42,10 @@ class HeuristicPolicy:
         retry = self._oom_retry(campaign)
         if retry is not None and validate_change(campaign, retry, levers) is None:
             return retry
+        if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
+            # that failure was a rejected candidate's (its layout is abandoned); the lessons are matched
+            # against the incumbent, which ran fine — an OOM lesson must not fire on a recipe that fits
+            diagnosis = Diagnosis(outcome="ok", simulated=diagnosis.simulated)
         ctx = lesson_context(campaign, diagnosis, levers)
         current = catalog.effective(campaign.incumbent_levers)
         for lesson in relevant(lessons, ctx):
@@ -84,8 +88,11 @@ class HeuristicPolicy:
             return None
         last = campaign.steps[-1]
         trial = next((r for r in last.runs if r.kind == "trial"), None)
-        if trial is None or trial.outcome != "oom" or last.change.lever == "activation_checkpoint":
+        if trial is None or trial.outcome != "oom":
             return None
+        if last.change.lever == "activation_checkpoint" and last.change.stacked_on is None:
+            return None  # the step changed the recompute mode itself: nothing to retry
+        # a retry that ran out of memory again climbs the ladder (selective -> full) before the layout is abandoned
         mode = str(catalog.effective(last.levers)["activation_checkpoint"])
         nxt = RECOMPUTE_LADDER.get(mode)
         if nxt is None:
@@ -100,3 +107,10 @@ class HeuristicPolicy:
             stacked_on=last.n,
         )
         return change
+
+
+def _last_trial_failed(campaign: Campaign) -> bool:
+    if not campaign.steps:
+        return False
+    trial = next((r for r in campaign.steps[-1].runs if r.kind == "trial"), None)
+    return trial is not None and trial.outcome != "ok"

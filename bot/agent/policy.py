@@ -54,6 +54,14 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
         return f"{change.lever}={value} changes numeric precision; only a person may opt in"
     if change.lever in space.recipe.pinned:
         return f"{change.lever} is pinned"
+    for name, raw in ((change.lever, value), *change.extra.items()):
+        legal = space.values.get(name)
+        try:
+            parsed = catalog.parse_value(name, raw)
+        except catalog.LeverError as exc:
+            return str(exc)
+        if legal and parsed not in legal:
+            return f"{name}={parsed!r} is not a legal value for this recipe (expected one of {', '.join(map(str, legal))})"
     base = effective = base_levers(campaign, change)
     effective = {**base, **change.extra, change.lever: value}
     if catalog.effective(base).get(change.lever) == value and not change.extra:

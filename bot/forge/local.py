@@ -51,6 +51,10 @@ class LocalForge:
             tree = self._git("write-tree", env=env).strip()
         return self._git("commit-tree", tree, "-p", parent, "-m", message).strip()
 
+    def _blob_text(self, ref: str, path: str) -> str | None:
+        proc = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=self.repo, capture_output=True, text=True)
+        return proc.stdout if proc.returncode == 0 else None
+
     def _meta(self, branch: str) -> Path:
         return self.meta_dir / (branch.replace("/", "__") + ".json")
 
@@ -86,7 +90,10 @@ class LocalForge:
         return self._save(StepRef(campaign=req.campaign, n=req.n, branch=branch, head_sha=sha))
 
     def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
-        sha = self._commit_files(self._rev(step.branch) or step.head_sha, files, message)
+        parent = self._rev(step.branch) or step.head_sha
+        if all(self._blob_text(parent, path) == text for path, text in files.items()):
+            return self._save(step.model_copy(update={"head_sha": parent}))  # already there (a resumed driver): no empty commit
+        sha = self._commit_files(parent, files, message)
         self._git("update-ref", f"refs/heads/{step.branch}", sha)
         return self._save(step.model_copy(update={"head_sha": sha}))
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from bot.sim.layout import LEVER_DEFAULTS
 from bot.sim.simulate import SimResult, simulate
 
 
@@ -41,7 +42,8 @@ def one_lever_neighbours(model: str, hardware: str, nodes: int, devices_per_node
     points = []
     for name, values in domains.items():
         for value in values:
-            if levers.get(name) == value:
+            current = levers.get(name, LEVER_DEFAULTS.get(name, (None, None))[1])
+            if current == value:
                 continue
             changed = {**levers, name: value}
             points.append(SweepPoint(changes={name: value},

@@ -1,0 +1,188 @@
+"""Test doubles for campaign tests: a table-driven fake runner, scripted policy, gate callables,
+a tmp git repository holding the shipped CPU recipe, and a Driver factory."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bot import campaign as cm
+from bot import levers as catalog
+from bot.agent.policy import LeverSpace
+from bot.agent.space import search_space
+from bot.drive import Driver
+from bot.gating import catalog_verdict
+from bot.recipe import Recipe, parse_recipe_text, set_lever_text
+from bot.records import (
+    Change,
+    LaunchShape,
+    RunRecord,
+    RunSummary,
+    Scalar,
+    StackFingerprint,
+    StepMetric,
+    Stop,
+    Verdict,
+    content_hash,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
+RECIPE_REL = "recipes/llama3-tiny/cpu.yaml"
+
+# rule(effective levers, nth measurement of that configuration) -> (outcome, tps)
+Rule = Callable[[dict[str, Scalar], int], tuple[str, float | None]]
+
+
+def make_record(recipe: Recipe, outcome: str, tps: float | None, cost: float, *, n_steps: int = 10, simulated: bool = False,
+                run_id: str = "r0", losses: list[float] | None = None) -> RunRecord:
+    losses = losses if losses is not None else [4.0 - 0.1 * i for i in range(n_steps)]
+    steps = [] if outcome != "ok" else [StepMetric(step=i + 1, loss=loss, grad_norm=1.0, tps=tps) for i, loss in enumerate(losses)]
+    return RunRecord(
+        run_id=run_id, recipe_id=recipe.name, recipe_hash=content_hash(recipe.model_dump_json()), model=recipe.workload.model,
+        hardware=recipe.cluster.hardware, levers=recipe.levers, pinned=recipe.pinned,
+        stack=StackFingerprint(python="3.11", torch="2.13.0", torchtitan="0.3.0"),
+        launch=LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=recipe.devices),
+        outcome=outcome, reason="" if outcome == "ok" else f"fake {outcome}", steps=steps,
+        summary=RunSummary(steps_completed=len(steps), tps_median=tps if outcome == "ok" else None, tps_cv=0.01 if outcome == "ok" else None,
+                           wall_s=cost * 3600 / recipe.devices, device_hours=cost),
+        usd_per_device_hour=recipe.cluster.usd_per_device_hour, simulated=simulated,
+    )
+
+
+class FakeRunner:
+    """A runner whose outcome and tokens/s come from ``rule`` and whose cost comes from ``costs``."""
+
+    def __init__(self, rule: Rule, *, cost: float | Callable[[int], float] = 0.01, on_run: Callable[[Path], None] | None = None) -> None:
+        self.rule = rule
+        self.cost = cost
+        self.on_run = on_run
+        self.calls: list[dict[str, Any]] = []
+        self.seen: dict[str, int] = {}
+
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
+            recipe_text: str | None = None) -> RunRecord:
+        if self.on_run:
+            self.on_run(Path(out_dir))
+        eff = catalog.effective(recipe.levers)
+        key = repr(sorted(eff.items()))
+        nth = self.seen.get(key, 0)
+        self.seen[key] = nth + 1
+        outcome, tps = self.rule(eff, nth)
+        cost = self.cost(len(self.calls)) if callable(self.cost) else self.cost
+        self.calls.append({"out_dir": str(out_dir), "levers": dict(recipe.levers), "outcome": outcome, "tps": tps, "cost": cost})
+        return make_record(recipe, outcome, tps, cost, run_id=f"run{len(self.calls)}")
+
+
+def table_rule(table: dict[tuple[tuple[str, Scalar], ...], list[float] | str], base: list[float]) -> Rule:
+    """tps per measurement for configurations matching a table key (lever=value pairs), else ``base``."""
+
+    def rule(eff: dict[str, Scalar], nth: int) -> tuple[str, float | None]:
+        for key, value in table.items():
+            if all(eff.get(k) == v for k, v in key):
+                if isinstance(value, str):
+                    return value, None
+                return "ok", value[min(nth, len(value) - 1)]
+        return "ok", base[min(nth, len(base) - 1)]
+
+    return rule
+
+
+class ScriptedPolicy:
+    """Proposes the given changes in order (before = incumbent value), then stops."""
+
+    name = "scripted"
+
+    def __init__(self, changes: list[dict[str, Any]]) -> None:
+        self.changes = changes
+
+    def propose(self, campaign: cm.Campaign, diagnosis: Any, lessons: Any, levers: LeverSpace) -> Change | Stop:
+        i = len(campaign.steps)
+        if i >= len(self.changes):
+            return Stop(why="script exhausted", policy=self.name)
+        spec = dict(self.changes[i])
+        cur = catalog.effective(campaign.step(spec["stacked_on"]).levers if spec.get("stacked_on") else campaign.incumbent_levers)
+        return Change(lever=spec["lever"], before=cur.get(spec["lever"]), after=spec["to"], why="scripted", policy=self.name,
+                      stacked_on=spec.get("stacked_on"))
+
+
+def gate_ok(baseline: Recipe, candidate: Recipe) -> Verdict:
+    return catalog_verdict(baseline, candidate)
+
+
+def make_gate_config(reject: Callable[[Recipe], bool] | None = None) -> Callable[[Recipe, Recipe], Verdict]:
+    def gate(baseline: Recipe, candidate: Recipe) -> Verdict:
+        if reject and reject(candidate):
+            return Verdict(verdict="reject", stage="config", tier="X", reasons=["test: rejected config"])
+        return catalog_verdict(baseline, candidate)
+
+    return gate
+
+
+def make_gate_convergence(reject: Callable[[RunRecord], bool] | None = None) -> Callable[[RunRecord, RunRecord, str], Verdict]:
+    def gate(baseline: RunRecord, candidate: RunRecord, tier: str) -> Verdict:
+        if reject and reject(candidate):
+            return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=["test: loss curve diverged"])
+        return Verdict(verdict="ok", stage="convergence", tier=tier, reasons=["test: curves match"])
+
+    return gate
+
+
+def space_fn(recipe: Recipe) -> LeverSpace:
+    return LeverSpace(recipe=recipe, values=search_space(recipe))
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def recipe_text(**levers: Scalar) -> str:
+    text = CPU_RECIPE.read_text()
+    for k, v in levers.items():
+        text = set_lever_text(text, k.replace("__", "."), v)
+    return text
+
+
+def make_repo(root: Path, text: str | None = None) -> Path:
+    """A git repository (branch main) holding the CPU recipe at RECIPE_REL."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", "attune test")
+    git(root, "config", "user.email", "test@localhost")
+    git(root, "config", "commit.gpgsign", "false")
+    (root / ".gitignore").write_text("/.attune/\n")
+    path = root / RECIPE_REL
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text is not None else CPU_RECIPE.read_text())
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "initial recipe")
+    return root
+
+
+def new_state(text: str, cid: str = "c1", *, budget: float = 1.0, **kw: Any) -> cm.Campaign:
+    recipe = parse_recipe_text(text, RECIPE_REL)
+    return cm.Campaign(id=cid, recipe_path=RECIPE_REL, recipe_id=recipe.name, policy=kw.pop("policy", "scripted"), devices=recipe.devices,
+                       usd_per_device_hour=recipe.cluster.usd_per_device_hour, budget=budget, baseline_levers=dict(recipe.levers),
+                       incumbent_levers=dict(recipe.levers), **kw)
+
+
+def make_driver(forge: Any, runner: Any, policy: Any, work_dir: Path, *, driver_cls: type[Driver] = Driver,
+                gate_config: Any = None, gate_convergence: Any = None, lessons: list | None = None, **kw: Any) -> Driver:
+    return driver_cls(forge=forge, runner=runner, policy=policy, lessons=lessons or [], recipe_path=RECIPE_REL, work_dir=work_dir,
+                      space_fn=space_fn, gate_config=gate_config or gate_ok, gate_convergence=gate_convergence or make_gate_convergence(), **kw)
+
+
+def decisions(state: cm.Campaign) -> dict[str, Any]:
+    """What a campaign decided, without run ids or paths (comparable across drivers and resumes)."""
+    return {
+        "phase": state.phase, "finish_reason": state.finish_reason, "spent": round(state.spent, 9),
+        "incumbent_step": state.incumbent_step, "incumbent_levers": state.incumbent_levers, "incumbent_tps": state.incumbent_tps,
+        "band": state.band.band if state.band else None, "baseline": [(r.outcome, r.tps) for r in state.baseline],
+        "steps": [
+            {"n": s.n, "lever": s.change.lever, "to": s.change.after, "stacked_on": s.stacked_on, "state": s.state, "kept": s.kept,
+             "gain": s.gain, "levers": s.levers, "runs": [(r.kind, r.outcome, r.tps) for r in s.runs], "close_reason": s.close_reason}
+            for s in state.steps
+        ],
+    }
