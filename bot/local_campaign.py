@@ -20,8 +20,8 @@ from bot.agent.policy import LeverSpace, get_policy
 from bot.agent.space import search_space
 from bot.drive import Driver
 from bot.gating import config_gate, convergence_gate
-from bot.lessons import load_lessons, propose_lessons, write_proposed
 from bot.leaderboard import regenerate
+from bot.lessons import load_lessons, propose_lessons, write_proposed
 from bot.recipe import Recipe, load_recipe
 from bot.report import render_campaign_summary
 from bot.runner.base import get_runner

@@ -270,6 +270,10 @@ def _config_decision(v: Verdict) -> tuple[str, str]:
 def _conv_evidence(v: Verdict) -> tuple[str, str]:
     check = v.checks[-1]
     signals = check.evidence.get("signals", [])
+    if check.name == "bitwise" and check.passed:
+        return "bitwise", f"{', '.join(s['signal'] for s in signals)} bitwise equal over {check.evidence.get('steps')} steps"
+    if check.name not in ("bitwise", "band"):
+        return check.name, "; ".join(v.reasons)
     bad = [s for s in signals if (not s["equal"] if check.name == "bitwise" else (s.get("statistic") or 0) > 1)]
     shown = bad or signals
     parts = []

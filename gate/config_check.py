@@ -32,9 +32,11 @@ conditions are data matched by :mod:`gate.matcher`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
+import io
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -176,7 +178,8 @@ def _config_object(recipe: Recipe) -> Any | None:
             continue
     fn = getattr(module, recipe.workload.config, None) if module else None
     try:
-        return fn() if callable(fn) else None
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return fn() if callable(fn) else None
     except Exception:  # resolution already succeeded; a second call failing only loses type info
         return None
 

@@ -6,17 +6,20 @@ code that runs inside the ranks (``bot/workloads``, the CPU compatibility layer,
 command) and the stack key. Only ``ok`` records are cached (a crash or hang may be transient);
 they live in ``<cache_dir>/runs/<key>.json``, the run's logs in ``<cache_dir>/work/<key>/``.
 
-Runs execute in worker *processes* (``run_many``): ``bot.runner.resolve`` redirects the
-process-wide stderr while torchtitan parses, which is not thread-safe.
+With ``jobs > 1`` (``run_many``) runs execute in ``python -m gate.runs`` worker *processes*:
+``bot.runner.resolve`` redirects the process-wide stderr while torchtitan parses, which is not
+thread-safe. Failed records are kept in ``<cache_dir>/failed/`` for inspection, never reused.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import queue
+import subprocess
+import sys
+import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from multiprocessing import get_context
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -88,6 +91,10 @@ def lookup(spec: RunSpec, cache_dir: Path) -> RunRecord | None:
     return None
 
 
+def _failed_path(spec: RunSpec, cache_dir: Path) -> Path:
+    return Path(cache_dir) / "failed" / cached_path(spec, cache_dir).name
+
+
 def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     """The cached record for ``spec``, or a fresh real run (cached when ok)."""
     from bot.runner.local import LocalRunner
@@ -99,9 +106,54 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     recipe = parse_recipe_text(spec.recipe_text, spec.label)
     runner = LocalRunner(hook=spec.hook, extra_env={**RUN_ENV, **spec.env})
     record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text)
-    if record.outcome == "ok":
-        write_record(record, path)
+    write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))
     return record
+
+
+RESULT = "ATTUNE-RUN-RESULT "
+
+
+def _worker(cache_dir: Path) -> None:
+    """``python -m gate.runs CACHE_DIR``: read RunSpec JSON lines, run each, answer with the record path."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        spec = RunSpec.model_validate_json(line)
+        try:
+            record = run_one(spec, cache_dir)
+            path = cached_path(spec, cache_dir) if record.outcome == "ok" else _failed_path(spec, cache_dir)
+            answer = {"path": str(path)}
+        except Exception as exc:  # reported to the parent, which raises it
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(RESULT + json.dumps(answer) + "\n")
+        sys.stdout.flush()
+
+
+class _Worker:
+    """One ``python -m gate.runs`` subprocess (its own interpreter: resolution is not thread-safe)."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gate.runs", str(cache_dir)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd=REPO,
+        )
+
+    def run(self, spec: RunSpec) -> RunRecord:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(spec.model_dump_json() + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(RESULT):
+                answer = json.loads(line[len(RESULT) :])
+                if "error" in answer:
+                    raise RuntimeError(f"run {spec.label!r} failed in the worker: {answer['error']}")
+                return read_record(answer["path"])
+        raise RuntimeError(f"run worker exited (code {self.proc.wait()}) during {spec.label!r}")
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait()
 
 
 def run_many(
@@ -113,23 +165,54 @@ def run_many(
 ) -> dict[str, RunRecord]:
     """Run every spec (cache first), at most ``jobs`` at a time; returns records by spec id."""
     say = progress or (lambda _msg: None)
+    cache_dir = Path(cache_dir).resolve()
     out: dict[str, RunRecord] = {}
-    todo: dict[str, RunSpec] = {}
+    todo: queue.Queue[str] = queue.Queue()
     for sid, spec in specs.items():
         found = lookup(spec, cache_dir)
         if found is not None:
             out[sid] = found
         else:
-            todo[sid] = spec
-    if todo:
-        say(f"{len(out)} run(s) from the cache, {len(todo)} to run ({jobs} at a time)")
-    if not todo:
+            todo.put(sid)
+    total = todo.qsize()
+    if not total:
         return out
-    with ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(run_one, spec, Path(cache_dir)): sid for sid, spec in todo.items()}
-        for done, future in enumerate(as_completed(futures), 1):
-            sid = futures[future]
-            record = future.result()
-            out[sid] = record
-            say(f"[{done}/{len(todo)}] {todo[sid].label}: {record.outcome} in {record.summary.wall_s:.0f}s")
+    say(f"{len(out)} run(s) from the cache, {total} to run ({jobs} at a time)")
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    done = [0]
+
+    def drain(worker: Callable[[RunSpec], RunRecord]) -> None:
+        while not errors:
+            try:
+                sid = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                record = worker(specs[sid])
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(exc)
+                return
+            with lock:
+                out[sid] = record
+                done[0] += 1
+                say(f"[{done[0]}/{total}] {specs[sid].label}: {record.outcome} in {record.summary.wall_s:.0f}s")
+
+    if jobs <= 1:
+        drain(lambda spec: run_one(spec, cache_dir))
+    else:
+        workers = [_Worker(cache_dir) for _ in range(min(jobs, total))]
+        threads = [threading.Thread(target=drain, args=(w.run,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for w in workers:
+            w.close()
+    if errors:
+        raise errors[0]
     return out
+
+
+if __name__ == "__main__":
+    _worker(Path(sys.argv[1]))

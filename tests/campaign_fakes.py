@@ -186,3 +186,52 @@ def decisions(state: cm.Campaign) -> dict[str, Any]:
             for s in state.steps
         ],
     }
+
+
+def play(state: cm.Campaign, decide: Callable[[cm.Campaign], Change | Stop], rule: Rule, *, cost: float = 0.01,
+         config_ok: Callable[[dict[str, Scalar]], bool] = lambda levers: True,
+         convergence_ok: Callable[[dict[str, Scalar]], bool] = lambda levers: True) -> cm.Campaign:
+    """Run the state machine with synthetic events only (no forge, no files): for building campaign histories."""
+    seen: dict[str, int] = {}
+
+    def measure(levers: dict[str, Scalar]) -> tuple[str, float | None]:
+        eff = catalog.effective(levers)
+        key = repr(sorted(eff.items()))
+        seen[key] = seen.get(key, 0) + 1
+        return rule(eff, seen[key] - 1)
+
+    if not state.pending and state.phase == "baseline" and not state.baseline:
+        state, _ = cm.advance(state, cm.CampaignRequested())
+    while state.pending:
+        a = state.pending[0]
+        if isinstance(a, cm.RunBaseline):
+            outcome, tps = measure(state.baseline_levers)
+            ev: Any = cm.RunFinished(run=cm.RunRef(kind="baseline", attempt=a.attempt, outcome=outcome, tps=tps, device_hours=cost))
+        elif isinstance(a, cm.RunTrial | cm.Confirm):
+            outcome, tps = measure(state.step(a.n).levers)
+            kind = "trial" if isinstance(a, cm.RunTrial) else "confirm"
+            ev = cm.RunFinished(run=cm.RunRef(kind=kind, n=a.n, outcome=outcome, tps=tps, device_hours=cost))
+        elif isinstance(a, cm.Propose):
+            ev = cm.Proposed(decision=decide(state))
+        elif isinstance(a, cm.OpenStep):
+            ev = cm.StepOpened(n=a.n, branch=f"attune/{state.id}/{a.n}", head_sha=f"sha{a.n}")
+        elif isinstance(a, cm.CheckConfig):
+            ok = config_ok(state.step(a.n).levers)
+            ev = cm.GateVerdict(n=a.n, verdict=Verdict(verdict="ok" if ok else "reject", stage="config", tier="R",
+                                                       reasons=[] if ok else ["test: rejected"]))
+        elif isinstance(a, cm.CheckConvergence):
+            ok = convergence_ok(state.step(a.n).levers)
+            ev = cm.GateVerdict(n=a.n, verdict=Verdict(verdict="ok" if ok else "reject", stage="convergence", tier="R"))
+        elif isinstance(a, cm.Merge):
+            ev = cm.StepMerged(n=a.n)
+        elif isinstance(a, cm.Close):
+            ev = cm.StepClosed(n=a.n)
+        else:
+            ev = cm.Done()
+        state, _ = cm.advance(state, ev)
+    return state
+
+
+def scripted(changes: list[dict[str, Any]]) -> Callable[[cm.Campaign], Change | Stop]:
+    policy = ScriptedPolicy(changes)
+    return lambda state: policy.propose(state, None, None, None)  # type: ignore[arg-type]

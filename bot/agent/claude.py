@@ -34,6 +34,8 @@ TOOLS: list[dict[str, Any]] = [
                 "value": {"type": ["string", "number", "boolean"], "description": "the new value"},
                 "why": {"type": "string", "description": "the diagnosis-based rationale"},
                 "lessons": {"type": "array", "items": {"type": "string"}, "description": "ids of lessons relied on"},
+                "stacked_on": {"type": "integer", "description": "only to retry a step that ran out of memory: that step's number; "
+                               "the change is applied on top of its layout instead of the incumbent"},
             },
             "required": ["lever", "value", "why"],
         },
@@ -124,13 +126,19 @@ class ClaudePolicy:
             return Stop(why=str(args.get("why", "")), policy=self.name)
         if call.name != "propose_change" or "lever" not in args or "value" not in args:
             return self._fallback(f"malformed tool call {call.name}", campaign, diagnosis, lessons, levers)
-        current = catalog.effective(campaign.incumbent_levers)
+        stacked = args.get("stacked_on")
+        if stacked is not None:
+            parent = next((s for s in campaign.steps if s.n == stacked), None) if isinstance(stacked, int) and not isinstance(stacked, bool) else None
+            if parent is None or not any(r.kind == "trial" and r.outcome == "oom" for r in parent.runs):
+                return self._fallback(f"invalid answer: stacked_on={stacked!r} is not a step that ran out of memory", campaign, diagnosis, lessons, levers)
+        current = catalog.effective(campaign.step(stacked).levers if stacked is not None else campaign.incumbent_levers)
         try:
             value = catalog.parse_value(str(args["lever"]), args["value"])
         except catalog.LeverError as exc:
             return self._fallback(f"invalid answer: {exc}", campaign, diagnosis, lessons, levers)
-        change = Change(lever=str(args["lever"]), before=current.get(str(args["lever"])), after=value,
-                        why=str(args.get("why", "")), lessons=[str(x) for x in args.get("lessons", [])], policy=self.name)
+        cited = args.get("lessons", [])
+        change = Change(lever=str(args["lever"]), before=current.get(str(args["lever"])), after=value, why=str(args.get("why", "")),
+                        lessons=[str(x) for x in cited] if isinstance(cited, list) else [], policy=self.name, stacked_on=stacked)
         problem = validate_change(campaign, change, levers)
         if problem:
             return self._fallback(f"invalid answer: {problem}", campaign, diagnosis, lessons, levers)

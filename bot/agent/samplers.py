@@ -62,12 +62,17 @@ class OptunaPolicy:
     def _sampler(self):
         import optuna
 
-        constraints = lambda t: [t.user_attrs.get("infeasible", 0.0)]  # noqa: E731
+        kw = {}
+        if int(optuna.__version__.split(".")[0]) < 5:
+            # optuna < 5 reads the stored constraints only when a constraints_func is set (5 reads them always
+            # and deprecates the argument); the values themselves are stored with each trial (system_attrs)
+            kw["constraints_func"] = lambda t: [t.user_attrs.get("infeasible", 0.0)]
         if self.sampler_name == "gp":
-            return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=self.n_startup, constraints_func=constraints)
-        return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup, constraints_func=constraints)
+            return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=self.n_startup, **kw)
+        return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=self.n_startup, **kw)
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+    def study(self, campaign: Campaign, levers: LeverSpace):
+        """The study rebuilt from the campaign's history: (study, distributions)."""
         import optuna
         from optuna.distributions import CategoricalDistribution
 
@@ -78,6 +83,8 @@ class OptunaPolicy:
         for st in campaign.steps:
             trial = next((r for r in st.runs if r.kind == "trial"), None)
             outcome = trial.outcome if trial else ("invalid" if st.config_verdict and not st.config_verdict.ok else None)
+            if outcome == "ok" and st.verdict is not None and st.verdict.stage == "convergence" and not st.verdict.ok:
+                outcome = "rejected"  # it trains something else: as infeasible as an OOM
             if outcome is None:
                 continue
             history.append((st.levers, trial.tps if trial else None, outcome))
@@ -86,12 +93,20 @@ class OptunaPolicy:
             if any(params[k] not in dists[k].choices for k in dists):
                 continue
             feasible = outcome == "ok" and tps
+            infeasible = 0.0 if feasible else 1.0
             study.add_trial(
                 optuna.trial.create_trial(
                     params=params, distributions=dists, value=float(tps) if feasible else 0.0,
-                    user_attrs={"infeasible": 0.0 if feasible else 1.0, "outcome": outcome},
+                    user_attrs={"infeasible": infeasible, "outcome": outcome},
+                    system_attrs={"constraints": [infeasible]},  # what the constrained samplers read (> 0 = violated)
                 )
             )
+        return study, dists
+
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+        import optuna
+
+        study, dists = self.study(campaign, levers)
         seen = [dict(sorted(c.items())) for c in _tried_configs(campaign)]
         for _ in range(50):
             t = study.ask(dists)

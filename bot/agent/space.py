@@ -29,7 +29,7 @@ def lever_values(recipe: Recipe, name: str) -> list[Scalar]:
     if lever.kind == "bool":
         return [False, True]
     if lever.kind == "choice":
-        return [c for c in lever.choices if lever.tier_of(c) != "X" and not (lever.tier_of(c) == "N")]
+        return [c for c in lever.choices if lever.tier_of(c) not in ("X", "N")]
     if lever.kind == "float":
         return [0.25, 0.5, 0.75] if name == "activation_checkpoint.memory_budget" else []
     if name == "training.local_batch_size":

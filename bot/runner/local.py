@@ -5,7 +5,8 @@
 2. Launch torchrun in its own process group; stream its output, parse each metric line.
 3. Classify: ``ok``; ``oom`` (CUDA OOM text, or host memory exhaustion on the CPU);
    ``crash``; ``hang`` (no new step line for ``hang_s``); ``timeout`` (wall clock over
-   ``timeout_s``); ``invalid``. On hang or timeout the whole process group is killed.
+   ``timeout_s``); ``invalid``. On hang or timeout (or when the runner is interrupted)
+   torchrun and every rank are killed — each rank runs in a process group of its own.
 """
 
 from __future__ import annotations
@@ -118,40 +119,44 @@ class LocalRunner:
         startup: float | None = None
         last_progress = t0
         killed: Outcome | None = None
-        with log_path.open("w") as log:
-            while True:
-                try:
-                    line = lines.get(timeout=1.0)
-                except queue.Empty:
-                    line = ""
-                if line is None:
-                    break
-                now = time.monotonic()
-                if line:
-                    log.write(line)
-                    tail.append(line.rstrip("\n"))
-                    parsed = parse_step_line(line)
-                    if parsed:
-                        metric, when = parsed
-                        if first_ts is None and when is not None:
-                            first_ts = when
-                        if when is not None and first_ts is not None:
-                            metric.time_s = (when - first_ts).total_seconds()
-                        if metric.step not in metrics:
-                            metrics[metric.step] = metric
-                            last_progress = now
-                            if startup is None:
-                                startup = now - t0
-                            if self.on_step:
-                                self.on_step(metric)
-                limit = self.hang_s if metrics else self.startup_s
-                if now - t0 > self.timeout_s:
-                    killed = "timeout"
-                elif now - last_progress > limit:
-                    killed = "hang"
-                if killed:
-                    _kill_group(proc)
-                    break
+        try:
+            with log_path.open("w") as log:
+                while True:
+                    try:
+                        line = lines.get(timeout=1.0)
+                    except queue.Empty:
+                        line = ""
+                    if line is None:
+                        break
+                    now = time.monotonic()
+                    if line:
+                        log.write(line)
+                        tail.append(line.rstrip("\n"))
+                        parsed = parse_step_line(line)
+                        if parsed:
+                            metric, when = parsed
+                            if first_ts is None and when is not None:
+                                first_ts = when
+                            if when is not None and first_ts is not None:
+                                metric.time_s = (when - first_ts).total_seconds()
+                            if metric.step not in metrics:
+                                metrics[metric.step] = metric
+                                last_progress = now
+                                if startup is None:
+                                    startup = now - t0
+                                if self.on_step:
+                                    self.on_step(metric)
+                    limit = self.hang_s if metrics else self.startup_s
+                    if now - t0 > self.timeout_s:
+                        killed = "timeout"
+                    elif now - last_progress > limit:
+                        killed = "hang"
+                    if killed:
+                        _kill_group(proc)
+                        break
+        except BaseException:  # the runner itself interrupted (Ctrl-C): leave no rank behind
+            _kill_group(proc)
+            raise
         proc.wait()
         wall = time.monotonic() - t0
         got = [metrics[k] for k in sorted(metrics)]
@@ -177,22 +182,73 @@ def _first_error(log: str) -> str:
     return ""
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """Terminate the whole process group (torchrun and every rank), then kill what is left."""
+def _descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
     try:
-        pgid = os.getpgid(proc.pid)
-    except ProcessLookupError:
-        return
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            # ranks may outlive torchrun briefly; make sure the group is gone
-            os.killpg(pgid, 0)
-        except subprocess.TimeoutExpired:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
             continue
-        except ProcessLookupError:
-            return
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # the command name may hold spaces
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+        return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not os.path.isdir("/proc")  # /proc exists but has no entry: gone
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Terminate torchrun and every rank, then kill what is left.
+
+    torchrun starts each rank in a session (process group) of its own, so killing torchrun's
+    group alone can orphan a rank that outlives the SIGTERM (torchrun is then SIGKILLed before
+    it reaps it). Every descendant's group is signalled, and the ranks are waited for.
+    """
+    pids = [proc.pid, *_descendants(proc.pid)]
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        pids += [p for p in _descendants(proc.pid) if p not in pids]  # while the tree is intact
+        groups = set()
+        for pid in pids:
+            try:
+                groups.add(os.getpgid(pid))
+            except ProcessLookupError:
+                continue
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not any(_alive(pid) for pid in pids):
+                return
+            time.sleep(0.1)

@@ -51,7 +51,8 @@ class SimResult(BaseModel):
     peak_memory_gib: float | None = None
     memory_capacity_gib: float | None = None
     memory: MemoryBreakdown | None = None
-    mfu: float | None = Field(None, description="flops_per_token * tps / bf16 peak (torchtitan definition)")
+    mfu: float | None = Field(None, description="flops_per_token * tps / bf16 peak (torchtitan definition; "
+                              "computed even with float8, where torchtitan prints N/A)")
     flops_per_token: float | None = None
     tokens_per_step: int | None = None
     layout: dict[str, Any] | None = None

@@ -12,13 +12,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from shared_run import STEPS, cli_ok_run
 
-from bot.recipe import Recipe, load_recipe
+from bot.recipe import Recipe
 from bot.records import RunRecord, read_record, write_record
 from bot.runner.local import LocalRunner
 
 pytestmark = pytest.mark.torchtitan
-STEPS = 8
 CPU_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml"
 # one OpenMP thread: on a shared 2-core box, 2 spinning threads are up to 10x slower (cpu-torchtitan.md §1)
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
@@ -31,13 +31,12 @@ def _survivors(marker: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ok_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord, Path]:
-    """One real 8-step run of the CPU recipe, shared by the tests below (warm-up: step 1 only)."""
-    recipe = load_recipe(CPU_RECIPE)
-    recipe = recipe.model_copy(update={"bench": recipe.bench.model_copy(update={"warmup_steps": 1})})
-    out = tmp_path_factory.mktemp("ok")
-    record = LocalRunner(hang_s=60, extra_env=ONE_THREAD).run(recipe, steps=STEPS, out_dir=out, recipe_path=str(CPU_RECIPE))
-    return record, out
+def ok_run() -> tuple[RunRecord, Path]:
+    """One real 8-step run of the CPU recipe (warm-up: step 1 only), made through ``attune run``
+    and shared with tests/test_cli.py: the record is the local runner's."""
+    run = cli_ok_run()
+    assert run.proc.returncode == 0, run.proc.stdout[-3000:] + run.proc.stderr[-3000:]
+    return read_record(run.out / "record.json"), run.out
 
 
 def test_ok_run(ok_run: tuple[RunRecord, Path]) -> None:
@@ -98,13 +97,20 @@ def test_crash(cpu_recipe: Recipe, tmp_path: Path) -> None:
     assert record.summary.steps_completed == 2
 
 
-def test_hang_is_killed_with_its_whole_process_tree(cpu_recipe: Recipe, tmp_path: Path) -> None:
+def test_hang_is_killed_with_every_rank(cpu_recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hang_at:3 stalls the rank; hang_s=15 without a new step line is a hang; afterwards no process of
+    the run survives. The ranks also ignore SIGTERM: torchrun runs each rank in a session of its own,
+    so killing torchrun's process group alone would orphan them."""
+    monkeypatch.syspath_prepend(str(CPU_RECIPE.parents[2]))  # the in-process resolve imports the module too
+    workload = cpu_recipe.workload.model_copy(update={"module": "tests.runner.stubborn_workload"})
     out = tmp_path / "hang-run"
-    record = LocalRunner(hook="hang_at:3", hang_s=15, extra_env=ONE_THREAD).run(cpu_recipe, steps=STEPS, out_dir=out)
+    runner = LocalRunner(hook="hang_at:3", hang_s=15, extra_env=ONE_THREAD)
+    record = runner.run(cpu_recipe.model_copy(update={"workload": workload}), steps=STEPS, out_dir=out)
     assert record.outcome == "hang", f"{record.outcome}: {record.reason}\n{record.log_tail}"
     assert record.reason == "no new step line for 15s; process group killed"
+    assert record.hook == "hang_at:3"
     assert [s.step for s in record.steps] == [1, 2]
-    assert record.summary.wall_s < 120
+    assert record.summary.wall_s < 180
     assert _survivors(str(out)) == []
 
 

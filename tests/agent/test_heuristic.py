@@ -1,0 +1,206 @@
+"""bot/agent/heuristic.py: OOM -> recompute on the failed layout, lessons, legal untried values, prerequisites."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from campaign_fakes import (
+    CPU_RECIPE,
+    RECIPE_REL,
+    FakeRunner,
+    make_driver,
+    make_repo,
+    new_state,
+    play,
+    recipe_text,
+    space_fn,
+    table_rule,
+)
+
+from bot import levers as catalog
+from bot.agent.diagnose import Diagnosis
+from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.policy import validate_change
+from bot.forge.local import LocalForge
+from bot.forge.memory import MemoryForge
+from bot.lessons import Lesson, load_lessons
+from bot.recipe import parse_recipe_text
+from bot.records import Change, Stop
+
+OK = Diagnosis(outcome="ok", tps=1000.0)
+LESSONS = load_lessons()
+
+
+def oom_rule(oom_modes: tuple[str, ...]):
+    """OOM for a micro-batch above 1 under the given recompute modes; fine otherwise."""
+
+    def rule(eff, nth):
+        if eff["training.local_batch_size"] >= 2 and eff["activation_checkpoint"] in oom_modes:
+            return "oom", None
+        return "ok", [1000.0, 1010.0][min(nth, 1)]
+
+    return rule
+
+
+def run_oom_campaign(tmp_path: Path, oom_modes: tuple[str, ...], max_steps: int):
+    text = recipe_text(activation_checkpoint="none")
+    repo = make_repo(tmp_path / "repo", text)
+    forge = LocalForge(repo)
+    driver = make_driver(forge, FakeRunner(oom_rule(oom_modes)), HeuristicPolicy(), repo / ".attune", lessons=LESSONS)
+    state = driver.start(new_state(text, max_steps=max_steps, policy="heuristic"))
+    return state, forge, repo
+
+
+def numstat(repo: Path, branch: str) -> list[str]:
+    out = subprocess.run(["git", "diff", "--numstat", "main", branch, "--", RECIPE_REL], cwd=repo, capture_output=True, text=True, check=True)
+    return out.stdout.split()[:2]
+
+
+def test_after_an_oom_the_next_step_retries_that_layout_with_recompute(tmp_path: Path) -> None:
+    state, forge, repo = run_oom_campaign(tmp_path, ("none",), max_steps=2)
+    first, retry = state.steps
+    assert (first.change.lever, first.change.after) == ("training.local_batch_size", 2)
+    assert first.runs[0].outcome == "oom" and first.state == "closed"
+    assert retry.change.lever == "activation_checkpoint" and retry.change.after == "selective"
+    assert retry.change.stacked_on == 1 == retry.stacked_on and "oom-enable-recompute" in retry.change.lessons
+    # the retry's recipe, read from its branch, carries both changes: the layout that failed, plus recompute
+    recipe = parse_recipe_text(forge.read_file(RECIPE_REL, retry.branch), RECIPE_REL)
+    assert recipe.levers["training.local_batch_size"] == 2 and recipe.levers["activation_checkpoint"] == "selective"
+    assert numstat(repo, retry.branch) == ["2", "2"]  # two recipe lines differ from the base: both changes
+    assert numstat(repo, first.branch) == ["1", "1"]
+    assert retry.runs[0].outcome == "ok"
+
+
+def test_the_layout_is_abandoned_only_after_recompute_also_fails(tmp_path: Path) -> None:
+    state, _, _ = run_oom_campaign(tmp_path, ("none", "selective", "full"), max_steps=4)
+    s1, s2, s3, s4 = state.steps
+    assert [s.runs[0].outcome for s in (s1, s2, s3)] == ["oom", "oom", "oom"]
+    assert (s2.change.after, s2.stacked_on) == ("selective", 1)
+    assert (s3.change.after, s3.stacked_on) == ("full", 2)  # selective was not enough: climb to full recompute
+    assert s3.levers["training.local_batch_size"] == 2 and s3.levers["activation_checkpoint"] == "full"
+    # full recompute failed too: the layout is abandoned, and no OOM lesson is applied to the incumbent (which fits)
+    assert s4.stacked_on is None and s4.change.lever != "activation_checkpoint"
+    assert (s4.change.lever, s4.change.after) != ("training.local_batch_size", 2)
+
+
+def test_a_retry_that_fits_ends_the_ladder(tmp_path: Path) -> None:
+    state, _, _ = run_oom_campaign(tmp_path, ("none", "selective"), max_steps=4)
+    s1, s2, s3, s4 = state.steps
+    assert (s3.change.after, s3.stacked_on, s3.runs[0].outcome) == ("full", 2, "ok")
+    assert s4.stacked_on is None
+
+
+def test_no_retry_when_the_oom_step_changed_recompute_itself() -> None:
+    text = recipe_text()  # AC full, micro-batch 1
+    state = play(new_state(text), lambda s: Change(lever="activation_checkpoint", before="full", after="none", why="t") if not s.steps
+                 else Stop(why="done"), table_rule({(("activation_checkpoint", "none"),): "oom"}, [1000.0, 1010.0]))
+    state = state.model_copy(update={"phase": "stepping"})
+    proposal = HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), LESSONS, space_fn(parse_recipe_text(text)))
+    assert isinstance(proposal, Change) and proposal.stacked_on is None
+
+
+# ----------------------------------------------------------------------------- what it never proposes
+def test_a_whole_campaign_never_repeats_or_proposes_anything_illegal(tmp_path: Path) -> None:
+    """Nothing ever wins: the heuristic walks its lessons and the whole space, then stops."""
+    text = recipe_text()
+    recipe = parse_recipe_text(text)
+    space = space_fn(recipe)
+    driver = make_driver(MemoryForge({RECIPE_REL: text}), FakeRunner(table_rule({}, [1000.0, 1010.0])), HeuristicPolicy(), tmp_path,
+                         lessons=LESSONS)
+    state = driver.start(new_state(text, policy="heuristic", budget=100.0))
+    assert state.finish_reason == "policy stopped: no untried legal change is left in the search space"
+    pairs = [(s.change.lever, s.change.after) for s in state.steps]
+    assert len(pairs) == len(set(pairs))  # never a value already tried
+    untried = {(k, v) for k, values in space.values.items() for v in values if catalog.effective(recipe.levers)[k] != v}
+    assert set(pairs) == untried  # it explored everything legal, and nothing else
+    for lever, value in pairs:
+        lv = catalog.get(lever)
+        assert lever not in recipe.pinned and lv.tier_of(value) not in ("X", "N") and not lv.precision
+        assert value in space.values[lever]
+    assert state.steps[0].change.lever == "activation_checkpoint" and state.steps[0].change.lessons == ["cpu-ac-off"]
+
+
+def _lesson(id: str, *tries: dict, priority: int = 500) -> Lesson:
+    return Lesson.model_validate({"id": id, "try": list(tries), "why": "test lesson", "source": "https://example.org/x", "priority": priority})
+
+
+def _state_and_space(text: str):
+    state = play(new_state(text), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]))
+    return state.model_copy(update={"phase": "stepping", "finish_reason": ""}), space_fn(parse_recipe_text(text))
+
+
+def test_lessons_that_would_change_precision_the_objective_or_go_out_of_range_are_skipped() -> None:
+    text = recipe_text(training__local_batch_size=8, training__mixed_precision_param="bfloat16")
+    state, space = _state_and_space(text)
+    bad = [
+        _lesson("precision", {"lever": "training.mixed_precision_param", "value": "float32"}),
+        _lesson("bf16-states", {"lever": "optimizer.implementation", "value": "fused_opt_states_bf16"}),
+        _lesson("objective", {"lever": "training.global_batch_size", "value": 16}),
+        _lesson("too-big", {"lever": "training.local_batch_size", "op": "double"}),  # 16 > the pinned global batch 8
+        _lesson("not-a-value", {"lever": "activation_checkpoint", "value": "sometimes"}),
+    ]
+    proposal = HeuristicPolicy().propose(state, OK, bad, space)
+    assert isinstance(proposal, Change) and proposal.lessons == []  # none of the lessons: plain exploration
+    assert validate_change(state, proposal, space) is None
+    assert proposal.lever != "training.mixed_precision_param" and proposal.after != "fused_opt_states_bf16"
+    assert proposal.after in space.values[proposal.lever]
+
+
+def test_illegal_values_are_refused_by_validation() -> None:
+    text = recipe_text(training__local_batch_size=8)
+    state, space = _state_and_space(text)
+    assert "not a legal value" in validate_change(state, Change(lever="training.local_batch_size", before=8, after=16), space)
+    assert "not a legal value" in validate_change(state, Change(lever="loss.num_chunks", before=8, after=3), space)
+    assert "expected one of" in validate_change(state, Change(lever="activation_checkpoint", before="full", after="sometimes"), space)
+    assert "precision" in validate_change(state, Change(lever="training.mixed_precision_param", before="bfloat16", after="float32"), space)
+    assert "unknown lever" in validate_change(state, Change(lever="training.seq_len", before=256, after=512), space)
+
+
+def test_a_tried_value_is_not_proposed_again() -> None:
+    text = recipe_text()
+    state = play(new_state(text), lambda s: Change(lever="activation_checkpoint", before="full", after="none", why="t") if not s.steps
+                 else Stop(why="done"), table_rule({}, [1000.0, 1010.0]))  # AC none: no gain, closed
+    state = state.model_copy(update={"phase": "stepping"})
+    space = space_fn(parse_recipe_text(text))
+    proposal = HeuristicPolicy().propose(state, OK, LESSONS, space)
+    assert (proposal.lever, proposal.after) != ("activation_checkpoint", "none")
+    assert "already tried" in validate_change(state, Change(lever="activation_checkpoint", before="full", after="none"), space)
+
+
+ASYNC_TP_FIRST = """\
+id: test/async-tp
+workload: {module: bot.workloads.llama3_tiny, config: llama3_tiny_cpu, model: llama3-tiny}
+cluster: {hardware: h100-sxm-80gb, nodes: 1, devices_per_node: 8, launcher: sim, usd_per_device_hour: 2.0}
+levers:
+  compile.enable_async_tensor_parallel: false
+  compile.enable: false
+  parallelism.tensor_parallel_degree: 2
+pinned:
+  training.global_batch_size: 64
+  training.seq_len: 2048
+  optimizer.lr: 0.0003
+  lr_scheduler.total_steps: 1000
+  debug.seed: 42
+bench: {steps: 20, warmup_steps: 5}
+"""
+
+
+@pytest.mark.parametrize("lessons", [[], [_lesson("async", {"lever": "compile.enable_async_tensor_parallel", "value": True})]],
+                         ids=["exploring", "from-a-lesson"])
+def test_a_missing_prerequisite_is_proposed_first(lessons: list[Lesson]) -> None:
+    recipe = parse_recipe_text(ASYNC_TP_FIRST)
+    state = new_state(ASYNC_TP_FIRST).model_copy(update={"phase": "stepping", "incumbent_tps": 1000.0})
+    space = space_fn(recipe)
+    assert list(space.values)[0] == "compile.enable_async_tensor_parallel"
+    proposal = HeuristicPolicy().propose(state, OK, lessons, space)
+    assert (proposal.lever, proposal.after) == ("compile.enable", True)
+    assert proposal.why.startswith("prerequisite of compile.enable_async_tensor_parallel=True")
+    direct = Change(lever="compile.enable_async_tensor_parallel", before=False, after=True)
+    assert validate_change(state, direct, space).startswith("prerequisite missing")
+
+
+def test_cpu_recipe_is_what_the_tests_assume() -> None:
+    recipe = parse_recipe_text(CPU_RECIPE.read_text())
+    assert recipe.levers["activation_checkpoint"] == "full" and recipe.levers["training.local_batch_size"] == 1

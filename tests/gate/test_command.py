@@ -1,0 +1,63 @@
+"""gate/command.py without runs: config-only verdicts, input errors, rendering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.records import LaunchShape, RunRecord, StackFingerprint, write_record
+from gate.bench import edit_recipe_text
+from gate.command import render_verdict, run_gate, verdict_json
+from gate.errors import GateInputError
+
+BASE = Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml"
+
+
+def write(tmp_path: Path, name: str, **edits) -> Path:
+    path = tmp_path / name
+    path.write_text(edit_recipe_text(BASE.read_text(), **edits))
+    return path
+
+
+def test_config_rejection_needs_no_run(tmp_path: Path) -> None:
+    cand = write(tmp_path, "seed.yaml", pinned={"debug.seed": 43})
+    v = run_gate(BASE, cand, cache_dir=tmp_path / "cache", out_dir=tmp_path / "out")
+    assert v.verdict == "reject" and v.stage == "config"
+    assert not (tmp_path / "cache").exists()  # nothing was run
+    saved = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert saved["verdict"] == "reject"
+
+
+def test_config_only_pass(tmp_path: Path) -> None:
+    cand = write(tmp_path, "ac.yaml", levers={"activation_checkpoint": "none"})
+    v = run_gate(BASE, cand, config_only=True, cache_dir=tmp_path / "cache")
+    assert v.ok and v.stage == "config" and v.tier == "B" and v.requires_convergence
+
+
+def test_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(GateInputError, match="cannot read"):
+        run_gate(tmp_path / "missing.yaml", BASE, config_only=True)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload: [")
+    with pytest.raises(GateInputError, match="not valid YAML"):
+        run_gate(BASE, bad, config_only=True)
+    record = RunRecord(
+        run_id="x", recipe_id="llama3-tiny/cpu", recipe_hash="0000", hardware="cpu",
+        stack=StackFingerprint(python="3.11", torch="2.13.0", torchtitan="0.3.0"),
+        launch=LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=1), outcome="ok",
+    )
+    rec = write_record(record, tmp_path / "r.json")
+    with pytest.raises(GateInputError, match="another recipe"):
+        run_gate(BASE, BASE, baseline_run=rec, candidate_run=rec, cache_dir=tmp_path / "cache")
+
+
+def test_rendering(tmp_path: Path) -> None:
+    cand = write(tmp_path, "wd.yaml", workload={"module": "bot.workloads.variants", "config": "weight_decay_off"})
+    v = run_gate(BASE, cand, config_only=True)
+    text = render_verdict(v)
+    assert text.startswith("**gate: REJECT** at the config stage (tier X)")
+    assert "weight_decay: 0.1 -> 0.0" in text and "- [ ] tiers" in text
+    line = json.loads(verdict_json(v))
+    assert list(line)[:4] == ["verdict", "stage", "tier", "reasons"] and line["verdict"] == "reject"

@@ -1,0 +1,367 @@
+"""bot/campaign.py: the campaign state machine, driven through the local Driver with a fake runner.
+
+The runner is a table keyed by lever values (tokens/s per measurement, or an outcome); the forge is
+the in-memory one (the git forge is covered in tests/test_drive.py and tests/forge/test_local_forge.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from campaign_fakes import (
+    RECIPE_REL,
+    FakeRunner,
+    ScriptedPolicy,
+    make_driver,
+    make_gate_config,
+    make_gate_convergence,
+    new_state,
+    recipe_text,
+    table_rule,
+)
+
+from bot import campaign as cm
+from bot.forge.memory import MemoryForge
+from bot.records import Change, Stop
+from bot.report import render_campaign_summary
+
+AC_NONE = (("activation_checkpoint", "none"),)
+LBS2 = (("training.local_batch_size", 2),)
+
+
+def run_campaign(tmp_path: Path, table: dict, *, script: list[dict], base: list[float] = (1000.0, 1010.0), budget: float = 1.0,
+                 text: str | None = None, **kw):
+    """Run a whole campaign; returns (state, forge, runner, actions executed in order)."""
+    text = text or recipe_text()
+    forge = MemoryForge({RECIPE_REL: text})
+    runner = FakeRunner(table_rule(table, list(base)))
+    actions: list[cm.Action] = []
+    driver = make_driver(forge, runner, ScriptedPolicy(script), tmp_path / "work",
+                         on_event=lambda state, action, event: actions.append(action), **kw)
+    state = driver.start(new_state(text, budget=budget))
+    return state, forge, runner, actions
+
+
+def statuses(forge: MemoryForge, n: int) -> list[str]:
+    branch = forge.find_step("c1", n).branch
+    return [state for sha, (state, _) in forge.statuses.items() if sha.startswith(branch + "@")]
+
+
+def kinds(actions: list, n: int | None = None) -> list[str]:
+    return [a.type for a in actions if n is None or getattr(a, "n", None) == n]
+
+
+# ----------------------------------------------------------------------------- baseline and band
+def test_two_baseline_runs_set_the_band_from_the_floor_when_the_spread_is_small(tmp_path: Path) -> None:
+    state, _, runner, actions = run_campaign(tmp_path, {}, script=[])
+    assert kinds(actions)[:3] == ["comment", "run_baseline", "run_baseline"]
+    assert [r.tps for r in state.baseline] == [1000.0, 1010.0]
+    band = state.band
+    assert band.spread == pytest.approx(10 / 1005)
+    assert band.band == pytest.approx(0.05) == band.floor  # 2 x 1.0% < 5% floor
+    summary = render_campaign_summary(state)
+    assert "5.0% = max(2 × spread 1.0%, floor 5.0%)" in summary
+
+
+def test_band_is_k_times_the_spread_when_that_exceeds_the_floor(tmp_path: Path) -> None:
+    state, *_ = run_campaign(tmp_path, {}, script=[], base=[1000.0, 1100.0])
+    assert state.band.spread == pytest.approx(100 / 1050)
+    assert state.band.band == pytest.approx(2 * 100 / 1050)
+    assert "19.0% = max(2 × spread 9.5%, floor 5.0%)" in render_campaign_summary(state)
+
+
+# ----------------------------------------------------------------------------- keep / reject
+def test_a_gain_above_the_band_is_remeasured_before_it_is_merged(tmp_path: Path) -> None:
+    state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1200.0, 1190.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    step = state.step(1)
+    assert kinds(actions, 1) == ["open_step", "check_config", "run_trial", "check_convergence", "confirm", "comment", "set_status", "merge"]
+    assert [(r.kind, r.tps) for r in step.runs] == [("trial", 1200.0), ("confirm", 1190.0)]
+    assert step.state == "merged" and step.kept
+    assert step.gain == pytest.approx(1190 / 1005 - 1)  # the worse of the two measurements
+    assert state.incumbent_step == 1 and state.incumbent_tps == 1190.0
+    assert state.incumbent_levers["activation_checkpoint"] == "none"
+    assert "activation_checkpoint: none" in forge.read_file(RECIPE_REL)  # merged into the base branch
+    assert forge.statuses[forge.find_step("c1", 1).head_sha][0] == "success"  # also on the merged head
+    assert state.phase == "finished" and state.gain == pytest.approx(1190 / 1005 - 1)
+
+
+def test_a_lucky_single_run_not_confirmed_by_the_remeasure_is_closed(tmp_path: Path) -> None:
+    state, forge, _, actions = run_campaign(tmp_path, {AC_NONE: [1200.0, 1000.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    step = state.step(1)
+    assert "confirm" in kinds(actions, 1) and "merge" not in kinds(actions, 1)
+    assert step.state == "closed" and not step.kept
+    assert "not confirmed" in step.close_reason
+    assert forge.find_step("c1", 1).state == "closed"
+    assert "activation_checkpoint: full" in forge.read_file(RECIPE_REL)
+    assert state.incumbent_step == 0 and state.incumbent_tps == state.baseline_tps
+
+
+def test_nothing_clears_the_band_so_the_recipe_is_kept(tmp_path: Path) -> None:
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1030.0], LBS2: [990.0]}, script=script)
+    assert [s.state for s in state.steps] == ["closed", "closed"]
+    assert all("no gain beyond the noise band" in s.close_reason for s in state.steps)
+    assert "confirm" not in kinds(actions)  # within the band: never re-measured
+    assert state.phase == "finished" and state.finish_reason.startswith("policy stopped")
+    assert state.incumbent_step == 0 and state.incumbent_levers == state.baseline_levers and state.gain == 0.0
+    assert forge.read_file(RECIPE_REL) == recipe_text()
+    summary = render_campaign_summary(state)
+    assert "the recipe is kept as it was" in summary
+    assert "activation_checkpoint" in summary and "training.local_batch_size" in summary
+
+
+def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> None:
+    gate = make_gate_config(reject=lambda recipe: recipe.levers.get("activation_checkpoint") == "none")
+    state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}],
+                                                 gate_config=gate)
+    step = state.step(1)
+    assert "run_trial" not in kinds(actions) and len(runner.calls) == 2  # the two baseline runs only
+    assert step.runs == [] and step.state == "closed"
+    assert step.close_reason.startswith("gate (config)") and step.config_verdict.verdict == "reject"
+    assert statuses(forge, 1) == ["failure"]
+
+
+def test_convergence_gate_reject_closes_the_step(tmp_path: Path) -> None:
+    gate = make_gate_convergence(reject=lambda record: record.levers.get("activation_checkpoint") == "none")
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}],
+                                             gate_convergence=gate)
+    step = state.step(1)
+    assert kinds(actions, 1)[:4] == ["open_step", "check_config", "run_trial", "check_convergence"]
+    assert "confirm" not in kinds(actions) and "merge" not in kinds(actions)
+    assert step.state == "closed" and step.close_reason.startswith("gate (convergence)")
+    assert step.verdict.stage == "convergence" and not step.verdict.ok
+    assert state.incumbent_step == 0
+
+
+def test_a_failed_trial_closes_the_step(tmp_path: Path) -> None:
+    state, *_ = run_campaign(tmp_path, {AC_NONE: "crash"}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    step = state.step(1)
+    assert step.state == "closed" and step.close_reason.startswith("trial crash")
+    assert [r.kind for r in step.runs] == ["trial"]
+
+
+def test_a_failing_baseline_finishes_the_campaign(tmp_path: Path) -> None:
+    state, _, runner, _ = run_campaign(tmp_path, {(("activation_checkpoint", "full"),): "oom"}, script=[])
+    assert state.phase == "finished" and "baseline run failed" in state.finish_reason
+    assert len(runner.calls) == 1 and state.steps == []
+
+
+def test_max_steps_finishes_the_campaign(tmp_path: Path) -> None:
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    text = recipe_text()
+    forge = MemoryForge({RECIPE_REL: text})
+    driver = make_driver(forge, FakeRunner(table_rule({}, [1000.0])), ScriptedPolicy(script), tmp_path)
+    state = driver.start(new_state(text, max_steps=1))
+    assert len(state.steps) == 1 and state.finish_reason == "reached the 1-step limit"
+
+
+# ----------------------------------------------------------------------------- invariants of the machine
+def _after_baseline(tmp_path: Path) -> tuple[cm.Campaign, MemoryForge]:
+    text = recipe_text()
+    forge = MemoryForge({RECIPE_REL: text})
+    driver = make_driver(forge, FakeRunner(table_rule({}, [1000.0, 1010.0])), ScriptedPolicy([]), tmp_path)
+    state = new_state(text)
+    state, _ = cm.advance(state, cm.CampaignRequested())
+    while not isinstance(state.pending[0], cm.Propose):
+        state, _ = cm.advance(state, driver.execute(state, state.pending[0]))
+    return state, forge
+
+
+def _change(lever: str = "activation_checkpoint", to="none", before="full") -> Change:
+    return Change(lever=lever, before=before, after=to, why="test")
+
+
+def test_never_two_open_steps(tmp_path: Path) -> None:
+    state, _ = _after_baseline(tmp_path)
+    state, actions = cm.advance(state, cm.Proposed(decision=_change()))
+    assert [a.type for a in actions] == ["open_step"] and state.open_step.n == 1
+    with pytest.raises(ValueError, match="still open"):
+        cm.advance(state, cm.Proposed(decision=_change("training.local_batch_size", 2, 1)))
+    with pytest.raises(ValueError, match="still open"):  # not even a stop may leave a step dangling
+        cm.advance(state, cm.Proposed(decision=Stop(why="enough")))
+    state, _ = cm.advance(state, cm.StepOpened(n=1, branch="b", head_sha="x"))
+    with pytest.raises(ValueError, match="still open"):
+        cm.advance(state, cm.Proposed(decision=_change("training.local_batch_size", 2, 1)))
+
+
+def test_stop_requested_closes_the_open_step_and_finishes(tmp_path: Path) -> None:
+    text = recipe_text()
+    forge = MemoryForge({RECIPE_REL: text})
+    runner = FakeRunner(table_rule({AC_NONE: [1500.0]}, [1000.0, 1010.0]))
+    seen: list = []
+
+    def crash_when_open(state, action, event):
+        seen.append(action)
+        if isinstance(event, cm.StepOpened):
+            raise KeyboardInterrupt  # the person hits stop while step 1 is open
+
+    driver = make_driver(forge, runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path, on_event=crash_when_open)
+    with pytest.raises(KeyboardInterrupt):
+        driver.start(new_state(text))
+    driver2 = make_driver(forge, runner, ScriptedPolicy([]), tmp_path)
+    assert driver2.load("c1").open_step.state == "open"
+    state = driver2.stop("c1", "stop requested by @alice")
+    assert state.phase == "finished" and state.finish_reason == "stop requested by @alice"
+    assert state.step(1).state == "closed" and state.step(1).runs == [] and state.pending == []
+    assert forge.find_step("c1", 1).state == "closed"
+    assert len(runner.calls) == 2  # the trial was never started
+    assert "finished" in forge.comments[("0", "attune:campaign")]
+    # a stop after the end keeps the reason it finished for
+    again, actions = cm.advance(state, cm.StopRequested(why="late"))
+    assert actions == [] and again.finish_reason == "stop requested by @alice"
+
+
+def test_stop_before_the_step_is_opened_closes_it_too(tmp_path: Path) -> None:
+    state, _ = _after_baseline(tmp_path)
+    state, _ = cm.advance(state, cm.Proposed(decision=_change()))
+    state, actions = cm.advance(state, cm.StopRequested())
+    assert [a.type for a in actions] == ["close", "comment", "finish"] and state.pending == actions
+    assert state.phase == "finished"
+    state, _ = cm.advance(state, cm.StepClosed(n=1))
+    assert state.step(1).state == "closed" and state.open_step is None
+
+
+def test_budget_added_resumes_a_campaign_that_ran_out(tmp_path: Path) -> None:
+    text = recipe_text()
+    forge = MemoryForge({RECIPE_REL: text})
+    runner = FakeRunner(table_rule({AC_NONE: [1500.0, 1490.0]}, [1000.0, 1010.0]), cost=0.1)
+    driver = make_driver(forge, runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path)
+    state = driver.start(new_state(text, budget=0.25))  # two baseline runs (0.2) fit; a third (~0.11) does not
+    assert state.phase == "finished" and state.finish_reason.startswith("budget") and state.steps == []
+    assert state.spent == pytest.approx(0.2)
+    state, actions = cm.advance(state, cm.BudgetAdded(device_hours=0.3))
+    assert state.budget == pytest.approx(0.55) and state.phase == "stepping" and [a.type for a in actions] == ["propose"]
+    driver.save(state)
+    state = driver.resume("c1")
+    assert state.step(1).state == "merged" and state.spent == pytest.approx(0.4) and state.spent <= state.budget
+    # budget added to a campaign that finished for another reason changes nothing but the budget
+    state2, actions = cm.advance(state, cm.BudgetAdded(device_hours=1.0))
+    assert actions == [] and state2.phase == "finished" and state2.budget == pytest.approx(1.55)
+
+
+def test_budget_added_during_the_baseline_measures_the_rest_of_the_baseline(tmp_path: Path) -> None:
+    text = recipe_text()
+    forge = MemoryForge({RECIPE_REL: text})
+    driver = make_driver(forge, FakeRunner(table_rule({}, [1000.0, 1010.0]), cost=0.1), ScriptedPolicy([]), tmp_path)
+    state = driver.start(new_state(text, budget=0.15))
+    assert state.phase == "finished" and len(state.baseline) == 1 and state.band is None
+    state, actions = cm.advance(state, cm.BudgetAdded(device_hours=0.2))
+    assert state.phase == "baseline" and [a.type for a in actions] == ["run_baseline"] and actions[0].attempt == 2
+    driver.save(state)
+    state = driver.resume("c1")
+    assert len(state.baseline) == 2 and state.band is not None and state.finish_reason.startswith("policy stopped")
+
+
+def test_redelivered_campaign_requested_is_a_noop(tmp_path: Path) -> None:
+    state = new_state(recipe_text())
+    first, actions = cm.advance(state, cm.CampaignRequested())
+    assert [a.type for a in actions] == ["comment", "run_baseline"]
+    second, again = cm.advance(first, cm.CampaignRequested())
+    assert again == [] and second == first
+    done, _ = _after_baseline(tmp_path)  # also once the baseline ran (nothing pending but Propose)
+    assert cm.advance(done, cm.CampaignRequested()) == (done, [])
+    stopped, _ = cm.advance(new_state(recipe_text()), cm.StopRequested())
+    assert stopped.phase == "finished"
+    assert cm.advance(stopped, cm.CampaignRequested()) == (stopped, [])  # a finished campaign does not restart
+
+
+def test_redelivered_run_result_is_counted_once(tmp_path: Path) -> None:
+    state = new_state(recipe_text())
+    state, _ = cm.advance(state, cm.CampaignRequested())
+    state, _ = cm.advance(state, cm.Done())
+    run = cm.RunRef(kind="baseline", attempt=1, outcome="ok", tps=1000.0, device_hours=0.1)
+    state, actions = cm.advance(state, cm.RunFinished(run=run))
+    assert [a.type for a in actions] == ["run_baseline"] and state.spent == pytest.approx(0.1)
+    again, more = cm.advance(state, cm.RunFinished(run=run))
+    assert more == [] and again == state
+
+
+def test_advance_is_pure(tmp_path: Path) -> None:
+    state, _ = _after_baseline(tmp_path)
+    before = state.model_dump()
+    cm.advance(state, cm.Proposed(decision=_change()))
+    assert state.model_dump() == before
+
+
+def test_budget_check_uses_the_estimate_before_any_run() -> None:
+    state = new_state(recipe_text(), budget=0.05, run_cost_estimate=0.1)
+    state, actions = cm.advance(state, cm.CampaignRequested())
+    assert [a.type for a in actions] == ["comment", "comment", "finish"] and state.finish_reason.startswith("budget")
+    zero = new_state(recipe_text(), budget=0.0)
+    zero, actions = cm.advance(zero, cm.CampaignRequested())
+    assert "run_baseline" not in [a.type for a in actions]  # nothing left: not even a first run
+
+
+# ----------------------------------------------------------------------------- budget (property)
+BUDGET_SCRIPT = [
+    {"lever": "activation_checkpoint", "to": "none"},
+    {"lever": "training.local_batch_size", "to": 2},
+    {"lever": "loss.num_chunks", "to": 4},
+    {"lever": "training.gc_freq", "to": 10},
+    {"lever": "optimizer.implementation", "to": "foreach"},
+    {"lever": "training.local_batch_size", "to": 4},
+]
+BUDGET_TABLE = {
+    AC_NONE: [1300.0, 1290.0],
+    LBS2: [1400.0, 1000.0],
+    (("loss.num_chunks", 4),): "oom",
+    (("training.local_batch_size", 4),): [1500.0, 1490.0],
+}
+
+
+class CheckedRunner(FakeRunner):
+    """Before every run, checks the saved state: the run's expected cost fits what is left."""
+
+    def __init__(self, driver_ref: list, costs: list[float]) -> None:
+        super().__init__(table_rule(BUDGET_TABLE, [1000.0, 1010.0]), cost=lambda i: costs[i % len(costs)])
+        self.driver_ref = driver_ref
+        self.expected: list[float] = []
+
+    def run(self, recipe, **kw):
+        state = self.driver_ref[0].load("c1")
+        expected = state.expected_run_cost()
+        assert state.spent + expected <= state.budget + 1e-12, "a run was started whose expected cost does not fit"
+        assert expected > 0 or state.spent < state.budget
+        self.expected.append(expected)
+        return super().run(recipe, **kw)
+
+
+def _budget_campaign(costs: list[float], budget: float, estimate: float = 0.0):
+    import tempfile
+
+    text = recipe_text()
+    driver_ref: list = []
+    runner = CheckedRunner(driver_ref, costs)
+    with tempfile.TemporaryDirectory() as tmp:
+        driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy(BUDGET_SCRIPT), Path(tmp))
+        driver_ref.append(driver)
+        state = driver.start(new_state(text, budget=budget, run_cost_estimate=estimate))
+    return state, runner
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(costs=st.lists(st.floats(0.001, 0.2), min_size=1, max_size=12), budget=st.floats(0.0, 1.5))
+def test_budget_is_never_exceeded_beyond_the_last_runs_overrun(costs: list[float], budget: float) -> None:
+    state, runner = _budget_campaign(costs, budget)
+    spent = [c["cost"] for c in runner.calls]
+    assert state.spent == pytest.approx(sum(spent))
+    assert state.phase == "finished" and state.pending == []
+    if runner.calls:
+        # every run started only when spent-so-far + its expected cost fitted; so only the last run's
+        # overrun of its own expectation (actual - expected) can take spending past the budget
+        assert state.spent <= budget + max(0.0, spent[-1] - runner.expected[-1]) + 1e-12
+    else:
+        assert budget == 0.0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cost=st.floats(0.001, 0.2), budget=st.floats(0.0, 1.5))
+def test_budget_is_never_exceeded_when_runs_cost_what_was_expected(cost: float, budget: float) -> None:
+    state, runner = _budget_campaign([cost], budget, estimate=cost)
+    assert state.spent <= budget
+    assert all(c["cost"] <= e for c, e in zip(runner.calls, runner.expected, strict=True))
+    if budget >= 2 * 1.1 * cost + cost:  # room for the baseline and at least one trial
+        assert state.steps

@@ -1,0 +1,130 @@
+"""bot/cli.py: ``attune run`` (real torchtitan), ``attune recipe show|set``; user mistakes exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shared_run import STEPS, cli_ok_run
+
+from bot.cli import main
+from bot.records import read_record
+
+REPO = Path(__file__).resolve().parents[1]
+CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
+ATTUNE = Path(sys.executable).with_name("attune")
+
+
+def attune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ATTUNE), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip("\n").splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("attune: ")
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    return lines[0]
+
+
+@pytest.fixture
+def recipe_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "cpu.yaml"
+    path.write_text(CPU_RECIPE.read_text())
+    return path
+
+
+@pytest.mark.torchtitan
+def test_run_json() -> None:
+    run = cli_ok_run()  # attune run RECIPE --steps 8 --json --out DIR (real torchtitan, shared with test_local)
+    proc = run.proc
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    result = json.loads(last)
+    for key in ("record", "outcome", "steps", "loss_first", "loss_last", "tps_median", "step_time_median_s", "device_hours", "simulated"):
+        assert key in result, key
+    assert result["outcome"] == "ok"
+    assert result["steps"] == STEPS
+    assert result["simulated"] is False
+    assert result["loss_last"] < result["loss_first"]
+    assert result["tps_median"] > 0 and result["step_time_median_s"] > 0 and result["device_hours"] > 0
+    assert Path(result["record"]) == run.out / "record.json"
+    record = read_record(result["record"])
+    assert record.outcome == "ok" and record.summary.tps_median == result["tps_median"]
+    assert record.recipe_path == str(run.recipe)
+    assert (run.out / "train.log").exists()
+
+
+def test_run_malformed_recipe(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    text = CPU_RECIPE.read_text().replace("  training.local_batch_size: 1", "  training.local_batch_size: many")
+    bad.write_text(text)
+    line_no = text.splitlines().index("  training.local_batch_size: many") + 1
+    out = tmp_path / "out"
+    proc = attune("run", str(bad), "--steps", "6", "--json", "--out", str(out))
+    line = assert_one_line_error(proc)
+    assert f"{bad}:{line_no}: levers.training.local_batch_size: expected an integer" in line
+    assert proc.stdout == ""
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_run_missing_recipe(tmp_path: Path) -> None:
+    line = assert_one_line_error(attune("run", str(tmp_path / "nope.yaml")))
+    assert "nope.yaml" in line
+
+
+def test_run_too_few_steps(recipe_copy: Path, tmp_path: Path) -> None:
+    line = assert_one_line_error(attune("run", str(recipe_copy), "--steps", "1", "--out", str(tmp_path / "o")))
+    assert "--steps" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("lever", "value", "fragment"),
+    [("training.local_batch_size", "abc", "expected an integer"), ("no.such", "1", "unknown lever"), ("activation_checkpoint", "half", "expected one of")],
+)
+def test_recipe_set_refused(recipe_copy: Path, lever: str, value: str, fragment: str) -> None:
+    before = recipe_copy.read_bytes()
+    line = assert_one_line_error(attune("recipe", "set", str(recipe_copy), lever, value))
+    assert str(recipe_copy) in line and fragment in line
+    assert recipe_copy.read_bytes() == before
+
+
+def test_recipe_set(recipe_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = recipe_copy.read_text().splitlines()
+    assert main(["recipe", "set", str(recipe_copy), "training.local_batch_size", "2"]) == 0
+    assert capsys.readouterr().out.strip() == f"{recipe_copy}: training.local_batch_size: 1 -> 2"
+    after = recipe_copy.read_text().splitlines()
+    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b] == [("  training.local_batch_size: 1", "  training.local_batch_size: 2")]
+
+
+def test_recipe_show(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recipe", "show", str(CPU_RECIPE)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# command"
+    command = out[1]
+    assert command.startswith("OMP_NUM_THREADS=2 ") and "torchrun --standalone" in command
+    assert " -m torchtitan.train --module bot.workloads.llama3_tiny --config llama3_tiny_cpu " in command
+    assert command.endswith(" activation-checkpoint:full")
+    assert "--training.steps 20" in command
+    assert out[2] == "# resolved torchtitan config"
+    fields = dict(line.split(" = ", 1) for line in out[3:])
+    assert fields["training.local_batch_size"] == "1"
+    assert fields["training.global_batch_size"] == "8"
+    assert fields["activation_checkpoint.mode"] == "'full'"
+    assert fields["optimizer.param_groups.0.optimizer_kwargs.lr"] == "0.003"
+    assert fields["compile.enable"] == "False"
+    assert list(fields) == sorted(fields)
+
+
+def test_recipe_show_refused_config(recipe_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    recipe_copy.write_text(recipe_copy.read_text().replace("  compile.enable: false", "  compile.enable: false\n  compile.enable_async_tensor_parallel: true"))
+    assert main(["recipe", "show", str(recipe_copy)]) == 3
+    out = capsys.readouterr().out
+    assert "# resolved config: refused by torchtitan" in out and "Async TP" in out

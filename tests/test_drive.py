@@ -1,0 +1,188 @@
+"""bot/drive.py: the local driver on a real git forge — crash at every transition, resume, same decisions.
+
+A short campaign (fake runner, LocalForge on a tmp git repository, the real finish hook): step 1 wins
+and is merged, step 2 runs out of memory, step 3 retries step 2's layout with recomputation and
+brings no gain. For every transition index k the driver crashes (after saving the state, and — the
+harder case — after carrying out the action but before saving), a fresh driver resumes, and the
+outcome must equal the uninterrupted run: same decisions, one branch per step number, no run
+repeated, no record lost, no duplicate commit.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from campaign_fakes import (
+    RECIPE_REL,
+    FakeRunner,
+    ScriptedPolicy,
+    decisions,
+    git,
+    make_driver,
+    make_repo,
+    new_state,
+    recipe_text,
+)
+
+from bot.drive import Driver
+from bot.forge.local import LocalForge
+from bot.local_campaign import finish_local
+
+SCRIPT = [
+    {"lever": "activation_checkpoint", "to": "none"},
+    {"lever": "training.local_batch_size", "to": 2},
+    {"lever": "activation_checkpoint", "to": "selective", "stacked_on": 2},
+]
+
+
+def rule(eff, nth):
+    if eff["training.local_batch_size"] == 2 and eff["activation_checkpoint"] == "none":
+        return "oom", None
+    if eff["training.local_batch_size"] == 2:
+        return "ok", 1150.0
+    if eff["activation_checkpoint"] == "none":
+        return "ok", [1200.0, 1190.0][min(nth, 1)]
+    return "ok", [1000.0, 1010.0][min(nth, 1)]
+
+
+class Crash(Exception):
+    pass
+
+
+class CrashBeforeSave(Driver):
+    """Crashes on the k-th save: the action was carried out, the state that records it was not saved."""
+
+    def __init__(self, *args, crash_at: int, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.crash_at, self.saves = crash_at, 0
+
+    def save(self, state) -> None:
+        self.saves += 1
+        if self.saves == self.crash_at:
+            raise Crash(f"crash before save {self.saves}")
+        super().save(state)
+
+
+def drivers(repo: Path, runner: FakeRunner, **kw) -> Driver:
+    return make_driver(LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", finish_hook=finish_local, **kw)
+
+
+def forge_facts(repo: Path) -> dict:
+    """What the forge holds: branch names, and the commit subjects of the base branch and of every step branch."""
+    branches = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/attune/").split()
+    return {
+        "branches": sorted(branches),
+        "main": git(repo, "log", "--format=%s", "main").splitlines(),
+        **{b: git(repo, "log", "--format=%s", f"main..{b}").splitlines() for b in branches},
+        "results": sorted(p.parent.name for p in (repo / "results").rglob("*.json")),
+    }
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_repo(tmp_path_factory.mktemp("template") / "repo", recipe_text())
+
+
+@pytest.fixture(scope="module")
+def reference(template: Path, tmp_path_factory: pytest.TempPathFactory):
+    repo = tmp_path_factory.mktemp("reference") / "repo"
+    shutil.copytree(template, repo)
+    runner = FakeRunner(rule)
+    driver = drivers(repo, runner)
+    state = driver.start(new_state(recipe_text()))
+    return state, driver.transitions, forge_facts(repo), runner
+
+
+def test_the_uninterrupted_campaign(reference) -> None:
+    state, transitions, facts, runner = reference
+    assert [(s.n, s.state, s.kept) for s in state.steps] == [(1, "merged", True), (2, "closed", False), (3, "closed", False)]
+    assert state.step(2).runs[0].outcome == "oom" and state.step(3).stacked_on == 2
+    assert state.step(3).levers["training.local_batch_size"] == 2 and state.step(3).levers["activation_checkpoint"] == "selective"
+    assert state.finish_reason == "policy stopped: script exhausted" and state.pending == []
+    assert len(runner.calls) == 6  # 2 baseline + trial/confirm + trial + trial
+    assert facts["branches"] == ["attune/c1/1-activation_checkpoint", "attune/c1/2-training-local_batch_size",
+                                 "attune/c1/3-activation_checkpoint"]
+    assert any(line.startswith("attune: campaign c1 finished") for line in facts["main"])
+    assert transitions == 30
+
+
+def _check_same(repo: Path, state, reference, runner: FakeRunner) -> None:
+    ref_state, _, ref_facts, _ = reference
+    assert decisions(state) == decisions(ref_state)
+    facts = forge_facts(repo)
+    numbers = [b.rsplit("/", 1)[1].split("-", 1)[0] for b in facts["branches"]]
+    assert sorted(numbers) == ["1", "2", "3"]  # one branch per step number: none opened twice
+    assert facts == ref_facts  # the same commits, none duplicated by a re-executed action
+    out_dirs = [c["out_dir"] for c in runner.calls]
+    assert len(out_dirs) == len(set(out_dirs)) == 6  # a resumed driver never repeats a finished run
+    for out in out_dirs:
+        assert (Path(out) / "record.json").is_file()
+    for run in [*state.baseline, *(r for s in state.steps for r in s.runs)]:
+        assert Path(run.record).is_file()
+
+
+def _transition_indices() -> list[int]:
+    return list(range(1, 31))
+
+
+@pytest.mark.parametrize("k", _transition_indices())
+def test_crash_after_transition_k_then_resume(k: int, template: Path, reference, tmp_path: Path) -> None:
+    total = reference[1]
+    if k > total:
+        pytest.skip(f"the campaign has {total} transitions")
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo)
+    runner = FakeRunner(rule)
+    with pytest.raises(RuntimeError, match="test crash"):
+        drivers(repo, runner, crash_after=k).start(new_state(recipe_text()))
+    state = drivers(repo, runner).resume("c1")
+    _check_same(repo, state, reference, runner)
+
+
+@pytest.mark.parametrize("k", _transition_indices())
+def test_crash_after_the_action_before_saving_then_resume(k: int, template: Path, reference, tmp_path: Path) -> None:
+    total = reference[1]
+    if k > total:
+        pytest.skip(f"the campaign has {total} transitions")
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo)
+    runner = FakeRunner(rule)
+    with pytest.raises(Crash):
+        drivers(repo, runner, driver_cls=CrashBeforeSave, crash_at=k + 1).start(new_state(recipe_text()))  # save 1 is the request
+    state = drivers(repo, runner).resume("c1")
+    _check_same(repo, state, reference, runner)
+
+
+def test_transition_indices_cover_the_campaign(reference) -> None:
+    assert reference[1] <= len(_transition_indices()), "raise the range: every transition index must be crashed at"
+
+
+def test_start_on_an_existing_campaign_resumes_it(template: Path, reference, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo)
+    runner = FakeRunner(rule)
+    with pytest.raises(RuntimeError):
+        drivers(repo, runner, crash_after=10).start(new_state(recipe_text()))
+    state = drivers(repo, runner).start(new_state(recipe_text()))  # a re-run of the same command
+    _check_same(repo, state, reference, runner)
+
+
+def test_step_records_and_reports_are_on_the_branches(reference, template: Path, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo)
+    forge = LocalForge(repo)
+    state = drivers(repo, FakeRunner(rule)).start(new_state(recipe_text()))
+    for s in state.steps:
+        files = git(repo, "ls-tree", "-r", "--name-only", s.branch).split()
+        assert f"campaigns/c1/step-{s.n}/trial.json" in files and f"campaigns/c1/step-{s.n}/report.md" in files
+        diff = git(repo, "diff", "--numstat", f"{s.branch}~0", "main", "--", RECIPE_REL)
+        assert diff or s.kept  # a closed step's recipe differs from the base
+    assert "campaigns/c1/step-1/confirm.json" in git(repo, "ls-tree", "-r", "--name-only", "main")
+    assert "campaigns/c1/step-2/CLOSED.md" in git(repo, "ls-tree", "-r", "--name-only", state.step(2).branch)
+    # results/ holds the kept step's confirmed (slower) measurement only
+    results = list((repo / "results").rglob("*.json"))
+    assert len(results) == 1 and '"tps_median": 1190.0' in results[0].read_text()
+    assert forge.status_of(git(repo, "rev-parse", state.step(1).branch).strip())["state"] == "success"
+    assert (repo / "leaderboard.md").read_text().count("1,190") == 1
