@@ -9,6 +9,7 @@ edit leaves the file byte-identical.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from pathlib import Path
 from typing import Any, Literal
@@ -141,10 +142,8 @@ def _line_of(data: Any, loc: tuple[Any, ...]) -> int | None:
     node = data
     for key in loc:
         if isinstance(node, CommentedMap) and key in node:
-            try:
+            with contextlib.suppress(KeyError, TypeError):
                 line = node.lc.key(key)[0] + 1
-            except (KeyError, TypeError):
-                pass
             node = node[key]
         else:
             break

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from shared_run import STEPS, cli_ok_run
 
 from bot.cli import main

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from bot import levers
-from bot.levers import CATALOG, DEFAULTS, LeverError, ModelFacts, get, parse_value, prerequisite_for, prerequisite_problems
+from bot.levers import (
+    CATALOG,
+    DEFAULTS,
+    LeverError,
+    ModelFacts,
+    get,
+    parse_value,
+    prerequisite_for,
+    prerequisite_problems,
+)
 
 
 def test_every_lever_has_a_default_and_a_flag() -> None:

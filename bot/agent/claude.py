@@ -21,7 +21,7 @@ from bot.campaign import Campaign
 from bot.lessons import Lesson, relevant
 from bot.records import Change, Stop
 
-DEFAULT_MODEL = os.environ.get("ATTUNE_CLAUDE_MODEL", "claude-sonnet-4-5")
+DEFAULT_MODEL = os.environ.get("ATTUNE_CLAUDE_MODEL", "claude-sonnet-5-5")  # claude-sonnet-4-5 reaches end-of-life 2026-11-30
 
 TOOLS: list[dict[str, Any]] = [
     {

@@ -114,7 +114,9 @@ def test_a_whole_campaign_never_repeats_or_proposes_anything_illegal(tmp_path: P
     pairs = [(s.change.lever, s.change.after) for s in state.steps]
     assert len(pairs) == len(set(pairs))  # never a value already tried
     untried = {(k, v) for k, values in space.values.items() for v in values if catalog.effective(recipe.levers)[k] != v}
-    assert set(pairs) == untried  # it explored everything legal, and nothing else
+    # it explored everything legal, and nothing else — but memory_budget recompute, which needs compile: its
+    # prerequisite was proposed (and not kept), so with one lever per step it stays out of reach
+    assert set(pairs) == untried - {("activation_checkpoint", "memory_budget")}
     for lever, value in pairs:
         lv = catalog.get(lever)
         assert lever not in recipe.pinned and lv.tier_of(value) not in ("X", "N") and not lv.precision

@@ -78,7 +78,7 @@ def test_booleans_pins_steps_and_dump_folder(cpu_recipe: Recipe) -> None:
     assert _value_after(args, "--training.local-batch-size") == "1"
     assert _value_after(args, "--metrics.log-freq") == "1"  # the runner needs every step's loss
     # optimizer.lr is pinned, but 0.3.0's CLI cannot set it: it is checked on the resolved config only
-    assert not any("lr" == a.rpartition(".")[2] or a.startswith("--optimizer.lr") for a in args)
+    assert not any(a.rpartition(".")[2] == "lr" or a.startswith("--optimizer.lr") for a in args)
     assert "0.003" not in args
 
 

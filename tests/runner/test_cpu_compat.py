@@ -189,7 +189,10 @@ def random_positions(batch: int, seq: int, rng: random.Random) -> torch.Tensor:
 
 def stock_mask(positions: torch.Tensor) -> torch.Tensor:
     """torchtitan's block-causal mask_mod evaluated at every (b, q, kv): shape (B, 1, L, L)."""
-    from torchtitan.models.common.attention import get_causal_mask_mod, get_efficient_causal_mask_mod_for_packed_document
+    from torchtitan.models.common.attention import (
+        get_causal_mask_mod,
+        get_efficient_causal_mask_mod_for_packed_document,
+    )
 
     mask_mod = and_masks(get_causal_mask_mod(), get_efficient_causal_mask_mod_for_packed_document(positions))
     batch, seq = positions.shape
@@ -217,7 +220,10 @@ def test_dense_mask_is_not_plain_causal() -> None:
 
 
 def test_sdpa_forward_equals_flex_attention_with_the_stock_block_mask() -> None:
-    from torchtitan.models.common.attention import get_causal_mask_mod, get_efficient_causal_mask_mod_for_packed_document
+    from torchtitan.models.common.attention import (
+        get_causal_mask_mod,
+        get_efficient_causal_mask_mod_for_packed_document,
+    )
 
     torch.manual_seed(0)
     batch, seq, heads, dim = 3, 128, 2, 16

@@ -27,7 +27,12 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 def _survivors(marker: str) -> list[str]:
     """Processes whose command line mentions ``marker`` (the run's unique out dir)."""
     out = subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True)
-    return [line for line in out.stdout.splitlines()[1:] if marker in line and " Z" not in line[:16]]
+    alive = []
+    for line in out.stdout.splitlines()[1:]:
+        _pid, stat, args = line.split(None, 2)
+        if marker in args and not stat.startswith("Z"):  # a zombie is dead, only not yet reaped
+            alive.append(line)
+    return alive
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,7 @@ def test_ok_run(ok_run: tuple[RunRecord, Path]) -> None:
     assert record.simulated is False and record.hook is None
     assert record.launch.launcher == "local" and record.launch.world_size == 1
     assert Path(record.launch.command[0]).name == "torchrun"
-    assert "activation-checkpoint:full" == record.launch.command[-1]
+    assert record.launch.command[-1] == "activation-checkpoint:full"
     assert (out / "train.log").read_text().count(" loss: ") >= STEPS
 
 

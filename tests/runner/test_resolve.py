@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from bot.recipe import Recipe
-from bot.runner.resolve import ResolveError, batch_problems, dp_degree, flatten, pin_mismatches, resolve_recipe
+from bot.runner.resolve import (
+    ResolveError,
+    batch_problems,
+    dp_degree,
+    flatten,
+    pin_mismatches,
+    resolve_recipe,
+)
 
 
 def test_resolve_the_cpu_recipe(cpu_recipe: Recipe) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from bot.workloads.text import BOS, EOS, IGNORE_INDEX, PAD, VOCAB, CharTokenizerCore, build_sample, sample_indices
+from bot.workloads.text import (
+    BOS,
+    EOS,
+    IGNORE_INDEX,
+    PAD,
+    VOCAB,
+    CharTokenizerCore,
+    build_sample,
+    sample_indices,
+)
 
 TOK = CharTokenizerCore()
 
