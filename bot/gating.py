@@ -47,7 +47,12 @@ def config_gate(baseline: Recipe, candidate: Recipe) -> Verdict:
     return check_config(baseline, candidate)
 
 
+GATE_STEPS = 20  # the gate's comparison window (gate.convergence's default)
+
+
 def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str) -> Verdict:
     from gate.convergence import check_convergence
 
-    return check_convergence(baseline, candidate, tier=tier, band=None)
+    # a benchmark shorter than the window is compared over the steps it has (else the gate refuses the baseline)
+    steps = min(GATE_STEPS, max((s.step for s in baseline.steps), default=GATE_STEPS))
+    return check_convergence(baseline, candidate, tier=tier, band=None, steps=steps)

@@ -87,7 +87,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["re-measured", ", ".join(_fmt(r.tps) for r in step.runs if r.kind == "confirm") or "—"],
         ["decision", "kept (merged)" if step.kept and step.state == "merged" else step.close_reason or step.state],
     ]
-    parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, tablefmt="github"), f"**Why:** {ch.why}"]
+    parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]
     for v in (step.config_verdict, step.verdict if step.verdict is not None and step.verdict.stage == "convergence" else None):
         if v is None:
             continue
@@ -102,7 +102,12 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         if chart:
             parts.append("### Loss curve\n" + chart)
     text = "\n\n".join(parts) + "\n"
-    return text if len(text) <= MAX_REPORT else text[: MAX_REPORT - 40] + "\n\n…(truncated)\n"
+    if len(text) <= MAX_REPORT:
+        return text
+    cut = text[: MAX_REPORT - 40]
+    if cut.count("```") % 2:  # cut inside a code block: close it, or the rest of the comment renders as code
+        cut += "\n```"
+    return cut + "\n\n…(truncated)\n"
 
 
 def campaign_rows(state) -> list[list[str]]:
@@ -133,4 +138,4 @@ def render_campaign_summary(state) -> str:
             verdict += " — nothing cleared the noise band; the recipe is kept as it was"
         facts.append(["finished", verdict])
     table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain", "kept", "branch"], tablefmt="github")
-    return f"{head}\n\n{tabulate(facts, tablefmt='github')}\n\n### Steps\n\n{table}\n"
+    return f"{head}\n\n{tabulate(facts, headers=['campaign', 'value'], tablefmt='github')}\n\n### Steps\n\n{table}\n"

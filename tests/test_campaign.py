@@ -9,8 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from campaign_fakes import (
     RECIPE_REL,
     FakeRunner,
@@ -22,6 +20,8 @@ from campaign_fakes import (
     recipe_text,
     table_rule,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bot import campaign as cm
 from bot.forge.memory import MemoryForge

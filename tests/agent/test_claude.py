@@ -164,7 +164,7 @@ def test_stacking_on_a_step_that_did_not_run_out_of_memory_falls_back() -> None:
     assert "stacked_on=1 is not a step that ran out of memory" in fallback_reason(decision)
 
 
-def test_the_default_model_is_not_deprecated(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_model_is_not_deprecated() -> None:
     deprecated = pytest.importorskip("anthropic._data").DEPRECATED_MODELS  # the SDK's own end-of-life table
     assert DEFAULT_MODEL not in deprecated, f"{DEFAULT_MODEL} reaches end-of-life on {deprecated.get(DEFAULT_MODEL)}"
     state, space = stepping_state()

@@ -1,0 +1,118 @@
+"""bot/report.py: step reports (size cap, mermaid chart with the same numbers as a table) and campaign summaries."""
+
+from __future__ import annotations
+
+import re
+
+from campaign_fakes import make_record, new_state, play, recipe_text, scripted, table_rule
+
+from bot import campaign as cm
+from bot.recipe import parse_recipe_text
+from bot.records import CheckResult, Verdict
+from bot.report import MAX_REPORT, render_campaign_summary, render_run_summary, render_step_report
+
+RECIPE = parse_recipe_text(recipe_text())
+SCRIPT = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2},
+          {"lever": "loss.num_chunks", "to": 4}]
+RULE = table_rule({(("training.local_batch_size", 2),): "oom", (("activation_checkpoint", "none"),): [1300.0, 1290.0]}, [1000.0, 1010.0])
+
+
+def campaign() -> cm.Campaign:
+    return play(new_state(recipe_text()), scripted(SCRIPT), RULE, config_ok=lambda levers: levers.get("loss.num_chunks") != 4)
+
+
+def curves(n: int) -> tuple:
+    base = make_record(RECIPE, "ok", 1000.0, 0.01, losses=[5.0 - i * 1e-3 for i in range(n)])
+    cand = make_record(RECIPE, "ok", 1300.0, 0.01, losses=[5.0 - i * 1e-3 + 2e-4 for i in range(n)])
+    return base, cand
+
+
+def chart_and_table(report: str) -> tuple[dict, list[list[str]]]:
+    block = re.search(r"```mermaid\n(.*?)```", report, re.S).group(1)
+    assert block.startswith("xychart-beta")
+    xs = re.search(r"x-axis \[(.*)\]", block).group(1).replace('"', "").split(", ")
+    lines = [m.split(", ") for m in re.findall(r"line \[(.*)\]", block)]
+    text = report.splitlines()
+    start = next(i for i, line in enumerate(text) if "| baseline loss" in line and "candidate loss" in line)
+    rows = []
+    for line in text[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return {"x": xs, "baseline": lines[0], "candidate": lines[1]}, rows
+
+
+def test_a_step_report_shows_the_loss_chart_and_the_same_numbers_as_a_table() -> None:
+    state = campaign()
+    base, cand = curves(12)
+    report = render_step_report(state, state.step(1), cand, base)
+    chart, rows = chart_and_table(report)
+    assert len(chart["x"]) == len(rows) == 12
+    assert [r[0] for r in rows] == chart["x"]
+    assert [r[1] for r in rows] == chart["baseline"] and [r[2] for r in rows] == chart["candidate"]
+    assert chart["baseline"][0] == "5.0000"
+    assert "| decision" in report and "kept (merged)" in report and "1,290" in report  # the re-measure
+    assert report.splitlines()[2].startswith("| step") and set(report.splitlines()[3]) <= set("|-: ")  # a header row
+
+
+def test_long_curves_stay_under_the_limit_and_keep_the_last_step() -> None:
+    state = campaign()
+    base, cand = curves(20_000)
+    report = render_step_report(state, state.step(1), cand, base)
+    assert len(report) < MAX_REPORT
+    chart, rows = chart_and_table(report)
+    assert len(rows) == len(chart["x"]) <= 40
+    assert chart["x"][0] == "1" and chart["x"][-1] == "20000"  # the whole curve is sampled, not just its start
+    assert [r[1] for r in rows] == chart["baseline"]
+
+
+def test_a_huge_report_is_truncated_under_the_limit() -> None:
+    state = campaign()
+    step = state.step(1).model_copy(deep=True)
+    reasons = ["x" * 5000] * 30
+    step.verdict = Verdict(verdict="ok", stage="convergence", reasons=reasons,
+                           checks=[CheckResult(name=f"c{i}", passed=True, evidence={"k": "y" * 5000}) for i in range(10)])
+    report = render_step_report(state, step, *reversed(curves(100)))
+    assert len(report) <= MAX_REPORT and report.endswith("(truncated)\n")
+
+
+def test_a_config_rejection_is_reported_once_even_after_a_reload() -> None:
+    state = cm.Campaign.model_validate_json(campaign().model_dump_json())  # as a resumed driver reads it
+    step = state.step(3)
+    assert step.config_verdict is not None and step.config_verdict.verdict == "reject"
+    report = render_step_report(state, step, None, None)
+    assert report.count("### Gate (config): **reject**") == 1 and "### Gate (convergence)" not in report
+
+
+def test_the_campaign_summary_lists_every_step() -> None:
+    state = campaign()
+    summary = render_campaign_summary(state)
+    for s in state.steps:
+        assert re.search(rf"\|\s+{s.n}\s+\|\s+{re.escape(s.change.lever)}\s+\|", summary)
+    assert "| oom" in summary and "yes" in summary
+    for table in re.findall(r"((?:^\|.*\n)+)", summary, re.M):  # GitHub renders a table only under a header row
+        first, second = table.splitlines()[:2]
+        assert not set(first) <= set("|-: ") and set(second) <= set("|-: ")
+    assert "baseline tokens/s per device" in summary and "1,005" in summary and "+28.4%" in summary
+    assert f"{state.spent:.4f} of {state.budget:.4f} device-hours" in summary
+    assert "the recipe is kept as it was" not in summary  # step 1 won
+
+
+def test_run_summary_labels_simulated_runs() -> None:
+    record = make_record(RECIPE, "ok", 1234.0, 0.02, simulated=True)
+    text = render_run_summary(record, "runs/x.json")
+    assert "(SIMULATED)" in text and "1,234" in text and "runs/x.json" in text
+
+
+def test_truncation_never_leaves_a_code_block_open() -> None:
+    state = campaign()
+    base, cand = curves(40)
+    report = render_step_report(state, state.step(1), cand, base)
+    chart_at = report.index("```mermaid")
+    step = state.step(1).model_copy(deep=True)
+    pad = MAX_REPORT - 40 - chart_at - 30  # the cut falls 30 characters into the mermaid block
+    step.change = step.change.model_copy(update={"why": step.change.why + "w" * pad})
+    long = render_step_report(state, step, cand, base)
+    assert len(long) <= MAX_REPORT and long.endswith("(truncated)\n")
+    assert "```mermaid" in long and "line [" not in long  # cut inside the chart...
+    assert long.count("```") % 2 == 0  # ...and the block is closed
