@@ -47,7 +47,7 @@ from bot.records import RunRecord, Scalar, Verdict, atomic_write_text
 from gate.calibration import DEFAULT_CACHE, calibration_specs, objective_hash, save_band
 from gate.config_check import check_config
 from gate.convergence import DEFAULT_SAFETY, Band, calibrate_band, check_convergence, compare_signal
-from gate.runs import RunSpec, run_many
+from gate.runs import RunSpec, lookup, run_key, run_many, stack_key
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
@@ -136,6 +136,7 @@ def cases() -> list[Case]:
         ("z-loss 1e-4", "z_loss:1e-4", "z-loss added to the objective"),
         ("label smoothing 0.1", "label_smoothing:0.1", "cross-entropy with label smoothing"),
         ("data restarts", "data_restart:80", "data stream restarts after 80 samples (step 11)"),
+        ("biases frozen (model has none)", r"drop_grads:\.bias$", "bias gradients dropped; no-op by construction: the model has no biases"),
     ]
     faults += [Case(name=n, kind="fault", inject="code", what=w, hook=h) for n, h, w in code]
     faults += [
@@ -275,6 +276,9 @@ def _conv_evidence(v: Verdict) -> tuple[str, str]:
     if check.name not in ("bitwise", "band"):
         return check.name, "; ".join(v.reasons)
     bad = [s for s in signals if (not s["equal"] if check.name == "bitwise" else (s.get("statistic") or 0) > 1)]
+    if check.name == "band" and not bad:
+        worst = ", ".join(f"{s['signal']} {s['statistic']:.2g}x band (step {s['worst_step']})" for s in signals)
+        return "band", f"within the band: {worst}"
     shown = bad or signals
     parts = []
     for s in shown[:2]:
@@ -349,10 +353,10 @@ def run_bench(
         sid = f"case:{c.name}"
         if sid in specs and c.hook is None and texts[c.name] == bases[c.baseline]:
             specs.pop(sid)
-    from gate.runs import lookup
-
-    cached = sum(lookup(s, cache) is not None for s in specs.values())
-    say(f"{len(specs)} runs needed, {cached} cached")
+    here = stack_key()
+    unique = {run_key(s, here): s for s in specs.values()}
+    cached = sum(lookup(s, cache) is not None for s in unique.values())
+    say(f"{len(unique)} runs needed, {cached} cached")
     records = run_many(specs, cache, jobs=jobs, progress=say)
 
     # 3. calibrate the band on the calibration set only
@@ -391,8 +395,8 @@ def run_bench(
             "stack": band.stack_key,
         },
         determinism=determinism,
-        runs_total=len(specs),
-        runs_made=len(specs) - cached,
+        runs_total=len(unique),
+        runs_made=len(unique) - cached,
         wall_s=time.monotonic() - t0,
     )
     out.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ thread-safe. Failed records are kept in ``<cache_dir>/failed/`` for inspection, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import queue
@@ -70,14 +71,16 @@ def run_key(spec: RunSpec, stack_key: str) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def _stack_key() -> str:
+@functools.lru_cache(maxsize=1)
+def stack_key() -> str:
+    """This machine's stack key (runs made here carry it)."""
     from bot.runner.base import stack_fingerprint
 
     return stack_fingerprint().key()
 
 
 def cached_path(spec: RunSpec, cache_dir: Path) -> Path:
-    return Path(cache_dir) / "runs" / f"{run_key(spec, _stack_key())}.json"
+    return Path(cache_dir) / "runs" / f"{run_key(spec, stack_key())}.json"
 
 
 def lookup(spec: RunSpec, cache_dir: Path) -> RunRecord | None:
@@ -168,12 +171,20 @@ def run_many(
     cache_dir = Path(cache_dir).resolve()
     out: dict[str, RunRecord] = {}
     todo: queue.Queue[str] = queue.Queue()
+    stack = stack_key()
+    first: dict[str, str] = {}  # run key -> the spec id that runs it
+    twins: dict[str, list[str]] = {}  # spec id -> other ids with the same run key
     for sid, spec in specs.items():
         found = lookup(spec, cache_dir)
         if found is not None:
             out[sid] = found
-        else:
-            todo.put(sid)
+            continue
+        key = run_key(spec, stack)
+        if key in first:
+            twins[first[key]].append(sid)
+            continue
+        first[key], twins[sid] = sid, []
+        todo.put(sid)
     total = todo.qsize()
     if not total:
         return out
@@ -194,7 +205,8 @@ def run_many(
                 errors.append(exc)
                 return
             with lock:
-                out[sid] = record
+                for same in [sid, *twins.get(sid, [])]:
+                    out[same] = record
                 done[0] += 1
                 say(f"[{done[0]}/{total}] {specs[sid].label}: {record.outcome} in {record.summary.wall_s:.0f}s")
 

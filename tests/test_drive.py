@@ -74,8 +74,9 @@ def forge_facts(repo: Path) -> dict:
     branches = git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/attune/").split()
     return {
         "branches": sorted(branches),
-        "main": git(repo, "log", "--format=%s", "main").splitlines(),
-        **{b: git(repo, "log", "--format=%s", f"main..{b}").splitlines() for b in branches},
+        # commit subjects as multisets (commits made within one second have no stable log order)
+        "main": sorted(git(repo, "log", "--format=%s", "main").splitlines()),
+        **{b: sorted(git(repo, "log", "--format=%s", f"main..{b}").splitlines()) for b in branches},
         "results": sorted(p.parent.name for p in (repo / "results").rglob("*.json")),
     }
 

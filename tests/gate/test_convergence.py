@@ -16,7 +16,7 @@ GRAD = [1.5 - 0.04 * t for t in range(20)]
 
 
 def record(loss=LOSS, grad=GRAD, *, outcome="ok", run_id="r", stack=STACK, pinned=None) -> RunRecord:
-    steps = [StepMetric(step=i + 1, loss=round(l, 5), grad_norm=None if g is None else round(g, 4)) for i, (l, g) in enumerate(zip(loss, grad, strict=False))]
+    steps = [StepMetric(step=i + 1, loss=round(v, 5), grad_norm=None if g is None else round(g, 4)) for i, (v, g) in enumerate(zip(loss, grad, strict=False))]
     return RunRecord(
         run_id=run_id, recipe_id="llama3-tiny/cpu", recipe_hash="h", hardware="cpu", stack=stack,
         launch=LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=1),
