@@ -24,7 +24,7 @@ from bot import campaign as cm
 from bot.agent.policy import get_policy
 from bot.drive import Driver
 from bot.forge.memory import MemoryForge
-from bot.gating import config_gate, convergence_gate
+from bot.gating import config_gate, convergence_gate, make_calibrator
 from bot.lessons import load_lessons
 from bot.local_campaign import make_space
 from bot.recipe import Recipe, load_recipe
@@ -74,7 +74,7 @@ def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work:
     driver = Driver(
         forge=MemoryForge({rel: recipe_path.read_text()}), runner=SimRunner(seed=seed), policy=get_policy(policy, **options),
         lessons=load_lessons(), recipe_path=rel, work_dir=work, space_fn=make_space,
-        gate_config=config_gate, gate_convergence=convergence_gate,
+        gate_config=config_gate, gate_convergence=convergence_gate, calibrate=make_calibrator(work),
     )
     driver.forge.refs["main"][rel] = recipe_path.read_text()
     state = cm.Campaign(id=f"{recipe.name.replace('/', '-')}-{policy}-{seed}", recipe_path=rel, recipe_id=recipe.name, policy=policy,

@@ -7,7 +7,8 @@ the first pending action idempotently (a step already opened is found on the for
 record is on disk is not repeated) — never a second step for the same change, never two open
 steps, never a lost record.
 
-Per step: propose one change -> open step -> config gate (free) -> trial run -> convergence gate
+After the baseline runs, the gate's loss-curve noise band is calibrated once (``Calibrate``; its runs
+count against the budget). Per step: propose one change -> open step -> config gate (free) -> trial run -> convergence gate
 -> if the gain clears the noise band, re-measure (confirm) -> merge, else close. Budget is
 device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost
 does not fit what is left is not started.
@@ -22,6 +23,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from bot.records import Change, Scalar, Stop, Verdict
+from gate.convergence import Band
 
 Phase = Literal["baseline", "stepping", "finished"]
 
@@ -130,13 +132,20 @@ class Propose(BaseModel):
     type: Literal["propose"] = "propose"
 
 
+class Calibrate(BaseModel):
+    """Calibrate the gate's loss-curve noise band for the baseline (once, after the baseline runs)."""
+
+    type: Literal["calibrate"] = "calibrate"
+
+
 class Finish(BaseModel):
     type: Literal["finish"] = "finish"
     reason: str
 
 
 Action = Annotated[
-    RunBaseline | OpenStep | CheckConfig | RunTrial | Confirm | CheckConvergence | Comment | SetStatus | Merge | Close | Propose | Finish,
+    RunBaseline | OpenStep | CheckConfig | RunTrial | Confirm | CheckConvergence | Comment | SetStatus | Merge | Close | Propose | Calibrate
+    | Finish,
     Field(discriminator="type"),
 ]
 
@@ -170,6 +179,15 @@ class GateVerdict(BaseModel):
     verdict: Verdict
 
 
+class Calibrated(BaseModel):
+    """The gate's loss band for this campaign (None: none could be made; tier-R/N steps then fail closed)."""
+
+    type: Literal["calibrated"] = "calibrated"
+    band: Band | None = None
+    device_hours: float = 0.0  # the calibration runs made for it (cached runs cost nothing)
+    note: str = ""
+
+
 class StepMerged(BaseModel):
     type: Literal["step_merged"] = "step_merged"
     n: int
@@ -201,7 +219,8 @@ class BudgetAdded(BaseModel):
 
 
 Event = Annotated[
-    CampaignRequested | RunFinished | Proposed | StepOpened | GateVerdict | StepMerged | StepClosed | Done | BudgetExhausted | StopRequested | BudgetAdded,
+    CampaignRequested | RunFinished | Proposed | StepOpened | GateVerdict | Calibrated | StepMerged | StepClosed | Done | BudgetExhausted
+    | StopRequested | BudgetAdded,
     Field(discriminator="type"),
 ]
 
@@ -225,6 +244,9 @@ class Campaign(BaseModel):
     baseline_levers: dict[str, Scalar] = Field(default_factory=dict)
     baseline: list[RunRef] = Field(default_factory=list)
     band: NoiseBand | None = None
+    calibrated: bool = False
+    loss_band: Band | None = None  # the gate's loss-curve band (tier R/N steps are compared within it)
+    calibration_note: str = ""
     incumbent_levers: dict[str, Scalar] = Field(default_factory=dict)
     incumbent_tps: float | None = None
     incumbent_step: int = 0
@@ -315,7 +337,7 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
                 s.phase = "baseline"
                 return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
             s.phase = "stepping"
-            return [Propose()]
+            return [Propose()] if s.calibrated else _run_or_finish(s, Calibrate())
         return []
     if isinstance(ev, BudgetExhausted):
         return _finish(s, "budget exhausted")
@@ -324,6 +346,10 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
     if isinstance(ev, RunFinished):
         s.spent += ev.run.device_hours
         return _on_run(s, ev.run)
+    if isinstance(ev, Calibrated):
+        s.spent += ev.device_hours
+        s.calibrated, s.loss_band, s.calibration_note = True, ev.band, ev.note
+        return [] if s.phase == "finished" else [Propose()]
     if isinstance(ev, Proposed):
         return _on_proposed(s, ev)
     if isinstance(ev, StepOpened):
@@ -362,7 +388,7 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         s.incumbent_levers = dict(s.baseline_levers)
         s.incumbent_tps = s.baseline_tps
         s.phase = "stepping"
-        return [Propose()]
+        return _run_or_finish(s, Calibrate())
     st = s.step(run.n)
     st.runs.append(run)
     if run.kind == "trial":

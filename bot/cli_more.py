@@ -24,6 +24,8 @@ def _progress(console):
         elif kind in ("check_config", "check_convergence"):
             v = event.verdict
             console.print(f"  gate {v.stage}: {v.verdict} (tier {v.tier})" + ("" if v.ok else f" — {v.reasons[0][:120]}"))
+        elif kind == "calibrate":
+            console.print(f"  gate loss band: {event.note}  [spent {state.spent:.4f}/{state.budget:.4f} dh]")
         elif kind == "merge":
             console.print(f"  [green]kept[/]: step {event.n} merged")
         elif kind == "close":
@@ -31,7 +33,8 @@ def _progress(console):
     return on_event
 
 
-def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0) -> int:
+def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
+                  cache_dir: Path | None = None) -> int:
     from bot.local_campaign import build_driver, new_state, summary_json
     from bot.recipe import load_recipe
     from bot.report import render_campaign_summary
@@ -42,7 +45,8 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     console = _console()
     if not as_json:
         console.print(f"[bold]attune campaign[/] {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours")
-    driver = build_driver(repo, recipe_rel, policy=policy, forge=forge, on_event=None if as_json else _progress(console), seed=seed)
+    driver = build_driver(repo, recipe_rel, policy=policy, forge=forge, on_event=None if as_json else _progress(console), seed=seed,
+                          cache_dir=cache_dir)
     state = driver.start(new_state(recipe, recipe_rel, budget=budget, policy=policy))
     if not as_json:
         console.print(render_campaign_summary(state))
@@ -65,10 +69,12 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from bot.local_campaign import scratch_clone
+    from bot.local_campaign import REPO_ROOT, scratch_clone
 
     repo = scratch_clone()
-    return _run_campaign(repo, "recipes/llama3-tiny/cpu.yaml", budget=args.budget, policy=args.policy, forge="local", as_json=args.json)
+    # the gate's calibration runs are cached in this checkout's .attune/, so a second demo reuses them
+    return _run_campaign(repo, "recipes/llama3-tiny/cpu.yaml", budget=args.budget, policy=args.policy, forge="local", as_json=args.json,
+                         cache_dir=REPO_ROOT / ".attune")
 
 
 def cmd_campaign_show(args: argparse.Namespace) -> int:

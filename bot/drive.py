@@ -46,7 +46,8 @@ class Driver:
         work_dir: Path,
         space_fn: Callable[[Recipe], LeverSpace],
         gate_config: Callable[[Recipe, Recipe], Verdict],
-        gate_convergence: Callable[[RunRecord, RunRecord, str], Verdict],
+        gate_convergence: Callable[..., Verdict],
+        calibrate: Callable[[str, RunRecord], cm.Calibrated] | None = None,
         on_event: Callable[[cm.Campaign, Any, Any], None] | None = None,
         finish_hook: Callable[[cm.Campaign, Driver], None] | None = None,
         crash_after: int | None = None,  # test-only: raise after this many transitions
@@ -56,6 +57,7 @@ class Driver:
         self.work_dir = Path(work_dir)
         self.space_fn = space_fn
         self.gate_config, self.gate_convergence = gate_config, gate_convergence
+        self.calibrate = calibrate
         self.on_event = on_event
         self.finish_hook = finish_hook
         self.crash_after = crash_after
@@ -155,11 +157,14 @@ class Driver:
             run = self._run(state, self.step_recipe_text(state, action.n), kind, action.n, 1)
             self._attach(state, action.n, {f"campaigns/{state.id}/step-{action.n}/{kind}.json": Path(run.record).read_text()}, f"attune: {kind} record for step {action.n}")
             return cm.RunFinished(run=run)
+        if isinstance(action, cm.Calibrate):
+            return self._calibrate(state)
         if isinstance(action, cm.CheckConvergence):
             st = state.step(action.n)
             trial = next(r for r in st.runs if r.kind == "trial")
             tier = st.config_verdict.tier if st.config_verdict else "R"
-            return cm.GateVerdict(n=action.n, verdict=self.gate_convergence(self.record(state.baseline[0]), self.record(trial), tier))
+            verdict = self.gate_convergence(self.record(state.baseline[0]), self.record(trial), tier, band=state.loss_band)
+            return cm.GateVerdict(n=action.n, verdict=verdict)
         if isinstance(action, cm.Comment):
             return self._comment(state, action)
         if isinstance(action, cm.SetStatus):
@@ -179,6 +184,18 @@ class Driver:
                 self.finish_hook(state, self)
             return cm.Done()
         raise TypeError(f"unknown action {action!r}")
+
+    def _calibrate(self, state: cm.Campaign) -> cm.Calibrated:
+        """The gate's loss band for this campaign; kept on disk, so a resumed driver never pays for it twice."""
+        path = self.work_dir / state.id / "calibration.json"
+        if path.exists():
+            return cm.Calibrated.model_validate_json(path.read_text())
+        if self.calibrate is None:
+            event = cm.Calibrated(note="no loss-band calibration configured: tier-R/N steps fail closed")
+        else:
+            event = self.calibrate(self.base_text_at_start(state), self.record(state.baseline[0]))
+        atomic_write_text(path, event.model_dump_json())
+        return event
 
     def base_text_at_start(self, state: cm.Campaign) -> str:
         """The recipe as the campaign's baseline ran it (the gate compares against the original)."""

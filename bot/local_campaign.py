@@ -19,7 +19,7 @@ from bot import campaign as cm
 from bot.agent.policy import LeverSpace, get_policy
 from bot.agent.space import search_space
 from bot.drive import Driver
-from bot.gating import config_gate, convergence_gate
+from bot.gating import config_gate, convergence_gate, make_calibrator
 from bot.leaderboard import regenerate
 from bot.lessons import load_lessons, propose_lessons, write_proposed
 from bot.recipe import Recipe, load_recipe
@@ -78,7 +78,8 @@ def load_recipe_text(driver: Driver) -> Recipe:
 
 
 def build_driver(repo: Path, recipe_rel: str, *, policy: str, forge: str = "local", on_event=None, runner_options: dict[str, Any] | None = None,
-                 seed: int = 0, crash_after: int | None = None) -> Driver:
+                 seed: int = 0, crash_after: int | None = None, cache_dir: Path | None = None, progress: Any = None) -> Driver:
+    """The local driver; ``cache_dir`` holds the gate's calibration runs (default ``<repo>/.attune``)."""
     recipe = load_recipe(repo / recipe_rel)
     if forge == "local":
         from bot.forge.local import LocalForge
@@ -101,6 +102,7 @@ def build_driver(repo: Path, recipe_rel: str, *, policy: str, forge: str = "loca
         space_fn=make_space,
         gate_config=config_gate,
         gate_convergence=convergence_gate,
+        calibrate=make_calibrator(cache_dir or repo / ".attune", progress=progress),
         on_event=on_event,
         finish_hook=finish_local if forge == "local" else None,
         crash_after=crash_after,

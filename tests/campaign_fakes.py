@@ -121,8 +121,8 @@ def make_gate_config(reject: Callable[[Recipe], bool] | None = None) -> Callable
     return gate
 
 
-def make_gate_convergence(reject: Callable[[RunRecord], bool] | None = None) -> Callable[[RunRecord, RunRecord, str], Verdict]:
-    def gate(baseline: RunRecord, candidate: RunRecord, tier: str) -> Verdict:
+def make_gate_convergence(reject: Callable[[RunRecord], bool] | None = None) -> Callable[..., Verdict]:
+    def gate(baseline: RunRecord, candidate: RunRecord, tier: str, band: Any = None) -> Verdict:
         if reject and reject(candidate):
             return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=["test: loss curve diverged"])
         return Verdict(verdict="ok", stage="convergence", tier=tier, reasons=["test: curves match"])
@@ -213,6 +213,8 @@ def play(state: cm.Campaign, decide: Callable[[cm.Campaign], Change | Stop], rul
             ev = cm.RunFinished(run=cm.RunRef(kind=kind, n=a.n, outcome=outcome, tps=tps, device_hours=cost))
         elif isinstance(a, cm.Propose):
             ev = cm.Proposed(decision=decide(state))
+        elif isinstance(a, cm.Calibrate):
+            ev = cm.Calibrated(note="test: no band")
         elif isinstance(a, cm.OpenStep):
             ev = cm.StepOpened(n=a.n, branch=f"attune/{state.id}/{a.n}", head_sha=f"sha{a.n}")
         elif isinstance(a, cm.CheckConfig):

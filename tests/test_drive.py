@@ -26,6 +26,7 @@ from campaign_fakes import (
     recipe_text,
 )
 
+from bot import campaign as cm
 from bot.drive import Driver
 from bot.forge.local import LocalForge
 from bot.local_campaign import finish_local
@@ -65,8 +66,22 @@ class CrashBeforeSave(Driver):
         super().save(state)
 
 
+class Calibrations:
+    """A fake loss-band calibration that costs device-hours and counts how often it is paid for."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, recipe_text: str, reference) -> cm.Calibrated:
+        self.calls += 1
+        return cm.Calibrated(device_hours=0.05, note=f"test band for {reference.run_id}")
+
+
 def drivers(repo: Path, runner: FakeRunner, **kw) -> Driver:
-    return make_driver(LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", finish_hook=finish_local, **kw)
+    calibrate = getattr(runner, "calibrations", None) or Calibrations()
+    runner.calibrations = calibrate
+    return make_driver(LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", finish_hook=finish_local,
+                       calibrate=calibrate, **kw)
 
 
 def forge_facts(repo: Path) -> dict:
@@ -106,7 +121,9 @@ def test_the_uninterrupted_campaign(reference) -> None:
     assert facts["branches"] == ["attune/c1/1-activation_checkpoint", "attune/c1/2-training-local_batch_size",
                                  "attune/c1/3-activation_checkpoint"]
     assert any(line.startswith("attune: campaign c1 finished") for line in facts["main"])
-    assert transitions == 30
+    assert runner.calibrations.calls == 1 and state.calibrated and state.calibration_note.startswith("test band")
+    assert state.spent == pytest.approx(sum(r.device_hours for r in [*state.baseline, *(r for s in state.steps for r in s.runs)]) + 0.05)
+    assert transitions == 31
 
 
 def _check_same(repo: Path, state, reference, runner: FakeRunner) -> None:
@@ -122,10 +139,11 @@ def _check_same(repo: Path, state, reference, runner: FakeRunner) -> None:
         assert (Path(out) / "record.json").is_file()
     for run in [*state.baseline, *(r for s in state.steps for r in s.runs)]:
         assert Path(run.record).is_file()
+    assert runner.calibrations.calls == 1  # the loss band is paid for once, whatever crashed around it
 
 
 def _transition_indices() -> list[int]:
-    return list(range(1, 31))
+    return list(range(1, 32))
 
 
 @pytest.mark.parametrize("k", _transition_indices())

@@ -15,6 +15,7 @@ import pytest
 
 from bot.local_campaign import build_driver, new_state, summary_json
 from bot.recipe import load_recipe
+from bot.records import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_REL = "recipes/llama3-tiny/cpu-e2e.yaml"
@@ -55,6 +56,10 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     facts = summary_json(state, repo)
     assert state.phase == "finished" and state.pending == [], facts
     assert [r.outcome for r in state.baseline] == ["ok", "ok"] and state.band is not None
+    # the gate's loss band was calibrated on real runs against this campaign's baseline (tier-R steps can pass)
+    assert state.calibrated and state.loss_band is not None, state.calibration_note
+    assert state.loss_band.reference_run == read_record(state.baseline[0].record).run_id
+    assert "loss band calibrated on" in state.calibration_note
     assert len(state.steps) == 2, facts
     assert state.finish_reason == "reached the 2-step limit", facts
     assert state.spent <= state.budget == budget

@@ -1,0 +1,65 @@
+"""bot/gating.py: how a campaign calls the gate — the loss band it calibrates once, and the convergence stage with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bot import campaign as cm
+from bot.gating import calibrate_loss_band, convergence_gate, make_calibrator
+from bot.recipe import load_recipe
+from bot.records import StepMetric
+from bot.runner.sim import SimRunner
+
+REPO = Path(__file__).resolve().parents[1]
+GLM = REPO / "recipes" / "glm-4.5" / "h100x128.yaml"
+
+
+def _sim_pair():
+    recipe = load_recipe(GLM)
+    runner = SimRunner(seed=3)
+    return recipe, runner.run(recipe, out_dir=None), runner.run(recipe, out_dir=None)
+
+
+def test_a_simulated_band_costs_nothing_and_is_labelled_simulated() -> None:
+    recipe, base, _ = _sim_pair()
+    event = calibrate_loss_band(GLM.read_text(), base, cache_dir=Path("/nonexistent"))
+    assert isinstance(event, cm.Calibrated) and event.band is not None
+    assert event.device_hours == 0.0 and event.note.startswith("SIMULATED")
+    assert all(label.endswith("(simulated)") for label in event.band.calibrated_on)
+    # the modelled drift is real drift: the band is wider than the print floor somewhere, and never below it
+    loss = event.band.signals["loss"]
+    assert max(loss.band) > loss.floor and min(loss.band) >= loss.floor
+
+
+def test_tier_r_passes_within_the_band_and_fails_outside_it() -> None:
+    _, base, cand = _sim_pair()
+    band = calibrate_loss_band(GLM.read_text(), base, cache_dir=Path("/nonexistent")).band
+    assert convergence_gate(base, cand, "R", band=band).ok  # same objective: same modelled curve
+    worse = cand.model_copy(update={"steps": [s.model_copy(update={"loss": s.loss * 1.05}) for s in cand.steps]})
+    verdict = convergence_gate(base, worse, "R", band=band)
+    assert not verdict.ok and "max |delta|/band" in verdict.reasons[0]
+
+
+def test_without_a_band_tier_r_fails_closed_and_tier_b_is_bitwise() -> None:
+    _, base, cand = _sim_pair()
+    verdict = convergence_gate(base, cand, "R", band=None)
+    assert not verdict.ok and "fail closed" in verdict.reasons[0]
+    assert convergence_gate(base, cand, "B", band=None).ok
+
+
+def test_a_band_that_cannot_serve_is_a_closed_rejection_not_a_traceback() -> None:
+    _, base, cand = _sim_pair()
+    band = calibrate_loss_band(GLM.read_text(), base, cache_dir=Path("/nonexistent")).band
+    other_stack = cand.model_copy(update={"stack": cand.stack.model_copy(update={"torch": "9.9"})})
+    verdict = convergence_gate(base, other_stack, "R", band=band)  # calibrated on another stack: recalibrate
+    assert not verdict.ok and "could not compare" in verdict.reasons[0] and "recalibrate" in verdict.reasons[0]
+    short = [StepMetric(step=i + 1, loss=2.0) for i in range(3)]
+    verdict = convergence_gate(base.model_copy(update={"outcome": "crash"}), cand, "R", band=band)  # the baseline cannot serve
+    assert not verdict.ok and "fail closed" in verdict.reasons[0]
+    assert not convergence_gate(base, cand.model_copy(update={"steps": short}), "R", band=band).ok  # a short candidate
+
+
+def test_make_calibrator_fixes_the_cache_and_parallelism(tmp_path: Path) -> None:
+    calibrate = make_calibrator(tmp_path, jobs=1)
+    _, base, _ = _sim_pair()
+    assert calibrate(GLM.read_text(), base).band is not None
