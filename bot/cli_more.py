@@ -148,12 +148,20 @@ def register_campaign(sub: Any) -> None:
 # ------------------------------------------------------------------ gate / bench / sim
 def cmd_gate(args: argparse.Namespace) -> int:
     from gate.command import render_verdict, run_gate
+    from gate.errors import GateInputError
 
     for p in (args.baseline, args.candidate, args.baseline_run, args.candidate_run):
         if p and not Path(p).exists():
             raise UsageError(f"{p}: no such file")
-    verdict = run_gate(args.baseline, args.candidate, config_only=args.config_only, baseline_run=args.baseline_run,
-                       candidate_run=args.candidate_run, steps=args.steps)
+    if args.precision_tolerance is not None and not 0 < args.precision_tolerance < 1:
+        raise UsageError(f"--precision-tolerance: expected a relative tolerance between 0 and 1 (e.g. 0.01); got {args.precision_tolerance}")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
+    try:
+        verdict = run_gate(args.baseline, args.candidate, config_only=args.config_only, baseline_run=args.baseline_run,
+                           candidate_run=args.candidate_run, steps=args.steps, precision_tolerance=args.precision_tolerance, jobs=args.jobs)
+    except GateInputError as exc:  # the inputs cannot be gated (not a verdict on the candidate)
+        raise UsageError(str(exc)) from None
     if args.json:
         print(render_verdict(verdict), file=__import__("sys").stderr)
         emit_json({"verdict": verdict.verdict, "stage": verdict.stage, "tier": verdict.tier, "reasons": verdict.reasons,
@@ -166,7 +174,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_bench_gate(args: argparse.Namespace) -> int:
     from gate.bench import render_bench, run_bench
 
-    report = run_bench(out_dir=Path(args.out))
+    if args.jobs < 1:
+        raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
+    report = run_bench(out_dir=Path(args.out), jobs=args.jobs)
     print(render_bench(report))
     if args.json:
         emit_json(report.summary())
@@ -206,12 +216,16 @@ def register_gate_bench_sim(sub: Any) -> None:
     g.add_argument("--baseline-run")
     g.add_argument("--candidate-run")
     g.add_argument("--steps", type=int, default=20)
+    g.add_argument("--precision-tolerance", type=float, default=None,
+                   help="accept a precision change whose loss stays within this relative tolerance (e.g. 0.01); default: reject")
+    g.add_argument("--jobs", type=int, default=1, help="calibration runs at a time")
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_gate)
 
     b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
     bg = b.add_parser("gate", help="fault-injection benchmark of the gate (real CPU torchtitan runs)")
     bg.add_argument("--out", default=".attune/bench-gate")
+    bg.add_argument("--jobs", type=int, default=2, help="real runs at a time (default 2: one per core of a 2-core box)")
     bg.add_argument("--json", action="store_true")
     bg.set_defaults(func=cmd_bench_gate)
     bt = b.add_parser("tuners", help="every policy under the same budget in the simulator (SIMULATED)")

@@ -17,7 +17,7 @@ from bot.recipe import PIN_ALIASES, Recipe
 from bot.records import Scalar
 from bot.runner.command import titan_args
 
-AC_MODES = {"NoAC": "none", "SelectiveAC": "selective", "FullAC": "full", "MemoryBudgetAC": "memory_budget"}
+AC_MODES = {"NoneType": "none", "NoAC": "none", "SelectiveAC": "selective", "FullAC": "full", "MemoryBudgetAC": "memory_budget"}
 
 
 class ResolveError(Exception):
@@ -54,7 +54,7 @@ def resolve_args(args: list[str]) -> dict[str, Any]:
     except Exception as exc:  # torchtitan's validators raise ValueError, AssertionError, ImportError...
         raise ResolveError(f"torchtitan refused the configuration: {type(exc).__name__}: {exc}"[:600]) from None
     flat = flatten(config.to_dict())
-    ac_cls = type(config.activation_checkpoint).__qualname__.split(".")[0]
+    ac_cls = type(config.activation_checkpoint).__qualname__.split(".")[0]  # AC none is a None config: "NoneType"
     flat["activation_checkpoint.mode"] = AC_MODES.get(ac_cls, ac_cls)
     return flat
 

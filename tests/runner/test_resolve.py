@@ -127,3 +127,9 @@ def test_pin_mismatches() -> None:
 def test_flatten() -> None:
     nested = {"a": {"b": 1, "c": [1, 2], "d": [{"e": 3}]}, "f": (1, 2)}
     assert flatten(nested) == {"a.b": 1, "a.c": [1, 2], "a.d.0.e": 3, "f": [1, 2]}
+
+
+@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+def test_every_ac_mode_resolves_to_its_catalog_name(cpu_recipe: Recipe, mode: str) -> None:
+    recipe = cpu_recipe.model_copy(update={"levers": {**cpu_recipe.levers, "activation_checkpoint": mode}})
+    assert resolve_recipe(recipe)["activation_checkpoint.mode"] == mode  # never a class name such as "NoneType"
