@@ -24,7 +24,7 @@ class UsageError(Exception):
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False, highlight=False)
+    return Console(stderr=False, highlight=False, soft_wrap=True)  # progress lines are never cut at 80 columns in a log
 
 
 def emit_json(obj: dict[str, Any]) -> None:

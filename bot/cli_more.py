@@ -12,24 +12,26 @@ from bot.cli import EXIT_OK, EXIT_USAGE, UsageError, _console, emit_json
 
 # ------------------------------------------------------------------ campaign / demo
 def _progress(console):
+    from rich.markup import escape
+
     def on_event(state, action, event) -> None:
         kind = getattr(action, "type", "")
         if kind in ("run_baseline", "run_trial", "confirm") and hasattr(event, "run"):
             r = event.run
             label = f"baseline {r.attempt}" if r.kind == "baseline" else f"step {r.n} {r.kind}"
-            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}  [spent {state.spent:.4f}/{state.budget:.4f} dh]")
+            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
         elif kind == "open_step":
             st = state.step(event.n)
-            console.print(f"[bold]step {st.n}[/]: {st.change.title()}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})")
+            console.print(f"[bold]step {st.n}[/]: {escape(st.change.title())}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})")
         elif kind in ("check_config", "check_convergence"):
             v = event.verdict
-            console.print(f"  gate {v.stage}: {v.verdict} (tier {v.tier})" + ("" if v.ok else f" — {v.reasons[0][:120]}"))
+            console.print(f"  gate {v.stage}: {v.verdict} (tier {v.tier})" + ("" if v.ok else f" — {escape(v.reasons[0][:160])}"))
         elif kind == "calibrate":
-            console.print(f"  gate loss band: {event.note}  [spent {state.spent:.4f}/{state.budget:.4f} dh]")
+            console.print(f"  gate loss band: {escape(event.note)}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
         elif kind == "merge":
             console.print(f"  [green]kept[/]: step {event.n} merged")
         elif kind == "close":
-            console.print(f"  closed: {action.reason[:140]}")
+            console.print(f"  closed: {escape(action.reason[:160])}")
     return on_event
 
 
@@ -48,11 +50,11 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     driver = build_driver(repo, recipe_rel, policy=policy, forge=forge, on_event=None if as_json else _progress(console), seed=seed,
                           cache_dir=cache_dir)
     state = driver.start(new_state(recipe, recipe_rel, budget=budget, policy=policy))
-    if not as_json:
-        console.print(render_campaign_summary(state))
+    if not as_json:  # markdown as it is: never re-wrapped, and its [links] are not rich markup
+        print(render_campaign_summary(state))
         lb = repo / "leaderboard.md"
         if forge == "local" and lb.exists():
-            console.print(lb.read_text())
+            print(lb.read_text())
     else:
         emit_json(summary_json(state, repo))
     return EXIT_OK

@@ -66,12 +66,13 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
     effective = {**base, **change.extra, change.lever: value}
     if catalog.effective(base).get(change.lever) == value and not change.extra:
         return f"{change.lever} is already {value!r}"
-    key = (change.lever, repr(value))
-    tried = {(s.change.lever, repr(s.change.after)) for s in campaign.steps if s.change.stacked_on == change.stacked_on and not s.change.extra}
-    if key in tried and not change.extra:
-        return f"{change.lever}={value!r} was already tried"
-    if change.extra and any(s.levers == effective for s in campaign.steps):
-        return "this configuration was already tried"
+    # "already tried" means this exact configuration was measured (or refused) in this campaign: the same
+    # lever value on top of another incumbent is a new configuration (AC off may lose at microbatch 1 and win at 8)
+    target = catalog.effective(effective)
+    if any(catalog.effective(s.levers) == target for s in campaign.steps):
+        return f"{change.lever}={value!r} was already tried" if not change.extra else "this configuration was already tried"
+    if target == catalog.effective(campaign.baseline_levers):
+        return "this configuration is the baseline's"
     if not check_prerequisites:
         return None
     new_problems = set(catalog.prerequisite_problems(effective, space.model)) - set(catalog.prerequisite_problems(base, space.model))

@@ -1,42 +1,90 @@
-"""A trial's report job: read the run record, feed ``RunFinished`` to the campaign, gate, report, merge or close,
-advance and dispatch the next run (all decisions in bot.campaign; actions executed by the shared driver)."""
+"""A trial's report job: read what the self-hosted job left, feed it to the campaign, then gate, report, merge or
+close, advance and dispatch the next run (all decisions in bot.campaign; actions executed by the shared driver).
+
+What the run job leaves in the downloaded artifact directory:
+
+- a run (baseline, trial, re-measure): ``record.json`` (``attune run --out``), fed as ``RunFinished``;
+- a calibration: ``calibrated.json`` (``attune github calibrate --out``), fed as ``Calibrated``.
+
+Nothing there (the runner died, the artifact expired or was never uploaded) or something unreadable is a result
+too: a run is fed as a crash whose reason says the record was missing, a calibration as "no loss band" (tier-R/N
+steps then fail closed). The handler answers only the run the campaign waits for (same kind, step, attempt and
+measured sha), so a re-delivered result changes nothing.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from bot import campaign as cm
-from bot.events.github_driver import RUN_ACTIONS, GitHubDriver, load_state, run_kind
+from bot.events.github_driver import RUNNER_ACTIONS, GitHubDriver, load_state, run_key, run_kind
 from bot.forge.github import GitHubForge
-from bot.records import RunRecord, read_record
+from bot.records import RunRecord
+
+RECORD_FILE = "record.json"
+CALIBRATED_FILE = "calibrated.json"
+
+
+def _read(path: Path, model: Any) -> tuple[Any, str]:
+    """(the parsed file, "") or (None, why not)."""
+    if not path.is_file():
+        return None, f"no {path.name} in the run's artifact"
+    try:
+        return model.model_validate_json(path.read_text()), ""
+    except (OSError, ValueError, ValidationError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"{path.name} could not be read ({first[:200]})"
 
 
 def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str,
-           run_job_result: str = "success", **driver_kw: Any) -> str:
+           run_job_result: str = "success", kind: str = "", attempt: int = 0, **driver_kw: Any) -> str:
+    """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done."""
     stored = load_state(forge, issue)
     if stored is None or stored.campaign.id != campaign:
         raise ValueError(f"issue #{issue} holds no state for campaign {campaign!r}")
     state = stored.campaign
     action = state.pending[0] if state.pending else None
-    if not isinstance(action, RUN_ACTIONS):
+    if not isinstance(action, RUNNER_ACTIONS):
         return "ignored: the campaign is not waiting for a run (already handled)"
-    kind, n, attempt = run_kind(action)
-    if kind != "baseline" and state.step(n).number != pr:
-        return f"ignored: the campaign waits for step {n}, not PR #{pr}"
+    want_kind, n, want_attempt = run_kind(action)
+    if (kind and kind != want_kind) or (attempt and attempt != want_attempt):
+        return f"ignored: the campaign waits for {run_key(action)}, not this {kind or 'run'} (attempt {attempt or '?'})"
+    if want_kind in ("trial", "confirm"):
+        step = state.step(n)
+        if step.number != pr:
+            return f"ignored: the campaign waits for step {n}, not PR #{pr}"
+        measured = stored.heads.get(n) or step.head_sha
+        if sha != measured:
+            return f"ignored: step {n} was dispatched at {measured}, this result is for {sha}"
+    elif pr != 0:
+        return f"ignored: the campaign waits for {run_key(action)} (no PR), not PR #{pr}"
     driver = GitHubDriver(forge=forge, stored=stored, **driver_kw)
-    path = Path(result_dir) / "record.json"
-    record: RunRecord | None = read_record(path) if path.is_file() else None
-    name = f"baseline-{attempt}" if kind == "baseline" else f"step-{n}-{kind}"
+    job = run_job_result or "unknown"
+    if want_kind == "calibrate":
+        calibrated, why = _read(Path(result_dir) / CALIBRATED_FILE, cm.Calibrated)
+        if calibrated is None:
+            calibrated = cm.Calibrated(note=f"no loss band: the calibration left no result ({why}; run job: {job}); "
+                                            "tier-R/N steps fail closed")
+        driver.put_record_file(state.id, f"campaigns/{state.id}/calibration.json", calibrated.model_dump_json(indent=1) + "\n",
+                               f"attune: loss-band calibration ({sha[:12]})")
+        state = driver.advance(calibrated)
+        state = driver.loop(state)
+        band = "a loss band" if calibrated.band is not None else "no loss band"
+        return f"campaign {state.id}: calibrated ({band}); phase {state.phase}"
+    record, why = _read(Path(result_dir) / RECORD_FILE, RunRecord)
+    name = run_key(action)
     if record is not None:
         where = driver.put_record_file(state.id, f"campaigns/{state.id}/{name}.json", record.model_dump_json(indent=1) + "\n",
-                                       f"attune: {kind} record ({name}, {sha[:12]})")
-        run = cm.RunRef(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason,
+                                       f"attune: {want_kind} record ({name}, {sha[:12]})")
+        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome=record.outcome, reason=record.reason,
                         tps=record.summary.tps_median, tps_cv=record.summary.tps_cv,
                         device_hours=record.summary.device_hours, record=where, simulated=record.simulated)
     else:
-        run = cm.RunRef(kind=kind, n=n, attempt=attempt, outcome="crash",
-                        reason=f"no run record (run job: {run_job_result or 'unknown'})")
+        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash",
+                        reason=f"the run record was missing: {why} (run job: {job})")
     state = driver.advance(cm.RunFinished(run=run))
     state = driver.loop(state)
-    return f"campaign {state.id}: {kind} run {run.outcome}; phase {state.phase}"
+    return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"

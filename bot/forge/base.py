@@ -52,8 +52,12 @@ class Forge(Protocol):
         """The step ``n`` of ``campaign`` if it was already opened (any state), else None."""
         ...
 
-    def open_step(self, req: StepRequest) -> StepRef:
-        """Create the step branch from the base branch with a one-line commit, and open the PR."""
+    def open_step(self, req: StepRequest, base_ref: str | None = None) -> StepRef:
+        """Create the step branch with a one-line commit, and open the PR.
+
+        The branch starts from the base branch, or from ``base_ref`` — another step's branch of the same
+        campaign — when the step is stacked on it (an out-of-memory layout retried with recomputation).
+        """
         ...
 
     def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:

@@ -8,7 +8,8 @@ opening a second one. Every write is guarded:
   whose diff is not exactly one line;
 - ``merge`` merges only the measured head sha (``PUT …/pulls/{n}/merge`` with ``sha``; GitHub answers 409 when the
   head moved), and only a pull request from a bot branch of this repository;
-- ``check_trial`` is what a workflow asks before a self-hosted runner executes anything.
+- ``check_trial`` (a step pull request) and ``check_default_run`` (a baseline or calibration run on the default
+  branch) are what a workflow asks before a self-hosted runner executes anything.
 
 PyGithub runs lazily here (``Github(lazy=True)``): objects are fetched only when an attribute is read, so each
 operation sends the few requests listed in its docstring and nothing else.
@@ -41,6 +42,11 @@ _REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 _WORKFLOW_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.ya?ml$")
 _SHA = re.compile(r"^[0-9a-f]{40}$")
+# Bot-written data a step branch may carry besides recipes/ and results/: the reports, closing notes and run records
+# of the step it is stacked on (``campaigns/<campaign>/step-<n>/…``). Markdown and JSON only: nothing a runner executes.
+DATA_PATHS = ("campaigns/",)
+DATA_SUFFIXES = (".md", ".json")
+ACTIONS_BOT_LOGIN = "github-actions[bot]"  # who GITHUB_TOKEN writes as
 
 RecipeEditor = Callable[..., str]
 
@@ -99,6 +105,11 @@ def _diff_size(old: str, new: str) -> tuple[int, int]:
 def _message(exc: GithubException) -> str:
     data = exc.data if isinstance(exc.data, Mapping) else {}
     return str(data.get("message") or exc.message or exc)
+
+
+def _is_data(name: str) -> bool:
+    """Bot-written data (reports, closing notes, run records) a step branch may carry: never code."""
+    return name.startswith(DATA_PATHS) and name.endswith(DATA_SUFFIXES)
 
 
 def _require_repo_path(path: str) -> str:
@@ -164,7 +175,8 @@ class GitHubForge:
         """A forge for the repository of the running workflow (``GITHUB_REPOSITORY``, ``GITHUB_API_URL``).
 
         The token is ``ATTUNE_GITHUB_TOKEN`` (a GitHub App token) or else ``GITHUB_TOKEN``; the run's URL becomes
-        the status link.
+        the status link. The bot's own login (whose marker comments it trusts) is ``ATTUNE_BOT_LOGIN`` (the App's
+        ``<slug>[bot]``), else, inside GitHub Actions with ``GITHUB_TOKEN``, ``github-actions[bot]``.
         """
         env = os.environ if env is None else env
         repo = env.get("GITHUB_REPOSITORY", "")
@@ -178,6 +190,8 @@ class GitHubForge:
         kwargs.setdefault("run_url", run_url)
         if env.get("ATTUNE_BOT_LOGIN"):
             kwargs.setdefault("bot_login", env["ATTUNE_BOT_LOGIN"])
+        elif env.get("GITHUB_ACTIONS") == "true" and not env.get("ATTUNE_GITHUB_TOKEN"):
+            kwargs.setdefault("bot_login", ACTIONS_BOT_LOGIN)
         return cls(repo, token, **kwargs)
 
     # -- finding and opening steps ------------------------------------------------------------------------
@@ -205,8 +219,13 @@ class GitHubForge:
                 return self._step_ref(pr, campaign, n)
         return None
 
-    def open_step(self, req: StepRequest) -> StepRef:
+    def open_step(self, req: StepRequest, base_ref: str | None = None) -> StepRef:
         """Branch from the base head, commit the one-line recipe edit, open the PR and label it.
+
+        ``base_ref`` stacks the step on another step (an OOM retry built on a failed step's layout): the branch
+        starts from that step branch's head, so it carries the parent's one-line change (and its report), and adds
+        its own one-line commit; the pull request still targets the default branch. Only a bot branch of the same
+        campaign can be a parent.
 
         Idempotent: an existing step is returned as it is; a branch left by a crash is reused when it holds exactly
         this edit. Calls ``GET /git/ref/heads/<base>``, ``GET /contents/<recipe>?ref=<sha>``,
@@ -217,9 +236,15 @@ class GitHubForge:
         if existing is not None:
             return existing
         path = _require_repo_path(req.recipe_path)
-        base_sha = self._branch_head(self.base_branch)
+        parent = base_ref or self.base_branch
+        if base_ref is not None and not base_ref.startswith(f"{BOT_BRANCH_PREFIX}{req.campaign}/"):
+            raise GitHubForgeError(
+                f"base_ref {base_ref!r}: a step can only be stacked on a step branch of campaign {req.campaign}"
+            )
+        base_sha = self._branch_head(parent)
         if base_sha is None:
-            raise GitHubForgeError(f"base branch {self.base_branch!r} not found in {self.full_name}")
+            what = "parent step branch" if base_ref else "base branch"
+            raise GitHubForgeError(f"{what} {parent!r} not found in {self.full_name}")
         current = self._get_file(path, base_sha)
         new_text = self._edit(current.text, req.lever, req.value, source=path)
         removed, added = _diff_size(current.text, new_text)
@@ -421,8 +446,9 @@ class GitHubForge:
         """May a self-hosted runner execute ``sha`` for PR ``pr_number``?
 
         Yes only if the PR is open, comes from a bot branch of this repository, its head is exactly ``sha``, it
-        changes files only under ``trial_paths`` (recipes and results: no code) and exactly one recipe file, which
-        the answer names. ``GET /pulls/{n}`` and ``GET /pulls/{n}/files``.
+        changes files only under ``trial_paths`` (recipes and results: no code) or bot data (``campaigns/…`` Markdown
+        and JSON, which a stacked step carries from its parent) and exactly one recipe file, which the answer
+        names. ``GET /pulls/{n}`` and ``GET /pulls/{n}/files``.
         """
 
         def no(reason: str, branch: str = "") -> TrialCheck:
@@ -442,7 +468,7 @@ class GitHubForge:
         if pr.head.sha != sha:
             return no(f"PR #{pr_number} head is {pr.head.sha}, not {sha}", branch)
         changed = [f.filename for f in pr.get_files()]
-        outside = [name for name in changed if not name.startswith(self.trial_paths)]
+        outside = [name for name in changed if not name.startswith(self.trial_paths) and not _is_data(name)]
         if outside:
             return no(
                 f"PR #{pr_number} changes files outside {', '.join(self.trial_paths)}: {outside[:5]}", branch
@@ -453,6 +479,36 @@ class GitHubForge:
                 f"PR #{pr_number} changes {len(recipes)} recipe files; a step changes exactly one", branch
             )
         return TrialCheck(ok=True, pr=pr_number, sha=sha, branch=branch, recipe=recipes[0])
+
+    def check_default_run(self, sha: str, recipe: str) -> TrialCheck:
+        """May a self-hosted runner execute ``recipe`` at ``sha`` for a run without a step PR (a baseline run, a
+        calibration)? Yes only if ``sha`` is the default branch's head (its code is what the default branch holds)
+        and ``recipe`` is a ``.yaml`` file under ``recipes/`` at that sha. ``GET /git/ref/heads/<base>`` and
+        ``GET /contents/<recipe>?ref=<sha>``.
+        """
+
+        def no(reason: str) -> TrialCheck:
+            return TrialCheck(ok=False, pr=0, sha=sha, reason=reason, branch=self.base_branch)
+
+        if not _SHA.match(sha):
+            return no(f"sha {sha!r}: expected 40 hexadecimal characters")
+        parts = recipe.split("/")
+        if (
+            not re.fullmatch(r"[A-Za-z0-9_./-]+", recipe)
+            or parts[0] != "recipes"
+            or len(parts) < 2
+            or not recipe.endswith(".yaml")
+            or any(p in ("", ".", "..") for p in parts)
+        ):
+            return no(f"recipe {recipe[:80]!r}: expected a .yaml file under recipes/")
+        head = self._branch_head(self.base_branch)
+        if head != sha:
+            return no(f"sha {sha} is not the head of {self.base_branch} ({head or 'missing'})")
+        try:
+            self._get_file(recipe, sha)
+        except (UnknownObjectException, GitHubForgeError):
+            return no(f"{recipe} is not a file at {sha}")
+        return TrialCheck(ok=True, pr=0, sha=sha, branch=self.base_branch, recipe=recipe)
 
     # -- helpers ------------------------------------------------------------------------------------------
 

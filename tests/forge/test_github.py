@@ -125,6 +125,37 @@ def test_open_step_survives_a_racing_driver_creating_the_branch(
     assert len(seeded.pulls) == 1
 
 
+def test_open_step_stacks_a_step_on_its_parent_branch(seeded: FakeGitHub, forge: GitHubForge) -> None:
+    # An OOM retry: step 2 is built on step 1's layout, which was closed with its report on the branch.
+    base_before = seeded.head("main")
+    parent = forge.open_step(request(1, "compile", "true"))
+    parent = forge.add_files(parent, {"campaigns/c7/step-1/CLOSED.md": "Closed: trial oom\n"}, "attune: close step 1")
+    forge.close(parent, "trial oom")
+
+    child = forge.open_step(request(2, "activation_checkpoint", "selective"), base_ref=parent.branch)
+
+    assert child.branch == "attune/c7/2-activation_checkpoint"
+    assert seeded.commits[child.head_sha].parents == [parent.head_sha]  # one commit on top of the parent's head
+    pull = seeded.pulls[child.number]
+    assert pull.base_ref == "main" and pull.state == "open"
+    text = seeded.file(RECIPE_PATH, child.branch)
+    assert "  compile: true\n" in text and "  activation_checkpoint: selective\n" in text
+    own = seeded.commits[child.head_sha]
+    assert own.tree[RECIPE_PATH] == set_one_lever(seeded.file(RECIPE_PATH, parent.head_sha), "activation_checkpoint", "selective")
+    assert forge.check_trial(child.number, child.head_sha).ok  # recipe + the parent's campaigns/ note only
+    assert forge.open_step(request(2, "activation_checkpoint", "selective"), base_ref=parent.branch) == child
+    assert seeded.head("main") == base_before  # nothing lands on main before a gate
+
+
+def test_open_step_stacks_only_on_a_step_of_the_same_campaign(seeded: FakeGitHub, forge: GitHubForge) -> None:
+    for base_ref in ("main", "attune/other/1-compile", "feature/x"):
+        with pytest.raises(GitHubForgeError, match="stacked on a step branch of campaign c7"):
+            forge.open_step(request(2), base_ref=base_ref)
+    with pytest.raises(GitHubForgeError, match="parent step branch 'attune/c7/1-gone' not found"):
+        forge.open_step(request(2), base_ref="attune/c7/1-gone")
+    assert seeded.pulls == {} and set(seeded.refs) == {"heads/main"}
+
+
 def test_open_step_refuses_to_reuse_a_branch_with_other_content(
     seeded: FakeGitHub, forge: GitHubForge
 ) -> None:
@@ -433,6 +464,36 @@ def test_check_trial(seeded: FakeGitHub, forge: GitHubForge) -> None:
     code = seeded.seed({"bot/cli.py": "import os; os.system('curl evil')\n"}, "sneak", branch=step.branch)
     check = forge.check_trial(step.number, code)
     assert not check.ok and "outside recipes/, results/" in check.reason and "bot/cli.py" in check.reason
+
+
+def test_check_trial_accepts_bot_data_but_not_code_under_campaigns(seeded: FakeGitHub, forge: GitHubForge) -> None:
+    step = forge.open_step(request())
+    data = seeded.seed({"campaigns/c7/step-1/report.md": "# report\n", "campaigns/c7/step-1/trial.json": "{}\n"},
+                       "attune: report", branch=step.branch)
+    assert forge.check_trial(step.number, data).ok
+    code = seeded.seed({"campaigns/c7/setup.py": "import os\n"}, "sneak", branch=step.branch)
+    check = forge.check_trial(step.number, code)
+    assert not check.ok and "campaigns/c7/setup.py" in check.reason
+
+
+def test_check_default_run(seeded: FakeGitHub, forge: GitHubForge) -> None:
+    head = seeded.head("main")
+    check = forge.check_default_run(head, RECIPE_PATH)
+    assert check.ok and check.recipe == RECIPE_PATH and check.pr == 0
+    assert "not the head of main" in forge.check_default_run("a" * 40, RECIPE_PATH).reason
+    assert "40 hexadecimal" in forge.check_default_run("$(id)", RECIPE_PATH).reason
+    for bad in ("", "bot/cli.py", "recipes/../bot/x.yaml", "/etc/passwd.yaml", "recipes/x.yaml; rm -rf /"):
+        assert "expected a .yaml file under recipes/" in forge.check_default_run(head, bad).reason
+    assert "is not a file at" in forge.check_default_run(head, "recipes/missing.yaml").reason
+
+
+def test_from_env_knows_whose_comments_to_trust() -> None:
+    env = {"GITHUB_REPOSITORY": "acme/tuning", "GITHUB_TOKEN": TOKEN}
+    assert GitHubForge.from_env(env).bot_login is None  # outside Actions: the caller says (tests, local use)
+    assert GitHubForge.from_env(env | {"GITHUB_ACTIONS": "true"}).bot_login == "github-actions[bot]"
+    app = env | {"GITHUB_ACTIONS": "true", "ATTUNE_GITHUB_TOKEN": "ghs_app", "ATTUNE_BOT_LOGIN": "attune-bot[bot]"}
+    assert GitHubForge.from_env(app).bot_login == "attune-bot[bot]"
+    assert GitHubForge.from_env(env | {"GITHUB_ACTIONS": "true", "ATTUNE_GITHUB_TOKEN": "ghs_app"}).bot_login is None
 
 
 def test_permission_comes_from_the_collaborator_api(seeded: FakeGitHub, forge: GitHubForge) -> None:

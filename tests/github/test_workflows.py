@@ -204,7 +204,40 @@ def test_the_self_hosted_job_is_guarded() -> None:
         "pr",
         "sha",
         "runner_labels",
+        "kind",
+        "attempt",
+        "recipe",
     }
+    # The dispatcher's inputs reach the runner only as what `check` validated and emitted.
+    run_env = [s.get("env", {}) for s in run["steps"] if "run" in s]
+    assert all("inputs." not in json.dumps(env) for env in run_env)
+
+
+def test_the_calibration_runs_on_the_gpu_runner_from_checked_records() -> None:
+    trial = load(ROOT / ".github" / "workflows" / "trial.yml")
+    check, run, report = trial["jobs"]["check"], trial["jobs"]["run"], trial["jobs"]["report"]
+    script = next(s for s in check["steps"] if s.get("id") == "check")
+    assert '--kind "$KIND"' in script["run"] and '--recipe "$RECIPE"' in script["run"]
+    assert {"kind", "recipe", "campaign", "records_sha", "runs_on", "ok"} <= set(check["outputs"])
+    records = next(s for s in run["steps"] if s.get("with", {}).get("path") == "attune-records")
+    assert records["if"] == "needs.check.outputs.kind == 'calibrate'"
+    assert records["with"] == {
+        "ref": "${{ needs.check.outputs.records_sha }}",
+        "path": "attune-records",
+        "persist-credentials": False,
+    }
+    body = next(s["run"] for s in run["steps"] if "attune" in s.get("run", ""))
+    assert 'attune" github calibrate --out run/calibrated.json' in body
+    handler = next(s for s in report["steps"] if "attune github handle" in s.get("run", ""))
+    assert '--kind "$KIND" --attempt "$ATTEMPT"' in handler["run"]
+    assert handler["env"]["KIND"] == "${{ needs.check.outputs.kind }}"
+
+
+def test_the_bot_knows_its_own_login_when_the_app_writes() -> None:
+    for name in ("campaign.yml", "trial.yml"):
+        steps = [s for job in jobs(ROOT / ".github" / "workflows" / name).values() for s in job["steps"]]
+        handler = next(s for s in steps if "attune github handle" in s.get("run", ""))
+        assert "steps.app-token.outputs.app-slug" in handler["env"]["ATTUNE_BOT_LOGIN"]
 
 
 def test_only_the_trial_workflow_uses_self_hosted_runners() -> None:
@@ -251,3 +284,21 @@ def test_leaderboard_pushes_with_retry_and_no_persisted_credentials() -> None:
         ".github/scripts/push-regenerated.sh leaderboard.md -- attune leaderboard" in s
         for s in run_scripts(ROOT / ".github" / "workflows" / "leaderboard.yml")
     )
+
+
+def test_the_readme_table_states_each_jobs_permissions_exactly() -> None:
+    """README's "Run it on GitHub" table is read from the YAML; this keeps the two from drifting apart."""
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` / `(\w+)` \|.*\| ([^|]+) \|$", readme, re.M)
+    stated = {(wf, job): dict(p.split(": ") for p in re.findall(r"`([\w-]+: \w+)`", perms)) for wf, job, perms in rows}
+    actual = {(path.stem, name): job["permissions"] for path in WORKFLOWS for name, job in jobs(path).items()}
+    assert stated == actual
+
+
+def test_the_optional_anthropic_key_reaches_only_the_hosted_handlers() -> None:
+    for path in WORKFLOWS:
+        for name, job in jobs(path).items():
+            for step in job.get("steps", []):
+                if "ANTHROPIC_API_KEY" in json.dumps(step):
+                    assert (path.name, name) in {("campaign.yml", "handle"), ("trial.yml", "report")}
+                    assert step["env"]["ANTHROPIC_API_KEY"] == "${{ secrets.ANTHROPIC_API_KEY }}"

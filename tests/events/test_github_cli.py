@@ -1,0 +1,108 @@
+"""``attune github check-trial`` and ``attune github calibrate`` as trial.yml calls them (check-trial against the
+spec-validated GitHub fake)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "forge"))
+from forge_helpers import TOKEN, require  # noqa: E402
+
+from bot import campaign as cm  # noqa: E402
+from bot.events import cli  # noqa: E402
+
+RECIPE = "recipes/llama3-tiny/cpu.yaml"
+SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"
+
+
+@pytest.fixture
+def gh(monkeypatch: pytest.MonkeyPatch):
+    require("responses", "openapi_core")
+    from fake_github import FakeGitHub
+    from openapi_contract import Contract, spec_missing_reason
+
+    reason = spec_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    fake = FakeGitHub(Contract()).start()
+    fake.seed({RECIPE: (ROOT / RECIPE).read_text()})
+    monkeypatch.setenv("GITHUB_REPOSITORY", fake.full_name)
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.delenv("ATTUNE_GITHUB_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_API_URL", raising=False)
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    fake.assert_contract_kept()
+
+
+def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **kw: object) -> dict[str, str]:
+    out = tmp_path / "github_output"
+    out.unlink(missing_ok=True)
+    args = {"pr": 0, "sha": "", "campaign": "llama3-tiny-cpu-i1", "runner_labels": '["gpu"]', "recipe": RECIPE, "kind": "",
+            "repo": None, "token_env": "GITHUB_TOKEN", "github_output": str(out)} | kw
+    assert cli.cmd_check_trial(argparse.Namespace(**args)) == 0
+    values = dict(line.split("=", 1) for line in out.read_text().splitlines())
+    values["reason"] = capsys.readouterr().out.strip()
+    return values
+
+
+def test_check_trial_for_a_baseline_names_the_recipe(gh, tmp_path, capsys) -> None:
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline")
+    assert got["ok"] == "true" and got["kind"] == "baseline" and got["recipe"] == RECIPE
+    assert got["runs_on"] == '["self-hosted", "gpu"]' and got["campaign"] == "llama3-tiny-cpu-i1" and got["records_sha"] == ""
+    # what used to reach the runner as an empty recipe is now refused before it
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline", recipe="")
+    assert got["ok"] == "false" and got["recipe"] == "" and "under recipes/" in got["reason"]
+
+
+def test_check_trial_for_a_calibration_pins_the_records_branch(gh, tmp_path, capsys) -> None:
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
+    assert got["ok"] == "false" and "no records branch attune/llama3-tiny-cpu-i1/records" in got["reason"]
+    gh.create_branch("attune/llama3-tiny-cpu-i1/records")
+    records = gh.seed({"campaigns/llama3-tiny-cpu-i1/baseline-1.json": "{}"}, "attune: record",
+                      branch="attune/llama3-tiny-cpu-i1/records")
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
+    assert got["ok"] == "true" and got["kind"] == "calibrate" and got["records_sha"] == records
+
+
+@pytest.mark.parametrize(
+    ("kw", "why"),
+    [
+        ({"kind": "trial"}, "a trial run needs a step PR"),
+        ({"kind": "rm -rf"}, "expected one of"),
+        ({"campaign": "../x"}, "expected letters"),
+        ({"runner_labels": '["gpu", "a b"]'}, "Runner labels"),
+        ({"sha": "0" * 40}, "is not the head of main"),
+    ],
+)
+def test_check_trial_refuses_bad_dispatches(gh, tmp_path, capsys, kw, why) -> None:
+    got = check(tmp_path, capsys, **({"sha": gh.head("main"), "kind": "baseline"} | kw))
+    assert got["ok"] == "false" and got["kind"] == "" and got["campaign"] == "" and why in got["reason"]
+
+
+def test_calibrate_writes_the_calibrated_event(tmp_path, capsys) -> None:
+    from test_trial_scenarios import record
+
+    from bot.recipe import parse_recipe_text
+
+    recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
+    steps = recipe.bench.steps
+    reference = tmp_path / "baseline-1.json"
+    reference.write_text(record(recipe, 500.0, simulated=True, losses=[4.0 - 0.01 * i for i in range(steps)]).model_dump_json())
+    out = tmp_path / "run" / "calibrated.json"
+    args = argparse.Namespace(recipe=str(ROOT / SIM_RECIPE), reference=str(reference), out=str(out),
+                              cache_dir=str(tmp_path / "cache"), jobs=1)
+    assert cli.cmd_calibrate(args) == 0
+    event = cm.Calibrated.model_validate_json(out.read_text())
+    assert event.band is not None and "SIMULATED" in event.note and event.note in capsys.readouterr().out
+
+    args.reference = str(tmp_path / "missing.json")
+    assert cli.cmd_calibrate(args) == 2
+    assert "calibrate:" in capsys.readouterr().err

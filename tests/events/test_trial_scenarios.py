@@ -1,0 +1,431 @@
+"""Trial-result scenarios against the spec-validated GitHub fake (tests/forge): what the report job of trial.yml does
+with a finished run, end to end through ``trial_results.handle`` and the real PyGithub client.
+
+A campaign is started from an issue form, then each dispatched ``trial.yml`` run is answered the way the report job
+would answer it: with the artifact directory the self-hosted job left (a run record, a calibration, or nothing).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "forge"))
+from forge_helpers import TOKEN, require  # noqa: E402
+
+require("responses", "openapi_core")
+from fake_github import FakeGitHub  # noqa: E402
+from openapi_contract import Contract, spec_missing_reason  # noqa: E402
+
+from bot import campaign as cm  # noqa: E402
+from bot.events import campaign_requests, trial_results  # noqa: E402
+from bot.events.github_driver import load_state, records_branch  # noqa: E402
+from bot.forge.github import GATE_CONTEXT, GitHubForge  # noqa: E402
+from bot.recipe import Recipe, parse_recipe_text  # noqa: E402
+from bot.records import (  # noqa: E402
+    Change,
+    LaunchShape,
+    RunRecord,
+    RunSummary,
+    StackFingerprint,
+    StepMetric,
+    Stop,
+    content_hash,
+)
+
+RECIPE = "recipes/llama3-tiny/cpu.yaml"  # a real recipe: its calibration runs on the self-hosted runner
+SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"  # a simulated one: calibrated by the bot, no runs
+
+
+def form(recipe: str = RECIPE) -> str:
+    return (f"### Recipe path\n\n{recipe}\n\n### Budget (device-hours)\n\n1\n\n### Policy\n\nheuristic\n\n"
+            "### Runner labels\n\ngpu, h100\n\n### Bench steps\n\n_No response_")
+
+
+class Scripted:
+    """A policy that answers a fixed list of decisions, in order (then stops)."""
+
+    name = "scripted"
+
+    def __init__(self, *decisions: Change | Stop) -> None:
+        self.decisions = list(decisions)
+
+    def propose(self, campaign: Any, diagnosis: Any, lessons: Any, levers: Any) -> Change | Stop:
+        return self.decisions.pop(0) if self.decisions else Stop(why="script done", policy=self.name)
+
+
+def change(lever: str, before: Any, after: Any, **kw: Any) -> Change:
+    return Change(lever=lever, before=before, after=after, why=f"try {lever}", policy="scripted", **kw)
+
+
+LOSSES = [4.0 - 0.1 * i for i in range(10)]
+
+
+def record(recipe: Recipe, tps: float | None, *, outcome: str = "ok", losses: list[float] | None = None, cost: float = 0.01,
+           run_id: str = "r", simulated: bool = False) -> RunRecord:
+    losses = LOSSES if losses is None else losses
+    steps = [StepMetric(step=i + 1, loss=x, grad_norm=1.0, tps=tps) for i, x in enumerate(losses)] if outcome == "ok" else []
+    return RunRecord(
+        run_id=run_id, recipe_id=recipe.name, recipe_hash=content_hash(recipe.model_dump_json()), model=recipe.workload.model,
+        hardware=recipe.cluster.hardware, levers=recipe.levers, pinned=recipe.pinned,
+        stack=StackFingerprint(python="3.11", torch="2.13.0", torchtitan="0.3.0"),
+        launch=LaunchShape(launcher=recipe.cluster.launcher, nodes=1, devices_per_node=1, world_size=1),
+        outcome=outcome, reason="" if outcome == "ok" else f"the run ended {outcome}", steps=steps,
+        summary=RunSummary(steps_completed=len(steps), tps_median=tps if outcome == "ok" else None,
+                           tps_cv=0.01 if outcome == "ok" else None, wall_s=cost * 3600, device_hours=cost),
+        usd_per_device_hour=recipe.cluster.usd_per_device_hour, simulated=simulated,
+    )
+
+
+@pytest.fixture(scope="module")
+def contract() -> Contract:
+    reason = spec_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    return Contract()
+
+
+@pytest.fixture
+def gh(contract: Contract):
+    fake = FakeGitHub(contract).start()
+    fake.seed({path: (ROOT / path).read_text() for path in (RECIPE, SIM_RECIPE)})
+    fake.workflows.update({"trial.yml", "leaderboard.yml"})
+    fake.permissions["alice"] = "write"
+    try:
+        yield fake
+    finally:
+        fake.stop()
+    fake.assert_contract_kept()
+
+
+@pytest.fixture
+def forge(gh: FakeGitHub) -> GitHubForge:
+    return GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
+                       bot_login=gh.actor)
+
+
+class Flow:
+    """One campaign on the fake, driven the way the workflows drive it."""
+
+    def __init__(self, gh: FakeGitHub, forge: GitHubForge, tmp_path: Path, policy: Scripted, recipe: str = RECIPE) -> None:
+        self.gh, self.forge, self.tmp, self.policy, self.path = gh, forge, tmp_path, policy, recipe
+        self.recipe = parse_recipe_text((ROOT / recipe).read_text(), recipe)
+        self.issue = gh.add_issue("tune it", form(recipe), user="alice", labels=["attune:campaign"])
+        self.answered = 0
+
+    def start(self) -> str:
+        issue = self.gh.issues[self.issue]
+        payload = {"action": "opened", "issue": {"number": self.issue, "title": issue.title, "body": issue.body,
+                                                 "user": {"login": issue.user}, "labels": [{"name": "attune:campaign"}]}}
+        return campaign_requests.handle(self.forge, payload, policy=self.policy, lessons=[])
+
+    def trials(self) -> list[dict[str, str]]:
+        return [d["inputs"] for d in self.gh.dispatches if d["workflow"] == "trial.yml"]
+
+    @property
+    def last(self) -> dict[str, str]:
+        return self.trials()[-1]
+
+    def answer(self, result: RunRecord | cm.Calibrated | str | None, dispatch: dict[str, str] | None = None,
+               job: str = "success") -> str:
+        """What the report job does for ``dispatch`` (default: the latest) when the run job left ``result``."""
+        inputs = dispatch or self.last
+        self.answered += 1
+        out = self.tmp / f"artifact-{self.answered}"
+        out.mkdir()
+        if isinstance(result, RunRecord):
+            (out / "record.json").write_text(result.model_dump_json())
+        elif isinstance(result, cm.Calibrated):
+            (out / "calibrated.json").write_text(result.model_dump_json())
+        elif isinstance(result, str):
+            (out / "record.json").write_text(result)
+        return trial_results.handle(self.forge, out, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=int(inputs["pr"]),
+                                    sha=inputs["sha"], kind=inputs["kind"], attempt=int(inputs["attempt"]), run_job_result=job,
+                                    policy=self.policy, lessons=[])
+
+    def through_calibration(self) -> None:
+        """Baseline runs (1000 and 1010 tokens/s: noise band 5%) and a calibration with no band (tier B needs none)."""
+        assert self.start().endswith("started")
+        assert (self.last["kind"], self.last["attempt"], self.last["pr"]) == ("baseline", "1", "0")
+        self.answer(record(self.recipe, 1000.0, run_id="b1"))
+        assert (self.last["kind"], self.last["attempt"]) == ("baseline", "2")
+        self.answer(record(self.recipe, 1010.0, run_id="b2"))
+        assert (self.last["kind"], self.last["pr"], self.last["recipe"]) == ("calibrate", "0", RECIPE)
+        self.answer(cm.Calibrated(band=None, device_hours=0.02, note="no loss band: test"))
+
+    def state(self) -> cm.Campaign:
+        stored = load_state(self.forge, self.issue)
+        assert stored is not None
+        return stored.campaign
+
+    def bot_comments(self, number: int) -> list[str]:
+        return [c.body for c in self.gh.comments.values() if c.issue == number and c.user == self.gh.actor]
+
+    def ops(self, operation: str) -> list[Any]:
+        return [c for c in self.gh.calls if c.operation_id == operation]
+
+
+def test_a_passing_trial_is_reported_gated_merged_at_its_sha_and_the_next_step_dispatched(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100), change("activation_checkpoint", "full", "none")))
+    flow.through_calibration()
+    trial = flow.last
+    assert trial["kind"] == "trial" and trial["pr"] != "0" and trial["runner_labels"] == '["gpu", "h100"]'
+    pr, measured = int(trial["pr"]), trial["sha"]
+    assert gh.head_sha(gh.pulls[pr]) == measured
+
+    assert "trial run ok" in flow.answer(record(flow.recipe, 1200.0, run_id="t1"))  # +19%: re-measure it
+    confirm = flow.last
+    assert (confirm["kind"], confirm["pr"], confirm["sha"]) == ("confirm", str(pr), measured)
+    assert flow.ops("pulls/merge") == []
+
+    flow.answer(record(flow.recipe, 1150.0, run_id="c1"))  # confirmed at the worse of the two: +14% > 5% band
+    pull = gh.pulls[pr]
+    assert pull.merged_at is not None
+    # merged through PUT /pulls/{n}/merge with the exact head it checked: the measured commit plus the bot's own
+    # report and results commits (nobody else's)
+    (merge,) = flow.ops("pulls/merge")
+    assert merge.body["sha"] == pull.frozen_head_sha and measured in gh._ancestors(merge.body["sha"])
+    own = gh._ancestors(merge.body["sha"])[: gh._ancestors(merge.body["sha"]).index(measured)]
+    assert all(gh.commits[c].message.startswith("attune:") for c in own)
+    assert gh.file("results/llama3-tiny/cpu/c1.json") is not None  # the confirmed (slower) measurement lands
+    assert gh.file(f"campaigns/{flow.state().id}/step-1/report.md") is not None
+
+    # attune/gate success on the measured sha, and on the merged head (what branch protection looks at)
+    gate = {(s.sha, s.state) for s in gh.statuses if s.context == GATE_CONTEXT}
+    assert (measured, "success") in gate and (merge.body["sha"], "success") in gate
+
+    # one report comment on the PR, with the hidden marker
+    (report,) = flow.bot_comments(pr)
+    assert report.startswith("<!-- attune:") and "step-1" in report.splitlines()[0] and "kept (merged)" in report
+
+    # the dashboard on the campaign issue shows the kept step; the leaderboard is asked for
+    state = flow.state()
+    (dashboard,) = [b for b in flow.bot_comments(flow.issue) if b.startswith("<!-- attune:state -->")]
+    assert "| training.gc_freq" in dashboard and "+14.4%" in dashboard and "```json" in dashboard
+    assert state.incumbent_step == 1 and state.step(1).state == "merged"
+    assert [d["workflow"] for d in gh.dispatches].count("leaderboard.yml") == 1
+
+    # the next step is open and its trial dispatched
+    nxt = flow.last
+    assert nxt["kind"] == "trial" and int(nxt["pr"]) != pr
+    assert gh.pulls[int(nxt["pr"])].state == "open" and state.step(2).state == "open"
+    assert [s.type for s in state.pending] == ["run_trial"]
+
+
+def test_a_gate_failure_closes_the_step_with_the_reason_and_keeps_its_record(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    pr, measured = int(flow.last["pr"]), flow.last["sha"]
+    diverged = [x + 0.05 * i for i, x in enumerate(LOSSES)]  # tier B: the curve must not move at all
+
+    flow.answer(record(flow.recipe, 1300.0, losses=diverged, run_id="t1"))
+
+    pull = gh.pulls[pr]
+    assert pull.state == "closed" and pull.merged_at is None and flow.ops("pulls/merge") == []
+    assert "attune:rejected" in gh.issues[pr].labels
+    comments = flow.bot_comments(pr)
+    assert len(comments) == 2  # the report and the closing reason
+    closing = next(c for c in comments if "closed" in c.splitlines()[0])
+    assert "gate (convergence)" in closing
+    assert {(s.sha, s.state) for s in gh.statuses if s.context == GATE_CONTEXT} >= {(measured, "failure")}
+    state = flow.state()
+    cid = state.id
+    # the record is kept: on the records branch and on the closed PR's branch, with the report and the reason
+    assert gh.file(f"campaigns/{cid}/step-1-trial.json", records_branch(cid)) is not None
+    branch = pull.head_ref
+    assert RunRecord.model_validate_json(gh.file(f"campaigns/{cid}/step-1/trial.json", branch)).run_id == "t1"
+    assert "gate (convergence)" in gh.file(f"campaigns/{cid}/step-1/CLOSED.md", branch)
+    assert state.phase == "finished" and state.step(1).state == "closed"  # the script stops after one step
+
+
+def test_a_redelivered_trial_result_changes_nothing(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    trial = flow.last
+    # the campaign issue's event delivered again while the trial runs: reconciled, the trial not dispatched twice
+    dispatched = len(gh.dispatches)
+    assert flow.start().endswith("reconciled")
+    assert len(gh.dispatches) == dispatched
+    flow.answer(record(flow.recipe, 1200.0, run_id="t1"), trial)
+    confirm = flow.last
+    # the trial's report job runs again (a re-run of the workflow): the campaign now waits for the re-measure
+    before = (len(gh.dispatches), len(gh.comments), len(gh.statuses))
+    assert flow.answer(record(flow.recipe, 1200.0, run_id="t1"), trial).startswith("ignored")
+    assert (len(gh.dispatches), len(gh.comments), len(gh.statuses)) == before
+
+    flow.answer(record(flow.recipe, 1150.0, run_id="c1"), confirm)
+    merged = len(flow.ops("pulls/merge"))
+    after = (len(gh.dispatches), {c.id: c.body for c in gh.comments.values()}, len(gh.statuses), dict(gh.refs))
+    for again in (confirm, trial):
+        assert flow.answer(record(flow.recipe, 1150.0, run_id="c1"), again).startswith("ignored")
+    assert len(flow.ops("pulls/merge")) == merged == 1
+    assert (len(gh.dispatches), {c.id: c.body for c in gh.comments.values()}, len(gh.statuses), dict(gh.refs)) == after
+
+
+def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> None:
+    from bot.events.cli import handle_comment
+
+    flow = Flow(gh, forge, tmp_path, Scripted())
+    flow.start()
+    assert len(flow.trials()) == 1
+
+    def command(body: str) -> str:
+        cid = gh.add_comment(flow.issue, body, user="alice")
+        return handle_comment(forge, {"issue": {"number": flow.issue}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}})
+
+    command("/attune budget +2")
+    assert len(flow.trials()) == 1 and flow.state().budget == pytest.approx(3.0)
+    command("/attune resume")  # the baseline never reported back: run it again
+    assert len(flow.trials()) == 2 and flow.trials()[0] == flow.trials()[1]
+    flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
+    assert flow.answer(record(flow.recipe, 1000.0, run_id="b1"), flow.trials()[0]).startswith("ignored")
+    assert flow.last["attempt"] == "2" and len(flow.trials()) == 3
+
+
+def test_a_result_for_another_sha_or_kind_is_ignored(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    trial = flow.last
+    rec = record(flow.recipe, 1200.0)
+    assert "dispatched at" in flow.answer(rec, {**trial, "sha": "f" * 40})
+    assert "waits for step-1-trial" in flow.answer(rec, {**trial, "kind": "confirm"})
+    assert "waits for step 1, not PR" in flow.answer(rec, {**trial, "pr": "999"})
+    assert flow.state().pending[0].type == "run_trial"
+
+
+@pytest.mark.parametrize(("artifact", "why"), [(None, "no record.json"), ("{not json", "record.json could not be read")])
+def test_a_trial_without_a_record_is_a_crash_and_closes_the_step(gh, forge, tmp_path, artifact, why) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    pr, measured = int(flow.last["pr"]), flow.last["sha"]
+
+    out = flow.answer(artifact, job="failure")
+
+    assert "trial run crash" in out
+    run = flow.state().step(1).runs[0]
+    assert run.outcome == "crash" and "the run record was missing" in run.reason and why in run.reason
+    assert "run job: failure" in run.reason and run.record == ""
+    pull = gh.pulls[pr]
+    assert pull.state == "closed" and pull.merged_at is None
+    closing = next(c for c in flow.bot_comments(pr) if "closed" in c.splitlines()[0])
+    assert "trial crash" in closing and "the run record was missing" in closing
+    assert (measured, "failure") in {(s.sha, s.state) for s in gh.statuses if s.context == GATE_CONTEXT}
+    assert flow.state().phase == "finished"
+
+
+def test_a_baseline_without_a_record_ends_the_campaign_cleanly(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted())
+    flow.start()
+    assert "baseline run crash" in flow.answer(None, job="cancelled")
+    state = flow.state()
+    assert state.phase == "finished" and "the run record was missing" in state.finish_reason
+    assert [d["inputs"]["kind"] for d in gh.dispatches] == ["baseline"]
+
+
+def test_a_real_recipe_is_calibrated_on_the_runner_and_the_campaign_goes_on(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.start()
+    flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
+    flow.answer(record(flow.recipe, 1010.0, run_id="b2"))
+    cal = flow.last
+    assert cal["kind"] == "calibrate" and cal["pr"] == "0" and cal["sha"] == gh.head("main")
+    cid = flow.state().id
+    # what the runner job reads from the records branch is there
+    assert gh.file(f"campaigns/{cid}/baseline-recipe.yaml", records_branch(cid)) == (ROOT / RECIPE).read_text()
+    assert gh.file(f"campaigns/{cid}/baseline-1.json", records_branch(cid)) is not None
+    assert flow.state().pending[0].type == "calibrate" and not flow.state().calibrated
+
+    band_note = "loss band calibrated on 4 runs (test)"
+    assert "calibrated" in flow.answer(cm.Calibrated(band=None, device_hours=0.03, note=band_note))
+
+    state = flow.state()
+    assert state.calibrated and state.calibration_note == band_note
+    assert state.spent == pytest.approx(0.05)  # two baseline runs and the calibration's runs
+    assert gh.file(f"campaigns/{cid}/calibration.json", records_branch(cid)) is not None
+    assert flow.last["kind"] == "trial" and state.step(1).state == "open"  # Propose -> open -> config gate -> trial
+    # delivered again: nothing
+    assert flow.answer(cm.Calibrated(band=None, note="again"), cal).startswith("ignored")
+
+
+def test_a_calibration_that_left_nothing_fails_closed_and_goes_on(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.start()
+    flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
+    flow.answer(record(flow.recipe, 1010.0, run_id="b2"))
+    flow.answer(None, job="failure")
+    state = flow.state()
+    assert state.calibrated and state.loss_band is None
+    assert "no calibrated.json" in state.calibration_note and "run job: failure" in state.calibration_note
+    assert flow.last["kind"] == "trial"
+
+
+def test_a_simulated_recipe_is_calibrated_by_the_bot_without_a_runner(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)), recipe=SIM_RECIPE)
+    flow.start()
+    steps = flow.recipe.bench.steps
+    losses = [4.0 - 0.01 * i for i in range(steps)]
+    flow.answer(record(flow.recipe, 500.0, run_id="b1", simulated=True, losses=losses))
+    flow.answer(record(flow.recipe, 505.0, run_id="b2", simulated=True, losses=losses))
+    state = flow.state()
+    assert "calibrate" not in [d["inputs"]["kind"] for d in gh.dispatches]
+    assert state.calibrated and state.loss_band is not None and "SIMULATED" in state.calibration_note
+    assert flow.last["kind"] == "trial"
+
+
+def test_an_oom_retry_is_stacked_on_the_failed_step(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.local_batch_size", 1, 2),
+                                              change("training.gc_freq", 50, 100, stacked_on=1)))
+    flow.through_calibration()
+    parent_pr = int(flow.last["pr"])
+    flow.answer(record(flow.recipe, None, outcome="oom", run_id="t1"))
+    parent = gh.pulls[parent_pr]
+    assert parent.state == "closed"
+
+    child_pr = int(flow.last["pr"])
+    child = gh.pulls[child_pr]
+    assert child_pr != parent_pr and child.base_ref == "main" and flow.last["kind"] == "trial"
+    # branched from the parent's head (its one-line change, report and closing note), plus one one-line commit
+    head = gh.head(child.head_ref)
+    assert gh.commits[head].parents == [gh.head(parent.head_ref)]
+    text = gh.file(RECIPE, head)
+    assert "local_batch_size: 2" in text and "gc_freq: 100" in text
+    changed = [f for f in gh._diff(child) if f["filename"] == RECIPE]
+    assert [(f["additions"], f["deletions"]) for f in changed] == [(2, 2)]
+    # the runner may execute it: only the recipe and the bot's campaigns/ data differ from main
+    check = forge.check_trial(child_pr, head)
+    assert check.ok, check.reason
+    assert flow.state().step(2).stacked_on == 1
+
+
+def test_a_step_branch_moved_after_measuring_is_never_merged(gh, forge, tmp_path) -> None:
+    from bot.forge.github import GitHubForgeError
+
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    pr, measured = int(flow.last["pr"]), flow.last["sha"]
+    flow.answer(record(flow.recipe, 1200.0, run_id="t1"))
+    confirm = flow.last
+    assert confirm["sha"] == measured
+    # someone pushes to the step branch while the re-measure runs (the real check job would refuse it; say it ran)
+    branch = gh.pulls[pr].head_ref
+    pushed = gh.seed({RECIPE: gh.file(RECIPE, branch).replace("gc_freq: 100", "gc_freq: 7")}, "a person's edit", branch=branch)
+    with pytest.raises(GitHubForgeError, match="not adding files"):
+        flow.answer(record(flow.recipe, 1150.0, run_id="c1"), confirm)
+    assert flow.ops("pulls/merge") == [] and gh.pulls[pr].merged_at is None
+    assert gh.head(branch) == pushed  # nothing committed on top of someone else's commit
+    assert all(s.sha != pushed for s in gh.statuses)  # and no gate status on it
+
+
+def test_a_moved_step_branch_is_still_closed_when_the_gate_fails(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    pr = int(flow.last["pr"])
+    branch = gh.pulls[pr].head_ref
+    pushed = gh.seed({"recipes/notes.yaml": "x: 1\n"}, "a person's edit", branch=branch)
+    flow.answer(record(flow.recipe, 1300.0, losses=[x + 0.1 for x in LOSSES], run_id="t1"))
+    assert gh.pulls[pr].state == "closed" and gh.head(branch) == pushed
+    assert any("gate (convergence)" in c for c in flow.bot_comments(pr))
