@@ -64,8 +64,12 @@ def test_get_runner() -> None:
 
     runner = get_runner("local", hang_s=5.0)
     assert isinstance(runner, LocalRunner) and runner.hang_s == 5.0
-    with pytest.raises(ValueError, match="unknown launcher 'mpi'"):
+    from bot.recipe import RecipeError
+
+    with pytest.raises(RecipeError, match="unknown launcher 'mpi'"):
         get_runner("mpi")
+    with pytest.raises(RecipeError, match="slurm is not supported yet"):  # a clear refusal, never a ModuleNotFoundError
+        get_runner("slurm")
 
 
 def test_stack_fingerprint_on_this_host() -> None:
