@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tabulate import tabulate
 
 from bot.records import RunRecord
+
+if TYPE_CHECKING:
+    from bot.campaign import Step
 
 
 def _fmt(x: float | None, spec: str = ",.0f") -> str:
@@ -85,7 +90,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["tokens/s per device", f"{_fmt(tps)} vs incumbent {_fmt(state.incumbent_tps)}"],
         ["gain", "—" if step.gain is None else f"{step.gain:+.1%} (noise band {band:.1%})" if band is not None else f"{step.gain:+.1%}"],
         ["re-measured", ", ".join(_fmt(r.tps) for r in step.runs if r.kind == "confirm") or "—"],
-        ["decision", "kept (merged)" if step.kept and step.state == "merged" else step.close_reason or step.state],
+        ["decision", _decision(step)],
     ]
     parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]
     for v in (step.config_verdict, step.verdict if step.verdict is not None and step.verdict.stage == "convergence" else None):
@@ -139,3 +144,12 @@ def render_campaign_summary(state) -> str:
         facts.append(["finished", verdict])
     table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain", "kept", "branch"], tablefmt="github")
     return f"{head}\n\n{tabulate(facts, headers=['campaign', 'value'], tablefmt='github')}\n\n### Steps\n\n{table}\n"
+
+
+def _decision(step: Step) -> str:
+    """What happened to the step, in words (a report is written before the merge or close it announces)."""
+    if step.kept:
+        return "kept (merged)" if step.state == "merged" else "kept: gate passed and the gain was confirmed; merging"
+    if step.close_reason:
+        return f"closed: {step.close_reason}"
+    return {"proposed": "proposed", "open": "open: being measured", "closed": "closed"}.get(step.state, step.state)
