@@ -47,24 +47,85 @@ def true_tps(recipe: Recipe, levers: dict[str, Any]) -> float:
     return res.tokens_per_s_per_device if res.outcome == "ok" else 0.0
 
 
-def oracle(recipe: Recipe, run_cost: float) -> tuple[float, dict[str, Any], float, int]:
-    """Exhaustive search of the legal lever grid: (best tps, its levers, device-hours it would cost, grid size)."""
+STRUCTURAL = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+              "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+CORE = ("training.local_batch_size", "activation_checkpoint")
+
+
+def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, float] | None = None) -> tuple[float, dict[str, Any], float, int]:
+    """The noiseless optimum of the shared legal search space: (best tps, its levers, device-hours, points).
+
+    The full cartesian grid is far too large to enumerate (10^8-10^10 points), so the search is structured:
+    (1) every combination of the parallel degrees (TP, PP, CP, EP; the FSDP degree is the leftover) crossed
+    with every local batch and recompute mode, other levers at the recipe's values; (2) from the ``top_k``
+    best distinct points, coordinate descent over every lever of the space (one lever at a time, all its
+    values, repeated until no move improves), also re-trying each pair of (local batch, recompute,
+    PP microbatch, schedule) moves. It is a search over the same space the policies use, not a proof of the
+    global optimum; the benchmark also takes any better point a policy reaches as the oracle. device-hours
+    is what running every evaluated legal point for real would cost.
+    """
     from bot.sim.simulate import simulate
 
     space = make_space(recipe).values
-    names = list(space)
-    best, best_levers, cost, n = 0.0, dict(recipe.levers), 0.0, 0
     c = recipe.cluster
-    for combo in itertools.product(*(space[k] for k in names)):
-        levers = {**recipe.levers, **dict(zip(names, combo, strict=True))}
-        res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
-        n += 1
-        if res.outcome == "invalid":
+    cache: dict[tuple, float] = {} if seen is None else seen
+    legal = 0
+
+    def tps(levers: dict[str, Any]) -> float:
+        nonlocal legal
+        key = tuple(sorted((k, repr(v)) for k, v in levers.items()))
+        if key not in cache:
+            res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
+            legal += res.outcome != "invalid"
+            cache[key] = res.tokens_per_s_per_device if res.outcome == "ok" else (0.0 if res.outcome == "oom" else -1.0)
+        return cache[key]
+
+    base = dict(recipe.levers)
+    struct = [k for k in STRUCTURAL if k in space]
+    core = [k for k in CORE if k in space]
+    seeds: list[tuple[float, dict[str, Any]]] = [(tps(base), base)]
+    for combo in itertools.product(*(space[k] for k in struct)):
+        shape = {**base, **dict(zip(struct, combo, strict=True))}
+        if "parallelism.data_parallel_shard_degree" in space:
+            shape["parallelism.data_parallel_shard_degree"] = -1
+        for cv in itertools.product(*(space[k] for k in core)):
+            lv = {**shape, **dict(zip(core, cv, strict=True))}
+            v = tps(lv)
+            if v > 0:
+                seeds.append((v, lv))
+    seeds.sort(key=lambda x: -x[0])
+    starts, seen_struct = [], set()
+    for _v, lv in seeds:
+        sk = tuple(lv.get(k) for k in struct)
+        if sk in seen_struct and len(starts) >= top_k // 2:
             continue
-        cost += run_cost
-        if res.outcome == "ok" and res.tokens_per_s_per_device > best:
-            best, best_levers = res.tokens_per_s_per_device, levers
-    return best, best_levers, cost, n
+        seen_struct.add(sk)
+        starts.append(lv)
+        if len(starts) >= top_k:
+            break
+    pair_levers = [k for k in (*CORE, "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_schedule") if k in space]
+    best, best_levers = max(seeds, key=lambda x: x[0]) if seeds else (0.0, base)
+    for lv in starts:
+        cur, cur_v = dict(lv), tps(lv)
+        improved = True
+        while improved:
+            improved = False
+            for k, values in space.items():
+                for val in values:
+                    cand = {**cur, k: val}
+                    v = tps(cand)
+                    if v > cur_v * (1 + 1e-9):
+                        cur, cur_v, improved = cand, v, True
+            if not improved:
+                for a, b in itertools.combinations(pair_levers, 2):
+                    for va, vb in itertools.product(space[a], space[b]):
+                        cand = {**cur, a: va, b: vb}
+                        v = tps(cand)
+                        if v > cur_v * (1 + 1e-9):
+                            cur, cur_v, improved = cand, v, True
+        if cur_v > best:
+            best, best_levers = cur_v, cur
+    return best, best_levers, legal * run_cost, len(cache)
 
 
 def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work: Path) -> cm.Campaign:
@@ -119,9 +180,17 @@ def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None
                     false_gain = int(state.incumbent_step != 0 and fresh_gain(recipe, final, seed) <= 0.0)
                     rows.append({"task": task, "policy": policy, "seed": seed, "gain": gain, "claimed_gain": claimed,
                                  "device_hours": state.spent, "payback_hours": state.spent / (gain * recipe.devices) if gain > 0 else None,
-                                 "oracle_fraction": final_true / best if best else 0.0, "false_gains": false_gain, "steps": len(state.steps)})
+                                 "final_tps": final_true, "false_gains": false_gain, "steps": len(state.steps)})
                     if progress:
                         progress(rows[-1])
+            # a policy that found a better point than the oracle's search sets the reference
+            found = max([r["final_tps"] for r in rows if r["task"] == task] + [best])
+            if found > best:
+                best = found
+                oracles[task].update(oracle_tps=best, oracle_gain=best / base_true - 1.0 if base_true else 0.0, oracle_from_policy=True)
+            for r in rows:
+                if r["task"] == task:
+                    r["oracle_fraction"] = r.pop("final_tps") / best if best else 0.0
             rows.append({"task": task, "policy": "oracle", "seed": 0, "gain": oracles[task]["oracle_gain"], "claimed_gain": oracles[task]["oracle_gain"],
                          "device_hours": ocost, "payback_hours": ocost / (oracles[task]["oracle_gain"] * recipe.devices) if oracles[task]["oracle_gain"] > 0 else None,
                          "oracle_fraction": 1.0, "false_gains": 0, "steps": grid})
@@ -140,10 +209,17 @@ def render(result: dict[str, Any]) -> str:
     lines = [f"# Tuner benchmark — SIMULATED ({result['seeds']} seeds, budget = {result['budget_runs']} baseline-run equivalents per task)\n"]
     for task, pols in result["tasks"].items():
         o = result["oracle"][task]
-        lines.append(f"## {task} — SIMULATED (budget {o['budget']:.1f} device-hours; oracle grid {o['grid']} layouts)\n")
+        lines.append(f"## {task} — SIMULATED (budget {o['budget']:.1f} device-hours; oracle: structured search, {o['grid']} points evaluated)\n")
         table = [[p, f"{m['mean_gain']:+.1%}", f"{m['best_gain']:+.1%}", f"{m['device_hours']:.1f}",
                   "—" if m["payback_hours"] is None else f"{m['payback_hours']:.2f}", f"{m['oracle_fraction']:.1%}", int(m["false_gains"])]
                  for p, m in pols.items()]
         lines.append(tabulate(table, headers=["policy", "mean gain", "best gain", "device-hours", "payback h", "of oracle", "false gains"], tablefmt="github"))
+        over = [p for p, m in pols.items() if p != "oracle" and m["device_hours"] > o["budget"] * 1.001]
+        if over:
+            lines.append(f"\nOver budget: {', '.join(over)} (the campaign starts a run when its expected cost -- the baseline's -- fits "
+                         "what is left; a much slower configuration then costs more than expected).")
         lines.append("")
+    lines.append("Oracle: a structured noiseless search of the shared legal space (every parallel-degree combination x local "
+                 "batch x recompute mode, then coordinate descent over all levers from the 24 best), or any better point a "
+                 "policy reached; its device-hours are what running every evaluated legal point would cost.")
     return "\n".join(lines)

@@ -2,7 +2,13 @@
 
 1. **OOM -> recompute** (the rule that made the published campaigns): when the last trial ran
    out of memory, retry that same layout with more activation recomputation (a step stacked on
-   the failed one) before the layout is abandoned.
+   the failed one) before the layout is abandoned; when it already recomputes everything, retry
+   it with the model sharded over twice the pipeline stages (``oom-raise-pipeline-parallel``).
+1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
+   batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree) is
+   preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, measured), and
+   then proposed stacked on it. Legality (divisibility, batch arithmetic, stage split) is computed
+   in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
    missing proposes the prerequisite first.
@@ -12,15 +18,29 @@
 
 from __future__ import annotations
 
+import re
+
 from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis
-from bot.agent.policy import LeverSpace, lesson_context, validate_change
+from bot.agent.diagnose import Diagnosis, diagnose
+from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
+from bot.agent.space import layout_problem
 from bot.campaign import Campaign
 from bot.lessons import Lesson, LeverChange, relevant
-from bot.records import Change, Scalar, Stop
+from bot.records import Change, Scalar, Stop, read_record
 
 RECOMPUTE_LADDER = {"none": "selective", "selective": "full", "memory_budget": "full"}
 OOM_LESSON = "oom-enable-recompute"
+OOM_PP_LESSON = "oom-raise-pipeline-parallel"
+ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>\S+?):")
+DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+           "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+# Generic exploration order once the lessons are spent: the levers with the largest effect on step
+# time first (recompute, batch split, pipeline schedule, parallel degrees), housekeeping last.
+EXPLORE_ORDER = ("activation_checkpoint", "training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
+                 "parallelism.pipeline_parallel_schedule", "parallelism.tensor_parallel_degree",
+                 "parallelism.pipeline_parallel_degree", "parallelism.expert_parallel_degree",
+                 "parallelism.context_parallel_degree", "compile.enable", "compile.enable_async_tensor_parallel",
+                 "parallelism.fsdp_reshard_after_forward")
 
 
 def _relative(space: LeverSpace, current: Scalar, lc: LeverChange) -> Scalar | None:
@@ -39,14 +59,20 @@ class HeuristicPolicy:
     name = "heuristic"
 
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
-        retry = self._oom_retry(campaign)
-        if retry is not None and validate_change(campaign, retry, levers) is None:
+        retry = self._oom_retry(campaign, levers)
+        if retry is not None:
             return retry
+        follow = self._enabled_change(campaign, levers)
+        if follow is not None:
+            return follow
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
             # that failure was a rejected candidate's (its layout is abandoned); the lessons are matched
             # against the incumbent, which ran fine — an OOM lesson must not fire on a recipe that fits
-            diagnosis = Diagnosis(outcome="ok", simulated=diagnosis.simulated)
+            diagnosis = _incumbent_diagnosis(campaign) or Diagnosis(outcome="ok", simulated=diagnosis.simulated)
         ctx = lesson_context(campaign, diagnosis, levers)
+        seq = levers.recipe.pinned.get("training.seq_len")
+        if isinstance(seq, int):
+            ctx.setdefault("recipe.seq_len", seq)
         current = catalog.effective(campaign.incumbent_levers)
         for lesson in relevant(lessons, ctx):
             if not lesson.auto_propose:
@@ -60,8 +86,16 @@ class HeuristicPolicy:
                 change = self._checked(campaign, levers, lc.lever, value, lesson.why, [lesson.id])
                 if change is not None:
                     return change
-        for lever, values in levers.values.items():
+        order = sorted(levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER))
+        for lever in order:  # first the nearest moves of each lever, most impactful levers first
+            for value in _neighbours(campaign, levers, lever, current.get(lever)):
+                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [])
+                if change is not None:
+                    return change
+        for lever, values in levers.values.items():  # then every other legal value, in the space's order
             for value in values:
+                if _oom_dominated(campaign, lever, value):
+                    continue
                 change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [])
                 if change is not None:
                     return change
@@ -72,7 +106,10 @@ class HeuristicPolicy:
         change = Change(lever=lever, before=current.get(lever), after=value, why=why, lessons=lessons, policy=self.name)
         problem = validate_change(campaign, change, space)
         if problem is None:
-            return change
+            illegal = layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value})
+            if illegal is None:
+                return change
+            return self._enabler(campaign, space, lever, value, illegal, lessons)
         if problem.startswith("prerequisite missing"):
             fix = catalog.prerequisite_for(campaign.incumbent_levers, lever, value, space.model)
             if fix is not None:
@@ -82,8 +119,56 @@ class HeuristicPolicy:
                     return pre
         return None
 
-    def _oom_retry(self, campaign: Campaign) -> Change | None:
-        """The last trial ran out of memory: retry its layout with more recomputation."""
+    def _enabler(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, illegal: str,
+                 lessons: list[str]) -> Change | None:
+        """``lever=value`` is refused only by the pinned global batch: the local-batch change that keeps it."""
+        lbs_name = "training.local_batch_size"
+        if lever not in DEGREES or "local_batch_size*dp" not in illegal or lbs_name not in space.values:
+            return None
+        cur = catalog.effective(campaign.incumbent_levers)
+        old = {k: int(cur[k]) for k in DEGREES}
+        new = {**old, lever: int(value)}
+        old_mp = old["parallelism.tensor_parallel_degree"] * old["parallelism.pipeline_parallel_degree"] * old["parallelism.context_parallel_degree"]
+        new_mp = new["parallelism.tensor_parallel_degree"] * new["parallelism.pipeline_parallel_degree"] * new["parallelism.context_parallel_degree"]
+        lbs = int(cur[lbs_name])
+        target = lbs * new_mp // old_mp if (lbs * new_mp) % old_mp == 0 else 0
+        if target < 1 or target not in space.values[lbs_name]:
+            return None
+        if layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: target, lever: value}) is not None:
+            return None
+        change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name,
+                        why=f"enabler of {lever}={value}: keeps local_batch x dp = the pinned global batch split "
+                            f"when the DP degree changes ({illegal})")
+        if validate_change(campaign, change, space) is not None or layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: target}):
+            return None
+        return change
+
+    def _enabled_change(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+        """The last step was an enabler that ran: now the change it enables, stacked on it unless it was kept."""
+        if not campaign.steps:
+            return None
+        last = campaign.steps[-1]
+        m = ENABLER.match(last.change.why)
+        trial = next((r for r in last.runs if r.kind == "trial"), None)
+        if m is None or trial is None or trial.outcome != "ok":
+            return None
+        lever = m.group("lever")
+        try:
+            value = catalog.parse_value(lever, m.group("value"))
+        except catalog.LeverError:
+            return None
+        cur = catalog.effective(base_levers(campaign, last.change) if not last.kept else campaign.incumbent_levers)
+        change = Change(lever=lever, before=cur.get(lever), after=value, lessons=last.change.lessons, policy=self.name,
+                        why=f"the change step {last.n} enabled ({last.change.title()} keeps the global batch split)",
+                        stacked_on=None if last.kept else last.n)
+        if validate_change(campaign, change, space) is not None:
+            return None
+        if layout_problem(space.recipe, base_levers(campaign, change) | {lever: value}) is not None:
+            return None
+        return change
+
+    def _oom_retry(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+        """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages."""
         if not campaign.steps:
             return None
         last = campaign.steps[-1]
@@ -93,10 +178,21 @@ class HeuristicPolicy:
         if last.change.lever == "activation_checkpoint" and last.change.stacked_on is None:
             return None  # the step changed the recompute mode itself: nothing to retry
         # a retry that ran out of memory again climbs the ladder (selective -> full) before the layout is abandoned
-        mode = str(catalog.effective(last.levers)["activation_checkpoint"])
+        eff = catalog.effective(last.levers)
+        mode = str(eff["activation_checkpoint"])
         nxt = RECOMPUTE_LADDER.get(mode)
         if nxt is None:
-            return None
+            pp_name = "parallelism.pipeline_parallel_degree"
+            pp = int(eff[pp_name])
+            if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES or last.change.lever == pp_name:
+                return None  # only a parallel-degree change that ran out of memory is worth re-sharding
+            if 2 * pp not in space.values[pp_name] or layout_problem(space.recipe, {**last.levers, pp_name: 2 * pp}):
+                return None
+            change = Change(lever=pp_name, before=pp, after=2 * pp, lessons=[OOM_PP_LESSON], policy=self.name, stacked_on=last.n,
+                            why=f"step {last.n} ({last.change.title()}) ran out of memory under full recomputation; retry that "
+                                "layout with the model split over twice the pipeline stages (half the weights, optimizer "
+                                "state and in-flight activations per rank)")
+            return change if validate_change(campaign, change, space) is None else None
         change = Change(
             lever="activation_checkpoint",
             before=mode,
@@ -106,7 +202,65 @@ class HeuristicPolicy:
             policy=self.name,
             stacked_on=last.n,
         )
-        return change
+        return change if validate_change(campaign, change, space) is None else None
+
+
+AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
+
+
+def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar) -> list[Scalar]:
+    """Generic exploration moves for one lever: adjacent values of an ordered domain (batch sizes and degrees
+    one doubling/halving away, larger first), every value of a categorical one, recompute only downwards; never a
+    value that a step from this incumbent already showed runs out of memory (less recompute than a mode that
+    did not fit, a larger batch than one that did not)."""
+    values = list(space.values.get(lever, []))
+    oom = _oom_values(campaign, lever)
+    if lever == "activation_checkpoint":
+        worst = min((AC_RANK.get(str(v), 2) for v in oom), default=None)
+        # only towards less recomputation (more never speeds a step up), least aggressive first
+        cur = AC_RANK.get(str(current), 2)
+        return sorted((v for v in values if AC_RANK.get(str(v), 2) < cur and (worst is None or AC_RANK.get(str(v), 2) > worst)),
+                      key=lambda v: -AC_RANK.get(str(v), 2))
+    numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in values) and isinstance(current, int)
+    if not numeric or current not in values:
+        return values
+    i = values.index(current)
+    out = [values[j] for j in (i + 1, i - 1) if 0 <= j < len(values) and values[j] > 0]
+    if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"):
+        limit = min((int(v) for v in oom), default=None)
+        out = [v for v in out if limit is None or int(v) < limit]
+    return out
+
+
+def _oom_values(campaign: Campaign, lever: str) -> list[Scalar]:
+    """Values of ``lever`` that ran out of memory as a one-lever step from the current incumbent."""
+    return [s.change.after for s in campaign.steps if s.change.lever == lever and s.change.stacked_on is None
+            and s.levers == {**campaign.incumbent_levers, lever: s.change.after}
+            and any(r.kind == "trial" and r.outcome == "oom" for r in s.runs)]
+
+
+def _oom_dominated(campaign: Campaign, lever: str, value: Scalar) -> bool:
+    """A value that needs more memory than one that already ran out of memory from this incumbent."""
+    oom = _oom_values(campaign, lever)
+    if not oom:
+        return False
+    if lever == "activation_checkpoint":
+        return AC_RANK.get(str(value), 2) <= min(AC_RANK.get(str(v), 2) for v in oom)
+    if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size") and isinstance(value, int):
+        return value >= min(int(v) for v in oom)
+    return False
+
+
+def _incumbent_diagnosis(campaign: Campaign) -> Diagnosis | None:
+    """The incumbent's own diagnosis (its latest ok run), read from its record."""
+    runs = campaign.step(campaign.incumbent_step).runs if campaign.incumbent_step else campaign.baseline
+    for ref in reversed(runs or []):
+        if ref.outcome == "ok" and ref.record:
+            try:
+                return diagnose(read_record(ref.record))
+            except (OSError, ValueError):
+                return None
+    return None
 
 
 def _last_trial_failed(campaign: Campaign) -> bool:

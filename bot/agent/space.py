@@ -51,3 +51,26 @@ def lever_values(recipe: Recipe, name: str) -> list[Scalar]:
 def search_space(recipe: Recipe) -> dict[str, list[Scalar]]:
     space = {name: lever_values(recipe, name) for name in recipe.levers}
     return {k: v for k, v in space.items() if len(v) > 1}
+
+
+def layout_problem(recipe: Recipe, levers: dict[str, Scalar]) -> str | None:
+    """Why torchtitan would refuse ``levers`` at parse/build time (degree divisibility, batch arithmetic, stage
+    split, lever prerequisites), or None when it would start. Legality only, computed in code for free -- no
+    speed or memory estimate (those are what a trial measures). None also when the model is not one the
+    layout checker knows (the trial then finds out)."""
+    from bot.sim.hardware import get_hardware
+    from bot.sim.layout import LayoutError, resolve_layout
+    from bot.sim.zoo import get_model
+
+    c = recipe.cluster
+    try:
+        model, hw = get_model(recipe.workload.model or ""), get_hardware(c.hardware)
+    except (KeyError, ValueError):
+        return None
+    try:
+        resolve_layout(model, hw, c.nodes, c.devices_per_node, dict(levers), dict(recipe.pinned))
+    except LayoutError as exc:
+        return str(exc)
+    except (KeyError, ValueError, TypeError):
+        return None
+    return None

@@ -1,0 +1,85 @@
+"""A small tuner comparison end to end: every policy through the same campaign loop, budget and oracle (simulated)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bot.bench_tuners import bench, oracle, render, true_tps
+from bot.recipe import load_recipe
+
+# Llama 3.1 8B on one simulated 8 x H100 node: a start that recomputes everything at a small local batch,
+# with a handful of levers, so the oracle's search and four campaigns take seconds.
+SMALL = """\
+id: llama3.1-8b/h100x8-test
+source: https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md
+workload:
+  module: torchtitan.models.llama3
+  config: llama3_8b
+  model: llama3.1-8b
+cluster:
+  hardware: h100-sxm-80gb
+  nodes: 1
+  devices_per_node: 8
+  launcher: sim
+  usd_per_device_hour: 2.5
+levers:
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.tensor_parallel_degree: 1
+  training.local_batch_size: 1
+  activation_checkpoint: full
+  compile.enable: false
+  loss.num_chunks: 8
+pinned:
+  training.global_batch_size: 32
+  training.seq_len: 4096
+  optimizer.lr: 3.0e-4
+  lr_scheduler.warmup_steps: 200
+  lr_scheduler.total_steps: 10000
+  debug.seed: 42
+env: {}
+bench:
+  steps: 20
+  warmup_steps: 5
+"""
+
+
+@pytest.fixture()
+def small_recipe(tmp_path: Path) -> Path:
+    path = tmp_path / "recipes" / "llama3.1-8b" / "h100x8.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(SMALL)
+    return path
+
+
+def test_the_oracle_is_at_least_every_legal_single_lever_neighbour(small_recipe: Path) -> None:
+    recipe = load_recipe(small_recipe)
+    best, levers, cost, points = oracle(recipe, run_cost=1.0)
+    assert best >= true_tps(recipe, dict(recipe.levers)) > 0
+    assert true_tps(recipe, levers) == pytest.approx(best)
+    for lbs in (2, 4):
+        assert best >= true_tps(recipe, {**recipe.levers, "training.local_batch_size": lbs})
+    assert points > 0 and 0 < cost <= points
+
+
+def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
+    result = bench([small_recipe], seeds=1, policies=["attune", "random", "tpe", "gp"])
+    assert result["simulated"] is True
+    json.dumps(result)  # the CLI prints it as the last line
+    (task,) = result["tasks"]
+    pols = result["tasks"][task]
+    assert set(pols) == {"attune", "random", "tpe", "gp", "oracle"}
+    budget = result["oracle"][task]["budget"]
+    for name, m in pols.items():
+        assert 0.0 <= m["oracle_fraction"] <= 1.0 + 1e-9
+        assert m["false_gains"] == 0
+        if name != "oracle":
+            # a run is only started when its expected cost fits what is left, so at most one run over
+            assert m["device_hours"] <= budget * 1.2
+    assert pols["oracle"]["oracle_fraction"] == 1.0
+    # the agent improves this recipe (more local batch / less recompute fits on 80 GB)
+    assert pols["attune"]["mean_gain"] > 0.05
+    text = render(result)
+    assert "SIMULATED" in text and "attune" in text and "oracle" in text
