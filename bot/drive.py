@@ -121,7 +121,9 @@ class Driver:
             record = read_record(path)
         else:
             recipe = parse_recipe_text(text, self.recipe_path)
-            record = self.runner.run(recipe, out_dir=out, recipe_path=self.recipe_path, recipe_text=text)  # type: ignore[call-arg]
+            # the hard budget cap: a run is stopped before it spends more than what is left of the budget
+            max_wall_s = max(0.0, state.budget - state.spent) * 3600.0 / max(recipe.devices, 1)
+            record = self.runner.run(recipe, out_dir=out, recipe_path=self.recipe_path, recipe_text=text, max_wall_s=max_wall_s)
             write_record(record, path)
         return cm.RunRef(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=record.summary.tps_median,
                          tps_cv=record.summary.tps_cv, device_hours=record.summary.device_hours, record=str(path), simulated=record.simulated)

@@ -63,7 +63,7 @@ class FakeRunner:
         self.seen: dict[str, int] = {}
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
-            recipe_text: str | None = None) -> RunRecord:
+            recipe_text: str | None = None, max_wall_s: float | None = None) -> RunRecord:
         if self.on_run:
             self.on_run(Path(out_dir))
         eff = catalog.effective(recipe.levers)
@@ -72,6 +72,9 @@ class FakeRunner:
         self.seen[key] = nth + 1
         outcome, tps = self.rule(eff, nth)
         cost = self.cost(len(self.calls)) if callable(self.cost) else self.cost
+        cap = None if max_wall_s is None else max_wall_s * recipe.devices / 3600.0
+        if cap is not None and cost > cap:  # a real runner is stopped at the budget cap: so is this one
+            outcome, tps, cost = "timeout", None, cap
         self.calls.append({"out_dir": str(out_dir), "levers": dict(recipe.levers), "outcome": outcome, "tps": tps, "cost": cost})
         return make_record(recipe, outcome, tps, cost, run_id=f"run{len(self.calls)}")
 

@@ -63,3 +63,13 @@ def test_make_calibrator_fixes_the_cache_and_parallelism(tmp_path: Path) -> None
     calibrate = make_calibrator(tmp_path, jobs=1)
     _, base, _ = _sim_pair()
     assert calibrate(GLM.read_text(), base).band is not None
+
+
+def test_the_sim_runner_stops_at_the_budget_cap() -> None:
+    recipe = load_recipe(GLM)
+    full = SimRunner(seed=1).run(recipe, out_dir=None)
+    cap = full.summary.wall_s / 2
+    capped = SimRunner(seed=1).run(recipe, out_dir=None, max_wall_s=cap)
+    assert full.outcome == "ok" and capped.outcome == "timeout" and "budget cap" in capped.reason
+    assert cap - 0.001 <= capped.summary.wall_s <= cap and capped.summary.device_hours <= full.summary.device_hours / 2
+    assert SimRunner(seed=1).run(recipe, out_dir=None, max_wall_s=full.summary.wall_s + 1).outcome == "ok"

@@ -19,7 +19,11 @@ from bot.records import RunRecord, RunSummary, StackFingerprint, StepMetric
 
 
 class Runner(Protocol):
-    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None) -> RunRecord: ...
+    """``max_wall_s``: the run is stopped (outcome ``timeout``) before it has run this long — the campaign's
+    hard budget cap, what is left of the budget in wall seconds on the recipe's devices."""
+
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
+            recipe_text: str | None = None, max_wall_s: float | None = None) -> RunRecord: ...
 
 
 def get_runner(launcher: str, **options: object) -> Runner:

@@ -48,7 +48,8 @@ class LocalRunner:
         self.extra_env = extra_env or {}
         self.on_step = on_step
 
-    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None) -> RunRecord:
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None,
+            max_wall_s: float | None = None) -> RunRecord:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
@@ -95,13 +96,17 @@ class LocalRunner:
             env["ATTUNE_CPU_COMPAT"] = "1"
         if self.hook:
             env["ATTUNE_HOOK"] = self.hook
-        outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps)
+        outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s)
         summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall, startup_s=startup, tokens_per_step=tokens_per_step)
         spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
         return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=metrics, spans_ms=spans, summary=summary, log_tail=log_tail)
 
-    def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
+    def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int,
+                max_wall_s: float | None = None) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
         log_path = out_dir / "train.log"
+        # the budget cap stops the run early enough that killing every rank still ends inside it
+        budget_s = None if max_wall_s is None else max(0.0, max_wall_s - KILL_MARGIN_S)
+        timeout_s = self.timeout_s if budget_s is None else min(self.timeout_s, budget_s)
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=out_dir)
         lines: queue.Queue[str | None] = queue.Queue()
@@ -147,7 +152,7 @@ class LocalRunner:
                                 if self.on_step:
                                     self.on_step(metric)
                     limit = self.hang_s if metrics else self.startup_s
-                    if now - t0 > self.timeout_s:
+                    if now - t0 > timeout_s:
                         killed = "timeout"
                     elif now - last_progress > limit:
                         killed = "hang"
@@ -162,6 +167,9 @@ class LocalRunner:
         got = [metrics[k] for k in sorted(metrics)]
         tail_text = "\n".join(tail)
         if killed == "timeout":
+            if budget_s is not None and timeout_s == budget_s:
+                why = f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left); process group killed"
+                return "timeout", why, got, tail_text, wall, startup
             return "timeout", f"wall clock over {self.timeout_s:.0f}s; process group killed", got, tail_text, wall, startup
         if killed == "hang":
             what = "no new step line" if metrics else "no first step line"
@@ -172,6 +180,9 @@ class LocalRunner:
         if is_oom(full_log) or proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
             return "oom", _first_error(full_log) or "out of memory", got, tail_text, wall, startup
         return "crash", _first_error(full_log) or f"exit code {proc.returncode}", got, tail_text, wall, startup
+
+
+KILL_MARGIN_S = 12.0  # SIGTERM, 5 s grace, SIGKILL, 5 s: what stopping every rank can take
 
 
 def _first_error(log: str) -> str:

@@ -11,6 +11,7 @@ Simulated records never enter ``results/`` or ``leaderboard.md``.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 from bot.recipe import Recipe
@@ -26,7 +27,8 @@ class SimRunner:
         self.counter = itertools.count()
         self.startup_s = startup_s
 
-    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path | None = None, recipe_path: str | None = None, recipe_text: str | None = None) -> RunRecord:
+    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path | None = None, recipe_path: str | None = None, recipe_text: str | None = None,
+            max_wall_s: float | None = None) -> RunRecord:
         from bot.sim.noise import sim_loss_curve
         from bot.sim.simulate import simulate
 
@@ -52,10 +54,15 @@ class SimRunner:
             wall = self.startup_s + t
         elif res.outcome == "oom":
             wall = self.startup_s  # dies in the first step
+        outcome, reason = res.outcome, res.reason
+        if max_wall_s is not None and wall > max_wall_s:  # the campaign's budget cap stops it where it got to
+            metrics = [m for m in metrics if self.startup_s + (m.time_s or 0.0) <= max_wall_s]
+            reason = f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left; the run needed {wall:.0f}s)"
+            wall, outcome = math.floor(max_wall_s * 1000) / 1000, "timeout"  # the summary keeps milliseconds: never round up past the cap
         summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall,
                             startup_s=self.startup_s if metrics else None, tokens_per_step=res.tokens_per_step,
                             memory_capacity_gib=res.memory_capacity_gib)
-        if res.outcome == "oom":
+        if outcome == "oom":
             summary.peak_memory_gib = res.peak_memory_gib
         text = recipe_text or recipe.model_dump_json()
         return RunRecord(
@@ -63,7 +70,7 @@ class SimRunner:
             model=recipe.workload.model, hardware=c.hardware, levers=recipe.levers, pinned=recipe.pinned,
             stack=StackFingerprint(python="-", torch="simulated", torchtitan="0.3.0", device_name=c.hardware, device_family="sim"),
             launch=LaunchShape(launcher="sim", nodes=c.nodes, devices_per_node=c.devices_per_node, world_size=recipe.devices),
-            outcome=res.outcome, reason=res.reason, steps=metrics,
+            outcome=outcome, reason=reason, steps=metrics,
             breakdown=res.breakdown.model_dump() if res.breakdown else {}, summary=summary,
             usd_per_device_hour=c.usd_per_device_hour, simulated=True, log_tail="SIMULATED run: " + "; ".join(res.notes)[:2000],
         )
