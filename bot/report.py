@@ -102,6 +102,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
             ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
             parts.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev}" if ev else ""))
     if trial is not None:
+        parts.append(render_diagnosis(trial))
         parts.append("### Run\n" + render_run_summary(trial).replace("\n", "\n    "))
         chart = _loss_chart(baseline, trial)
         if chart:
@@ -132,6 +133,7 @@ def render_campaign_summary(state) -> str:
     facts = [
         ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.baseline)})" if state.baseline else "")],
         ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
+        ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
         ["gain", f"{state.gain:+.1%}"],
         ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
@@ -153,3 +155,22 @@ def _decision(step: Step) -> str:
     if step.close_reason:
         return f"closed: {step.close_reason}"
     return {"proposed": "proposed", "open": "open: being measured", "closed": "closed"}.get(step.state, step.state)
+
+
+def render_diagnosis(record: RunRecord) -> str:
+    """The diagnosis every policy decided from (bot.agent.diagnose), as a small table."""
+    from bot.agent.diagnose import diagnose
+
+    d = diagnose(record)
+    rows = [["outcome", d.outcome + (f" — {d.reason[:200]}" if d.reason else "")],
+            ["tokens/s per device", "—" if d.tps is None else f"{d.tps:,.0f}" + ("" if d.tps_cv is None else f" (CV {d.tps_cv:.1%})")],
+            ["MFU", "—" if d.mfu is None else f"{d.mfu:.2f}%"],
+            ["step time", "—" if d.step_time_s is None else f"{d.step_time_s:.3f} s"],
+            ["memory", "—" if d.peak_memory_gib is None else f"{d.peak_memory_gib:.2f} GiB peak"
+             + ("" if d.mem_headroom_frac is None else f", headroom {d.mem_headroom_frac:.0%} of {d.memory_capacity_gib:.1f} GiB")]]
+    if d.breakdown:
+        rows.append(["step-time breakdown" + (" (SIMULATED)" if d.simulated else ""),
+                     ", ".join(f"{k} {v:.0%}" for k, v in sorted(d.breakdown.items(), key=lambda kv: -kv[1]))])
+    if d.spans_ms:
+        rows.append(["torchtitan spans (median ms/step)", ", ".join(f"{k} {v:.1f}" for k, v in sorted(d.spans_ms.items()))])
+    return "### Diagnosis\n\n" + tabulate(rows, headers=["", "trial"], tablefmt="github")

@@ -116,3 +116,21 @@ def test_truncation_never_leaves_a_code_block_open() -> None:
     assert len(long) <= MAX_REPORT and long.endswith("(truncated)\n")
     assert "```mermaid" in long and "line [" not in long  # cut inside the chart...
     assert long.count("```") % 2 == 0  # ...and the block is closed
+
+
+def test_a_step_report_shows_the_diagnosis_the_policies_used() -> None:
+    state = campaign()
+    base, cand = curves(12)
+    sim = cand.model_copy(update={"simulated": True, "breakdown": {"compute_s": 6.0, "exposed_comm_s": 3.0, "bubble_s": 1.0}})
+    report = render_step_report(state, state.step(1), sim, base)
+    section = report.split("### Diagnosis", 1)[1].split("###", 1)[0]
+    rows = {cells[0]: cells[1] for line in section.splitlines() if line.startswith("| ")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    assert rows["tokens/s per device"] == "1,300 (CV 1.0%)"
+    assert rows["step-time breakdown (SIMULATED)"] == "compute 60%, exposed_comm 30%, bubble 10%"
+    assert "### Diagnosis" not in render_step_report(state, state.step(1), None, base)  # nothing measured, nothing diagnosed
+
+
+def test_the_campaign_summary_names_the_gate_loss_band() -> None:
+    state = campaign().model_copy(update={"calibrated": True, "calibration_note": "loss band calibrated on 4 runs (…)"})
+    assert "| gate loss band" in render_campaign_summary(state) and "calibrated on 4 runs" in render_campaign_summary(state)
