@@ -62,7 +62,7 @@ class HeuristicPolicy:
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
-        follow = self._enabled_change(campaign, levers)
+        follow = self._enabled_change(campaign, levers) or self._follow_up(campaign, levers)
         if follow is not None:
             return follow
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
@@ -86,6 +86,12 @@ class HeuristicPolicy:
                 change = self._checked(campaign, levers, lc.lever, value, lesson.why, [lesson.id])
                 if change is not None:
                     return change
+        driven = self._diagnosis_driven(campaign, diagnosis, levers)
+        if driven is not None:
+            return driven
+        stop = _patience_stop(campaign)
+        if stop is not None:
+            return Stop(why=stop, policy=self.name)
         order = sorted(levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER))
         for lever in order:  # first the nearest moves of each lever, most impactful levers first
             for value in _neighbours(campaign, levers, lever, current.get(lever)):
@@ -175,15 +181,23 @@ class HeuristicPolicy:
         trial = next((r for r in last.runs if r.kind == "trial"), None)
         if trial is None or trial.outcome != "oom":
             return None
+        eff = catalog.effective(last.levers)
+        inc = catalog.effective(campaign.incumbent_levers)
+        if AC_RANK.get(str(eff["activation_checkpoint"]), 2) < AC_RANK.get(str(inc["activation_checkpoint"]), 2):
+            # the step (or the chain it ends) gave up recomputation and ran out of memory: keep the recompute saving
+            # and retry it with an activation-memory partner instead (coupled move, one lever per step)
+            return self._memory_partner(campaign, space, last, eff, inc)
         if last.change.lever == "activation_checkpoint" and last.change.stacked_on is None:
             return None  # the step changed the recompute mode itself: nothing to retry
         # a retry that ran out of memory again climbs the ladder (selective -> full) before the layout is abandoned
-        eff = catalog.effective(last.levers)
         mode = str(eff["activation_checkpoint"])
         nxt = RECOMPUTE_LADDER.get(mode)
         if nxt is None:
             pp_name = "parallelism.pipeline_parallel_degree"
             pp = int(eff[pp_name])
+            halve = self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+            if halve is not None and last.change.lever in DEGREES and _chain_depth(campaign, last) < MAX_CHAIN:
+                return halve
             if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES or last.change.lever == pp_name:
                 return None  # only a parallel-degree change that ran out of memory is worth re-sharding
             if 2 * pp not in space.values[pp_name] or layout_problem(space.recipe, {**last.levers, pp_name: 2 * pp}):
@@ -205,7 +219,147 @@ class HeuristicPolicy:
         return change if validate_change(campaign, change, space) is None else None
 
 
+    def _halve_batch(self, campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], lesson: str) -> Change | None:
+        """Stacked on ``last``: half the activations per microbatch (local batch without PP, PP microbatch with it)."""
+        pp = int(eff["parallelism.pipeline_parallel_degree"])
+        name = "training.local_batch_size" if pp <= 1 else "parallelism.pipeline_parallel_microbatch_size"
+        cur = eff.get(name)
+        if name not in space.values or not isinstance(cur, int) or cur <= 1 or cur // 2 not in space.values[name]:
+            return None
+        if layout_problem(space.recipe, {**last.levers, name: cur // 2}) is not None:
+            return None
+        change = Change(lever=name, before=cur, after=cur // 2, lessons=[lesson], policy=self.name, stacked_on=last.n,
+                        why=f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with half the "
+                            "activations per microbatch (the global batch stays pinned: only the accumulation split changes)")
+        return change if validate_change(campaign, change, space) is None else None
+
+    def _memory_partner(self, campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], inc: dict[str, Scalar]) -> Change | None:
+        """A recompute reduction ran out of memory: retry it (stacked) with the next activation-memory partner --
+        context parallel at long sequences, the non-interleaved schedule, more pipeline stages, smaller microbatches."""
+        if _chain_depth(campaign, last) >= MAX_CHAIN:
+            return None
+        cp_name, pp_name, sch_name = ("parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree",
+                                      "parallelism.pipeline_parallel_schedule")
+        seq = space.recipe.pinned.get("training.seq_len")
+        pp = int(eff[pp_name])
+        options: list[tuple[str, Scalar, str, str]] = []
+        if isinstance(seq, int) and seq >= LONG_SEQ and cp_name in space.values and int(eff[cp_name]) == int(inc[cp_name]):
+            options.append((cp_name, 2 * int(eff[cp_name]), CP_PARTNER_LESSON,
+                            f"context parallel splits the {seq}-token sequence, halving the activations each rank keeps"))
+        if pp > 1 and sch_name in space.values and str(eff.get(sch_name, "")).lower().startswith("interleaved") and "1F1B" in space.values[sch_name]:
+            options.append((sch_name, "1F1B", SCHEDULE_PARTNER_LESSON,
+                            "1F1B keeps at most PP microbatches in flight per rank; the interleaved schedule keeps more"))
+        if pp_name in space.values and 2 * pp in space.values[pp_name]:
+            options.append((pp_name, 2 * pp, PP_PARTNER_LESSON,
+                            "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
+                            "and activations per microbatch instead of per local batch"))
+        for lever, value, lesson, why in options:
+            if layout_problem(space.recipe, {**last.levers, lever: value}) is not None:
+                continue
+            change = Change(lever=lever, before=eff.get(lever), after=value, lessons=[lesson], policy=self.name, stacked_on=last.n,
+                            why=f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that "
+                                f"and free activation memory instead: {why}")
+            if validate_change(campaign, change, space) is None:
+                return change
+        return self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+
+    def _follow_up(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+        """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
+        names the cost the coupling left behind: stack the move that removes it (a large pipeline bubble -> fill the
+        pipeline with the whole local batch; recompute left with memory to spare -> less recompute)."""
+        if not campaign.steps:
+            return None
+        last = campaign.steps[-1]
+        trial = next((r for r in last.runs if r.kind == "trial"), None)
+        if last.kept or last.stacked_on is None or trial is None or trial.outcome != "ok" or not trial.record:
+            return None
+        if _chain_depth(campaign, last) >= MAX_CHAIN:
+            return None
+        try:
+            d = diagnose(read_record(trial.record))
+        except (OSError, ValueError):
+            return None
+        return self._fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran")
+
+    def _fix_for(self, campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
+                 why_prefix: str) -> Change | None:
+        eff = catalog.effective(levers)
+        bubble = d.breakdown.get("bubble", 0.0)
+        recompute = d.breakdown.get("recompute", 0.0)
+        lbs_name = "training.local_batch_size"
+        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC and lbs_name in space.values:
+            legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > int(eff[lbs_name])
+                     and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
+            if legal:
+                change = Change(lever=lbs_name, before=eff[lbs_name], after=max(legal), lessons=[BUBBLE_LESSON], policy=self.name,
+                                stacked_on=stacked_on,
+                                why=f"{why_prefix} with a {bubble:.0%} pipeline bubble: the largest local batch the pinned global "
+                                    "batch allows gives the most microbatches per flush ((p-1)/m shrinks) and fewer flushes")
+                if validate_change(campaign, change, space) is None:
+                    return change
+        headroom = d.mem_headroom_frac
+        mode = str(eff["activation_checkpoint"])
+        if recompute >= RECOMPUTE_FRAC and mode in LESS_RECOMPUTE and "activation_checkpoint" in space.values and (headroom or 0) >= 0.05:
+            change = Change(lever="activation_checkpoint", before=mode, after=LESS_RECOMPUTE[mode], lessons=[RECOMPUTE_LESSON],
+                            policy=self.name, stacked_on=stacked_on,
+                            why=f"{why_prefix} with {recompute:.0%} of the step recomputing activations: less recompute")
+            if validate_change(campaign, change, space) is None:
+                return change
+        return None
+
+    def _diagnosis_driven(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> Change | None:
+        """The incumbent's own breakdown: a large pipeline bubble with gradient accumulation -> fill the pipeline."""
+        if diagnosis.outcome != "ok" or not diagnosis.breakdown:
+            return None
+        eff = catalog.effective(campaign.incumbent_levers)
+        lbs_name = "training.local_batch_size"
+        if int(eff["parallelism.pipeline_parallel_degree"]) <= 1 or diagnosis.breakdown.get("bubble", 0.0) < BUBBLE_FRAC / 3:
+            return None
+        legal = [v for v in space.values.get(lbs_name, []) if isinstance(v, int) and v > int(eff[lbs_name])
+                 and layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: v}) is None]
+        if not legal:
+            return None
+        change = Change(lever=lbs_name, before=eff[lbs_name], after=max(legal), lessons=[BUBBLE_LESSON], policy=self.name,
+                        why=f"the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step in the pipeline bubble: the "
+                            "largest local batch the pinned global batch allows gives the most microbatches per flush and the fewest flushes")
+        return change if validate_change(campaign, change, space) is None else None
+
+
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
+LESS_RECOMPUTE = {"full": "selective", "selective": "none"}
+MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
+LONG_SEQ = 8192
+BUBBLE_FRAC = 0.15
+RECOMPUTE_FRAC = 0.05
+PATIENCE = 3
+OOM_BATCH_LESSON = "oom-halve-local-batch"
+CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
+SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
+PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
+BUBBLE_LESSON = "pp-fill-the-pipeline"
+RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
+
+
+def _chain_depth(campaign: Campaign, step) -> int:
+    """How many stacked steps lead from the incumbent to ``step`` (1 for a step on the incumbent itself)."""
+    depth, cur = 1, step
+    while cur.stacked_on:
+        depth += 1
+        cur = campaign.step(cur.stacked_on)
+    return depth
+
+
+def _patience_stop(campaign: Campaign) -> str | None:
+    """Stop before generic exploration once a gain is in hand and the last PATIENCE steps found nothing: every
+    diagnosis- and lesson-driven move is spent, and each further blind probe costs a run that delays payback."""
+    if campaign.incumbent_step == 0:
+        return None
+    measured = [s for s in campaign.steps if any(r.kind == "trial" and r.outcome == "ok" for r in s.runs)]
+    recent = measured[-PATIENCE:]  # failed starts (OOM, refused layouts) cost little and do not count
+    if len(recent) < PATIENCE or any(s.kept for s in recent) or campaign.steps[-1].kept:
+        return None
+    return (f"no diagnosis- or lesson-driven move is left and the last {PATIENCE} measured steps gained nothing; "
+            f"keeping the +{campaign.gain:.1%} found rather than spend more device-hours on blind exploration")
 
 
 def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar) -> list[Scalar]:
@@ -229,6 +383,10 @@ def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scal
     if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"):
         limit = min((int(v) for v in oom), default=None)
         out = [v for v in out if limit is None or int(v) < limit]
+    if lever == "training.local_batch_size" and int(catalog.effective(campaign.incumbent_levers)["parallelism.pipeline_parallel_degree"]) > 1:
+        # under PP the activations follow the PP microbatch, not the local batch: a smaller one only means fewer
+        # microbatches per flush (a larger bubble), never a memory or speed win
+        out = [v for v in out if int(v) > int(current)]
     return out
 
 
