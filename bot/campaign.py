@@ -31,7 +31,7 @@ Phase = Literal["baseline", "stepping", "finished"]
 class RunRef(BaseModel):
     """What the campaign keeps of a run (the full record lives on disk / on the branch)."""
 
-    kind: Literal["baseline", "trial", "confirm"]
+    kind: Literal["baseline", "trial", "confirm", "incumbent"]  # incumbent: the A/B re-measure inside a confirm
     n: int = 0  # step number (0 for baseline)
     attempt: int = 1
     outcome: str
@@ -41,6 +41,10 @@ class RunRef(BaseModel):
     device_hours: float = 0.0
     record: str = ""  # path of the record (driver-relative)
     simulated: bool = False
+    # a re-measure (confirm) run may be followed at once by a fresh run of the incumbent, an A/B pair: a machine
+    # whose speed drifts between the incumbent's measurement and the candidate's then cannot fake a gain
+    reference_tps: float | None = None
+    reference_record: str = ""
 
 
 class NoiseBand(BaseModel):
@@ -401,7 +405,9 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         st.close_reason = f"re-measure {run.outcome}: {run.reason}"
         return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="re-measure failed"), Close(n=st.n, reason=st.close_reason)]
     confirmed = _confirmed_tps(st)
-    st.gain = confirmed / s.incumbent_tps - 1.0 if confirmed and s.incumbent_tps else None
+    # against the incumbent as measured before, or as re-measured right after the candidate if that is faster
+    reference = max(x for x in (s.incumbent_tps, run.reference_tps) if x is not None) if (s.incumbent_tps or run.reference_tps) else None
+    st.gain = confirmed / reference - 1.0 if confirmed and reference else None
     assert s.band is not None
     if st.gain is not None and st.gain > s.band.band:
         st.kept = True

@@ -19,7 +19,8 @@ def _progress(console):
         if kind in ("run_baseline", "run_trial", "confirm") and hasattr(event, "run"):
             r = event.run
             label = f"baseline {r.attempt}" if r.kind == "baseline" else f"step {r.n} {r.kind}"
-            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
+            ab = "" if r.reference_tps is None else f" (A/B: incumbent re-measured {r.reference_tps:,.0f})"
+            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
         elif kind == "open_step":
             st = state.step(event.n)
             console.print(f"[bold]step {st.n}[/]: {escape(st.change.title())}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})")

@@ -51,6 +51,7 @@ class Driver:
         on_event: Callable[[cm.Campaign, Any, Any], None] | None = None,
         finish_hook: Callable[[cm.Campaign, Driver], None] | None = None,
         crash_after: int | None = None,  # test-only: raise after this many transitions
+        ab_confirm: bool = False,  # re-measure the incumbent right after a confirm run (A/B; for machines whose speed drifts)
     ) -> None:
         self.forge, self.runner, self.policy, self.lessons = forge, runner, policy, lessons
         self.recipe_path = recipe_path
@@ -61,6 +62,7 @@ class Driver:
         self.on_event = on_event
         self.finish_hook = finish_hook
         self.crash_after = crash_after
+        self.ab_confirm = ab_confirm
         self.transitions = 0
 
     # ------------------------------------------------------------------ state I/O
@@ -114,7 +116,8 @@ class Driver:
     def run_dir(self, state: cm.Campaign, kind: str, n: int, attempt: int) -> Path:
         return self.work_dir / state.id / (f"baseline-{attempt}" if kind == "baseline" else f"step-{n}-{kind}")
 
-    def _run(self, state: cm.Campaign, text: str, kind: str, n: int, attempt: int) -> cm.RunRef:
+    def _run(self, state: cm.Campaign, text: str, kind: str, n: int, attempt: int, already: float = 0.0) -> cm.RunRef:
+        """Run (or find on disk) one run; ``already``: device-hours this action spent before it (for the cap)."""
         out = self.run_dir(state, kind, n, attempt)
         path = out / "record.json"
         if path.exists():  # a resumed driver never repeats a finished run
@@ -122,7 +125,7 @@ class Driver:
         else:
             recipe = parse_recipe_text(text, self.recipe_path)
             # the hard budget cap: a run is stopped before it spends more than what is left of the budget
-            max_wall_s = max(0.0, state.budget - state.spent) * 3600.0 / max(recipe.devices, 1)
+            max_wall_s = max(0.0, state.budget - state.spent - already) * 3600.0 / max(recipe.devices, 1)
             record = self.runner.run(recipe, out_dir=out, recipe_path=self.recipe_path, recipe_text=text, max_wall_s=max_wall_s)
             write_record(record, path)
         return cm.RunRef(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=record.summary.tps_median,
@@ -157,7 +160,13 @@ class Driver:
         if isinstance(action, cm.RunTrial | cm.Confirm):
             kind = "trial" if isinstance(action, cm.RunTrial) else "confirm"
             run = self._run(state, self.step_recipe_text(state, action.n), kind, action.n, 1)
-            self._attach(state, action.n, {f"campaigns/{state.id}/step-{action.n}/{kind}.json": Path(run.record).read_text()}, f"attune: {kind} record for step {action.n}")
+            files = {f"campaigns/{state.id}/step-{action.n}/{kind}.json": Path(run.record).read_text()}
+            if kind == "confirm" and run.outcome == "ok" and self.ab_confirm:
+                ref = self._run(state, self.base_text(), "incumbent", action.n, 1, already=run.device_hours)
+                run = run.model_copy(update={"reference_tps": ref.tps if ref.outcome == "ok" else None, "reference_record": ref.record,
+                                             "device_hours": run.device_hours + ref.device_hours})
+                files[f"campaigns/{state.id}/step-{action.n}/incumbent.json"] = Path(ref.record).read_text()
+            self._attach(state, action.n, files, f"attune: {kind} record for step {action.n}")
             return cm.RunFinished(run=run)
         if isinstance(action, cm.Calibrate):
             return self._calibrate(state)

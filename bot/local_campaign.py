@@ -106,6 +106,8 @@ def build_driver(repo: Path, recipe_rel: str, *, policy: str, forge: str = "loca
         on_event=on_event,
         finish_hook=finish_local if forge == "local" else None,
         crash_after=crash_after,
+        # a real machine's speed drifts (other processes, clocks): a winner's re-measure is an A/B pair with the incumbent
+        ab_confirm=recipe.cluster.launcher != "sim",
     )
 
 

@@ -89,7 +89,8 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["trial outcome", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"), "not run yet")],
         ["tokens/s per device", f"{_fmt(tps)} vs incumbent {_fmt(state.incumbent_tps)}"],
         ["gain", "—" if step.gain is None else f"{step.gain:+.1%} (noise band {band:.1%})" if band is not None else f"{step.gain:+.1%}"],
-        ["re-measured", ", ".join(_fmt(r.tps) for r in step.runs if r.kind == "confirm") or "—"],
+        ["re-measured", ", ".join(_fmt(r.tps) + ("" if r.reference_tps is None else f" (A/B: incumbent re-measured {_fmt(r.reference_tps)})")
+                                  for r in step.runs if r.kind == "confirm") or "—"],
         ["decision", _decision(step)],
     ]
     parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]

@@ -368,3 +368,29 @@ def test_budget_is_never_exceeded_when_runs_cost_what_was_expected(cost: float, 
     assert all(c["cost"] <= e for c, e in zip(runner.calls, runner.expected, strict=True))
     if budget >= 2 * 1.1 * cost + cost:  # room for the baseline and at least one trial
         assert state.steps
+
+
+def _drifting_campaign(tmp_path: Path, *, ab: bool) -> tuple[cm.Campaign, FakeRunner]:
+    """The machine gets 30% faster after the baseline; the candidate is really no faster than the incumbent."""
+    text = recipe_text()
+
+    def drift(eff, nth, calls=[0]):  # noqa: B006 - the call counter is the machine's clock
+        calls[0] += 1
+        return "ok", 1000.0 if calls[0] <= 2 else 1300.0
+
+    runner = FakeRunner(drift)
+    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
+                         tmp_path, ab_confirm=ab)
+    return driver.start(new_state(text)), runner
+
+
+def test_ab_confirm_does_not_let_a_drifting_machine_fake_a_gain(tmp_path: Path) -> None:
+    fooled, _ = _drifting_campaign(tmp_path / "plain", ab=False)
+    assert fooled.step(1).kept and fooled.step(1).gain == pytest.approx(0.3)  # without A/B the drift looks like +30%
+    state, runner = _drifting_campaign(tmp_path / "ab", ab=True)
+    step = state.step(1)
+    confirm = next(r for r in step.runs if r.kind == "confirm")
+    assert confirm.reference_tps == 1300.0 and confirm.reference_record.endswith("step-1-incumbent/record.json")
+    assert not step.kept and step.gain == pytest.approx(0.0) and "not confirmed" in step.close_reason
+    assert len(runner.calls) == 5 and runner.calls[-1]["levers"] == state.baseline_levers  # baseline x2, trial, confirm, incumbent
+    assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))  # the A/B run is paid for

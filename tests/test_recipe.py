@@ -55,7 +55,7 @@ def test_cpu_recipe_values() -> None:
     assert recipe.levers["activation_checkpoint"] == "full"
     assert recipe.levers["compile.enable"] is False
     assert recipe.levers["training.local_batch_size"] == 1
-    assert recipe.env == {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert recipe.env == {"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "10000"}
 
 
 # ------------------------------------------------------------------ malformed recipes

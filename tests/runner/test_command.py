@@ -100,7 +100,7 @@ def test_build_launch(cpu_recipe: Recipe) -> None:
     assert launch.argv[m + 1] == "torchtitan.train"
     assert launch.argv[m + 2 :] == launch.titan_args
     assert launch.titan_args == titan_args(cpu_recipe, steps=8, dump_folder="/o")
-    assert launch.env == {"OMP_NUM_THREADS": "2", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert launch.env == {"OMP_NUM_THREADS": "2", "GOMP_SPINCOUNT": "10000"}
 
 
 # ---------------------------------------------------------------- real torchtitan ConfigManager
