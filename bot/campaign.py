@@ -240,6 +240,9 @@ class Campaign(BaseModel):
     budget: float  # device-hours
     spent: float = 0.0
     baseline_runs_wanted: int = Field(default=2, ge=2)
+    # runs made before the measured baseline runs, reported but not counted in the baseline or its band: the first
+    # run after an idle spell on a real machine is often slow (clocks, caches), which inflated the band to 70%
+    baseline_warmup_runs: int = Field(default=0, ge=0)
     band_k: float = 2.0
     band_floor: float = 0.05
     max_steps: int = 50
@@ -267,9 +270,13 @@ class Campaign(BaseModel):
     def step(self, n: int) -> Step:
         return next(s for s in self.steps if s.n == n)
 
+    def measured_baseline(self) -> list[RunRef]:
+        """The baseline runs the baseline throughput and the noise band come from (the warm-up runs left out)."""
+        return self.baseline[self.baseline_warmup_runs:]
+
     @property
     def baseline_tps(self) -> float | None:
-        tps = [r.tps for r in self.baseline if r.tps]
+        tps = [r.tps for r in self.measured_baseline() if r.tps]
         return statistics.median(tps) if tps else None
 
     @property
@@ -386,9 +393,9 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         s.baseline.append(run)
         if run.outcome != "ok":
             return _finish(s, f"baseline run failed ({run.outcome}: {run.reason}); the recipe must work before it is tuned")
-        if len(s.baseline) < s.baseline_runs_wanted:
+        if len(s.baseline) < s.baseline_runs_wanted + s.baseline_warmup_runs:
             return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
-        s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.baseline], k=s.band_k, floor=s.band_floor)
+        s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor)
         s.incumbent_levers = dict(s.baseline_levers)
         s.incumbent_tps = s.baseline_tps
         s.phase = "stepping"

@@ -18,7 +18,9 @@ def _progress(console):
         kind = getattr(action, "type", "")
         if kind in ("run_baseline", "run_trial", "confirm") and hasattr(event, "run"):
             r = event.run
-            label = f"baseline {r.attempt}" if r.kind == "baseline" else f"step {r.n} {r.kind}"
+            label = f"step {r.n} {r.kind}"
+            if r.kind == "baseline":
+                label = f"baseline {r.attempt}" + (" (warm-up, not counted)" if r.attempt <= state.baseline_warmup_runs else "")
             ab = "" if r.reference_tps is None else f" (A/B: incumbent re-measured {r.reference_tps:,.0f})"
             console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
         elif kind == "open_step":

@@ -132,7 +132,9 @@ def render_campaign_summary(state) -> str:
     sim = any(r.simulated for r in state.baseline)
     head = f"## ATTUNE campaign {state.id}{' — SIMULATED' if sim else ''}\n\nRecipe `{state.recipe_path}`, policy `{state.policy}`, {state.phase}."
     facts = [
-        ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.baseline)})" if state.baseline else "")],
+        ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
+                                                                      + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
+                                                                      + ")" if state.baseline else "")],
         ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
         ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],

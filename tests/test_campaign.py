@@ -394,3 +394,14 @@ def test_ab_confirm_does_not_let_a_drifting_machine_fake_a_gain(tmp_path: Path) 
     assert not step.kept and step.gain == pytest.approx(0.0) and "not confirmed" in step.close_reason
     assert len(runner.calls) == 5 and runner.calls[-1]["levers"] == state.baseline_levers  # baseline x2, trial, confirm, incumbent
     assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))  # the A/B run is paid for
+
+
+def test_a_warm_up_run_is_made_and_reported_but_not_counted(tmp_path: Path) -> None:
+    text = recipe_text()
+    runner = FakeRunner(table_rule({}, [600.0, 1000.0, 1010.0]))  # the first run after idle is slow
+    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([]), tmp_path)
+    state = driver.start(new_state(text, baseline_warmup_runs=1))
+    assert [r.tps for r in state.baseline] == [600.0, 1000.0, 1010.0] and len(runner.calls) == 3
+    assert state.baseline_tps == pytest.approx(1005.0) and state.band.spread == pytest.approx(10 / 1005)
+    assert state.spent == pytest.approx(0.03)  # the warm-up run is paid for
+    assert "warm-up run 600 not counted" in render_campaign_summary(state)
