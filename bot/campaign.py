@@ -16,6 +16,7 @@ does not fit what is left is not started.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable
 from typing import Annotated, Literal
@@ -281,9 +282,12 @@ class Campaign(BaseModel):
 
     @property
     def gain(self) -> float:
-        if not self.baseline_tps or not self.incumbent_tps:
+        """The kept steps' confirmed gains compounded (each against its own incumbent, A/B re-measured where the
+        driver did): equal to final / baseline tokens/s when nothing drifted, and not inflated when the machine did."""
+        kept = [st.gain for st in self.steps if st.kept and st.gain is not None]
+        if not kept or not self.baseline_tps or not self.incumbent_tps:
             return 0.0
-        return self.incumbent_tps / self.baseline_tps - 1.0
+        return math.prod(1.0 + g for g in kept) - 1.0
 
     def expected_run_cost(self) -> float:
         """Device-hours a run is expected to cost: the largest run so far, plus 10% (before any run: the estimate)."""

@@ -263,7 +263,9 @@ class Driver:
             if not rec.simulated:  # simulated numbers never enter results/
                 files[f"results/{(rec.model or rec.recipe_id).replace('/', '_')}/{rec.hardware}/{rec.run_id}.json"] = json.dumps(
                     {**json.loads(rec.model_dump_json()), "gate": "passed", "campaign": state.id, "step": n,
-                     "baseline_tps": state.baseline_tps}, indent=1) + "\n"
+                     "baseline_tps": state.baseline_tps,
+                     "gain": state.model_copy(update={"steps": [x.model_copy(update={"kept": x.kept or x.n == n}) for x in state.steps]}).gain},
+                    indent=1) + "\n"
         if files:
             ref = self.forge.add_files(ref, files, f"attune: results of step {n}")
             # the head that is merged carries the gate status too (a protected base branch requires it)

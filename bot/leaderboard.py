@@ -61,7 +61,8 @@ def collect(repo: Path) -> list[dict]:
         out.append({
             "model": model, "hardware": hw, "devices": devices, "tps_per_device": row["tps"],
             "mfu": (rec.get("summary") or {}).get("mfu"), "usd_per_mtok": cost,
-            "gain": (row["tps"] / base - 1.0) if base else None, "date": (rec.get("created_at") or "")[:10],
+            # the campaign's compounded, A/B-confirmed gain when the record carries it (older records: tps / baseline)
+            "gain": rec["gain"] if rec.get("gain") is not None else ((row["tps"] / base - 1.0) if base else None), "date": (rec.get("created_at") or "")[:10],
             "stack": f"torch {stack.get('torch')}, torchtitan {stack.get('torchtitan')}, {stack.get('device_name')}",
             "commit": _commit_of(repo, row["path"]), "levers": rec.get("levers", {}), "record": str(row["path"].relative_to(repo)),
         })

@@ -138,7 +138,7 @@ def render_campaign_summary(state) -> str:
         ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
         ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
-        ["gain", f"{state.gain:+.1%}"],
+        ["gain", f"{state.gain:+.1%} (the kept steps' confirmed gains, compounded)"],
         ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
         ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
     ]

@@ -405,3 +405,16 @@ def test_a_warm_up_run_is_made_and_reported_but_not_counted(tmp_path: Path) -> N
     assert state.baseline_tps == pytest.approx(1005.0) and state.band.spread == pytest.approx(10 / 1005)
     assert state.spent == pytest.approx(0.03)  # the warm-up run is paid for
     assert "warm-up run 600 not counted" in render_campaign_summary(state)
+
+
+def test_the_campaign_gain_compounds_the_confirmed_step_gains(tmp_path: Path) -> None:
+    # drift: the machine speeds up after the baseline; the A/B re-measure keeps the step's gain honest, and so the headline
+    text = recipe_text()
+    speeds = iter([1000.0, 1000.0, 1500.0, 1500.0, 1250.0])  # baseline x2, trial, confirm, incumbent re-measured
+
+    runner = FakeRunner(lambda eff, nth: ("ok", next(speeds)))
+    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
+                         tmp_path, ab_confirm=True)
+    state = driver.start(new_state(text))
+    assert state.step(1).kept and state.step(1).gain == pytest.approx(0.2)
+    assert state.incumbent_tps == 1500.0 and state.gain == pytest.approx(0.2)  # not 1500 / 1000 - 1 = +50%
