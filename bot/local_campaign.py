@@ -115,8 +115,7 @@ def new_state(recipe: Recipe, recipe_rel: str, *, budget: float, policy: str, ca
     return cm.Campaign(
         id=campaign_id or new_campaign_id(recipe), recipe_path=recipe_rel, recipe_id=recipe.name, policy=policy,
         devices=recipe.devices, usd_per_device_hour=recipe.cluster.usd_per_device_hour, budget=budget,
-        baseline_levers=dict(recipe.levers), incumbent_levers=dict(recipe.levers),
-        **{"baseline_warmup_runs": 1 if recipe.cluster.launcher != "sim" else 0, **kw},
+        baseline_levers=dict(recipe.levers), incumbent_levers=dict(recipe.levers), **kw,
     )
 
 
