@@ -62,7 +62,7 @@ class HeuristicPolicy:
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
-        follow = self._enabled_change(campaign, levers) or self._follow_up(campaign, levers)
+        follow = self._enabled_change(campaign, levers) or self._follow_up(campaign, levers) or self._push_further(campaign, levers)
         if follow is not None:
             return follow
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
@@ -262,6 +262,30 @@ class HeuristicPolicy:
             if validate_change(campaign, change, space) is None:
                 return change
         return self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+
+    def _push_further(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+        """The last step (one numeric lever, from the incumbent) gained, but less than the noise band: move the
+        same lever one notch further in the same direction — a bigger change has a bigger effect to measure
+        (on a noisy machine local batch 1 -> 2 gained +42% inside a 52% band; 1 -> 8 measures +108%)."""
+        if not campaign.steps:
+            return None
+        last = campaign.steps[-1]
+        trial = next((r for r in last.runs if r.kind == "trial"), None)
+        if (last.kept or last.stacked_on is not None or last.change.extra or trial is None or trial.outcome != "ok"
+                or last.gain is None or last.gain <= 0 or last.verdict is None or not last.verdict.ok):
+            return None
+        values = space.values.get(last.change.lever, [])
+        before, after = last.change.before, last.change.after
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values:
+            return None
+        if catalog.effective(campaign.incumbent_levers).get(last.change.lever) != before:
+            return None  # the incumbent moved on since
+        i = values.index(after) + (1 if after > before else -1)
+        if not 0 <= i < len(values):
+            return None
+        why = (f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}, inside the noise band: one notch further "
+               "along the same lever, for a larger effect to measure")
+        return self._checked(campaign, space, last.change.lever, values[i], why, list(last.change.lessons))
 
     def _follow_up(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
