@@ -13,7 +13,7 @@ from forge_helpers import TOKEN, require  # noqa: E402
 
 require("responses", "openapi_core")
 from fake_github import FakeGitHub  # noqa: E402
-from openapi_contract import Contract, spec_missing_reason  # noqa: E402
+from openapi_contract import Contract  # noqa: E402
 
 from bot.events import campaign_requests  # noqa: E402
 from bot.events.github_driver import load_state  # noqa: E402
@@ -24,14 +24,6 @@ FORM = (
     f"### Recipe path\n\n{RECIPE}\n\n### Budget (device-hours)\n\n1\n\n### Policy\n\nheuristic\n\n"
     "### Runner labels\n\ncpu\n\n### Bench steps\n\n_No response_"
 )
-
-
-@pytest.fixture(scope="module")
-def contract() -> Contract:
-    reason = spec_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    return Contract()
 
 
 @pytest.fixture

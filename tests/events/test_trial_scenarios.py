@@ -19,7 +19,7 @@ from forge_helpers import TOKEN, require  # noqa: E402
 
 require("responses", "openapi_core")
 from fake_github import FakeGitHub  # noqa: E402
-from openapi_contract import Contract, spec_missing_reason  # noqa: E402
+from openapi_contract import Contract  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
 from bot.events import campaign_requests, trial_results  # noqa: E402
@@ -79,14 +79,6 @@ def record(recipe: Recipe, tps: float | None, *, outcome: str = "ok", losses: li
                            tps_cv=0.01 if outcome == "ok" else None, wall_s=cost * 3600, device_hours=cost),
         usd_per_device_hour=recipe.cluster.usd_per_device_hour, simulated=simulated,
     )
-
-
-@pytest.fixture(scope="module")
-def contract() -> Contract:
-    reason = spec_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    return Contract()
 
 
 @pytest.fixture
