@@ -27,7 +27,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "gemm_eff": (0.3, 0.95), "attn_eff": (0.1, 0.8), "elem_passes": (2.0, 120.0), "compile_elem": (0.1, 1.0),
     "fp8_tensorwise": (1.0, 2.0), "fp8_rowwise": (0.8, 2.0), "async_tp_hidden": (0.0, 0.95),
     "hw_eff.h100-96gb": (0.5, 1.2), "hw_eff.b200": (0.5, 1.2), "stack.megatron": (0.6, 1.6),
-    "stack.meta": (0.6, 1.6), "grouped_d0": (32.0, 8192.0),
+    "stack.meta": (0.6, 1.6), "grouped_d0": (32.0, 8192.0), "dropless_dispatch_s": (1e-9, 1e-6),
 }
 
 

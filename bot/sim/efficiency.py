@@ -33,6 +33,9 @@ class EfficiencyFactors(BaseModel):
     stack: dict[str, float] = Field(description="GEMM / pointwise efficiency multiplier per software stack")
     grouped_d0: float = Field(description="expert width at which grouped GEMMs reach half efficiency "
                               "(fine-grained experts run far below dense-GEMM efficiency)")
+    dropless_dispatch_s: float = Field(description="seconds of serialised dispatch work per routed token copy "
+                                       "per MoE layer (fwd+bwd) on Megatron-Bridge 25.11's dropless host-synced "
+                                       "dispatcher (sim.moe_dispatch: dropless-hostsync only)")
     # --- fixed from public figures ---
     gemm_m0: float = Field(256.0, description="assumption: tokens at which a GEMM reaches half its large-M efficiency")
     gemm_d0: float = Field(96.0, description="assumption: weight dim at which a GEMM reaches half its large-dim efficiency")
@@ -74,7 +77,7 @@ class EfficiencyFactors(BaseModel):
 
     FITTED: ClassVar[tuple[str, ...]] = (
         "gemm_eff", "attn_eff", "elem_passes", "compile_elem", "fp8_tensorwise", "fp8_rowwise", "async_tp_hidden",
-        "hw_eff.h100-96gb", "stack.megatron", "stack.meta", "hw_eff.b200", "grouped_d0",
+        "hw_eff.h100-96gb", "stack.megatron", "stack.meta", "hw_eff.b200", "grouped_d0", "dropless_dispatch_s",
     )
 
     def get(self, name: str) -> float:
@@ -109,13 +112,19 @@ FIT_ROWS: dict[str, list[str]] = {
     "stack.meta": ["meta-405b-8k"],
     "hw_eff.b200": ["mb-405b-b200"],
     "grouped_d0": ["mb-qwen3-235b-fp8"],
+    "dropless_dispatch_s": ["mb-qwen3-30b-b200"],
 }
 
-# Fitted offline by bot.sim.calibration.fit_factors() on the 15 `split: fit` rows of calibration.yaml
+# Fitted offline by bot.sim.calibration.fit_factors() on the `split: fit` rows of calibration.yaml
 # (tt-8b-fsdp8-bf16/-compile/-compile-fp8, tt-8b-32k, tt-405b-pp8-1f1b, tt-70b-bf16, tt-70b-bf16-asynctp,
 # tt-70b-fp8-rowwise, tt-8b-tp8-bf16, tt-8b-tp8-bf16-asynctp, mb-8b-fp8, mb-70b-fp8, mb-405b-b200,
 # mb-qwen3-235b-fp8, meta-405b-8k); holdout rows were never used. Values rounded to 3 significant digits.
 # fp8_tensorwise ends near its physical bound (fp8 peak = 2x bf16 peak); casts are charged separately.
+# dropless_dispatch_s was fitted afterwards, alone, with every other factor held at the values below, on the one
+# fit row that carries sim.moe_dispatch: dropless-hostsync and pays it (mb-qwen3-30b-b200; 211 ns per routed token
+# copy = 1.69 us per token per MoE layer, fwd+bwd). mb-qwen3-235b-fp8 carries the lever too but its modelled
+# all-to-all (6.6 ms per layer) exceeds its floor (3.5 ms), so it does not constrain the value; its twin
+# mb-qwen3-30b-fp8 (H100) stays held out.
 DEFAULT_FACTORS = EfficiencyFactors(
     gemm_eff=0.595,
     attn_eff=0.246,
@@ -127,4 +136,5 @@ DEFAULT_FACTORS = EfficiencyFactors(
     hw_eff={"h100-sxm-80gb": 1.0, "h100-96gb": 0.873, "h200": 1.0, "b200": 1.17},
     stack={"torchtitan": 1.0, "megatron": 1.13, "meta": 1.08},
     grouped_d0=1110.0,
+    dropless_dispatch_s=2.11e-7,
 )

@@ -8,7 +8,9 @@ Levers named ``sim.*`` are calibration-only extensions (not torchtitan config) u
 other stacks: ``sim.stack`` (torchtitan | megatron | meta) and ``sim.virtual_stages`` (Megatron-style virtual
 pipeline size, embedding/head not counted as layers). ``quantize.linear: float8_tensorwise`` is likewise only for
 pre-0.3.0 / Megatron calibration rows: 0.3.0's converter offers rowwise only; ``sim.fp8_all_gather`` (float8
-FSDP all-gather) likewise is not offered by 0.3.0.
+FSDP all-gather) likewise is not offered by 0.3.0. ``sim.moe_dispatch: dropless-hostsync`` marks a Megatron-Bridge
+25.11 run on its dropless, host-synchronised token dispatcher (see ``bot.sim.steptime.dropless_dispatch_floor``);
+the default ``default`` leaves the EP model as it is (torchtitan's dispatchers are modelled by ``moe.comm_backend``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ LEVER_DEFAULTS: dict[str, tuple[str, Any]] = {
     "sim.stack": ("str", "torchtitan"),
     "sim.virtual_stages": ("int?", None),
     "sim.fp8_all_gather": ("bool", False),
+    "sim.moe_dispatch": ("str", "default"),
 }
 PINNED_DEFAULTS: dict[str, tuple[str, Any]] = {
     "training.global_batch_size": ("int", -1),
@@ -84,6 +87,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "compile.components": ("model,loss", "model", "loss", "loss,model"),
     "training.mixed_precision_param": ("bfloat16", "float32"),
     "sim.stack": ("torchtitan", "megatron", "meta"),
+    "sim.moe_dispatch": ("default", "dropless-hostsync"),
 }
 
 
@@ -141,6 +145,7 @@ class Layout(BaseModel):
     loss_chunks: int
     stack: str
     fp8_all_gather: bool = False
+    moe_dispatch: str = "default"
     compile_loss: bool = False
     param_fp32: bool = False
     gc_freq: int = 50
@@ -428,7 +433,7 @@ def resolve_layout(
         fp8_linear=fp8_linear, fp8_grouped=fp8_grouped, moe_backend=moe_backend,
         optimizer=s["optimizer.implementation"], cpu_offload=s["training.enable_cpu_offload"],
         reshard_after_forward=reshard_after_forward, loss_chunks=max(1, s["loss.num_chunks"]), stack=stack,
-        fp8_all_gather=s["sim.fp8_all_gather"], compile_loss=compile_loss,
+        fp8_all_gather=s["sim.fp8_all_gather"], moe_dispatch=s["sim.moe_dispatch"], compile_loss=compile_loss,
         param_fp32=s["training.mixed_precision_param"] == "float32", gc_freq=max(1, s["training.gc_freq"]),
         log_freq=max(1, s["metrics.log_freq"]), profiler=s["profiler.enable_profiling"],
         structured_logging=s["debug.enable_structured_logging"],

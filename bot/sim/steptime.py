@@ -6,7 +6,9 @@ few tokens per expert) and thin TP-split weights; attention runs on causal FLOPs
 work is HBM-bound and mostly fused away by torch.compile. Recompute adds a forward (full AC), every second forward
 GEMM (per-op SAC, torchtitan's policy), or a budget-dependent share. TP collectives sit on the critical path unless
 async TP hides part of them; EP all-to-alls are exposed (the default dispatcher also syncs with the host); FSDP
-collectives overlap with compute except for what does not fit and the first/last unit. A pipeline step is
+collectives overlap with compute except for what does not fit and the first/last unit. Megatron-Bridge 25.11's
+dropless host-synced dispatch (``sim.moe_dispatch``) puts a per-routed-token floor under each MoE layer's EP
+time (``dropless_dispatch_floor``). A pipeline step is
 ``(m + bubble) * T_mb`` on the slowest rank; without PP a microstep is one microbatch. Gradient accumulation repeats
 microsteps, each with its own FSDP traffic (and, under PP, its own fill and drain).
 """
@@ -70,6 +72,20 @@ def _fp8_speedup(recipe: str, lay: Layout, f: EfficiencyFactors) -> float:
         return 1.0
     s = f.fp8_tensorwise if recipe == "tensorwise" else f.fp8_rowwise
     return s if lay.compile else 1.0 + (s - 1.0) * f.fp8_eager
+
+
+def dropless_dispatch_floor(m: ModelSpec, lay: Layout, f: EfficiencyFactors, tokens_on_rank: float) -> float:
+    """Seconds one MoE layer's dispatch takes at least (fwd+bwd) on a dropless, host-synchronised dispatcher.
+
+    Modelling assumption: each routed token copy (``tokens_on_rank * top_k``) costs ``f.dropless_dispatch_s``
+    of serialised dispatch work (host sync on the per-expert counts, variable-size permute, padding and per-expert
+    casts); the layer's dispatch phase lasts the longer of that and its modelled all-to-all, so a layout whose
+    all-to-all is already slow (large EP across nodes) pays nothing extra. Zero unless ``sim.moe_dispatch`` is
+    ``dropless-hostsync``.
+    """
+    if lay.moe_dispatch != "dropless-hostsync" or lay.ep <= 1:
+        return 0.0
+    return tokens_on_rank * m.top_k * f.dropless_dispatch_s
 
 
 def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFactors, rank: int) -> MicrobatchTime:
@@ -156,6 +172,7 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
         ep_time = load.moe_layers * n_a2a * one
         ep_time *= 1.0 - f.ep_overlap.get(lay.stack, 0.0)
         ep_time *= 0.3 if lay.schedule == "DualPipeV" else 1.0  # DualPipe overlaps EP with the other direction
+        ep_time = max(ep_time, load.moe_layers * dropless_dispatch_floor(m, lay, f, tokens / share))
 
     # CP: all-gather K,V forward; all-gather again + reduce-scatter dK,dV backward (+1 under full AC).
     cp_time = 0.0
