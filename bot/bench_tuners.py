@@ -26,7 +26,7 @@ from bot.drive import Driver
 from bot.forge.memory import MemoryForge
 from bot.gating import config_gate, convergence_gate, make_calibrator
 from bot.lessons import load_lessons
-from bot.local_campaign import make_space
+from bot.local_campaign import make_space, measurement_options
 from bot.recipe import Recipe, load_recipe
 from bot.runner.sim import SimRunner
 
@@ -140,7 +140,8 @@ def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work:
     driver.forge.refs["main"][rel] = recipe_path.read_text()
     state = cm.Campaign(id=f"{recipe.name.replace('/', '-')}-{policy}-{seed}", recipe_path=rel, recipe_id=recipe.name, policy=policy,
                         devices=recipe.devices, usd_per_device_hour=recipe.cluster.usd_per_device_hour, budget=budget,
-                        baseline_levers=dict(recipe.levers), incumbent_levers=dict(recipe.levers), band_k=2.0, band_floor=0.02)
+                        baseline_levers=dict(recipe.levers), incumbent_levers=dict(recipe.levers), band_k=2.0, band_floor=0.02,
+                        **measurement_options(recipe.cluster.launcher))
     return driver.start(state)
 
 

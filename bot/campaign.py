@@ -9,7 +9,9 @@ steps, never a lost record.
 
 After the baseline runs, the gate's loss-curve noise band is calibrated once (``Calibrate``; its runs
 count against the budget). Per step: propose one change -> open step -> config gate (free) -> trial run -> convergence gate
--> if the gain clears the noise band, re-measure (confirm) -> merge, else close. Budget is
+-> if the gain clears the noise band, re-measure (confirm) -> merge, else close. Optional, per machine: a
+gain far outside the band (``decisive_k`` x band) merges without the re-measure, and a trial that measures
+clearly slower than the incumbent ends early (``early_stop``, outcome ``stopped``). Budget is
 device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost
 does not fit what is left is not started.
 """
@@ -246,6 +248,11 @@ class Campaign(BaseModel):
     baseline_warmup_runs: int = Field(default=0, ge=0)
     band_k: float = 2.0
     band_floor: float = 0.05
+    # a trial gain above decisive_k x the noise band is kept without a re-measure: run-to-run noise cannot make
+    # it (None: every gain is re-measured; machines whose speed drifts between runs need the A/B re-measure)
+    decisive_k: float | None = None
+    # a trial measuring clearly slower than the incumbent (below it by the noise band) ends early (runner EarlyStop)
+    early_stop: bool = False
     max_steps: int = 50
     run_cost_estimate: float = 0.0  # device-hours a run is expected to cost before any was measured (0 = unknown)
     phase: Phase = "baseline"
@@ -407,6 +414,10 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
     st = s.step(run.n)
     st.runs.append(run)
     if run.kind == "trial":
+        if run.outcome == "stopped":
+            st.gain = run.tps / s.incumbent_tps - 1.0 if run.tps and s.incumbent_tps else None
+            st.close_reason = f"no gain: {run.reason} ({_pct(st.gain)})"
+            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="stopped early: slower"), Close(n=st.n, reason=st.close_reason)]
         if run.outcome != "ok":
             st.close_reason = f"trial {run.outcome}: {run.reason}".strip(": ")
             return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"trial {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
@@ -463,6 +474,9 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
             st.verdict = v
             st.close_reason = "gate (config): " + "; ".join(v.reasons)
             return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the config"), Close(n=st.n, reason=st.close_reason)]
+        if st.change.enabler:  # its own speed decides nothing: the change it enables is measured, stacked on it
+            st.close_reason = "enabler: not run on its own; the change it enables is stacked on it and measured"
+            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="enabler (gated, not run)"), Close(n=st.n, reason=st.close_reason)]
         return _run_or_close(s, st, RunTrial(n=st.n))
     st.verdict = v
     if not v.ok:
@@ -471,6 +485,9 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
     trial = next(r for r in st.runs if r.kind == "trial")
     st.gain = trial.tps / s.incumbent_tps - 1.0 if trial.tps and s.incumbent_tps else None
     assert s.band is not None
+    if st.gain is not None and s.decisive_k is not None and st.gain > s.decisive_k * s.band.band:
+        st.kept = True  # far outside the band: noise cannot make it, and a re-measure would only spend a run
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; +{st.gain:.1%} decisive"), Merge(n=st.n)]
     if st.gain is not None and st.gain > s.band.band:
         return _run_or_close(s, st, Confirm(n=st.n))
     st.close_reason = f"no gain beyond the noise band ({_pct(st.gain)} vs {s.band.band:.1%})"

@@ -40,7 +40,7 @@ def _progress(console):
 
 def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
                   cache_dir: Path | None = None) -> int:
-    from bot.local_campaign import build_driver, new_state, summary_json
+    from bot.local_campaign import build_driver, measurement_options, new_state, summary_json
     from bot.recipe import load_recipe
     from bot.report import render_campaign_summary
 
@@ -52,9 +52,8 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
         console.print(f"[bold]attune campaign[/] {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours")
     driver = build_driver(repo, recipe_rel, policy=policy, forge=forge, on_event=None if as_json else _progress(console), seed=seed,
                           cache_dir=cache_dir)
-    # on this machine (launcher local) one warm-up run comes first: the first run after idle is often slow
-    warmup = 1 if recipe.cluster.launcher == "local" else 0
-    state = driver.start(new_state(recipe, recipe_rel, budget=budget, policy=policy, baseline_warmup_runs=warmup))
+    options = measurement_options(recipe.cluster.launcher)  # e.g. a warm-up run first on this machine
+    state = driver.start(new_state(recipe, recipe_rel, budget=budget, policy=policy, **options))
     if not as_json:  # markdown as it is: never re-wrapped, and its [links] are not rich markup
         print(render_campaign_summary(state))
         lb = repo / "leaderboard.md"

@@ -23,7 +23,7 @@ from bot.recipe import Recipe, set_lever_text
 from bot.recipe import parse_recipe_text as _parse_recipe_text
 from bot.records import RunRecord, Verdict, atomic_write_text, read_record, write_record
 from bot.report import render_campaign_summary, render_step_report
-from bot.runner.base import Runner
+from bot.runner.base import EarlyStop, Runner
 
 MARKER_CAMPAIGN = "attune:campaign"
 
@@ -116,7 +116,8 @@ class Driver:
     def run_dir(self, state: cm.Campaign, kind: str, n: int, attempt: int) -> Path:
         return self.work_dir / state.id / (f"baseline-{attempt}" if kind == "baseline" else f"step-{n}-{kind}")
 
-    def _run(self, state: cm.Campaign, text: str, kind: str, n: int, attempt: int, already: float = 0.0) -> cm.RunRef:
+    def _run(self, state: cm.Campaign, text: str, kind: str, n: int, attempt: int, already: float = 0.0,
+             early_stop: EarlyStop | None = None) -> cm.RunRef:
         """Run (or find on disk) one run; ``already``: device-hours this action spent before it (for the cap)."""
         out = self.run_dir(state, kind, n, attempt)
         path = out / "record.json"
@@ -126,7 +127,8 @@ class Driver:
             recipe = parse_recipe_text(text, self.recipe_path)
             # the hard budget cap: a run is stopped before it spends more than what is left of the budget
             max_wall_s = max(0.0, state.budget - state.spent - already) * 3600.0 / max(recipe.devices, 1)
-            record = self.runner.run(recipe, out_dir=out, recipe_path=self.recipe_path, recipe_text=text, max_wall_s=max_wall_s)
+            extra = {"early_stop": early_stop} if early_stop is not None else {}  # runners without the option still work
+            record = self.runner.run(recipe, out_dir=out, recipe_path=self.recipe_path, recipe_text=text, max_wall_s=max_wall_s, **extra)
             write_record(record, path)
         return cm.RunRef(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=record.summary.tps_median,
                          tps_cv=record.summary.tps_cv, device_hours=record.summary.device_hours, record=str(path), simulated=record.simulated)
@@ -137,7 +139,7 @@ class Driver:
     def latest_diagnosis(self, state: cm.Campaign) -> Diagnosis:
         runs = [r for s in state.steps for r in s.runs]
         last = state.steps[-1].runs[-1] if state.steps and state.steps[-1].runs else None
-        if last is None or last.outcome == "ok":
+        if last is None or last.outcome in ("ok", "stopped"):  # a measured candidate, kept or not: the incumbent's
             inc = state.step(state.incumbent_step).runs if state.incumbent_step else state.baseline
             last = (inc or state.baseline or runs)[-1]
         return diagnose(self.record(last))
@@ -159,7 +161,10 @@ class Driver:
             return cm.GateVerdict(n=action.n, verdict=self.gate_config(base, cand))
         if isinstance(action, cm.RunTrial | cm.Confirm):
             kind = "trial" if isinstance(action, cm.RunTrial) else "confirm"
-            run = self._run(state, self.step_recipe_text(state, action.n), kind, action.n, 1)
+            stop = None
+            if kind == "trial" and state.early_stop and state.incumbent_tps and state.band:
+                stop = EarlyStop(below_tps=state.incumbent_tps * (1.0 - state.band.band))
+            run = self._run(state, self.step_recipe_text(state, action.n), kind, action.n, 1, early_stop=stop)
             files = {f"campaigns/{state.id}/step-{action.n}/{kind}.json": Path(run.record).read_text()}
             if kind == "confirm" and run.outcome == "ok" and self.ab_confirm:
                 ref = self._run(state, self.base_text(), "incumbent", action.n, 1, already=run.device_hours)

@@ -111,6 +111,24 @@ def build_driver(repo: Path, recipe_rel: str, *, policy: str, forge: str = "loca
     )
 
 
+DECISIVE_K = 3.0  # a gain above 3x the noise band (6x the baseline runs' spread, or 3x its floor) is not run-to-run noise
+
+
+def measurement_options(launcher: str) -> dict[str, Any]:
+    """How a campaign measures on this kind of machine (``Campaign`` fields).
+
+    ``sim``: the simulated cluster does not drift between runs, so a decisive gain merges without a re-measure
+    and a trial that measures clearly slower than the incumbent stops early. ``local`` (this machine): its speed
+    drifts with other processes and clocks, so one warm-up run precedes the measured baseline, every gain is
+    re-measured (as an A/B pair, see ``build_driver``) and every trial runs to its end.
+    """
+    if launcher == "sim":
+        return {"decisive_k": DECISIVE_K, "early_stop": True}
+    if launcher == "local":
+        return {"baseline_warmup_runs": 1}
+    return {}
+
+
 def new_state(recipe: Recipe, recipe_rel: str, *, budget: float, policy: str, campaign_id: str | None = None, **kw: Any) -> cm.Campaign:
     return cm.Campaign(
         id=campaign_id or new_campaign_id(recipe), recipe_path=recipe_rel, recipe_id=recipe.name, policy=policy,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-Outcome = Literal["ok", "oom", "crash", "hang", "timeout", "invalid"]
+Outcome = Literal["ok", "oom", "crash", "hang", "timeout", "invalid", "stopped"]  # stopped: early, clearly slower
 Scalar = bool | int | float | str
 Tier = Literal["B", "R", "N", "X"]
 
@@ -123,6 +123,10 @@ class Change(BaseModel):
     policy: str = "heuristic"
     stacked_on: int | None = None  # OOM retry: applied on top of that step's layout
     extra: dict[str, Scalar] = Field(default_factory=dict)  # black-box baselines only: more levers
+    # a stepping stone: legal on its own only so that the next change can be (e.g. the local batch that keeps
+    # the pinned global batch when a degree changes); it is gated but not run -- the change it enables is
+    # stacked on it and measured against the incumbent
+    enabler: bool = False
 
     model_config = {"populate_by_name": True}
 

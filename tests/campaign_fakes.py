@@ -63,7 +63,7 @@ class FakeRunner:
         self.seen: dict[str, int] = {}
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
-            recipe_text: str | None = None, max_wall_s: float | None = None) -> RunRecord:
+            recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: Any = None) -> RunRecord:
         if self.on_run:
             self.on_run(Path(out_dir))
         eff = catalog.effective(recipe.levers)
@@ -75,8 +75,15 @@ class FakeRunner:
         cap = None if max_wall_s is None else max_wall_s * recipe.devices / 3600.0
         if cap is not None and cost > cap:  # a real runner is stopped at the budget cap: so is this one
             outcome, tps, cost = "timeout", None, cap
-        self.calls.append({"out_dir": str(out_dir), "levers": dict(recipe.levers), "outcome": outcome, "tps": tps, "cost": cost})
-        return make_record(recipe, outcome, tps, cost, run_id=f"run{len(self.calls)}")
+        stopped = outcome == "ok" and tps is not None and early_stop is not None and tps < early_stop.below_tps
+        if stopped:  # a real runner ends a clearly slower trial after a few measured steps: a third of the cost here
+            cost /= 3
+        self.calls.append({"out_dir": str(out_dir), "levers": dict(recipe.levers), "outcome": outcome, "tps": tps, "cost": cost,
+                           "early_stop": early_stop})
+        record = make_record(recipe, outcome, tps, cost, run_id=f"run{len(self.calls)}")
+        if stopped:
+            record = record.model_copy(update={"outcome": "stopped", "reason": "stopped early: fake"})
+        return record
 
 
 def table_rule(table: dict[tuple[tuple[str, Scalar], ...], list[float] | str], base: list[float]) -> Rule:
@@ -108,7 +115,7 @@ class ScriptedPolicy:
         spec = dict(self.changes[i])
         cur = catalog.effective(campaign.step(spec["stacked_on"]).levers if spec.get("stacked_on") else campaign.incumbent_levers)
         return Change(lever=spec["lever"], before=cur.get(spec["lever"]), after=spec["to"], why="scripted", policy=self.name,
-                      stacked_on=spec.get("stacked_on"))
+                      stacked_on=spec.get("stacked_on"), enabler=spec.get("enabler", False))
 
 
 def gate_ok(baseline: Recipe, candidate: Recipe) -> Verdict:

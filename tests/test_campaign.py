@@ -33,7 +33,7 @@ LBS2 = (("training.local_batch_size", 2),)
 
 
 def run_campaign(tmp_path: Path, table: dict, *, script: list[dict], base: list[float] = (1000.0, 1010.0), budget: float = 1.0,
-                 text: str | None = None, **kw):
+                 text: str | None = None, state_kw: dict | None = None, **kw):
     """Run a whole campaign; returns (state, forge, runner, actions executed in order)."""
     text = text or recipe_text()
     forge = MemoryForge({RECIPE_REL: text})
@@ -41,7 +41,7 @@ def run_campaign(tmp_path: Path, table: dict, *, script: list[dict], base: list[
     actions: list[cm.Action] = []
     driver = make_driver(forge, runner, ScriptedPolicy(script), tmp_path / "work",
                          on_event=lambda state, action, event: actions.append(action), **kw)
-    state = driver.start(new_state(text, budget=budget))
+    state = driver.start(new_state(text, budget=budget, **(state_kw or {})))
     return state, forge, runner, actions
 
 
@@ -418,3 +418,46 @@ def test_the_campaign_gain_compounds_the_confirmed_step_gains(tmp_path: Path) ->
     state = driver.start(new_state(text))
     assert state.step(1).kept and state.step(1).gain == pytest.approx(0.2)
     assert state.incumbent_tps == 1500.0 and state.gain == pytest.approx(0.2)  # not 1500 / 1000 - 1 = +50%
+
+
+# ----------------------------------------------------------------------------- measurement economy (per machine)
+def test_a_decisive_gain_merges_without_a_remeasure_and_a_marginal_one_is_still_remeasured(tmp_path: Path) -> None:
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    # band 5% (floor); decisive above 3 x 5% = 15%: +19.4% merges at once, then +8% over the new incumbent is re-measured
+    table = {AC_NONE + LBS2: [1300.0, 1290.0], AC_NONE: [1200.0]}
+    state, _, _, actions = run_campaign(tmp_path, table, script=script, state_kw={"decisive_k": 3.0})
+    one, two = state.step(1), state.step(2)
+    assert kinds(actions, 1) == ["open_step", "check_config", "run_trial", "check_convergence", "comment", "set_status", "merge"]
+    assert one.kept and [r.kind for r in one.runs] == ["trial"] and one.gain == pytest.approx(1200 / 1005 - 1)
+    assert "confirm" in kinds(actions, 2) and two.kept and [r.kind for r in two.runs] == ["trial", "confirm"]
+    assert state.incumbent_tps == 1290.0
+    # without decisive_k (the default) the same +19.4% is re-measured
+    state, _, _, actions = run_campaign(tmp_path / "b", table, script=script[:1])
+    assert "confirm" in kinds(actions, 1)
+
+
+def test_a_clearly_slower_trial_is_stopped_early_and_closed_with_what_it_measured(tmp_path: Path) -> None:
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    state, _, runner, _ = run_campaign(tmp_path, {AC_NONE: [900.0], LBS2: [990.0]}, script=script, state_kw={"early_stop": True})
+    trial_calls = [c for c in runner.calls if c["early_stop"] is not None]
+    assert len(trial_calls) == 2  # trials only, never a baseline run
+    assert trial_calls[0]["early_stop"].below_tps == pytest.approx(1005 * (1 - 0.05))  # the incumbent less the band
+    one, two = state.step(1), state.step(2)
+    assert one.runs[0].outcome == "stopped" and one.state == "closed" and not one.kept
+    assert one.gain == pytest.approx(900 / 1005 - 1) and one.close_reason.startswith("no gain: stopped early")
+    assert one.runs[0].device_hours == pytest.approx(0.01 / 3)
+    assert two.runs[0].outcome == "ok" and "no gain beyond the noise band" in two.close_reason  # -1.5%: not clearly slower
+    # off by default: every trial runs to its end
+    _, _, runner, _ = run_campaign(tmp_path / "b", {AC_NONE: [900.0]}, script=script[:1])
+    assert all(c["early_stop"] is None for c in runner.calls)
+
+
+def test_an_enabler_is_gated_but_not_run_and_the_change_it_enables_is_measured_on_it(tmp_path: Path) -> None:
+    script = [{"lever": "training.local_batch_size", "to": 2, "enabler": True},
+              {"lever": "activation_checkpoint", "to": "none", "stacked_on": 1}]
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE + LBS2: [1300.0, 1290.0]}, script=script)
+    one, two = state.step(1), state.step(2)
+    assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
+    assert one.runs == [] and one.state == "closed" and one.close_reason.startswith("enabler: not run on its own")
+    assert len(runner.calls) == 2 + 2  # two baseline runs, then the enabled change's trial and re-measure only
+    assert two.kept and two.levers["training.local_batch_size"] == 2 and two.levers["activation_checkpoint"] == "none"

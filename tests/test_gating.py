@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bot import campaign as cm
 from bot.gating import calibrate_loss_band, convergence_gate, make_calibrator
 from bot.recipe import load_recipe
@@ -73,3 +75,19 @@ def test_the_sim_runner_stops_at_the_budget_cap() -> None:
     assert full.outcome == "ok" and capped.outcome == "timeout" and "budget cap" in capped.reason
     assert cap - 0.001 <= capped.summary.wall_s <= cap and capped.summary.device_hours <= full.summary.device_hours / 2
     assert SimRunner(seed=1).run(recipe, out_dir=None, max_wall_s=full.summary.wall_s + 1).outcome == "ok"
+
+
+def test_the_sim_runner_stops_a_clearly_slower_trial_early() -> None:
+    from bot.runner.base import EarlyStop
+
+    recipe = load_recipe(GLM)
+    full = SimRunner(seed=1).run(recipe, out_dir=None)
+    tps = full.summary.tps_median
+    assert tps is not None
+    stopped = SimRunner(seed=1).run(recipe, out_dir=None, early_stop=EarlyStop(below_tps=2 * tps, after_steps=3))
+    assert stopped.outcome == "stopped" and "stopped early" in stopped.reason
+    assert len(stopped.steps) == recipe.bench.warmup_steps + 3  # the warm-up, then three measured steps
+    assert stopped.summary.device_hours < full.summary.device_hours / 2
+    assert stopped.summary.tps_median == pytest.approx(tps, rel=0.05)  # what it measured is kept: a real observation
+    kept_on = SimRunner(seed=1).run(recipe, out_dir=None, early_stop=EarlyStop(below_tps=tps / 2))
+    assert kept_on.outcome == "ok" and len(kept_on.steps) == len(full.steps)

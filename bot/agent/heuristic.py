@@ -6,7 +6,7 @@
    it with the model sharded over twice the pipeline stages (``oom-raise-pipeline-parallel``).
 1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
    batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree) is
-   preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, measured), and
+   preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, gated, not run), and
    then proposed stacked on it. Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
@@ -74,12 +74,15 @@ class HeuristicPolicy:
         if isinstance(seq, int):
             ctx.setdefault("recipe.seq_len", seq)
         current = catalog.effective(campaign.incumbent_levers)
+        moot = _unmeasurable(campaign, diagnosis)
         for lesson in relevant(lessons, ctx):
             if not lesson.auto_propose:
                 continue
             for lc in lesson.try_:
                 if lc.lever not in levers.values and lc.lever not in levers.recipe.levers:
                     continue  # the recipe does not let the tuner change it
+                if lc.lever in moot:
+                    continue
                 value = _relative(levers, current.get(lc.lever), lc)
                 if value is None:
                     continue
@@ -93,14 +96,19 @@ class HeuristicPolicy:
         if stop is not None:
             return Stop(why=stop, policy=self.name)
         order = sorted(levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER))
+        order = [k for k in order if k not in moot]
         for lever in order:  # first the nearest moves of each lever, most impactful levers first
             for value in _neighbours(campaign, levers, lever, current.get(lever)):
+                if _undoes_a_kept_step(campaign, lever, value):
+                    continue
                 change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [])
                 if change is not None:
                     return change
         for lever, values in levers.values.items():  # then every other legal value, in the space's order
+            if lever in moot:
+                continue
             for value in values:
-                if _oom_dominated(campaign, lever, value):
+                if _oom_dominated(campaign, lever, value) or _undoes_a_kept_step(campaign, lever, value):
                     continue
                 change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [])
                 if change is not None:
@@ -142,7 +150,7 @@ class HeuristicPolicy:
             return None
         if layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: target, lever: value}) is not None:
             return None
-        change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name,
+        change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name, enabler=True,
                         why=f"enabler of {lever}={value}: keeps local_batch x dp = the pinned global batch split "
                             f"when the DP degree changes ({illegal})")
         if validate_change(campaign, change, space) is not None or layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: target}):
@@ -156,7 +164,9 @@ class HeuristicPolicy:
         last = campaign.steps[-1]
         m = ENABLER.match(last.change.why)
         trial = next((r for r in last.runs if r.kind == "trial"), None)
-        if m is None or trial is None or trial.outcome != "ok":
+        if m is None or (not last.change.enabler and (trial is None or trial.outcome not in MEASURED)):
+            return None
+        if last.change.enabler and (last.config_verdict is None or not last.config_verdict.ok):
             return None
         lever = m.group("lever")
         try:
@@ -295,7 +305,7 @@ class HeuristicPolicy:
             return None
         last = campaign.steps[-1]
         trial = next((r for r in last.runs if r.kind == "trial"), None)
-        if last.kept or last.stacked_on is None or trial is None or trial.outcome != "ok" or not trial.record:
+        if last.kept or last.stacked_on is None or trial is None or trial.outcome not in MEASURED or not trial.record:
             return None
         if _chain_depth(campaign, last) >= MAX_CHAIN:
             return None
@@ -311,7 +321,7 @@ class HeuristicPolicy:
         bubble = d.breakdown.get("bubble", 0.0)
         recompute = d.breakdown.get("recompute", 0.0)
         lbs_name = "training.local_batch_size"
-        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC and lbs_name in space.values:
+        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC / 3 and lbs_name in space.values:
             legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > int(eff[lbs_name])
                      and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
             if legal:
@@ -349,13 +359,15 @@ class HeuristicPolicy:
         return change if validate_change(campaign, change, space) is None else None
 
 
+MEASURED = ("ok", "stopped")  # trial outcomes that measured the candidate (stopped: early, clearly slower)
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
 LESS_RECOMPUTE = {"full": "selective", "selective": "none"}
 MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
 LONG_SEQ = 8192
 BUBBLE_FRAC = 0.15
 RECOMPUTE_FRAC = 0.05
-PATIENCE = 3
+PATIENCE = 2
+PATIENCE_RUNS = 1.0
 OOM_BATCH_LESSON = "oom-halve-local-batch"
 CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
 SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
@@ -374,16 +386,38 @@ def _chain_depth(campaign: Campaign, step) -> int:
 
 
 def _patience_stop(campaign: Campaign) -> str | None:
-    """Stop before generic exploration once a gain is in hand and the last PATIENCE steps found nothing: every
-    diagnosis- and lesson-driven move is spent, and each further blind probe costs a run that delays payback."""
+    """Stop before generic exploration once a gain is in hand and, since the last kept step, either PATIENCE
+    measured steps found nothing or the steps spent PATIENCE_RUNS baseline runs' device-hours (failed starts and
+    coupled retries add up: one blind probe on GLM-4.5 opened a five-step OOM chain): every diagnosis- and
+    lesson-driven move is spent, and each further blind probe costs device-hours that delay payback."""
     if campaign.incumbent_step == 0:
         return None
-    measured = [s for s in campaign.steps if any(r.kind == "trial" and r.outcome == "ok" for r in s.runs)]
-    recent = measured[-PATIENCE:]  # failed starts (OOM, refused layouts) cost little and do not count
-    if len(recent) < PATIENCE or any(s.kept for s in recent) or campaign.steps[-1].kept:
+    since = [s for s in campaign.steps if s.n > campaign.incumbent_step]
+    measured = [s for s in since if any(r.kind == "trial" and r.outcome in MEASURED for r in s.runs)]
+    run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
+    spent = sum(r.device_hours for s in since for r in s.runs)
+    if len(measured) >= PATIENCE:
+        why = f"the last {PATIENCE} measured steps gained nothing"
+    elif run_cost > 0 and spent >= PATIENCE_RUNS * run_cost:
+        why = f"the steps since the last kept one spent {spent / run_cost:.1f} baseline runs' device-hours and gained nothing"
+    else:
         return None
-    return (f"no diagnosis- or lesson-driven move is left and the last {PATIENCE} measured steps gained nothing; "
-            f"keeping the +{campaign.gain:.1%} found rather than spend more device-hours on blind exploration")
+    return (f"no diagnosis- or lesson-driven move is left and {why}; keeping the +{campaign.gain:.1%} found rather than "
+            "spend more device-hours on blind exploration")
+
+
+# the one cost a lever exists to remove, as named in the step-time breakdown
+ADDRESSES = {"parallelism.pipeline_parallel_schedule": "bubble", "activation_checkpoint": "recompute"}
+
+
+def _unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:
+    """Levers whose whole addressable cost is inside the noise band: removing all of it could not be measured as a
+    gain, so a trial would spend a run to learn nothing (GLM-4.5 at PP16 interleaved: a 2.8% bubble against a 4.2%
+    band, yet the bench campaigns probed three more schedules). Only with a measured breakdown that names the cost."""
+    if campaign.band is None or diagnosis.outcome != "ok":
+        return set()
+    return {lever for lever, cost in ADDRESSES.items()
+            if cost in diagnosis.breakdown and diagnosis.breakdown[cost] < campaign.band.band}
 
 
 def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar) -> list[Scalar]:
@@ -412,6 +446,12 @@ def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scal
         # microbatches per flush (a larger bubble), never a memory or speed win
         out = [v for v in out if int(v) > int(current)]
     return out
+
+
+def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar) -> bool:
+    """Blind exploration never moves a lever back to the value a kept (A/B-confirmed or decisive) step moved it away
+    from: that direction was measured as a gain beyond the noise band (lessons and coupled retries still may)."""
+    return any(s.kept and s.change.lever == lever and s.change.before == value for s in campaign.steps)
 
 
 def _oom_values(campaign: Campaign, lever: str) -> list[Scalar]:

@@ -14,16 +14,43 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
+from pydantic import BaseModel, Field
+
 from bot.recipe import Recipe
 from bot.records import RunRecord, RunSummary, StackFingerprint, StepMetric
 
 
+class EarlyStop(BaseModel):
+    """Stop a trial that is clearly slower than the recipe it must beat: once ``after_steps`` steps past the
+    warm-up are measured, a median below ``below_tps`` (the incumbent's tokens/s less the noise band) ends the
+    run with outcome ``stopped``. Such a candidate would need to gain twice the noise band over its remaining
+    steps to be kept; its device-hours go to the next candidate instead."""
+
+    below_tps: float = Field(gt=0)
+    after_steps: int = Field(default=3, ge=2)
+
+
+def early_stop_reason(steps: list[StepMetric], warmup_steps: int, rule: EarlyStop | None) -> str | None:
+    """Why ``rule`` stops a run that has logged ``steps`` so far (None: keep going)."""
+    if rule is None:
+        return None
+    tps = [s.tps for s in steps if s.step > max(warmup_steps, 1) and s.tps is not None]
+    if len(tps) < rule.after_steps:
+        return None
+    med = statistics.median(tps)
+    if med >= rule.below_tps:
+        return None
+    return (f"stopped early: the median of {len(tps)} measured steps, {med:,.0f} tokens/s/device, is below "
+            f"{rule.below_tps:,.0f} (the incumbent less the noise band)")
+
+
 class Runner(Protocol):
     """``max_wall_s``: the run is stopped (outcome ``timeout``) before it has run this long — the campaign's
-    hard budget cap, what is left of the budget in wall seconds on the recipe's devices."""
+    hard budget cap, what is left of the budget in wall seconds on the recipe's devices. ``early_stop``: a
+    trial that measures clearly slower than the incumbent ends early (outcome ``stopped``)."""
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
-            recipe_text: str | None = None, max_wall_s: float | None = None) -> RunRecord: ...
+            recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord: ...
 
 
 def get_runner(launcher: str, **options: object) -> Runner:

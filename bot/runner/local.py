@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bot.recipe import Recipe
 from bot.records import Outcome, RunRecord, StepMetric, content_hash
-from bot.runner.base import git_commit, new_run_id, stack_fingerprint, summarize
+from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, stack_fingerprint, summarize
 from bot.runner.command import build_launch
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
@@ -49,7 +49,7 @@ class LocalRunner:
         self.on_step = on_step
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None,
-            max_wall_s: float | None = None) -> RunRecord:
+            max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
@@ -96,13 +96,14 @@ class LocalRunner:
             env["ATTUNE_CPU_COMPAT"] = "1"
         if self.hook:
             env["ATTUNE_HOOK"] = self.hook
-        outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s)
+        outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s,
+                                                                        early_stop, recipe.bench.warmup_steps)
         summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall, startup_s=startup, tokens_per_step=tokens_per_step)
         spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
         return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=metrics, spans_ms=spans, summary=summary, log_tail=log_tail)
 
-    def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int,
-                max_wall_s: float | None = None) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
+    def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int, max_wall_s: float | None = None,
+                early_stop: EarlyStop | None = None, warmup_steps: int = 0) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
         log_path = out_dir / "train.log"
         # the budget cap stops the run early enough that killing every rank still ends inside it
         budget_s = None if max_wall_s is None else max(0.0, max_wall_s - KILL_MARGIN_S)
@@ -124,6 +125,7 @@ class LocalRunner:
         startup: float | None = None
         last_progress = t0
         killed: Outcome | None = None
+        stop_why: str | None = None
         try:
             with log_path.open("w") as log:
                 while True:
@@ -151,8 +153,11 @@ class LocalRunner:
                                     startup = now - t0
                                 if self.on_step:
                                     self.on_step(metric)
+                                stop_why = early_stop_reason([metrics[k] for k in sorted(metrics)], warmup_steps, early_stop)
                     limit = self.hang_s if metrics else self.startup_s
-                    if now - t0 > timeout_s:
+                    if stop_why is not None:
+                        killed = "stopped"
+                    elif now - t0 > timeout_s:
                         killed = "timeout"
                     elif now - last_progress > limit:
                         killed = "hang"
@@ -171,6 +176,8 @@ class LocalRunner:
                 why = f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left); process group killed"
                 return "timeout", why, got, tail_text, wall, startup
             return "timeout", f"wall clock over {self.timeout_s:.0f}s; process group killed", got, tail_text, wall, startup
+        if killed == "stopped":
+            return "stopped", f"{stop_why}; process group killed", got, tail_text, wall, startup
         if killed == "hang":
             what = "no new step line" if metrics else "no first step line"
             return "hang", f"{what} for {limit:.0f}s; process group killed", got, tail_text, wall, startup

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bot.recipe import Recipe
 from bot.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
-from bot.runner.base import new_run_id, summarize
+from bot.runner.base import EarlyStop, early_stop_reason, new_run_id, summarize
 
 SIM_STARTUP_S = 240.0  # launch, init, checkpoint load and compile on a large cluster (modelled)
 
@@ -28,7 +28,7 @@ class SimRunner:
         self.startup_s = startup_s
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path | None = None, recipe_path: str | None = None, recipe_text: str | None = None,
-            max_wall_s: float | None = None) -> RunRecord:
+            max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
         from bot.sim.noise import sim_loss_curve
         from bot.sim.simulate import simulate
 
@@ -55,6 +55,11 @@ class SimRunner:
         elif res.outcome == "oom":
             wall = self.startup_s  # dies in the first step
         outcome, reason = res.outcome, res.reason
+        for i in range(len(metrics)):  # a clearly slower trial ends as soon as the rule sees it
+            why = early_stop_reason(metrics[: i + 1], recipe.bench.warmup_steps, early_stop)
+            if why is not None:
+                metrics, wall, outcome, reason = metrics[: i + 1], self.startup_s + (metrics[i].time_s or 0.0), "stopped", why
+                break
         if max_wall_s is not None and wall > max_wall_s:  # the campaign's budget cap stops it where it got to
             metrics = [m for m in metrics if self.startup_s + (m.time_s or 0.0) <= max_wall_s]
             reason = f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left; the run needed {wall:.0f}s)"

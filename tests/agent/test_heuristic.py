@@ -19,6 +19,7 @@ from campaign_fakes import (
     table_rule,
 )
 
+from bot import campaign as cm
 from bot import levers as catalog
 from bot.agent.diagnose import Diagnosis
 from bot.agent.heuristic import HeuristicPolicy
@@ -171,22 +172,28 @@ def test_a_tried_value_is_not_proposed_again() -> None:
     assert "already tried" in validate_change(state, Change(lever="activation_checkpoint", before="full", after="none"), space)
 
 
-ASYNC_TP_FIRST = """\
-id: test/async-tp
-workload: {module: bot.workloads.llama3_tiny, config: llama3_tiny_cpu, model: llama3-tiny}
-cluster: {hardware: h100-sxm-80gb, nodes: 1, devices_per_node: 8, launcher: sim, usd_per_device_hour: 2.0}
+def _sim_recipe(rid: str, levers: str) -> str:
+    """A one-node simulated H100 recipe of the tiny model with the given ``levers:`` block."""
+    return f"""\
+id: test/{rid}
+workload: {{module: bot.workloads.llama3_tiny, config: llama3_tiny_cpu, model: llama3-tiny}}
+cluster: {{hardware: h100-sxm-80gb, nodes: 1, devices_per_node: 8, launcher: sim, usd_per_device_hour: 2.0}}
 levers:
-  compile.enable_async_tensor_parallel: false
-  compile.enable: false
-  parallelism.tensor_parallel_degree: 2
-pinned:
+{levers}pinned:
   training.global_batch_size: 64
   training.seq_len: 2048
   optimizer.lr: 0.0003
   lr_scheduler.total_steps: 1000
   debug.seed: 42
-bench: {steps: 20, warmup_steps: 5}
+bench: {{steps: 20, warmup_steps: 5}}
 """
+
+
+ASYNC_TP_FIRST = _sim_recipe("async-tp", """\
+  compile.enable_async_tensor_parallel: false
+  compile.enable: false
+  parallelism.tensor_parallel_degree: 2
+""")
 
 
 @pytest.mark.parametrize("lessons", [[], [_lesson("async", {"lever": "compile.enable_async_tensor_parallel", "value": True})]],
@@ -228,3 +235,68 @@ def test_a_gain_inside_the_noise_band_is_pushed_one_notch_further() -> None:
                       table_rule({(("training.local_batch_size", 2),): [900.0]}, [1000.0, 1300.0]))
     other = HeuristicPolicy().propose(state_down, Diagnosis(outcome="ok"), load_lessons(), space)
     assert not (isinstance(other, Change) and other.lever == "training.local_batch_size" and other.after == 4 and "inside the noise band" in other.why)
+
+
+PP_RECIPE = _sim_recipe("pp", """\
+  parallelism.pipeline_parallel_degree: 2
+  parallelism.pipeline_parallel_schedule: 1F1B
+  activation_checkpoint: full
+""")
+
+
+@pytest.mark.parametrize(("bubble", "recompute", "moot"), [(0.01, 0.30, {"parallelism.pipeline_parallel_schedule"}),
+                                                            (0.20, 0.01, {"activation_checkpoint"}),
+                                                            (0.20, 0.30, set())])
+def test_a_lever_whose_whole_cost_is_inside_the_noise_band_is_not_proposed(bubble: float, recompute: float, moot: set[str]) -> None:
+    """Removing a 1% bubble entirely could not be measured against a 5% band: no schedule change is tried then."""
+    state = play(new_state(PP_RECIPE), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]))
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
+    assert state.band.band == pytest.approx(0.05)
+    space = space_fn(parse_recipe_text(PP_RECIPE))
+    space.values = {k: v for k, v in space.values.items() if k in ("parallelism.pipeline_parallel_schedule", "activation_checkpoint")}
+    diagnosis = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 1 - bubble - recompute, "bubble": bubble, "recompute": recompute})
+    policy = HeuristicPolicy()
+    levers = set()
+    for _ in range(12):  # everything it would propose from this incumbent, lessons and exploration alike
+        proposal = policy.propose(state, diagnosis, LESSONS, space)
+        if not isinstance(proposal, Change):
+            break
+        levers.add(proposal.lever)
+        state = state.model_copy(update={"steps": [*state.steps, cm.Step(n=len(state.steps) + 1, change=proposal, state="closed",
+                                                                          levers={**state.incumbent_levers, proposal.lever: proposal.after})]})
+    assert levers.isdisjoint(moot) and set(space.values) - moot <= levers
+
+
+def test_blind_exploration_never_undoes_a_kept_step() -> None:
+    text = recipe_text()
+    space = space_fn(parse_recipe_text(text))
+    space.values = {"training.local_batch_size": space.values["training.local_batch_size"]}
+    lbs2 = Change(lever="training.local_batch_size", before=1, after=2, why="t")
+    state = play(new_state(text), lambda s: lbs2 if not s.steps else Stop(why="-"),
+                 table_rule({(("training.local_batch_size", 2),): [2000.0, 2000.0]}, [1000.0, 1010.0]))
+    assert state.step(1).kept
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
+    proposal = HeuristicPolicy().propose(state, OK, [], space)
+    assert isinstance(proposal, Change) and proposal.after == 4  # up, never back down to 1
+
+
+def test_patience_counts_device_hours_too() -> None:
+    """After a kept step, failed starts and chains that cost a baseline run's device-hours end blind exploration."""
+    text = recipe_text()
+    space = space_fn(parse_recipe_text(text))
+    script = [Change(lever="training.local_batch_size", before=1, after=2, why="t"),
+              Change(lever="activation_checkpoint", before="full", after="none", why="t"),
+              Change(lever="activation_checkpoint", before="full", after="selective", why="t")]
+    table = {(("activation_checkpoint", "none"),): "crash", (("activation_checkpoint", "selective"),): "crash",
+             (("training.local_batch_size", 2),): [2000.0, 2000.0]}
+    decide = lambda s: script[len(s.steps)] if len(s.steps) < len(script) else Stop(why="-")  # noqa: E731
+    for failed, stops in ((1, False), (2, True)):  # each failed start costs half a baseline run here
+        state = play(new_state(text, budget=100.0), decide if failed == 2 else (lambda s: script[len(s.steps)] if len(s.steps) < 2 else Stop(why="-")),
+                     table_rule(table, [1000.0, 1010.0]), cost=0.01)
+        state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
+        for st in state.steps[1:]:
+            st.runs = [r.model_copy(update={"device_hours": 0.005}) for r in st.runs]
+        proposal = HeuristicPolicy().propose(state, OK, [], space)
+        assert isinstance(proposal, Stop) == stops, proposal
+        if stops:
+            assert "1.0 baseline runs' device-hours" in proposal.why

@@ -80,3 +80,27 @@ def test_stack_fingerprint_on_this_host() -> None:
     assert fp.torchtitan.startswith("0.")
     if not torch.cuda.is_available():
         assert fp.device_family == "cpu" and fp.device_name == "cpu" and fp.cuda is None
+
+
+def test_early_stop_waits_for_measured_steps_then_stops_a_clearly_slower_run() -> None:
+    from bot.runner.base import EarlyStop, early_stop_reason
+
+    steps = _steps([50.0, 90.0, 95.0, 85.0, 99.0])
+    rule = EarlyStop(below_tps=100.0, after_steps=3)
+    assert early_stop_reason(steps[:3], 1, rule) is None  # steps 2-3: only two measured past the warm-up
+    why = early_stop_reason(steps[:4], 1, rule)
+    assert why is not None and "median of 3 measured steps, 90 tokens/s/device" in why and "below 100" in why
+    assert early_stop_reason(steps, 1, EarlyStop(below_tps=80.0)) is None  # not slower than the bound: runs on
+    assert early_stop_reason(steps, 1, None) is None
+    assert early_stop_reason(steps[:4], 2, rule) is None  # a longer warm-up leaves two measured steps
+
+
+def test_early_stop_needs_a_positive_bound_and_two_steps() -> None:
+    from pydantic import ValidationError
+
+    from bot.runner.base import EarlyStop
+
+    with pytest.raises(ValidationError):
+        EarlyStop(below_tps=0.0)
+    with pytest.raises(ValidationError):
+        EarlyStop(below_tps=10.0, after_steps=1)

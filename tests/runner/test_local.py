@@ -160,3 +160,17 @@ def test_more_than_one_node_is_invalid(cpu_recipe: Recipe, tmp_path: Path) -> No
     record = LocalRunner().run(recipe, steps=STEPS, out_dir=tmp_path)
     assert record.outcome == "invalid" and "one node" in record.reason
     assert not (tmp_path / "train.log").exists()
+
+
+def test_a_clearly_slower_trial_is_stopped_early_every_rank_included(cpu_recipe: Recipe, tmp_path: Path) -> None:
+    """With a bound no run can reach, the run ends once two steps past the warm-up are measured: outcome
+    ``stopped`` with what it measured, no rank left behind, well before the steps it was asked for."""
+    from bot.runner.base import EarlyStop
+
+    recipe = cpu_recipe.model_copy(update={"bench": cpu_recipe.bench.model_copy(update={"warmup_steps": 1})})
+    record = LocalRunner(hang_s=120, extra_env=ONE_THREAD).run(recipe, steps=STEPS, out_dir=tmp_path,
+                                                                early_stop=EarlyStop(below_tps=1e12, after_steps=2))
+    assert record.outcome == "stopped", f"{record.outcome}: {record.reason}\n{record.log_tail}"
+    assert record.reason.startswith("stopped early: the median of 2 measured steps") and "process group killed" in record.reason
+    assert 3 <= len(record.steps) < STEPS and record.summary.tps_median is not None
+    assert _survivors(str(tmp_path)) == []
