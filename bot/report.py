@@ -138,7 +138,7 @@ def render_campaign_summary(state) -> str:
         ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
         ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
-        ["gain", f"{state.gain:+.1%} (the kept steps' confirmed gains, compounded)"],
+        ["gain", f"{state.gain:+.1%} (the kept steps' confirmed or decisive gains, compounded)"],
         ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
         ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
     ]
@@ -154,7 +154,11 @@ def render_campaign_summary(state) -> str:
 def _decision(step: Step) -> str:
     """What happened to the step, in words (a report is written before the merge or close it announces)."""
     if step.kept:
-        return "kept (merged)" if step.state == "merged" else "kept: gate passed and the gain was confirmed; merging"
+        if step.state == "merged":
+            return "kept (merged)"
+        if not any(r.kind == "confirm" for r in step.runs):
+            return "kept: gate passed and the gain is decisive (far outside the noise band: no re-measure); merging"
+        return "kept: gate passed and the gain was confirmed; merging"
     if step.close_reason:
         return f"closed: {step.close_reason}"
     return {"proposed": "proposed", "open": "open: being measured", "closed": "closed"}.get(step.state, step.state)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from bot import campaign as cm
 from bot.forge.memory import MemoryForge
 from bot.records import Change, Stop
-from bot.report import render_campaign_summary
+from bot.report import render_campaign_summary, render_step_report
 
 AC_NONE = (("activation_checkpoint", "none"),)
 LBS2 = (("training.local_batch_size", 2),)
@@ -431,6 +431,8 @@ def test_a_decisive_gain_merges_without_a_remeasure_and_a_marginal_one_is_still_
     assert one.kept and [r.kind for r in one.runs] == ["trial"] and one.gain == pytest.approx(1200 / 1005 - 1)
     assert "confirm" in kinds(actions, 2) and two.kept and [r.kind for r in two.runs] == ["trial", "confirm"]
     assert state.incumbent_tps == 1290.0
+    decided = one.model_copy(update={"state": "open"})  # as the report comment says it, before the merge
+    assert "the gain is decisive (far outside the noise band: no re-measure)" in render_step_report(state, decided, None, None)
     # without decisive_k (the default) the same +19.4% is re-measured
     state, _, _, actions = run_campaign(tmp_path / "b", table, script=script[:1])
     assert "confirm" in kinds(actions, 1)
