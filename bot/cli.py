@@ -37,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from bot.recipe import load_recipe
     from bot.records import write_record
     from bot.report import render_run_summary
-    from bot.runner.base import get_runner
+    from bot.runner.base import EarlyStop, get_runner
 
     recipe = load_recipe(args.recipe)
     out = Path(args.out or f"runs/{recipe.name.replace('/', '_')}")
@@ -45,10 +45,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     if steps < 2:
         raise UsageError(f"--steps: expected at least 2; got {steps}")
     console = _console() if not args.json else None
+    limits: dict[str, Any] = {}
+    if args.max_wall_s is not None:
+        if not args.max_wall_s > 0:
+            raise UsageError(f"--max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
+        limits["max_wall_s"] = args.max_wall_s
+    if args.stop_below is not None:
+        if not args.stop_below > 0 or args.stop_after < 2:
+            raise UsageError(f"--stop-below/--stop-after: expected a positive tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
+        limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
     runner = get_runner(recipe.cluster.launcher, **({"hook": args.hook} if args.hook else {}))
     if console:
         console.print(f"[bold]attune run[/] {args.recipe} ({recipe.cluster.launcher}, {steps} steps) -> {out}")
-    record = runner.run(recipe, steps=steps, out_dir=out, recipe_path=str(args.recipe))
+    record = runner.run(recipe, steps=steps, out_dir=out, recipe_path=str(args.recipe), **limits)
     path = write_record(record, out / "record.json")
     if console:
         console.print(render_run_summary(record, str(path)))
@@ -70,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "simulated": record.simulated,
             }
         )
-    return EXIT_OK if record.outcome == "ok" else EXIT_FAILED
+    return EXIT_OK if record.outcome in ("ok", "stopped") else EXIT_FAILED  # stopped: measured, ended early on purpose
 
 
 def cmd_recipe_show(args: argparse.Namespace) -> int:
@@ -121,6 +130,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--steps", type=int)
     r.add_argument("--out")
     r.add_argument("--json", action="store_true")
+    r.add_argument("--max-wall-s", type=float, help="stop the run (outcome timeout) before it has run this many seconds")
+    r.add_argument("--stop-below", type=float, metavar="TPS",
+                   help="stop early (outcome stopped) once the measured median is below TPS tokens/s/device")
+    r.add_argument("--stop-after", type=int, default=3, metavar="N", help="measured steps before --stop-below may stop it (default 3)")
     r.add_argument("--hook", help=argparse.SUPPRESS)  # test-only workload hook
     r.set_defaults(func=cmd_run)
 

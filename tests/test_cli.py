@@ -127,3 +127,30 @@ def test_recipe_show_refused_config(recipe_copy: Path, capsys: pytest.CaptureFix
     assert main(["recipe", "show", str(recipe_copy)]) == 3
     out = capsys.readouterr().out
     assert "# resolved config: refused by torchtitan" in out and "Async TP" in out
+
+
+GLM = REPO / "recipes" / "glm-4.5" / "h100x128.yaml"
+
+
+def test_run_takes_the_campaign_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """trial.yml passes the budget cap and the early-stop bound: a stopped trial is a measurement (exit 0), a
+    capped run a failed one (exit 3)."""
+    assert main(["run", str(GLM), "--json", "--out", str(tmp_path / "s"), "--stop-below", "1e9"]) == 0
+    stopped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert stopped["outcome"] == "stopped" and stopped["tps_median"] > 0 and stopped["simulated"] is True
+    assert main(["run", str(GLM), "--json", "--out", str(tmp_path / "c"), "--max-wall-s", "600"]) == 3
+    capped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert capped["outcome"] == "timeout" and "budget cap" in capped["reason"]
+
+
+@pytest.mark.parametrize("args", [["--max-wall-s", "0"], ["--stop-below", "-5"], ["--stop-below", "10", "--stop-after", "1"]])
+def test_run_refuses_bad_limits(args: list[str], tmp_path: Path) -> None:
+    line = assert_one_line_error(attune("run", str(GLM), "--out", str(tmp_path), *args))
+    assert "--max-wall-s" in line or "--stop-below" in line
+    assert not (tmp_path / "record.json").exists()
+
+
+def test_run_refuses_a_limit_that_is_not_a_number(tmp_path: Path) -> None:
+    proc = attune("run", str(GLM), "--out", str(tmp_path), "--max-wall-s", "soon")
+    assert proc.returncode == 2 and "argument --max-wall-s: invalid float value: 'soon'" in proc.stderr  # argparse's usage error
+    assert "Traceback" not in proc.stderr and not (tmp_path / "record.json").exists()

@@ -110,7 +110,8 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def cmd_check_trial(args: argparse.Namespace) -> int:
-    """May the self-hosted job run? Writes ok, kind, recipe, runs_on, campaign and records_sha to $GITHUB_OUTPUT.
+    """May the self-hosted job run? Writes ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s and stop_below
+    to $GITHUB_OUTPUT.
 
     A step run (trial, confirm) needs the PR checks of ``GitHubForge.check_trial``; a run without a PR (baseline,
     calibrate) needs ``sha`` to be the default branch head and ``--recipe`` a recipe file there; a calibration also
@@ -144,14 +145,38 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
         else:
             tc = forge.check_trial(args.pr, args.sha)
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
-    lines = [f"ok={'true' if check['ok'] else 'false'}", f"kind={kind if check['ok'] else ''}",
+    limits, problem = parse_limits(args.limits, kind)
+    if problem and check["ok"]:
+        check = {"ok": False, "recipe": "", "reason": problem}
+    ok = bool(check["ok"])
+    lines = [f"ok={'true' if ok else 'false'}", f"kind={kind if ok else ''}",
              f"recipe={check['recipe']}", f"runs_on={json.dumps(labels)}",
-             f"campaign={args.campaign if check['ok'] else ''}", f"records_sha={records_sha}"]
+             f"campaign={args.campaign if ok else ''}", f"records_sha={records_sha}",
+             f"max_wall_s={limits.get('max_wall_s', '') if ok else ''}", f"stop_below={limits.get('stop_below_tps', '') if ok else ''}"]
     if args.github_output:
         with open(args.github_output, "a") as fh:
             fh.write("\n".join(lines) + "\n")
     print(check["reason"] or "ok")
     return 0
+
+
+def parse_limits(text: str, kind: str) -> tuple[dict[str, float], str | None]:
+    """trial.yml's ``limits`` input: a JSON object with optional positive numbers ``max_wall_s`` and (trials only)
+    ``stop_below_tps``; anything else refuses the run, and nothing but these numbers reaches the runner."""
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        return {}, f"limits {text[:60]!r}: expected a JSON object"
+    if not isinstance(raw, dict) or set(raw) - {"max_wall_s", "stop_below_tps"}:
+        return {}, f"limits {text[:60]!r}: expected a JSON object with max_wall_s and/or stop_below_tps"
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
+            return {}, f"limits.{key}: expected a positive number; got {str(value)[:40]!r}"
+        out[key] = float(value)
+    if "stop_below_tps" in out and kind != "trial":
+        return {}, f"limits.stop_below_tps: only a trial may stop early, not a {kind} run"
+    return out, None
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -192,6 +217,7 @@ def register_github(sub: Any) -> None:
     c.add_argument("--github-output")
     c.add_argument("--recipe", default="", help="the recipe of a baseline or calibration run (no step PR)")
     c.add_argument("--kind", default="", help=f"one of {', '.join(KINDS)} (default: baseline without a PR, else trial)")
+    c.add_argument("--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)')
     c.add_argument("--repo")
     c.add_argument("--token-env", default="GITHUB_TOKEN")
     c.set_defaults(func=cmd_check_trial)

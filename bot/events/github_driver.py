@@ -234,7 +234,7 @@ class GitHubDriver(Driver):
         from bot.agent.diagnose import diagnose
 
         last = state.steps[-1].runs[-1] if state.steps and state.steps[-1].runs else None
-        if last is not None and (last.outcome == "ok" or not last.record):
+        if last is not None and (last.outcome in ("ok", "stopped") or not last.record):
             last = None
         if last is None:
             inc = state.step(state.incumbent_step).runs if state.incumbent_step else state.baseline
@@ -365,4 +365,16 @@ class GitHubDriver(Driver):
         self.gh.dispatch(TRIAL_WORKFLOW, self.dispatch_ref, {
             "campaign": state.id, "issue": self.stored.issue, "pr": pr, "sha": sha, "kind": kind, "attempt": attempt,
             "recipe": state.recipe_path, "runner_labels": json.dumps(self.stored.runner_labels),
+            "limits": json.dumps(run_limits(state, kind)),
         })
+
+
+def run_limits(state: cm.Campaign, kind: str) -> dict[str, float]:
+    """What the self-hosted run may spend and when it may stop early (trial.yml's ``limits`` input, checked by
+    ``check-trial``): ``max_wall_s``, the campaign's hard budget cap (what is left, in wall seconds on the recipe's
+    devices), and for a trial of a campaign with ``early_stop`` the ``stop_below_tps`` bound (the incumbent less the
+    noise band)."""
+    limits = {"max_wall_s": round(max(0.0, state.budget - state.spent) * 3600.0 / max(state.devices, 1), 3)}
+    if kind == "trial" and state.early_stop and state.incumbent_tps and state.band:
+        limits["stop_below_tps"] = round(state.incumbent_tps * (1.0 - state.band.band), 3)
+    return limits

@@ -46,7 +46,7 @@ def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **kw: object) -> d
     out = tmp_path / "github_output"
     out.unlink(missing_ok=True)
     args = {"pr": 0, "sha": "", "campaign": "llama3-tiny-cpu-i1", "runner_labels": '["gpu"]', "recipe": RECIPE, "kind": "",
-            "repo": None, "token_env": "GITHUB_TOKEN", "github_output": str(out)} | kw
+            "repo": None, "token_env": "GITHUB_TOKEN", "github_output": str(out), "limits": "{}"} | kw
     assert cli.cmd_check_trial(argparse.Namespace(**args)) == 0
     values = dict(line.split("=", 1) for line in out.read_text().splitlines())
     values["reason"] = capsys.readouterr().out.strip()
@@ -60,6 +60,13 @@ def test_check_trial_for_a_baseline_names_the_recipe(gh, tmp_path, capsys) -> No
     # what used to reach the runner as an empty recipe is now refused before it
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline", recipe="")
     assert got["ok"] == "false" and got["recipe"] == "" and "under recipes/" in got["reason"]
+
+
+def test_check_trial_passes_only_checked_numbers_to_the_runner(gh, tmp_path, capsys) -> None:
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline", limits='{"max_wall_s": 5400.5}')
+    assert got["ok"] == "true" and got["max_wall_s"] == "5400.5" and got["stop_below"] == ""
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline")
+    assert got["ok"] == "true" and got["max_wall_s"] == "" and got["stop_below"] == ""  # a manual dispatch: no limits
 
 
 def test_check_trial_for_a_calibration_pins_the_records_branch(gh, tmp_path, capsys) -> None:
@@ -80,6 +87,11 @@ def test_check_trial_for_a_calibration_pins_the_records_branch(gh, tmp_path, cap
         ({"campaign": "../x"}, "expected letters"),
         ({"runner_labels": '["gpu", "a b"]'}, "Runner labels"),
         ({"sha": "0" * 40}, "is not the head of main"),
+        ({"limits": "[1]"}, "expected a JSON object"),
+        ({"limits": '{"max_wall_s": -1}'}, "limits.max_wall_s: expected a positive number"),
+        ({"limits": '{"max_wall_s": "$(id)"}'}, "limits.max_wall_s: expected a positive number"),
+        ({"limits": '{"rm": 1}'}, "expected a JSON object with max_wall_s"),
+        ({"limits": '{"stop_below_tps": 100}'}, "only a trial may stop early"),
     ],
 )
 def test_check_trial_refuses_bad_dispatches(gh, tmp_path, capsys, kw, why) -> None:

@@ -7,6 +7,7 @@ would answer it: with the artifact directory the self-hosted job left (a run rec
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -272,10 +273,31 @@ def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> No
     command("/attune budget +2")
     assert len(flow.trials()) == 1 and flow.state().budget == pytest.approx(3.0)
     command("/attune resume")  # the baseline never reported back: run it again
-    assert len(flow.trials()) == 2 and flow.trials()[0] == flow.trials()[1]
+    first, again = flow.trials()
+    assert {k: v for k, v in first.items() if k != "limits"} == {k: v for k, v in again.items() if k != "limits"}
+    # the same run, now capped at the raised budget (3 device-hours on the recipe's one device)
+    assert json.loads(first["limits"]) == {"max_wall_s": 3600.0} and json.loads(again["limits"]) == {"max_wall_s": 10800.0}
     flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
     assert flow.answer(record(flow.recipe, 1000.0, run_id="b1"), flow.trials()[0]).startswith("ignored")
     assert flow.last["attempt"] == "2" and len(flow.trials()) == 3
+
+
+def test_a_trial_carries_the_budget_cap_and_its_early_stop_bound_and_a_stopped_trial_closes(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    assert flow.state().early_stop
+    trial = flow.last
+    assert trial["kind"] == "trial"
+    limits = json.loads(trial["limits"])
+    # the incumbent (median 1005) less the 5% band; the cap is what is left of the budget on the one device
+    assert limits["stop_below_tps"] == pytest.approx(1005 * 0.95)
+    assert limits["max_wall_s"] == pytest.approx((flow.state().budget - flow.state().spent) * 3600, abs=0.01)
+    assert all("stop_below_tps" not in json.loads(d["limits"]) for d in flow.trials()[:-1])  # baselines, calibration
+    slow = record(flow.recipe, 700.0, run_id="t1").model_copy(update={"outcome": "stopped", "reason": "stopped early: test"})
+    flow.answer(slow)
+    step = flow.state().step(1)
+    assert step.state == "closed" and not step.kept and step.close_reason.startswith("no gain: stopped early")
+    assert step.gain == pytest.approx(700 / 1005 - 1)
 
 
 def test_a_result_for_another_sha_or_kind_is_ignored(gh, forge, tmp_path) -> None:

@@ -207,6 +207,7 @@ def test_the_self_hosted_job_is_guarded() -> None:
         "kind",
         "attempt",
         "recipe",
+        "limits",
     }
     # The dispatcher's inputs reach the runner only as what `check` validated and emitted.
     run_env = [s.get("env", {}) for s in run["steps"] if "run" in s]
