@@ -12,7 +12,10 @@
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
    missing proposes the prerequisite first.
-3. Generic exploration of the remaining search space, one lever at a time.
+3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
+   addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
+   noise band, never back to a value a kept step moved away from -- until patience runs out (PATIENCE
+   measured steps, or PATIENCE_RUNS baseline runs' device-hours, since the last kept step).
 4. Nothing left: stop (the campaign keeps the recipe it has).
 """
 
