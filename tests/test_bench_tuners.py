@@ -83,3 +83,17 @@ def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
     assert pols["attune"]["mean_gain"] > 0.05
     text = render(result)
     assert "SIMULATED" in text and "attune" in text and "oracle" in text
+    assert "The agent against the best alternative" in text
+
+
+def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
+    from bot.bench_tuners import targets
+
+    m = lambda gain, dh, frac=0.9: {"mean_gain": gain, "device_hours": dh, "oracle_fraction": frac, "false_gains": 0.0}  # noqa: E731
+    result = {"tasks": {"t": {"attune": m(0.40, 50.0, 0.97), "random": m(0.0, 90.0), "tpe": m(0.08, 120.0), "gp": m(0.05, 200.0),
+                              "oracle": m(0.42, 1e6, 1.0)},
+                        "flat": {"attune": m(0.2, 10.0), "tpe": m(0.0, 30.0)}}}
+    got = targets(result)
+    assert got["t"]["best_alternative"] == "tpe" and got["t"]["gain_ratio"] == pytest.approx(5.0)
+    assert got["t"]["device_hours_ratio"] == pytest.approx(50 / 120) and got["t"]["oracle_fraction"] == 0.97
+    assert got["flat"]["gain_ratio"] is None  # the alternatives gained nothing: no ratio to quote
