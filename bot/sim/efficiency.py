@@ -49,7 +49,7 @@ class EfficiencyFactors(BaseModel):
         "B200: 1.0, i.e. attention gets the bf16 peak ratio (2.25x H100) but not the extra GEMM efficiency "
         "hw_eff.b200 carries: B200 doubles tensor-core throughput while the exponential (SFU) units and shared-memory "
         "bandwidth stay at H100 level, so the forward pass is exp-bound and the backward smem-bound; FlashAttention-4 "
-        "reaches 1,605-1,613 TFLOP/s forward, 1.3x cuDNN 9.13 (~1,240), i.e. cuDNN-class kernels run near 0.5 of "
+        "reaches 1,605-1,613 TFLOP/s forward, 1.3x cuDNN 9.13 (so cuDNN ~1,240 [derived]), i.e. cuDNN-class kernels run near 0.5 of "
         "the 2.25 PF peak (arXiv 2603.05451; https://www.together.ai/blog/flashattention-4)")
     cp_attn_penalty: float = Field(0.1, description="assumption: ring-attention efficiency loss per doubling of CP (c block "
                                    "kernels per layer plus log-sum-exp merges)")
@@ -129,10 +129,13 @@ FIT_ROWS: dict[str, list[str]] = {
 # mb-qwen3-235b-fp8, meta-405b-8k); holdout rows were never used. Values rounded to 3 significant digits.
 # fp8_tensorwise ends near its physical bound (fp8 peak = 2x bf16 peak); casts are charged separately.
 # dropless_dispatch_s was fitted afterwards, alone, with every other factor held at the values below, on the one
-# fit row that carries sim.moe_dispatch: dropless-hostsync and pays it (mb-qwen3-30b-b200; 211 ns per routed token
-# copy = 1.69 us per token per MoE layer, fwd+bwd). mb-qwen3-235b-fp8 carries the lever too but its modelled
-# all-to-all (6.6 ms per layer) exceeds its floor (3.5 ms), so it does not constrain the value; its twin
+# fit row that carries sim.moe_dispatch: dropless-hostsync and pays it (mb-qwen3-30b-b200; 210 ns per routed token
+# copy = 1.68 us per token per MoE layer, fwd+bwd). mb-qwen3-235b-fp8 carries the lever too but its modelled
+# all-to-all (6.6 ms per layer) exceeds its floor (3.4 ms), so it does not constrain the value; its twin
 # mb-qwen3-30b-fp8 (H100) stays held out.
+# When attention on B200 stopped taking hw_eff.b200 (attn_hw_eff), the two B200-only factors were refitted in the
+# same way, every other factor held: hw_eff.b200 on mb-405b-b200 (1.17 -> 1.19; attention is 7% of that row), then
+# dropless_dispatch_s alone on mb-qwen3-30b-b200 (211 -> 210 ns). No holdout row was used.
 DEFAULT_FACTORS = EfficiencyFactors(
     gemm_eff=0.595,
     attn_eff=0.246,

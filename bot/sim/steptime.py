@@ -2,7 +2,8 @@
 
 Per microbatch, each rank runs its share of the linear, expert, attention and output-head FLOPs (``bot.sim.flops``)
 at ``peak x hw_eff x stack x efficiency`` where GEMM efficiency falls for small token counts (small microbatches,
-few tokens per expert) and thin TP-split weights; attention runs on causal FLOPs (half the counted ones); pointwise
+few tokens per expert) and thin TP-split weights; attention runs on causal FLOPs (half the counted ones), with
+its own hardware multiplier where the GEMM-fitted one does not carry over (``attn_hw_eff``: B200); pointwise
 work is HBM-bound and mostly fused away by torch.compile. Recompute adds a forward (full AC), every second forward
 GEMM (per-op SAC, torchtitan's policy), or a budget-dependent share. TP collectives sit on the critical path unless
 async TP hides part of them; EP all-to-alls are exposed (the default dispatcher also syncs with the host); FSDP
