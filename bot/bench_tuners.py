@@ -240,8 +240,10 @@ def targets(result: dict[str, Any], agent: str = "attune") -> dict[str, dict[str
         if not others:
             continue
         best = max(others, key=lambda p: others[p]["mean_gain"])
+        if others[best]["mean_gain"] <= 0:  # none gained: compare device-hours with the cheapest of them
+            best = min(others, key=lambda p: others[p]["device_hours"])
         b = others[best]
-        out[task] = {"best_alternative": best, "gain_ratio": a["mean_gain"] / b["mean_gain"] if b["mean_gain"] > 0 else None,
+        out[task] = {"best_alternative": best if b["mean_gain"] > 0 else f"none gained ({best} spent least)", "gain_ratio": a["mean_gain"] / b["mean_gain"] if b["mean_gain"] > 0 else None,
                      "device_hours_ratio": a["device_hours"] / b["device_hours"] if b["device_hours"] else None,
                      "oracle_fraction": a["oracle_fraction"], "false_gains": a["false_gains"]}
     return out

@@ -97,3 +97,4 @@ def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
     assert got["t"]["best_alternative"] == "tpe" and got["t"]["gain_ratio"] == pytest.approx(5.0)
     assert got["t"]["device_hours_ratio"] == pytest.approx(50 / 120) and got["t"]["oracle_fraction"] == 0.97
     assert got["flat"]["gain_ratio"] is None  # the alternatives gained nothing: no ratio to quote
+    assert got["flat"]["best_alternative"] == "none gained (tpe spent least)" and got["flat"]["device_hours_ratio"] == pytest.approx(1 / 3)
