@@ -250,9 +250,10 @@ class Campaign(BaseModel):
     band_floor: float = 0.05
     # a trial gain above decisive_k x the noise band is kept without a re-measure: run-to-run noise cannot make
     # it (None: every gain is re-measured; machines whose speed drifts between runs need the A/B re-measure)
-    decisive_k: float | None = None
-    # a trial measuring clearly slower than the incumbent (below it by the noise band) ends early (runner EarlyStop)
+    decisive_k: float | None = Field(default=None, gt=1.0)
+    # a trial measuring clearly slower than the incumbent (below it by early_stop_k x the noise band) ends early
     early_stop: bool = False
+    early_stop_k: float = Field(default=1.0, gt=0.0)
     max_steps: int = 50
     run_cost_estimate: float = 0.0  # device-hours a run is expected to cost before any was measured (0 = unknown)
     phase: Phase = "baseline"
@@ -295,6 +296,14 @@ class Campaign(BaseModel):
         if not kept or not self.baseline_tps or not self.incumbent_tps:
             return 0.0
         return math.prod(1.0 + g for g in kept) - 1.0
+
+    def early_stop_bound(self) -> float | None:
+        """tokens/s below which a trial stops early (runner ``EarlyStop``): the incumbent less early_stop_k x the
+        noise band; None when early stop is off or the band is so wide that no positive bound is left."""
+        if not self.early_stop or not self.incumbent_tps or self.band is None:
+            return None
+        bound = self.incumbent_tps * (1.0 - self.early_stop_k * self.band.band)
+        return bound if bound > 0 else None
 
     def expected_run_cost(self) -> float:
         """Device-hours a run is expected to cost: the largest run so far, plus 10% (before any run: the estimate)."""

@@ -161,9 +161,8 @@ class Driver:
             return cm.GateVerdict(n=action.n, verdict=self.gate_config(base, cand))
         if isinstance(action, cm.RunTrial | cm.Confirm):
             kind = "trial" if isinstance(action, cm.RunTrial) else "confirm"
-            stop = None
-            if kind == "trial" and state.early_stop and state.incumbent_tps and state.band:
-                stop = EarlyStop(below_tps=state.incumbent_tps * (1.0 - state.band.band))
+            bound = state.early_stop_bound() if kind == "trial" else None
+            stop = EarlyStop(below_tps=bound) if bound is not None else None
             run = self._run(state, self.step_recipe_text(state, action.n), kind, action.n, 1, early_stop=stop)
             files = {f"campaigns/{state.id}/step-{action.n}/{kind}.json": Path(run.record).read_text()}
             if kind == "confirm" and run.outcome == "ok" and self.ab_confirm:

@@ -86,7 +86,9 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["change", f"`{ch.lever}`: `{ch.before}` → `{ch.after}`" + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")],
         ["decided by", ch.policy + (f"; lessons: {', '.join(ch.lessons)}" if ch.lessons else "")],
         ["stacked on", f"step {step.stacked_on}" if step.stacked_on else "—"],
-        ["trial outcome", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"), "not run yet")],
+        ["trial outcome", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"),
+                               "not run: an enabler (the change it enables is stacked on it and measured)" if step.change.enabler
+                               else "not run yet")],
         ["tokens/s per device", f"{_fmt(tps)} vs incumbent {_fmt(state.incumbent_tps)}"],
         ["gain", "—" if step.gain is None else f"{step.gain:+.1%} (noise band {band:.1%})" if band is not None else f"{step.gain:+.1%}"],
         ["re-measured", ", ".join(_fmt(r.tps) + ("" if r.reference_tps is None else f" (A/B: incumbent re-measured {_fmt(r.reference_tps)})")

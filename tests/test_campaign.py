@@ -463,3 +463,18 @@ def test_an_enabler_is_gated_but_not_run_and_the_change_it_enables_is_measured_o
     assert one.runs == [] and one.state == "closed" and one.close_reason.startswith("enabler: not run on its own")
     assert len(runner.calls) == 2 + 2  # two baseline runs, then the enabled change's trial and re-measure only
     assert two.kept and two.levers["training.local_batch_size"] == 2 and two.levers["activation_checkpoint"] == "none"
+    assert "not run: an enabler" in render_step_report(state, one, None, None)
+
+
+def test_measurement_options_are_validated_and_the_bound_is_never_negative() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        new_state(recipe_text(), decisive_k=0.5)  # would merge every positive gain without a re-measure
+    state = new_state(recipe_text(), early_stop=True)
+    assert state.early_stop_bound() is None  # no incumbent measured yet
+    wide = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.NoiseBand.from_runs([1000.0, 1800.0], k=2.0, floor=0.05)})
+    assert wide.early_stop_bound() is None
+    narrow = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.NoiseBand.from_runs([1000.0, 1010.0], k=2.0, floor=0.05)})
+    assert narrow.early_stop_bound() == pytest.approx(950.0)
+    assert narrow.model_copy(update={"early_stop_k": 2.0}).early_stop_bound() == pytest.approx(900.0)

@@ -91,3 +91,6 @@ def test_the_sim_runner_stops_a_clearly_slower_trial_early() -> None:
     assert stopped.summary.tps_median == pytest.approx(tps, rel=0.05)  # what it measured is kept: a real observation
     kept_on = SimRunner(seed=1).run(recipe, out_dir=None, early_stop=EarlyStop(below_tps=tps / 2))
     assert kept_on.outcome == "ok" and len(kept_on.steps) == len(full.steps)
+    # a rule that could only fire on the last step: the run completed, so it is ok
+    last = EarlyStop(below_tps=2 * tps, after_steps=recipe.bench.steps - recipe.bench.warmup_steps)
+    assert SimRunner(seed=1).run(recipe, out_dir=None, early_stop=last).outcome == "ok"

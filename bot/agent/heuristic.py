@@ -151,8 +151,11 @@ class HeuristicPolicy:
         target = lbs * new_mp // old_mp if (lbs * new_mp) % old_mp == 0 else 0
         if target < 1 or target not in space.values[lbs_name]:
             return None
-        if layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: target, lever: value}) is not None:
+        enabled = {**campaign.incumbent_levers, lbs_name: target, lever: value}
+        if layout_problem(space.recipe, enabled) is not None:
             return None
+        if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
+            return None  # the change it would enable was already measured (or refused): nothing to enable
         change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name, enabler=True,
                         why=f"enabler of {lever}={value}: keeps local_batch x dp = the pinned global batch split "
                             f"when the DP degree changes ({illegal})")
@@ -419,8 +422,11 @@ def _unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:
     band, yet the bench campaigns probed three more schedules). Only with a measured breakdown that names the cost."""
     if campaign.band is None or diagnosis.outcome != "ok":
         return set()
+    def best_gain(f: float) -> float:  # removing a share f of the step speeds it up by f / (1 - f)
+        return f / (1.0 - f) if f < 1.0 else float("inf")
+
     return {lever for lever, cost in ADDRESSES.items()
-            if cost in diagnosis.breakdown and diagnosis.breakdown[cost] < campaign.band.band}
+            if cost in diagnosis.breakdown and best_gain(diagnosis.breakdown[cost]) < campaign.band.band}
 
 
 def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar) -> list[Scalar]:

@@ -69,7 +69,8 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
     # "already tried" means this exact configuration was measured (or refused) in this campaign: the same
     # lever value on top of another incumbent is a new configuration (AC off may lose at microbatch 1 and win at 8)
     target = catalog.effective(effective)
-    if any(catalog.effective(s.levers) == target for s in campaign.steps):
+    # an enabler that was gated but never run measured nothing: its configuration stays open
+    if any(catalog.effective(s.levers) == target for s in campaign.steps if s.runs or not s.change.enabler):
         return f"{change.lever}={value!r} was already tried" if not change.extra else "this configuration was already tried"
     if target == catalog.effective(campaign.baseline_levers):
         return "this configuration is the baseline's"

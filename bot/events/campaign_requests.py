@@ -53,9 +53,11 @@ def handle(forge: GitHubForge, payload: dict[str, Any], **driver_kw: Any) -> str
         forge.upsert_comment(number, "request", f"This campaign request cannot start yet: {exc}")
         return f"request invalid: {exc}"
     cid = f"{recipe.name.replace('/', '-')}-i{number}"
-    # self-hosted GPU runners: a clearly slower trial stops early (its bound and the budget cap travel in trial.yml's
-    # limits input); every gain is still re-measured before it is merged
-    state = new_state(recipe, req.recipe, budget=req.budget_hours, policy=req.policy, campaign_id=cid, early_stop=True)
+    # self-hosted GPU runners: a trial below the incumbent by twice the noise band stops early (its bound and the
+    # budget cap travel in trial.yml's limits input; twice, because a runner from the label pool may be slower than
+    # the one that measured the incumbent); every gain is still re-measured before it is merged
+    state = new_state(recipe, req.recipe, budget=req.budget_hours, policy=req.policy, campaign_id=cid, early_stop=True,
+                      early_stop_k=2.0)
     driver = GitHubDriver(forge=forge, stored=Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw)
     state = driver.advance(cm.CampaignRequested())
     driver.loop(state)

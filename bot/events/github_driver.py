@@ -372,9 +372,10 @@ class GitHubDriver(Driver):
 def run_limits(state: cm.Campaign, kind: str) -> dict[str, float]:
     """What the self-hosted run may spend and when it may stop early (trial.yml's ``limits`` input, checked by
     ``check-trial``): ``max_wall_s``, the campaign's hard budget cap (what is left, in wall seconds on the recipe's
-    devices), and for a trial of a campaign with ``early_stop`` the ``stop_below_tps`` bound (the incumbent less the
-    noise band)."""
+    devices), and for a trial of a campaign with ``early_stop`` the ``stop_below_tps`` bound
+    (``Campaign.early_stop_bound``)."""
     limits = {"max_wall_s": round(max(0.0, state.budget - state.spent) * 3600.0 / max(state.devices, 1), 3)}
-    if kind == "trial" and state.early_stop and state.incumbent_tps and state.band:
-        limits["stop_below_tps"] = round(state.incumbent_tps * (1.0 - state.band.band), 3)
-    return limits
+    bound = state.early_stop_bound() if kind == "trial" else None
+    if bound is not None and round(bound, 3) > 0:
+        limits["stop_below_tps"] = round(bound, 3)
+    return {k: v for k, v in limits.items() if v > 0}  # check-trial refuses non-positive numbers: never send one

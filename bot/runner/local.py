@@ -153,7 +153,8 @@ class LocalRunner:
                                     startup = now - t0
                                 if self.on_step:
                                     self.on_step(metric)
-                                stop_why = early_stop_reason([metrics[k] for k in sorted(metrics)], warmup_steps, early_stop)
+                                if metric.step < steps:  # a run that completed is ok, whatever it measured
+                                    stop_why = early_stop_reason([metrics[k] for k in sorted(metrics)], warmup_steps, early_stop)
                     limit = self.hang_s if metrics else self.startup_s
                     if stop_why is not None:
                         killed = "stopped"

@@ -55,7 +55,7 @@ class SimRunner:
         elif res.outcome == "oom":
             wall = self.startup_s  # dies in the first step
         outcome, reason = res.outcome, res.reason
-        for i in range(len(metrics)):  # a clearly slower trial ends as soon as the rule sees it
+        for i in range(len(metrics) - 1):  # a clearly slower trial ends as soon as the rule sees it (a completed run is ok)
             why = early_stop_reason(metrics[: i + 1], recipe.bench.warmup_steps, early_stop)
             if why is not None:
                 metrics, wall, outcome, reason = metrics[: i + 1], self.startup_s + (metrics[i].time_s or 0.0), "stopped", why

@@ -300,3 +300,15 @@ def test_patience_counts_device_hours_too() -> None:
         assert isinstance(proposal, Stop) == stops, proposal
         if stops:
             assert "1.0 baseline runs' device-hours" in proposal.why
+
+
+def test_an_enabler_that_never_ran_leaves_its_configuration_open() -> None:
+    text = recipe_text()
+    state, space = _state_and_space(text)
+    lbs2 = Change(lever="training.local_batch_size", before=1, after=2, why="enabler of x=1: test", enabler=True)
+    levers = {**state.incumbent_levers, "training.local_batch_size": 2}
+    unrun = cm.Step(n=1, change=lbs2, state="closed", levers=levers)
+    state = state.model_copy(update={"steps": [unrun]})
+    assert validate_change(state, lbs2.model_copy(update={"enabler": False}), space) is None  # never measured: open
+    ran = unrun.model_copy(update={"runs": [cm.RunRef(kind="trial", n=1, outcome="ok", tps=900.0)]})
+    assert "already tried" in validate_change(state.model_copy(update={"steps": [ran]}), lbs2, space)

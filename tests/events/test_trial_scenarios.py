@@ -289,8 +289,8 @@ def test_a_trial_carries_the_budget_cap_and_its_early_stop_bound_and_a_stopped_t
     trial = flow.last
     assert trial["kind"] == "trial"
     limits = json.loads(trial["limits"])
-    # the incumbent (median 1005) less the 5% band; the cap is what is left of the budget on the one device
-    assert limits["stop_below_tps"] == pytest.approx(1005 * 0.95)
+    # the incumbent (median 1005) less twice the 5% band (a pooled runner may be slower); the cap is what is left
+    assert limits["stop_below_tps"] == pytest.approx(1005 * 0.90)
     assert limits["max_wall_s"] == pytest.approx((flow.state().budget - flow.state().spent) * 3600, abs=0.01)
     assert all("stop_below_tps" not in json.loads(d["limits"]) for d in flow.trials()[:-1])  # baselines, calibration
     slow = record(flow.recipe, 700.0, run_id="t1").model_copy(update={"outcome": "stopped", "reason": "stopped early: test"})
@@ -443,3 +443,16 @@ def test_a_moved_step_branch_is_still_closed_when_the_gate_fails(gh, forge, tmp_
     flow.answer(record(flow.recipe, 1300.0, losses=[x + 0.1 for x in LOSSES], run_id="t1"))
     assert gh.pulls[pr].state == "closed" and gh.head(branch) == pushed
     assert any("gate (convergence)" in c for c in flow.bot_comments(pr))
+
+
+def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
+    """Baseline runs 1000 and 1700 make a band over 100%: no positive bound is left, so none is sent (check-trial
+    would refuse a non-positive one and the campaign would wait for a run that never starts)."""
+    from bot.events.github_driver import run_limits
+
+    state = cm.Campaign(id="c", recipe_path="r.yaml", recipe_id="r", budget=2.0, spent=0.5, early_stop=True, early_stop_k=2.0,
+                        incumbent_tps=1350.0, band=cm.NoiseBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05))
+    assert state.band.band > 1.0 and state.early_stop_bound() is None
+    assert run_limits(state, "trial") == {"max_wall_s": 5400.0}
+    spent = state.model_copy(update={"spent": 2.0})
+    assert run_limits(spent, "baseline") == {}  # nothing left: no zero cap either (a run is not dispatched then anyway)
