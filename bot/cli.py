@@ -35,7 +35,7 @@ def emit_json(obj: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- run / recipe
 def cmd_run(args: argparse.Namespace) -> int:
     from bot.recipe import load_recipe
-    from bot.records import write_record
+    from bot.records import MEASURED_OUTCOMES, write_record
     from bot.report import render_run_summary
     from bot.runner.base import EarlyStop, get_runner
 
@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "simulated": record.simulated,
             }
         )
-    return EXIT_OK if record.outcome in ("ok", "stopped") else EXIT_FAILED  # stopped: measured, ended early on purpose
+    return EXIT_OK if record.outcome in MEASURED_OUTCOMES else EXIT_FAILED  # stopped: measured, ended early on purpose
 
 
 def cmd_recipe_show(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from bot.forge.base import StepRequest
 from bot.lessons import Lesson
 from bot.recipe import Recipe, set_lever_text
 from bot.recipe import parse_recipe_text as _parse_recipe_text
-from bot.records import RunRecord, Verdict, atomic_write_text, read_record, write_record
+from bot.records import MEASURED_OUTCOMES, RunRecord, Verdict, atomic_write_text, read_record, write_record
 from bot.report import render_campaign_summary, render_step_report
 from bot.runner.base import EarlyStop, Runner
 
@@ -139,7 +139,7 @@ class Driver:
     def latest_diagnosis(self, state: cm.Campaign) -> Diagnosis:
         runs = [r for s in state.steps for r in s.runs]
         last = state.steps[-1].runs[-1] if state.steps and state.steps[-1].runs else None
-        if last is None or last.outcome in ("ok", "stopped"):  # a measured candidate, kept or not: the incumbent's
+        if last is None or last.outcome in MEASURED_OUTCOMES:  # a measured candidate, kept or not: the incumbent's
             inc = state.step(state.incumbent_step).runs if state.incumbent_step else state.baseline
             last = (inc or state.baseline or runs)[-1]
         return diagnose(self.record(last))

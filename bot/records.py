@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 Outcome = Literal["ok", "oom", "crash", "hang", "timeout", "invalid", "stopped"]  # stopped: early, clearly slower
+MEASURED_OUTCOMES: tuple[str, ...] = ("ok", "stopped")  # runs that measured the candidate (stopped: early, clearly slower)
 Scalar = bool | int | float | str
 Tier = Literal["B", "R", "N", "X"]
 

@@ -27,9 +27,9 @@ from bot import levers as catalog
 from bot.agent.diagnose import Diagnosis, diagnose
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
-from bot.campaign import Campaign
+from bot.campaign import Campaign, RunRef, Step
 from bot.lessons import Lesson, LeverChange, relevant
-from bot.records import Change, Scalar, Stop, read_record
+from bot.records import MEASURED_OUTCOMES, Change, Scalar, Stop, read_record
 
 RECOMPUTE_LADDER = {"none": "selective", "selective": "full", "memory_budget": "full"}
 OOM_LESSON = "oom-enable-recompute"
@@ -165,14 +165,14 @@ class HeuristicPolicy:
 
     def _enabled_change(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last step was an enabler that ran: now the change it enables, stacked on it unless it was kept."""
-        if not campaign.steps:
+        last, trial = _last_step_trial(campaign)
+        m = ENABLER.match(last.change.why) if last else None
+        if last is None or m is None:
             return None
-        last = campaign.steps[-1]
-        m = ENABLER.match(last.change.why)
-        trial = next((r for r in last.runs if r.kind == "trial"), None)
-        if m is None or (not last.change.enabler and (trial is None or trial.outcome not in MEASURED)):
-            return None
-        if last.change.enabler and (last.config_verdict is None or not last.config_verdict.ok):
+        # an enabler is gated, not run (records from before that rule: it ran)
+        ready = (last.config_verdict is not None and last.config_verdict.ok) if last.change.enabler else (
+            trial is not None and trial.outcome in MEASURED_OUTCOMES)
+        if not ready:
             return None
         lever = m.group("lever")
         try:
@@ -191,11 +191,8 @@ class HeuristicPolicy:
 
     def _oom_retry(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages."""
-        if not campaign.steps:
-            return None
-        last = campaign.steps[-1]
-        trial = next((r for r in last.runs if r.kind == "trial"), None)
-        if trial is None or trial.outcome != "oom":
+        last, trial = _last_step_trial(campaign)
+        if last is None or trial is None or trial.outcome != "oom":
             return None
         eff = catalog.effective(last.levers)
         inc = catalog.effective(campaign.incumbent_levers)
@@ -283,10 +280,9 @@ class HeuristicPolicy:
         """The last step (one numeric lever, from the incumbent) gained, but less than the noise band: move the
         same lever one notch further in the same direction — a bigger change has a bigger effect to measure
         (on a noisy machine local batch 1 -> 2 gained +42% inside a 52% band; 1 -> 8 measures +108%)."""
-        if not campaign.steps:
+        last, trial = _last_step_trial(campaign)
+        if last is None:
             return None
-        last = campaign.steps[-1]
-        trial = next((r for r in last.runs if r.kind == "trial"), None)
         if (last.kept or last.stacked_on is not None or last.change.extra or trial is None or trial.outcome != "ok"
                 or last.gain is None or last.gain <= 0 or last.verdict is None or not last.verdict.ok):
             return None
@@ -307,11 +303,10 @@ class HeuristicPolicy:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
         names the cost the coupling left behind: stack the move that removes it (a large pipeline bubble -> fill the
         pipeline with the whole local batch; recompute left with memory to spare -> less recompute)."""
-        if not campaign.steps:
+        last, trial = _last_step_trial(campaign)
+        if last is None:
             return None
-        last = campaign.steps[-1]
-        trial = next((r for r in last.runs if r.kind == "trial"), None)
-        if last.kept or last.stacked_on is None or trial is None or trial.outcome not in MEASURED or not trial.record:
+        if last.kept or last.stacked_on is None or trial is None or trial.outcome not in MEASURED_OUTCOMES or not trial.record:
             return None
         if _chain_depth(campaign, last) >= MAX_CHAIN:
             return None
@@ -365,7 +360,6 @@ class HeuristicPolicy:
         return change if validate_change(campaign, change, space) is None else None
 
 
-MEASURED = ("ok", "stopped")  # trial outcomes that measured the candidate (stopped: early, clearly slower)
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
 LESS_RECOMPUTE = {"full": "selective", "selective": "none"}
 MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
@@ -399,7 +393,7 @@ def _patience_stop(campaign: Campaign) -> str | None:
     if campaign.incumbent_step == 0:
         return None
     since = [s for s in campaign.steps if s.n > campaign.incumbent_step]
-    measured = [s for s in since if any(r.kind == "trial" and r.outcome in MEASURED for r in s.runs)]
+    measured = [s for s in since if any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs)]
     run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
     spent = sum(r.device_hours for s in since for r in s.runs)
     if len(measured) >= PATIENCE:
@@ -494,8 +488,14 @@ def _incumbent_diagnosis(campaign: Campaign) -> Diagnosis | None:
     return None
 
 
-def _last_trial_failed(campaign: Campaign) -> bool:
+def _last_step_trial(campaign: Campaign) -> tuple[Step | None, RunRef | None]:
+    """The campaign's last step and its trial run (None where there is none yet)."""
     if not campaign.steps:
-        return False
-    trial = next((r for r in campaign.steps[-1].runs if r.kind == "trial"), None)
+        return None, None
+    last = campaign.steps[-1]
+    return last, next((r for r in last.runs if r.kind == "trial"), None)
+
+
+def _last_trial_failed(campaign: Campaign) -> bool:
+    _, trial = _last_step_trial(campaign)
     return trial is not None and trial.outcome != "ok"

@@ -27,7 +27,7 @@ from bot.agent.policy import LeverSpace, validate_change
 from bot.agent.space import layout_problem
 from bot.campaign import Campaign
 from bot.lessons import Lesson
-from bot.records import Change, Scalar, Stop
+from bot.records import MEASURED_OUTCOMES, Change, Scalar, Stop
 
 
 def _as_change(campaign: Campaign, config: dict[str, Scalar], policy: str, why: str) -> Change | None:
@@ -124,7 +124,7 @@ class OptunaPolicy:
             params = {k: config.get(k, catalog.effective(config)[k]) for k in dists}
             if any(params[k] not in dists[k].choices for k in dists):
                 continue
-            feasible = outcome in ("ok", "stopped") and tps  # stopped early: measured slower, a real observation
+            feasible = outcome in MEASURED_OUTCOMES and tps  # stopped early: measured slower, a real observation
             infeasible = 0.0 if feasible else 1.0
             study.add_trial(
                 optuna.trial.create_trial(

@@ -36,7 +36,7 @@ from bot.drive import Driver
 from bot.forge.base import StepRef
 from bot.forge.github import GitHubForge, GitHubForgeError
 from bot.forge.markers import GITHUB_BODY_LIMIT, marker
-from bot.records import RunRecord
+from bot.records import MEASURED_OUTCOMES, RunRecord
 
 STATE_MARKER = "state"
 TRIAL_WORKFLOW = "trial.yml"
@@ -234,7 +234,7 @@ class GitHubDriver(Driver):
         from bot.agent.diagnose import diagnose
 
         last = state.steps[-1].runs[-1] if state.steps and state.steps[-1].runs else None
-        if last is not None and (last.outcome in ("ok", "stopped") or not last.record):
+        if last is not None and (last.outcome in MEASURED_OUTCOMES or not last.record):
             last = None
         if last is None:
             inc = state.step(state.incumbent_step).runs if state.incumbent_step else state.baseline
