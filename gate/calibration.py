@@ -13,7 +13,7 @@ Calibration runs (:func:`calibration_specs`), all against the baseline run with 
 3. a gradient-accumulation split (another local batch, the global batch pinned);
 4. another ``loss.num_chunks`` (chunked cross-entropy).
 
-The benchmark (``gate/bench.py``) holds its other legitimate changes out of this set and counts
+The benchmark (``bot/bench/gate.py``) holds its other legitimate changes out of this set and counts
 false rejects on them.
 """
 
@@ -23,8 +23,8 @@ import json
 import re
 from pathlib import Path
 
-from bot.recipe import Recipe, parse_recipe_text, set_lever_text
-from bot.records import atomic_write_text, content_hash
+from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
+from bot.core.records import atomic_write_text, content_hash
 from gate.convergence import DEFAULT_SAFETY, Band, calibrate_band
 from gate.runs import RunSpec, run_many
 

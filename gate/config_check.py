@@ -27,7 +27,7 @@ fields (``env.*``, ``cluster.*``, ``workload.*``, ``bench.*``), classified by :d
 before ``objective.yaml``. Object addresses (``<function f at 0x7f..>``) are stripped before the
 diff; a closure's captured values stay invisible (documented limit). ``Verdict.tier`` is the
 highest tier among changed fields (B when nothing changed). Nothing is evaluated: rule
-conditions are data matched by :mod:`gate.matcher`.
+conditions are data matched by :mod:`bot.core.matcher`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from bot.recipe import Recipe
-from bot.records import CheckResult, Scalar, Verdict
+from bot.core.recipe import Recipe
+from bot.core.records import CheckResult, Scalar, Verdict
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
 from gate import rules
 from gate.errors import GateInputError
@@ -260,7 +260,7 @@ def local_stack() -> dict[str, Any]:
 
 def runtime_flags(recipe: Recipe, stack: Mapping[str, Any]) -> dict[str, bool]:
     """What the CPU compatibility layer provides: only CPU recipes on a CPU stack get it."""
-    from bot.runner.cpu_compat import PATCHES
+    from bot.inrank.cpu_compat import PATCHES
 
     on = recipe.cluster.hardware == "cpu" and stack.get("device_family") == "cpu"
     return {

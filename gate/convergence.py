@@ -28,55 +28,18 @@ quantum apart; a floor of 2 quanta accepts true differences up to one quantum.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from bot.records import CheckResult, RunRecord, Verdict
+from bot.core.band import Band, SignalBand, series
+from bot.core.records import CheckResult, RunRecord, Verdict
 from gate.errors import GateInputError
 
 SIGNALS = ("loss", "grad_norm", "heldout_loss")
 QUANTUM = {"loss": 1e-5, "grad_norm": 1e-4, "heldout_loss": 1e-5}
 FLOOR_QUANTA = 2.0
 DEFAULT_SAFETY = 5.0
-
-
-class SignalBand(BaseModel):
-    """One signal's band, indexed by step - 1."""
-
-    signal: str
-    quantum: float
-    floor: float
-    envelope: list[float]  # running max of the calibration runs' |delta|
-    band: list[float]
-
-
-class Band(BaseModel):
-    """A calibrated, step-dependent, two-sided noise band for one recipe on one stack."""
-
-    recipe_id: str
-    stack_key: str
-    objective_hash: str | None = None
-    safety: float
-    steps: int
-    signals: dict[str, SignalBand]
-    calibrated_on: list[str] = Field(default_factory=list)  # labels (or run ids) of the calibration runs
-    reference_run: str = ""
-    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
-    precision_tolerance: float | None = None  # relative widening for an accepted precision change
-
-    def at(self, signal: str, step: int) -> float:
-        return self.signals[signal].band[step - 1]
-
-    def widened(self, tolerance: float, reference: RunRecord) -> Band:
-        """The band widened to at least ``tolerance`` x |reference value| per step (precision changes)."""
-        signals = {}
-        for name, sb in self.signals.items():
-            ref = _series(reference, name)
-            band = [max(b, tolerance * abs(ref[i])) if ref and i < len(ref) and ref[i] is not None else b for i, b in enumerate(sb.band)]
-            signals[name] = sb.model_copy(update={"band": band})
-        return self.model_copy(update={"signals": signals, "precision_tolerance": tolerance})
 
 
 class SignalResult(BaseModel):
@@ -98,11 +61,7 @@ class SignalResult(BaseModel):
 # ----------------------------------------------------------------------------- series
 
 
-def _series(record: RunRecord, signal: str) -> list[float | None]:
-    """Values of ``signal`` for steps 1..n (None where a step or the value is missing)."""
-    by_step = {s.step: getattr(s, signal, None) for s in record.steps}
-    n = max(by_step, default=0)
-    return [by_step.get(t) for t in range(1, n + 1)]
+_series = series
 
 
 def _available(record: RunRecord, signal: str, steps: int) -> bool:

@@ -3,7 +3,7 @@
 Two cited YAML files live beside this module in ``rules/``:
 
 * ``defects.yaml`` — known stack defects. Each rule names the stack it ``affects`` (torch and
-  torchtitan PEP 440 ranges, device families) and a ``when`` condition (``gate.matcher``) over the
+  torchtitan PEP 440 ranges, device families) and a ``when`` condition (``bot.core.matcher``) over the
   candidate's context: the resolved torchtitan config flattened to dotted keys
   (``parallelism.tensor_parallel_degree``), plus ``stack.*``, ``derived.*``, ``workload.*``,
   ``model.*``, ``runtime.*``, ``env.*`` and ``recipe.*`` keys (see ``defects.yaml``'s ``about``).
@@ -31,8 +31,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from gate.datafile import DataFileError, load_entries
-from gate.matcher import Condition, explain, fields, matches, parse_specifier, version_matches
+from bot.core.datafile import DataFileError, load_entries
+from bot.core.matcher import Condition, explain, fields, matches, parse_specifier, version_matches
 
 RULES_DIR = Path(__file__).resolve().parent / "rules"
 DEFECTS_FILE = RULES_DIR / "defects.yaml"

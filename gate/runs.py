@@ -2,7 +2,7 @@
 
 A run is keyed by everything that decides its numbers: the recipe's parsed content (comments do
 not count), the test hook, the step count, the runner's extra environment, a fingerprint of the
-code that runs inside the ranks (``bot/workloads``, the CPU compatibility layer, the launch
+code that runs inside the ranks (``bot/inrank/workloads``, the CPU compatibility layer, the launch
 command) and the stack key. Only ``ok`` records are cached (a crash or hang may be transient);
 they live in ``<cache_dir>/runs/<key>.json``, the run's logs in ``<cache_dir>/work/<key>/``.
 
@@ -25,12 +25,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from bot.recipe import parse_recipe_text
-from bot.records import RunRecord, read_record, write_record
+from bot.core.recipe import parse_recipe_text
+from bot.core.records import RunRecord, read_record, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}  # idle OpenMP threads sleep: no effect on numerics
-CODE_FILES = ("bot/workloads", "bot/runner/cpu_compat.py", "bot/runner/command.py", "bot/runner/_site/sitecustomize.py")
 
 
 class RunSpec(BaseModel):
@@ -46,14 +45,15 @@ class RunSpec(BaseModel):
 
 
 def code_fingerprint() -> str:
-    """Hash of the code that runs inside the ranks (edits invalidate cached runs)."""
+    """Hash of the code that runs inside the ranks (edits invalidate cached runs): the in-rank package
+    (``bot.inrank``, found wherever it is installed) and the launch command builder."""
+    from bot.inrank import HERE, code_files
+    from bot.runner import command
+
     h = hashlib.sha256()
-    for rel in CODE_FILES:
-        path = REPO / rel
-        files = sorted(path.rglob("*.py")) if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(REPO)).encode())
-            h.update(f.read_bytes())
+    for f in [*code_files(), Path(command.__file__).resolve()]:
+        h.update(str(f.relative_to(HERE.parent) if f.is_relative_to(HERE.parent) else f.name).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from bot import campaign as cm
-from bot import levers as catalog
+from bot.core import levers as catalog
 from bot.agent.policy import LeverSpace
 from bot.agent.space import search_space
-from bot.drive import Driver
-from bot.gating import catalog_verdict
-from bot.recipe import Recipe, parse_recipe_text, set_lever_text
-from bot.records import (
+from bot.drive.executor import Driver
+from bot.campaign.gating import catalog_verdict
+from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
+from bot.core.records import (
     Change,
     LaunchShape,
     RunRecord,

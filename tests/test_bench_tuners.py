@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench_tuners import bench, oracle, render, true_tps
-from bot.recipe import load_recipe
+from bot.bench.tuners import bench, oracle, render, true_tps
+from bot.core.recipe import load_recipe
 
 # Llama 3.1 8B on one simulated 8 x H100 node: a start that recomputes everything at a small local batch,
 # with a handful of levers, so the oracle's search and four campaigns take seconds.
@@ -87,7 +87,7 @@ def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
 
 
 def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
-    from bot.bench_tuners import targets
+    from bot.bench.tuners import targets
 
     m = lambda gain, dh, frac=0.9: {"mean_gain": gain, "device_hours": dh, "oracle_fraction": frac, "false_gains": 0.0}  # noqa: E731
     result = {"tasks": {"t": {"attune": m(0.40, 50.0, 0.97), "random": m(0.0, 90.0), "tpe": m(0.08, 120.0), "gp": m(0.05, 200.0),

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from bot import campaign as cm
 from bot.forge.memory import MemoryForge
-from bot.records import Change, Stop
-from bot.report import render_campaign_summary, render_step_report
+from bot.core.records import Change, Stop
+from bot.campaign.report import render_campaign_summary, render_step_report
 
 AC_NONE = (("activation_checkpoint", "none"),)
 LBS2 = (("training.local_batch_size", 2),)

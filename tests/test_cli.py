@@ -11,7 +11,7 @@ import pytest
 from shared_run import STEPS, cli_ok_run
 
 from bot.cli import main
-from bot.records import read_record
+from bot.core.records import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
@@ -109,7 +109,7 @@ def test_recipe_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert out[0] == "# command"
     command = out[1]
     assert command.startswith("OMP_NUM_THREADS=2 ") and "torchrun --standalone" in command
-    assert " -m torchtitan.train --module bot.workloads.llama3_tiny --config llama3_tiny_cpu " in command
+    assert " -m torchtitan.train --module bot.inrank.workloads.llama3_tiny --config llama3_tiny_cpu " in command
     assert command.endswith(" activation-checkpoint:full")
     assert "--training.steps 20" in command
     assert out[2] == "# resolved torchtitan config"

@@ -27,9 +27,9 @@ from campaign_fakes import (
 )
 
 from bot import campaign as cm
-from bot.drive import Driver
+from bot.drive.executor import Driver
 from bot.forge.local import LocalForge
-from bot.local_campaign import finish_local
+from bot.drive.local import finish_local
 
 SCRIPT = [
     {"lever": "activation_checkpoint", "to": "none"},

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from bot import campaign as cm
-from bot.gating import calibrate_loss_band, convergence_gate, make_calibrator
-from bot.recipe import load_recipe
-from bot.records import StepMetric
+from bot.campaign.gating import calibrate_loss_band, convergence_gate, make_calibrator
+from bot.core.recipe import load_recipe
+from bot.core.records import StepMetric
 from bot.runner.sim import SimRunner
 
 REPO = Path(__file__).resolve().parents[1]

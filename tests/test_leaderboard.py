@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from campaign_fakes import make_record, recipe_text
 
-from bot.leaderboard import collect, regenerate, render, usd_per_million_tokens
-from bot.recipe import parse_recipe_text
+from bot.campaign.leaderboard import collect, regenerate, render, usd_per_million_tokens
+from bot.core.recipe import parse_recipe_text
 
 RECIPE = parse_recipe_text(recipe_text())
 

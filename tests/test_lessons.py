@@ -1,4 +1,4 @@
-"""bot.lessons: the seed catalog, matching and ordering, malformed files, proposed lessons."""
+"""bot.agent.lessons: the seed catalog, matching and ordering, malformed files, proposed lessons."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.lessons import (
+from bot.agent.lessons import (
     Lesson,
     LessonFileError,
     find_lesson,
@@ -18,7 +18,7 @@ from bot.lessons import (
     render_table,
     write_proposed,
 )
-from gate.datafile import load_entries
+from bot.core.datafile import load_entries
 
 LESSONS = load_lessons()
 BY_ID = {lesson.id: lesson for lesson in LESSONS}

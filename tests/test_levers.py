@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bot import levers
-from bot.levers import (
+from bot.core import levers
+from bot.core.levers import (
     CATALOG,
     DEFAULTS,
     LeverError,

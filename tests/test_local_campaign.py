@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.local_campaign import build_driver, new_state, summary_json
-from bot.recipe import load_recipe
-from bot.records import read_record
+from bot.drive.local import build_driver, new_state, summary_json
+from bot.core.recipe import load_recipe
+from bot.core.records import read_record
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE_REL = "recipes/llama3-tiny/cpu-e2e.yaml"

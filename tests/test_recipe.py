@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.recipe import RecipeError, _yaml, load_recipe, parse_recipe_text, set_lever, set_lever_text
+from bot.core.recipe import RecipeError, _yaml, load_recipe, parse_recipe_text, set_lever, set_lever_text
 
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((REPO / "recipes").rglob("*.yaml"))

@@ -1,0 +1,40 @@
+"""Policies: they propose the next one-lever change of a campaign (or stop).
+
+The policy registry lives here, at the package's face, and is the only importer of the concrete policies:
+``heuristic`` (cited lessons, :mod:`.heuristic`), ``claude`` (Anthropic tool use, :mod:`.claude`) and the search
+baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`). The protocol and what every policy shares (the lever
+space, validation) are in :mod:`.policy`; the search space in :mod:`.space`; the lessons catalog in :mod:`.lessons`.
+A policy reads the campaign (:mod:`bot.core.state`) and its run records through the record store it is handed;
+it never runs anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot.agent.policy import LeverSpace, Policy
+
+POLICIES = ("heuristic", "claude", "random", "tpe", "gp")
+
+__all__ = ["POLICIES", "LeverSpace", "Policy", "get_policy"]
+
+
+def get_policy(name: str, **options: Any) -> Policy:
+    """The policy called ``name`` (``options``: e.g. a sampler's seed)."""
+    if name == "heuristic":
+        from bot.agent.heuristic import HeuristicPolicy
+
+        return HeuristicPolicy()
+    if name == "claude":
+        from bot.agent.claude import ClaudePolicy
+
+        return ClaudePolicy(**options)
+    if name == "random":
+        from bot.agent.samplers import RandomPolicy
+
+        return RandomPolicy(**options)
+    if name in ("tpe", "gp"):
+        from bot.agent.samplers import OptunaPolicy
+
+        return OptunaPolicy(sampler=name, **options)
+    raise ValueError(f"unknown policy {name!r}; expected {', '.join(POLICIES)}")

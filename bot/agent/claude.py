@@ -13,13 +13,13 @@ import json
 import os
 from typing import Any
 
-from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis
 from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.lessons import Lesson, relevant
 from bot.agent.policy import LeverSpace, lesson_context, validate_change
-from bot.campaign import Campaign
-from bot.lessons import Lesson, relevant
-from bot.records import Change, Stop
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
+from bot.core.records import Change, RecordReader, Stop
+from bot.core.state import Campaign
 
 DEFAULT_MODEL = os.environ.get("ATTUNE_CLAUDE_MODEL", "claude-sonnet-5-5")  # claude-sonnet-4-5 reaches end-of-life 2026-11-30
 
@@ -100,13 +100,15 @@ class ClaudePolicy:
         self.client = anthropic.Anthropic()
         return self.client
 
-    def _fallback(self, why: str, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], space: LeverSpace) -> Change | Stop:
+    def _fallback(self, why: str, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], space: LeverSpace,
+                  records: RecordReader) -> Change | Stop:
         self.last_error = why
-        decision = self.fallback.propose(campaign, diagnosis, lessons, space)
+        decision = self.fallback.propose(campaign, diagnosis, lessons, space, records)
         decision.policy = f"heuristic (claude fallback: {why[:160]})"
         return decision
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop:
         try:
             response = self._client().messages.create(
                 model=self.model,
@@ -117,29 +119,29 @@ class ClaudePolicy:
                 messages=[{"role": "user", "content": build_prompt(campaign, diagnosis, lessons, levers)}],
             )
         except Exception as exc:  # API errors, network, missing key: fall back, say why
-            return self._fallback(f"{type(exc).__name__}: {exc}", campaign, diagnosis, lessons, levers)
+            return self._fallback(f"{type(exc).__name__}: {exc}", campaign, diagnosis, lessons, levers, records)
         call = next((b for b in response.content if getattr(b, "type", "") == "tool_use"), None)
         if call is None:
-            return self._fallback("no tool call in the answer", campaign, diagnosis, lessons, levers)
+            return self._fallback("no tool call in the answer", campaign, diagnosis, lessons, levers, records)
         args = dict(call.input or {})
         if call.name == "stop":
             return Stop(why=str(args.get("why", "")), policy=self.name)
         if call.name != "propose_change" or "lever" not in args or "value" not in args:
-            return self._fallback(f"malformed tool call {call.name}", campaign, diagnosis, lessons, levers)
+            return self._fallback(f"malformed tool call {call.name}", campaign, diagnosis, lessons, levers, records)
         stacked = args.get("stacked_on")
         if stacked is not None:
             parent = next((s for s in campaign.steps if s.n == stacked), None) if isinstance(stacked, int) and not isinstance(stacked, bool) else None
             if parent is None or not any(r.kind == "trial" and r.outcome == "oom" for r in parent.runs):
-                return self._fallback(f"invalid answer: stacked_on={stacked!r} is not a step that ran out of memory", campaign, diagnosis, lessons, levers)
+                return self._fallback(f"invalid answer: stacked_on={stacked!r} is not a step that ran out of memory", campaign, diagnosis, lessons, levers, records)
         current = catalog.effective(campaign.step(stacked).levers if stacked is not None else campaign.incumbent_levers)
         try:
             value = catalog.parse_value(str(args["lever"]), args["value"])
         except catalog.LeverError as exc:
-            return self._fallback(f"invalid answer: {exc}", campaign, diagnosis, lessons, levers)
+            return self._fallback(f"invalid answer: {exc}", campaign, diagnosis, lessons, levers, records)
         cited = args.get("lessons", [])
         change = Change(lever=str(args["lever"]), before=current.get(str(args["lever"])), after=value, why=str(args.get("why", "")),
                         lessons=[str(x) for x in cited] if isinstance(cited, list) else [], policy=self.name, stacked_on=stacked)
         problem = validate_change(campaign, change, levers)
         if problem:
-            return self._fallback(f"invalid answer: {problem}", campaign, diagnosis, lessons, levers)
+            return self._fallback(f"invalid answer: {problem}", campaign, diagnosis, lessons, levers, records)
         return change

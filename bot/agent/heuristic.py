@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import re
 
-from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis, diagnose
+from bot.agent.lessons import Lesson, LeverChange, relevant
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
-from bot.campaign import Campaign, RunRef, Step
-from bot.lessons import Lesson, LeverChange, relevant
-from bot.records import MEASURED_OUTCOMES, Change, Scalar, Stop, read_record
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis, diagnose
+from bot.core.records import MEASURED_OUTCOMES, Change, RecordReader, Scalar, Stop
+from bot.core.state import Campaign, RunRef, Step
 
 RECOMPUTE_LADDER = {"none": "selective", "selective": "full", "memory_budget": "full"}
 OOM_LESSON = "oom-enable-recompute"
@@ -61,17 +61,18 @@ def _relative(space: LeverSpace, current: Scalar, lc: LeverChange) -> Scalar | N
 class HeuristicPolicy:
     name = "heuristic"
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop:
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
-        follow = self._enabled_change(campaign, levers) or self._follow_up(campaign, levers) or self._push_further(campaign, levers)
+        follow = self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
         if follow is not None:
             return follow
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
             # that failure was a rejected candidate's (its layout is abandoned); the lessons are matched
             # against the incumbent, which ran fine — an OOM lesson must not fire on a recipe that fits
-            diagnosis = _incumbent_diagnosis(campaign) or Diagnosis(outcome="ok", simulated=diagnosis.simulated)
+            diagnosis = _incumbent_diagnosis(campaign, records) or Diagnosis(outcome="ok", simulated=diagnosis.simulated)
         ctx = lesson_context(campaign, diagnosis, levers)
         seq = levers.recipe.pinned.get("training.seq_len")
         if isinstance(seq, int):
@@ -299,7 +300,7 @@ class HeuristicPolicy:
                "along the same lever, for a larger effect to measure")
         return self._checked(campaign, space, last.change.lever, values[i], why, list(last.change.lessons))
 
-    def _follow_up(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+    def _follow_up(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
         names the cost the coupling left behind: stack the move that removes it (a large pipeline bubble -> fill the
         pipeline with the whole local batch; recompute left with memory to spare -> less recompute)."""
@@ -310,10 +311,10 @@ class HeuristicPolicy:
             return None
         if _chain_depth(campaign, last) >= MAX_CHAIN:
             return None
-        try:
-            d = diagnose(read_record(trial.record))
-        except (OSError, ValueError):
+        record = records.read(trial.record)
+        if record is None:
             return None
+        d = diagnose(record)
         return self._fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran")
 
     def _fix_for(self, campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
@@ -476,15 +477,13 @@ def _oom_dominated(campaign: Campaign, lever: str, value: Scalar) -> bool:
     return False
 
 
-def _incumbent_diagnosis(campaign: Campaign) -> Diagnosis | None:
-    """The incumbent's own diagnosis (its latest ok run), read from its record."""
+def _incumbent_diagnosis(campaign: Campaign, records: RecordReader) -> Diagnosis | None:
+    """The incumbent's own diagnosis (its latest ok run), read from its record through the record store."""
     runs = campaign.step(campaign.incumbent_step).runs if campaign.incumbent_step else campaign.baseline
     for ref in reversed(runs or []):
         if ref.outcome == "ok" and ref.record:
-            try:
-                return diagnose(read_record(ref.record))
-            except (OSError, ValueError):
-                return None
+            record = records.read(ref.record)
+            return diagnose(record) if record is not None else None
     return None
 
 

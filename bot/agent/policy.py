@@ -1,6 +1,6 @@
-"""The policy interface, the checks every proposal passes, and the policy registry.
+"""The policy interface and the checks every proposal passes (the registry is the package face, :mod:`bot.agent`).
 
-``propose(campaign, diagnosis, lessons, levers) -> Change | Stop``. A policy never runs
+``propose(campaign, diagnosis, lessons, levers, records) -> Change | Stop``. A policy never runs
 anything. Whatever a policy proposes (the heuristic, Claude, a sampler) goes through
 :func:`validate_change` before it becomes a step: a known lever, a legal value, not already
 tried, not objective-changing, prerequisites met.
@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis
-from bot.campaign import Campaign
-from bot.lessons import Lesson
-from bot.recipe import Recipe
-from bot.records import Change, Scalar, Stop
+from bot.agent.lessons import Lesson
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
+from bot.core.recipe import Recipe
+from bot.core.records import Change, RecordReader, Scalar, Stop
+from bot.core.state import Campaign
 
 
 @dataclass
@@ -32,7 +32,8 @@ class LeverSpace:
 class Policy(Protocol):
     name: str
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop: ...
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop: ...
 
 
 def base_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:
@@ -106,26 +107,3 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) 
         dp = max(recipe.devices // (tp * pp * cp), 1)
         ctx["recipe.grad_accum_steps"] = max(gbs // (lbs * dp), 1)
     return ctx
-
-
-def get_policy(name: str, **options: Any) -> Policy:
-    if name == "heuristic":
-        from bot.agent.heuristic import HeuristicPolicy
-
-        return HeuristicPolicy()
-    if name == "claude":
-        from bot.agent.claude import ClaudePolicy
-
-        return ClaudePolicy(**options)
-    if name == "random":
-        from bot.agent.samplers import RandomPolicy
-
-        return RandomPolicy(**options)
-    if name in ("tpe", "gp"):
-        from bot.agent.samplers import OptunaPolicy
-
-        return OptunaPolicy(sampler=name, **options)
-    raise ValueError(f"unknown policy {name!r}; expected heuristic, claude, random, tpe or gp")
-
-
-POLICIES = ("heuristic", "claude", "random", "tpe", "gp")

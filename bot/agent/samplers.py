@@ -21,13 +21,13 @@ from __future__ import annotations
 import itertools
 import random
 
-from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis
+from bot.agent.lessons import Lesson
 from bot.agent.policy import LeverSpace, validate_change
 from bot.agent.space import layout_problem
-from bot.campaign import Campaign
-from bot.lessons import Lesson
-from bot.records import MEASURED_OUTCOMES, Change, Scalar, Stop
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
+from bot.core.records import MEASURED_OUTCOMES, Change, RecordReader, Scalar, Stop
+from bot.core.state import Campaign
 
 
 def _as_change(campaign: Campaign, config: dict[str, Scalar], policy: str, why: str) -> Change | None:
@@ -71,7 +71,8 @@ class RandomPolicy:
     def __init__(self, seed: int = 0, max_draws: int = 20000) -> None:
         self.seed, self.max_draws = seed, max_draws
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop:
         rng = random.Random(f"{self.seed}:{len(campaign.steps)}")
         seen = [dict(sorted(c.items())) for c in _tried_configs(campaign)]
         for _ in range(self.max_draws):
@@ -135,7 +136,8 @@ class OptunaPolicy:
             )
         return study, dists
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace) -> Change | Stop:
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop:
         import optuna
 
         study, dists = self.study(campaign, levers)

@@ -7,9 +7,11 @@ generic exploration, random search, optuna (TPE/GP) and the oracle, so the compa
 
 from __future__ import annotations
 
-from bot import levers as catalog
-from bot.recipe import Recipe
-from bot.records import Scalar
+from bot.agent.policy import LeverSpace
+from bot.core import levers as catalog
+from bot.core.recipe import Recipe
+from bot.core.records import Scalar
+from bot.sim.zoo import get_model
 
 
 def _powers(lo: int, hi: int) -> list[int]:
@@ -74,3 +76,16 @@ def layout_problem(recipe: Recipe, levers: dict[str, Scalar]) -> str | None:
     except (KeyError, ValueError, TypeError):
         return None
     return None
+
+
+def make_space(recipe: Recipe) -> LeverSpace:
+    """The lever space a policy is handed for ``recipe``: its legal values, and the model's shape where the
+    simulator's zoo knows the model (head and layer counts bound TP and PP)."""
+    facts = None
+    if recipe.workload.model:
+        try:
+            m = get_model(recipe.workload.model)
+            facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None)
+        except (KeyError, ValueError):
+            facts = None
+    return LeverSpace(recipe=recipe, values=search_space(recipe), model=facts)

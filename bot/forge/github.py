@@ -85,8 +85,8 @@ class _File(BaseModel):
 
 
 def _default_editor(text: str, lever: str, value: str, *, source: str) -> str:
-    # Imported on use: bot.recipe belongs to the recipe layer and this module must load without it.
-    from bot.recipe import set_lever_text
+    # Imported on use: bot.core.recipe belongs to the recipe layer and this module must load without it.
+    from bot.core.recipe import set_lever_text
 
     return set_lever_text(text, lever, value, source=source)
 

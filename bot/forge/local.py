@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bot.core.recipe import set_lever_text
 from bot.forge.base import StatusState, StepRef, StepRequest, step_branch
-from bot.recipe import set_lever_text
 
 
 class ForgeError(Exception):

@@ -7,8 +7,8 @@ step is still produced by the same one-line edit as on a real forge.
 
 from __future__ import annotations
 
+from bot.core.recipe import set_lever_text
 from bot.forge.base import StatusState, StepRef, StepRequest, step_branch
-from bot.recipe import set_lever_text
 
 
 class MemoryForge:

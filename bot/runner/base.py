@@ -1,4 +1,4 @@
-"""The Runner protocol, the launcher registry, and what every backend shares (summary, stack).
+"""The Runner protocol and what every backend shares (summary, stack).
 
 ``run(recipe, *, steps, out_dir) -> RunRecord``: a backend runs a recipe and always returns a
 record — a failed run is an outcome (``oom``, ``crash``, ``hang``, ``timeout``, ``invalid``),
@@ -16,8 +16,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from bot.recipe import Recipe
-from bot.records import RunRecord, RunSummary, StackFingerprint, StepMetric
+from bot.core.recipe import Recipe
+from bot.core.records import RunRecord, RunSummary, StackFingerprint, StepMetric
 
 
 class EarlyStop(BaseModel):
@@ -51,24 +51,6 @@ class Runner(Protocol):
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
             recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord: ...
-
-
-def get_runner(launcher: str, **options: object) -> Runner:
-    """The backend for a recipe's ``cluster.launcher``."""
-    if launcher == "local":
-        from bot.runner.local import LocalRunner
-
-        return LocalRunner(**options)  # type: ignore[arg-type]
-    if launcher == "sim":
-        from bot.runner.sim import SimRunner
-
-        return SimRunner(**options)  # type: ignore[arg-type]
-    from bot.recipe import RecipeError
-
-    if launcher == "slurm":
-        # no Slurm backend ships yet: one cannot be tested here against a real Slurm, and a fake would not do
-        raise RecipeError("cluster.launcher: slurm is not supported yet; expected local (torchrun on this machine) or sim (the simulator)")
-    raise RecipeError(f"cluster.launcher: unknown launcher {launcher!r}; expected local or sim")
 
 
 def new_run_id() -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from bot import levers as lever_catalog
-from bot.recipe import PIN_ALIASES, Recipe
-from bot.records import Scalar
+from bot.core import levers as lever_catalog
+from bot.core.recipe import PIN_ALIASES, Recipe
+from bot.core.records import Scalar
 
 AC_TOKEN = {"none": "none", "selective": "selective", "full": "full", "memory_budget": "memory-budget"}
 

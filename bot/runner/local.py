@@ -21,15 +21,13 @@ import time
 from collections import deque
 from pathlib import Path
 
-from bot.recipe import Recipe
-from bot.records import Outcome, RunRecord, StepMetric, content_hash
+from bot.core.recipe import Recipe
+from bot.core.records import Outcome, RunRecord, StepMetric, content_hash
+from bot.inrank import IMPORT_ROOT, SITE_DIR
 from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, stack_fingerprint, summarize
 from bot.runner.command import build_launch
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
-
-SITE_DIR = Path(__file__).parent / "_site"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class LocalRunner:
@@ -70,7 +68,7 @@ class LocalRunner:
             usd_per_device_hour=recipe.cluster.usd_per_device_hour,
             hook=self.hook,
         )
-        from bot.records import LaunchShape
+        from bot.core.records import LaunchShape
 
         shape = LaunchShape(
             launcher="local",
@@ -90,7 +88,7 @@ class LocalRunner:
             int(flat["training.global_batch_size"]) if int(flat["training.global_batch_size"]) > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
         )
         env = {**os.environ, **launch.env, **self.extra_env}
-        env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["PYTHONUNBUFFERED"] = "1"
         if recipe.cluster.hardware == "cpu":
             env["ATTUNE_CPU_COMPAT"] = "1"

@@ -12,7 +12,7 @@ import statistics
 from datetime import datetime
 from pathlib import Path
 
-from bot.records import StepMetric
+from bot.core.records import StepMetric
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TIMESTAMP = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")

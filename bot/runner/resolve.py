@@ -13,8 +13,8 @@ import io
 import math
 from typing import Any
 
-from bot.recipe import PIN_ALIASES, Recipe
-from bot.records import Scalar
+from bot.core.recipe import PIN_ALIASES, Recipe
+from bot.core.records import Scalar
 from bot.runner.command import titan_args
 
 AC_MODES = {"NoneType": "none", "NoAC": "none", "SelectiveAC": "selective", "FullAC": "full", "MemoryBudgetAC": "memory_budget"}

@@ -14,8 +14,8 @@ import itertools
 import math
 from pathlib import Path
 
-from bot.recipe import Recipe
-from bot.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
+from bot.core.recipe import Recipe
+from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
 from bot.runner.base import EarlyStop, early_stop_reason, new_run_id, summarize
 
 SIM_STARTUP_S = 240.0  # launch, init, checkpoint load and compile on a large cluster (modelled)

@@ -1,4 +1,4 @@
-"""Adapter from a recipe (parsed YAML mapping or a ``bot.recipe.Recipe``) to ``simulate`` (results are simulated).
+"""Adapter from a recipe (parsed YAML mapping or a ``bot.core.recipe.Recipe``) to ``simulate`` (results are simulated).
 
 Reads ``workload.model`` (zoo id), ``cluster.hardware / nodes / devices_per_node``, ``levers`` and ``pinned``;
 nothing else of the recipe matters to the simulator.
@@ -36,5 +36,5 @@ def simulate_recipe(recipe: Any, seed: int = 0, levers: Mapping[str, Any] | None
 
 
 def load_recipe_yaml(path: str | Path) -> dict[str, Any]:
-    """Plain YAML load of a recipe file (no validation; ``bot.recipe.load_recipe`` validates)."""
+    """Plain YAML load of a recipe file (no validation; ``bot.core.recipe.load_recipe`` validates)."""
     return yaml.safe_load(Path(path).read_text())

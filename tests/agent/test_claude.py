@@ -16,12 +16,12 @@ import anthropic
 import pytest
 from campaign_fakes import new_state, play, recipe_text, space_fn, table_rule
 
-from bot import levers as catalog
+from bot.core import levers as catalog
 from bot.agent.claude import DEFAULT_MODEL, ClaudePolicy
-from bot.agent.diagnose import Diagnosis
-from bot.lessons import load_lessons
-from bot.recipe import parse_recipe_text
-from bot.records import Change, Stop
+from bot.core.diagnosis import Diagnosis
+from bot.agent.lessons import load_lessons
+from bot.core.recipe import parse_recipe_text
+from bot.core.records import Change, Stop
 
 try:  # the SDK's own HTTP package
     import httpx2 as http

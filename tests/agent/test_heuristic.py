@@ -20,15 +20,15 @@ from campaign_fakes import (
 )
 
 from bot import campaign as cm
-from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
 from bot.agent.heuristic import HeuristicPolicy
 from bot.agent.policy import validate_change
 from bot.forge.local import LocalForge
 from bot.forge.memory import MemoryForge
-from bot.lessons import Lesson, load_lessons
-from bot.recipe import parse_recipe_text
-from bot.records import Change, Stop
+from bot.agent.lessons import Lesson, load_lessons
+from bot.core.recipe import parse_recipe_text
+from bot.core.records import Change, Stop
 
 OK = Diagnosis(outcome="ok", tps=1000.0)
 LESSONS = load_lessons()
@@ -176,7 +176,7 @@ def _sim_recipe(rid: str, levers: str) -> str:
     """A one-node simulated H100 recipe of the tiny model with the given ``levers:`` block."""
     return f"""\
 id: test/{rid}
-workload: {{module: bot.workloads.llama3_tiny, config: llama3_tiny_cpu, model: llama3-tiny}}
+workload: {{module: bot.inrank.workloads.llama3_tiny, config: llama3_tiny_cpu, model: llama3-tiny}}
 cluster: {{hardware: h100-sxm-80gb, nodes: 1, devices_per_node: 8, launcher: sim, usd_per_device_hour: 2.0}}
 levers:
 {levers}pinned:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from campaign_fakes import new_state, play, recipe_text, scripted, space_fn, table_rule
 
-from bot import levers as catalog
-from bot.agent.diagnose import Diagnosis
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
 from bot.agent.policy import validate_change
 from bot.agent.samplers import OptunaPolicy, RandomPolicy
-from bot.recipe import parse_recipe_text
-from bot.records import Change
+from bot.core.recipe import parse_recipe_text
+from bot.core.records import Change
 
 OK = Diagnosis(outcome="ok", tps=1000.0)
 HISTORY = [

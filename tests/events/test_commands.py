@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.events.commands import Command, CommandError, parse_command
+from bot.github.commands import Command, CommandError, parse_command
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "tests" / "forge"))
 from forge_helpers import TOKEN, require  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
-from bot.events import cli  # noqa: E402
+from bot.github import cli  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"
@@ -102,7 +102,7 @@ def test_check_trial_refuses_bad_dispatches(gh, tmp_path, capsys, kw, why) -> No
 def test_calibrate_writes_the_calibrated_event(tmp_path, capsys) -> None:
     from test_trial_scenarios import record
 
-    from bot.recipe import parse_recipe_text
+    from bot.core.recipe import parse_recipe_text
 
     recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
     steps = recipe.bench.steps

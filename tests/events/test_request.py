@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from bot.events.issue_form import parse_sections
-from bot.events.request import (
+from bot.github.issue_form import parse_sections
+from bot.github.request import (
     FIELDS,
     MAX_BUDGET_HOURS,
     POLICIES,

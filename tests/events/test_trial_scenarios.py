@@ -23,11 +23,11 @@ from fake_github import FakeGitHub  # noqa: E402
 from openapi_contract import Contract  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
-from bot.events import campaign_requests, trial_results  # noqa: E402
-from bot.events.github_driver import load_state, records_branch  # noqa: E402
+from bot.github import campaign_requests, trial_results  # noqa: E402
+from bot.github.ports import load_state, records_branch  # noqa: E402
 from bot.forge.github import GATE_CONTEXT, GitHubForge  # noqa: E402
-from bot.recipe import Recipe, parse_recipe_text  # noqa: E402
-from bot.records import (  # noqa: E402
+from bot.core.recipe import Recipe, parse_recipe_text  # noqa: E402
+from bot.core.records import (  # noqa: E402
     Change,
     LaunchShape,
     RunRecord,
@@ -260,7 +260,7 @@ def test_a_redelivered_trial_result_changes_nothing(gh, forge, tmp_path) -> None
 
 
 def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> None:
-    from bot.events.cli import handle_comment
+    from bot.cli.github import handle_comment
 
     flow = Flow(gh, forge, tmp_path, Scripted())
     flow.start()
@@ -448,7 +448,7 @@ def test_a_moved_step_branch_is_still_closed_when_the_gate_fails(gh, forge, tmp_
 def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
     """Baseline runs 1000 and 1700 make a band over 100%: no positive bound is left, so none is sent (check-trial
     would refuse a non-positive one and the campaign would wait for a run that never starts)."""
-    from bot.events.github_driver import run_limits
+    from bot.github.ports import run_limits
 
     state = cm.Campaign(id="c", recipe_path="r.yaml", recipe_id="r", budget=2.0, spent=0.5, early_stop=True, early_stop_k=2.0,
                         incumbent_tps=1350.0, band=cm.NoiseBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05))

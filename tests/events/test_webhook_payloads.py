@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from bot.events.commands import Command, parse_command
-from bot.events.request import CampaignRequest, RequestError, validate_request
+from bot.github.commands import Command, parse_command
+from bot.github.request import CampaignRequest, RequestError, validate_request
 
 EXAMPLES = (
     Path(__file__).resolve().parents[2] / "node_modules/@octokit/webhooks-examples/api.github.com/index.json"

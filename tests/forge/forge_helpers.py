@@ -6,9 +6,9 @@ TOKEN = "ghs_test_token_not_a_secret"
 
 
 def set_one_lever(text: str, lever: str, value: str, *, source: str = "<recipe>") -> str:
-    """A stand-in for ``bot.recipe.set_lever_text`` in forge tests: replaces the line ``  <lever>: <old>``.
+    """A stand-in for ``bot.core.recipe.set_lever_text`` in forge tests: replaces the line ``  <lever>: <old>``.
 
-    The forge's GitHub behaviour is what these tests check; the recipe edit itself is bot.recipe's.
+    The forge's GitHub behaviour is what these tests check; the recipe edit itself is bot.core.recipe's.
     """
     lines = text.splitlines(keepends=True)
     for i, line in enumerate(lines):

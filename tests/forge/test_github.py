@@ -214,9 +214,9 @@ def test_a_step_may_add_one_lever_line(seeded: FakeGitHub) -> None:
 
 
 def test_open_step_with_the_real_recipe_editor_and_a_shipped_recipe(fake_github: FakeGitHub) -> None:
-    recipe_module = pytest.importorskip("bot.recipe")
+    recipe_module = pytest.importorskip("bot.core.recipe")
     if not hasattr(recipe_module, "set_lever_text") or not SHIPPED_RECIPE.is_file():
-        pytest.skip("bot.recipe.set_lever_text or recipes/llama3-tiny/cpu.yaml is not there yet")
+        pytest.skip("bot.core.recipe.set_lever_text or recipes/llama3-tiny/cpu.yaml is not there yet")
     path = SHIPPED_RECIPE.relative_to(ROOT).as_posix()
     text = SHIPPED_RECIPE.read_text()
     fake_github.seed({path: text})
@@ -601,17 +601,17 @@ def test_the_default_editor_is_bot_recipe_set_lever_text(
         return set_one_lever(text, lever, value, source=source)
 
     try:
-        import bot.recipe as recipe_module
+        import bot.core.recipe as recipe_module
 
         has_real = hasattr(recipe_module, "set_lever_text")
     except ImportError:
         has_real = False
     if has_real:
         monkeypatch.setattr(recipe_module, "set_lever_text", spy)
-    else:  # bot.recipe is written by another engineer; stand in for it here only
-        stub = types.ModuleType("bot.recipe")
+    else:  # bot.core.recipe is written by another engineer; stand in for it here only
+        stub = types.ModuleType("bot.core.recipe")
         stub.set_lever_text = spy
-        monkeypatch.setitem(sys.modules, "bot.recipe", stub)
+        monkeypatch.setitem(sys.modules, "bot.core.recipe", stub)
 
     forge = GitHubForge(
         seeded.full_name, TOKEN, retry=None, seconds_between_requests=None, seconds_between_writes=None

@@ -1,12 +1,12 @@
-"""gate/bench.py without runs: the case catalogue is well formed and its config half decides correctly."""
+"""bot/bench/gate.py without runs: the case catalogue is well formed and its config half decides correctly."""
 
 from __future__ import annotations
 
 import pytest
 
-from bot.recipe import parse_recipe_text
-from bot.workloads import hooks
-from gate.bench import BASELINE, BenchReport, CaseResult, baselines, candidate_text, cases, render_bench
+from bot.core.recipe import parse_recipe_text
+from bot.inrank import hooks
+from bot.bench.gate import BASELINE, BenchReport, CaseResult, baselines, candidate_text, cases, render_bench
 from gate.config_check import check_config
 
 STACK = {"torch": "2.13.0+cpu", "torchtitan": "0.3.0", "device_family": "cpu"}

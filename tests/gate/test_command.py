@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from bot.records import LaunchShape, RunRecord, StackFingerprint, write_record
-from gate.bench import edit_recipe_text
-from gate.command import render_verdict, run_gate, verdict_json
+from bot.core.records import LaunchShape, RunRecord, StackFingerprint, write_record
+from bot.bench.gate import edit_recipe_text
+from gate.api import render_verdict, run_gate, verdict_json
 from gate.errors import GateInputError
 
 BASE = Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml"
@@ -54,7 +54,7 @@ def test_input_errors(tmp_path: Path) -> None:
 
 
 def test_rendering(tmp_path: Path) -> None:
-    cand = write(tmp_path, "wd.yaml", workload={"module": "bot.workloads.variants", "config": "weight_decay_off"})
+    cand = write(tmp_path, "wd.yaml", workload={"module": "bot.inrank.workloads.variants", "config": "weight_decay_off"})
     v = run_gate(BASE, cand, config_only=True)
     text = render_verdict(v)
     assert text.startswith("**gate: REJECT** at the config stage (tier X)")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.recipe import Recipe, parse_recipe_text
-from gate.bench import edit_recipe_text
+from bot.core.recipe import Recipe, parse_recipe_text
+from bot.bench.gate import edit_recipe_text
 from gate.config_check import (
     ABSENT,
     ResolvedRecipe,
@@ -22,7 +22,7 @@ from gate.rules import load_tiers
 
 BASE_TEXT = (Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml").read_text()
 STACK_213 = {"torch": "2.13.0+cpu", "torchtitan": "0.3.0", "device_family": "cpu"}
-VARIANTS = "bot.workloads.variants"
+VARIANTS = "bot.inrank.workloads.variants"
 
 
 def recipe(**edits) -> Recipe:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bot.records import LaunchShape, RunRecord, StackFingerprint, StepMetric
+from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric
 from gate.convergence import FLOOR_QUANTA, QUANTUM, calibrate_band, check_convergence
 from gate.errors import GateInputError
 

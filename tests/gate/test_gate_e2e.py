@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gate.bench import edit_recipe_text
-from gate.command import render_verdict, run_gate
+from bot.bench.gate import edit_recipe_text
+from gate.api import render_verdict, run_gate
 from gate.runs import RunSpec, cached_path, run_one
 
 pytestmark = pytest.mark.torchtitan

@@ -1,4 +1,4 @@
-"""gate.matcher: every op, missing-field semantics, combinators, explain, validation errors."""
+"""bot.core.matcher: every op, missing-field semantics, combinators, explain, validation errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from gate.matcher import (
+from bot.core.matcher import (
     Leaf,
     describe,
     explain,

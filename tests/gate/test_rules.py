@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gate.matcher import fields
+from bot.core.matcher import fields
 from gate.rules import (
     FAIL_CLOSED,
     DefectRule,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.recipe import Recipe, parse_recipe_text
+from bot.core.recipe import Recipe, parse_recipe_text
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 
-from bot.workloads.llama3_tiny import llama3_tiny_cpu
+from bot.inrank.workloads.llama3_tiny import llama3_tiny_cpu
 
 __all__ = ["llama3_tiny_cpu"]
 

@@ -6,8 +6,9 @@ import statistics
 
 import pytest
 
-from bot.records import StepMetric
-from bot.runner.base import get_runner, stack_fingerprint, summarize
+from bot.core.records import StepMetric
+from bot.runner import get_runner
+from bot.runner.base import stack_fingerprint, summarize
 
 
 def _steps(tps: list[float], every: int = 1, step_s: float = 0.5) -> list[StepMetric]:
@@ -64,7 +65,7 @@ def test_get_runner() -> None:
 
     runner = get_runner("local", hang_s=5.0)
     assert isinstance(runner, LocalRunner) and runner.hang_s == 5.0
-    from bot.recipe import RecipeError
+    from bot.core.recipe import RecipeError
 
     with pytest.raises(RecipeError, match="unknown launcher 'mpi'"):
         get_runner("mpi")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.recipe import Recipe
+from bot.core.recipe import Recipe
 from bot.runner.command import build_launch, flag, titan_args
 from bot.runner.resolve import resolve_args
 
@@ -41,7 +41,7 @@ def test_global_flags_precede_the_ac_subcommand(cpu_recipe: Recipe) -> None:
     assert "--activation-checkpoint.memory-budget" not in before
     for expected in ("--module", "--config", "--training.global-batch-size", "--training.local-batch-size", "--compile.enable", "--training.steps", "--dump-folder", "--metrics.log-freq"):
         assert expected in before, expected
-    assert args[:4] == ["--module", "bot.workloads.llama3_tiny", "--config", "llama3_tiny_cpu"]
+    assert args[:4] == ["--module", "bot.inrank.workloads.llama3_tiny", "--config", "llama3_tiny_cpu"]
 
 
 def test_the_ac_token_is_last_when_there_are_no_ac_flags(cpu_recipe: Recipe) -> None:

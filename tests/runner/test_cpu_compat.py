@@ -1,4 +1,4 @@
-"""bot/runner/cpu_compat.py: each patch is still needed, still fits torchtitan's shape, and works.
+"""bot/inrank/cpu_compat.py: each patch is still needed, still fits torchtitan's shape, and works.
 
 These tests fail when torchtitan (or torch) stops needing a patch or changes what it patches.
 ``apply()`` mutates global modules, so it runs in a fresh interpreter (subprocess); the pure
@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import and_masks, create_block_mask, flex_attention
 
-from bot.runner import cpu_compat
+from bot.inrank import cpu_compat
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU compatibility layer is for CPU-only hosts")
@@ -47,7 +47,7 @@ APPLY_SCRIPT = """
     out = {"device_before": tt_utils.device_type, "set_timeout_before": hasattr(dist, "set_timeout"),
            "titan_calls_set_timeout": "torch.distributed.set_timeout(" in inspect.getsource(tt_dist_utils)}
 
-    from bot.runner import cpu_compat
+    from bot.inrank import cpu_compat
     out["applied"] = cpu_compat.apply()
     out["applied_again"] = cpu_compat.apply()
     out["device_after"] = tt_utils.device_type
@@ -74,7 +74,7 @@ APPLY_SCRIPT = """
 
     # attention: the tiny llama3 now builds dense per-document masks and trains with a CPU backward
     from torchtitan.models.common.attention import FlexAttention
-    from bot.workloads.llama3_tiny import tiny_model_spec
+    from bot.inrank.workloads.llama3_tiny import tiny_model_spec
     out["forward_patched"] = FlexAttention.forward is cpu_compat._sdpa_forward
     torch.manual_seed(0)
     model = tiny_model_spec().model.build()
@@ -132,7 +132,7 @@ def test_apply_is_a_no_op_when_disabled() -> None:
         """
         import json
         import torchtitan.tools.utils as u
-        from bot.runner import cpu_compat
+        from bot.inrank import cpu_compat
         print(json.dumps({"applied": cpu_compat.apply(), "device": u.device_type}))
         """,
         env={"ATTUNE_CPU_COMPAT": "0"},
@@ -253,7 +253,7 @@ FSDP_WORKER = """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     import torchtitan.distributed.fsdp as tt_fsdp
-    from bot.runner import cpu_compat
+    from bot.inrank import cpu_compat
 
     rank = int(sys.argv[1])
     dist.init_process_group("gloo", store=dist.FileStore(sys.argv[2], 2), rank=rank, world_size=2)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from shared_run import STEPS, cli_ok_run
 
-from bot.recipe import Recipe
-from bot.records import RunRecord, read_record, write_record
+from bot.core.recipe import Recipe
+from bot.core.records import RunRecord, read_record, write_record
 from bot.runner.local import LocalRunner
 
 pytestmark = pytest.mark.torchtitan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bot.recipe import Recipe
+from bot.core.recipe import Recipe
 from bot.runner.resolve import (
     ResolveError,
     batch_problems,

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.recipe import load_recipe
+from bot.core.recipe import load_recipe
 from bot.sim.explore import one_lever_neighbours
 from bot.sim.recipes import load_recipe_yaml, simulate_recipe
 

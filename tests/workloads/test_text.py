@@ -1,10 +1,10 @@
-"""bot/workloads/text.py: deterministic packed samples with masked prompts, in DP-invariant order."""
+"""bot/inrank/workloads/text.py: deterministic packed samples with masked prompts, in DP-invariant order."""
 
 from __future__ import annotations
 
 import pytest
 
-from bot.workloads.text import (
+from bot.inrank.workloads.text import (
     BOS,
     EOS,
     IGNORE_INDEX,

@@ -1,0 +1,385 @@
+"""Lessons catalog: cited tuning heuristics that guide which lever a policy tries next.
+
+The data lives in ``lessons/*.yaml`` (one file per topic, each ``{lessons: [...]}``). A lesson is
+
+* ``id``; ``when``: a ``bot.core.matcher`` condition over the context below (omitted = always);
+* ``try``: ordered lever changes, ``{lever, value}`` or relative ``{lever, op: double|halve|next|prev}``
+  (a policy takes the first one that is legal and differs from the current value);
+* ``why``, ``source`` (https URL, or the repository path of the run record that taught it);
+* ``applies_to``: ``models`` and ``hardware`` glob lists and ``stack`` PEP 440 ranges;
+* optional ``priority`` (higher first), ``status`` (``curated`` | ``proposed``), ``auto_propose``
+  (false = informational: a policy must not propose it on its own, e.g. precision changes),
+  ``evidence`` and ``title``.
+
+Context keys a lesson's ``when`` may read (flat, dotted):
+``diagnosis.outcome`` (ok|oom|crash|hang|timeout|invalid), ``diagnosis.mem_headroom_frac``
+(1 - peak/capacity), ``diagnosis.tps_cv``, ``diagnosis.mfu``, ``diagnosis.simulated``,
+``diagnosis.breakdown.{bubble_frac,exposed_comm_frac,recompute_frac}``, ``recipe.hardware``
+(cpu, h100-sxm-80gb, h200, b200), ``recipe.devices``, ``recipe.model``, ``recipe.moe``,
+``recipe.grad_accum_steps``, ``recipe.global_batch_pinned``, ``recipe.tokens_per_microbatch``,
+``stack.torch``, ``stack.torchtitan`` and ``levers.<lever name>`` for every current lever value.
+
+``relevant`` filters by ``applies_to`` (a stack range whose version is unknown does not exclude a
+lesson: lessons only suggest, the gate decides) and ``when``, then orders by priority.
+``propose_lessons`` turns measured campaign outcomes into ``status: proposed`` lessons and
+``write_proposed`` stores them atomically for a human to review and move into the catalog.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from ruamel.yaml import YAML
+
+from bot.core.datafile import DataFileError, load_entries
+from bot.core.matcher import Condition, describe, matches, parse_specifier, show, to_data, version_matches
+from bot.core.repo import RepoError, find_repo
+
+RelOp = Literal["double", "halve", "next", "prev"]
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+LessonId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+LeverName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")]
+
+_PATH_SOURCE = re.compile(r"^(?!/)(?!.*\.\.)[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@#+-]+)+$")
+
+
+class LessonFileError(DataFileError):
+    """A lessons file is malformed; the message names file, lesson, field and what was expected."""
+
+
+def _check_source(source: str) -> str:
+    if source.startswith("https://") and len(source) > len("https://"):
+        return source
+    if _PATH_SOURCE.match(source):
+        return source
+    raise ValueError(
+        f"expected an https:// URL or a repository path such as results/<recipe>/<run>.json; got {source!r}"
+    )
+
+
+class LeverChange(BaseModel):
+    """One step a lesson suggests: set ``lever`` to ``value``, or move it by ``op``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lever: LeverName
+    value: Any = None
+    op: RelOp | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> LeverChange:
+        has_value = "value" in self.model_fields_set
+        if has_value == (self.op is not None):
+            raise ValueError("give exactly one of 'value' or 'op' (double|halve|next|prev)")
+        return self
+
+    def render(self) -> str:
+        return f"{self.lever}: {self.op}" if self.op else f"{self.lever} = {show(self.value)}"
+
+    def to_data(self) -> dict[str, Any]:
+        return {"lever": self.lever, "op": self.op} if self.op else {"lever": self.lever, "value": self.value}
+
+
+class StackRange(BaseModel):
+    """PEP 440 ranges of the stack a lesson was learned on ("" = any)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    torch: str = ""
+    torchtitan: str = ""
+
+    @field_validator("torch", "torchtitan")
+    @classmethod
+    def _specifier(cls, spec: str) -> str:
+        parse_specifier(spec)
+        return spec
+
+
+class AppliesTo(BaseModel):
+    """Where a lesson holds: model-id globs, hardware globs, stack ranges."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[Text] = Field(default_factory=lambda: ["*"], min_length=1)
+    hardware: list[Text] = Field(default_factory=lambda: ["*"], min_length=1)
+    stack: StackRange = Field(default_factory=StackRange)
+
+
+class Lesson(BaseModel):
+    """One cited tuning lesson."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: LessonId
+    title: str = ""
+    when: Condition | None = None
+    try_: list[LeverChange] = Field(alias="try")
+    why: Text
+    source: str
+    applies_to: AppliesTo = Field(default_factory=AppliesTo)
+    priority: int = 0
+    status: Literal["curated", "proposed"] = "curated"
+    auto_propose: bool = True
+    evidence: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, source: str) -> str:
+        return _check_source(source)
+
+    @model_validator(mode="after")
+    def _try_needed(self) -> Lesson:
+        if self.auto_propose and not self.try_:
+            raise ValueError("'try' must list at least one lever change (or set auto_propose: false)")
+        return self
+
+
+def lesson_to_data(lesson: Lesson) -> dict[str, Any]:
+    """Plain data for a lesson, in the YAML form ``load_lessons`` reads back."""
+    data: dict[str, Any] = {"id": lesson.id}
+    if lesson.title:
+        data["title"] = lesson.title
+    if lesson.when is not None:
+        data["when"] = to_data(lesson.when)
+    data["try"] = [change.to_data() for change in lesson.try_]
+    data["why"] = lesson.why
+    data["source"] = lesson.source
+    applies = lesson.applies_to
+    data["applies_to"] = {"models": list(applies.models), "hardware": list(applies.hardware)}
+    stack = {k: v for k, v in applies.stack.model_dump().items() if v}
+    if stack:
+        data["applies_to"]["stack"] = stack
+    if lesson.priority:
+        data["priority"] = lesson.priority
+    data["status"] = lesson.status
+    if not lesson.auto_propose:
+        data["auto_propose"] = False
+    if lesson.evidence:
+        data["evidence"] = lesson.evidence
+    return data
+
+
+def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
+    """Load every ``*.yaml`` directly in ``dir`` (default: ``lessons/`` of the repository at or above the working
+    directory, :func:`bot.core.repo.find_repo`; never a folder next to the installed package), sorted by file name.
+
+    Lesson ids are unique across files. Raises ``LessonFileError`` on the first problem.
+    """
+    if dir:
+        folder = Path(dir)
+    else:
+        try:
+            folder = find_repo().lessons
+        except RepoError as exc:
+            raise LessonFileError(str(exc)) from None
+    if not folder.is_dir():
+        raise LessonFileError(f"{folder}: lessons folder not found")
+    lessons: list[Lesson] = []
+    origin: dict[str, str] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        for lesson in load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson"):
+            if lesson.id in origin:
+                raise LessonFileError(
+                    f"{path}: lesson {lesson.id!r}: field 'id': duplicate id, also in {origin[lesson.id]}"
+                )
+            origin[lesson.id] = str(path)
+            lessons.append(lesson)
+    return lessons
+
+
+def _glob_any(value: Any, patterns: Sequence[str]) -> bool:
+    if "*" in patterns:
+        return True
+    return isinstance(value, str) and any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def applies(lesson: Lesson, ctx: Mapping[str, Any]) -> bool:
+    """True when ``applies_to`` admits the context's model, hardware and (known) stack versions."""
+    scope = lesson.applies_to
+    if not _glob_any(ctx.get("recipe.model"), scope.models):
+        return False
+    if not _glob_any(ctx.get("recipe.hardware"), scope.hardware):
+        return False
+    for key, spec in (("stack.torch", scope.stack.torch), ("stack.torchtitan", scope.stack.torchtitan)):
+        if spec and key in ctx and not version_matches(spec, ctx[key]):
+            return False
+    return True
+
+
+def relevant(
+    lessons: Iterable[Lesson],
+    ctx: Mapping[str, Any],
+    *,
+    include_proposed: bool = False,
+    include_manual: bool = True,
+) -> list[Lesson]:
+    """Lessons that apply to ``ctx`` and whose ``when`` matches, highest priority first (stable)."""
+    hits = [
+        lesson
+        for lesson in lessons
+        if (include_proposed or lesson.status == "curated")
+        and (include_manual or lesson.auto_propose)
+        and applies(lesson, ctx)
+        and (lesson.when is None or matches(lesson.when, ctx))
+    ]
+    return sorted(hits, key=lambda lesson: -lesson.priority)
+
+
+def find_lesson(lessons: Iterable[Lesson], lesson_id: str) -> Lesson | None:
+    """The lesson with ``lesson_id``, or None."""
+    return next((lesson for lesson in lessons if lesson.id == lesson_id), None)
+
+
+def lever_names(lessons: Iterable[Lesson]) -> set[str]:
+    """Every lever a lesson may change (to cross-check against the lever catalog)."""
+    return {change.lever for lesson in lessons for change in lesson.try_}
+
+
+def render_lesson(lesson: Lesson) -> str:
+    """A readable block for ``attune lessons show ID``."""
+    scope = lesson.applies_to
+    stack = ", ".join(f"{k} {v}" for k, v in scope.stack.model_dump().items() if v) or "any"
+    lines = [
+        f"{lesson.id}  (priority {lesson.priority}, {lesson.status}{'' if lesson.auto_propose else ', manual'})"
+    ]
+    if lesson.title:
+        lines.append(lesson.title)
+    lines.append(f"when:       {describe(lesson.when) if lesson.when is not None else 'always'}")
+    if lesson.try_:
+        lines.append(
+            "try:        " + "\n            ".join(f"{i}. {c.render()}" for i, c in enumerate(lesson.try_, 1))
+        )
+    else:
+        lines.append("try:        (nothing automatic)")
+    lines.append(f"why:        {lesson.why}")
+    lines.append(f"source:     {lesson.source}")
+    if lesson.evidence:
+        lines.append(f"evidence:   {lesson.evidence}")
+    lines.append(
+        f"applies to: models {', '.join(scope.models)}; hardware {', '.join(scope.hardware)}; stack {stack}"
+    )
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render_table(lessons: Sequence[Lesson]) -> str:
+    """A plain aligned table for ``attune lessons list``."""
+    rows = [("ID", "PRI", "TRY", "SOURCE")]
+    for lesson in lessons:
+        first = lesson.try_[0].render() if lesson.try_ else "-"
+        more = f" (+{len(lesson.try_) - 1})" if len(lesson.try_) > 1 else ""
+        manual = "" if lesson.auto_propose else "(manual) "
+        rows.append(
+            (lesson.id, str(lesson.priority), _clip(manual + first + more, 48), _clip(lesson.source, 70))
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    out = []
+    for row in rows:
+        out.append("  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)).rstrip())
+    return "\n".join(out)
+
+
+class Measurement(BaseModel):
+    """One measured campaign step, as ``propose_lessons`` reads it."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    lever: LeverName
+    from_: Any = Field(alias="from")
+    to: Any
+    gain: float  # relative throughput change, 0.15 = +15 %
+    kept: bool
+    record: str
+    hardware: Text
+    model: Text
+
+    @field_validator("record")
+    @classmethod
+    def _record(cls, record: str) -> str:
+        return _check_source(record)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "x"
+
+
+def propose_lessons(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Lesson dicts (``status: proposed``) from kept, positive-gain measurements.
+
+    Steps with the same (lever, from, to, model, hardware) are merged: the gain is their mean, the
+    first record is the ``source`` and all records are listed in ``evidence``. Steps that were not
+    kept or did not gain are not turned into lessons.
+    """
+    groups: dict[tuple[str, str, str, str, str], list[Measurement]] = {}
+    for raw in measurements:
+        m = Measurement.model_validate(raw)
+        if not m.kept or m.gain <= 0:
+            continue
+        key = (m.lever, repr(m.from_), repr(m.to), m.model, m.hardware)
+        groups.setdefault(key, []).append(m)
+    proposed: list[dict[str, Any]] = []
+    for (lever, _, _, model, hardware), group in groups.items():
+        first = group[0]
+        gain = sum(m.gain for m in group) / len(group)
+        lesson = {
+            "id": _slug(f"measured-{lever}-{first.from_}-to-{first.to}-{model}-{hardware}"),
+            "title": f"{lever}: {first.from_!r} -> {first.to!r} on {model} / {hardware}",
+            "when": {"field": f"levers.{lever}", "op": "eq", "value": first.from_},
+            "try": [{"lever": lever, "value": first.to}],
+            "why": f"Measured {gain:+.1%} tokens/s on {model} / {hardware} over {len(group)} kept step(s).",
+            "source": first.record,
+            "applies_to": {"models": [model], "hardware": [hardware]},
+            "priority": max(1, min(99, round(gain * 100))),
+            "status": "proposed",
+            "evidence": "records: " + ", ".join(m.record for m in group),
+        }
+        Lesson.model_validate(lesson)
+        proposed.append(lesson)
+    return proposed
+
+
+def write_proposed(
+    lessons: Iterable[Mapping[str, Any] | Lesson], path: Path | str, *, merge: bool = True
+) -> Path:
+    """Write proposed lessons to ``path`` atomically (temp file in the same folder, then rename).
+
+    With ``merge`` an existing file keeps its lessons except those whose id is rewritten.
+    Every lesson is validated first; nothing is written if one is malformed.
+    """
+    target = Path(path)
+    new = [
+        lesson if isinstance(lesson, Lesson) else Lesson.model_validate(dict(lesson)) for lesson in lessons
+    ]
+    kept: list[Lesson] = []
+    if merge and target.exists():
+        ids = {lesson.id for lesson in new}
+        old = load_entries(target, "lessons", Lesson, LessonFileError, kind="lesson")
+        kept = [lesson for lesson in old if lesson.id not in ids]
+    data = {
+        "about": "Proposed lessons from measured campaign steps; review, then move into a topic file.",
+        "lessons": [lesson_to_data(lesson) for lesson in kept + new],
+    }
+    target.parent.mkdir(parents=True, exist_ok=True)
+    yaml = YAML(typ="rt", pure=True)  # plain dicts in, insertion order kept out
+    yaml.default_flow_style = False
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yaml.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -1,0 +1,143 @@
+"""How a campaign calls the correctness gate (package ``gate``) for each kind of recipe.
+
+Real recipes go through torchtitan's resolved config (``gate.config_check``) and the loss-curve
+check (``gate.convergence``). Simulated recipes have no torchtitan config to resolve: their
+config stage classifies the changed levers by the lever catalog's tiers, and their modelled loss
+curves go through the same convergence check.
+
+The convergence stage compares reduction-order (tier R) and numerics (tier N) changes within a
+loss-curve noise band calibrated once per campaign (:func:`calibrate_loss_band`): for a real
+recipe from real calibration runs (``gate.calibration``; cached by content, so a second campaign
+on the same recipe and stack reuses them at no device cost); for a simulated recipe from the
+simulator's modelled reduction-order drift (no runs, labelled simulated).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bot.core import levers as catalog
+from bot.core.recipe import Recipe, parse_recipe_text
+from bot.core.records import CheckResult, RunRecord, StepMetric, Verdict
+from bot.core.state import Calibrated
+from gate.convergence import Band
+
+TIER_ORDER = "BRNX"
+
+
+def catalog_verdict(baseline: Recipe, candidate: Recipe) -> Verdict:
+    """Config stage for simulated recipes: pins unchanged, tiers from the lever catalog."""
+    reasons: list[str] = []
+    tier = "B"
+    precision = False
+    for key in sorted(set(baseline.pinned) | set(candidate.pinned)):
+        if baseline.pinned.get(key) != candidate.pinned.get(key):
+            reasons.append(f"pinned {key} changed: {baseline.pinned.get(key)!r} -> {candidate.pinned.get(key)!r} (rule: the objective is pinned)")
+            tier = "X"
+    before, after = catalog.effective(baseline.levers), catalog.effective(candidate.levers)
+    for key in sorted(k for k in after if before.get(k) != after.get(k)):
+        lever = catalog.get(key)
+        t = lever.tier_of(after[key])
+        tier = max(tier, t, key=TIER_ORDER.index)
+        if lever.precision or t == "N":
+            precision = True
+            reasons.append(f"{key} changed {before.get(key)!r} -> {after[key]!r}: a precision change is never a plain pass (policy: reject)")
+        elif t == "X":
+            reasons.append(f"{key} changed {before.get(key)!r} -> {after[key]!r}: objective-changing (tier X)")
+    ok = not reasons
+    return Verdict(verdict="ok" if ok else "reject", stage="config", tier=tier, reasons=reasons or [f"changed levers are tier {tier} (lever catalog)"],
+                   checks=[CheckResult(name="catalog-tiers", passed=ok, reasons=reasons)], precision_change=precision)
+
+
+def config_gate(baseline: Recipe, candidate: Recipe) -> Verdict:
+    if candidate.cluster.launcher == "sim":
+        return catalog_verdict(baseline, candidate)
+    from gate.config_check import check_config
+
+    return check_config(baseline, candidate)
+
+
+GATE_STEPS = 20  # the gate's comparison window (gate.convergence's default)
+
+
+def gate_steps(baseline: RunRecord) -> int:
+    """The comparison window: a benchmark shorter than :data:`GATE_STEPS` is compared over the steps it has."""
+    return min(GATE_STEPS, max((s.step for s in baseline.steps), default=GATE_STEPS))
+
+
+def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str, band: Band | None = None) -> Verdict:
+    from gate.convergence import check_convergence
+    from gate.errors import GateInputError
+
+    try:
+        return check_convergence(baseline, candidate, tier=tier, band=band, steps=gate_steps(baseline))
+    except GateInputError as exc:  # the baseline or band cannot serve: fail closed, say why
+        reason = f"the gate could not compare the curves: {exc} (fail closed)"
+        return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason],  # type: ignore[arg-type]
+                       checks=[CheckResult(name="convergence", passed=False, reasons=[reason])])
+
+
+SIM_DRIFT_RUNS = 3  # modelled reduction-order perturbations a simulated band is calibrated on
+
+
+def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[Band, str]:
+    from bot.sim.noise import sim_loss_curve
+    from gate.convergence import calibrate_band
+
+    p = recipe.pinned
+    n = gate_steps(reference)
+    runs = []
+    for k in range(1, SIM_DRIFT_RUNS + 1):
+        loss = sim_loss_curve(n, int(p.get("debug.seed", 0)), model=recipe.workload.model or "",
+                              global_batch_size=int(p["training.global_batch_size"]), seq_len=int(p["training.seq_len"]),
+                              lr=float(p["optimizer.lr"]), warmup_steps=int(p.get("lr_scheduler.warmup_steps", 0)),
+                              total_steps=int(p["lr_scheduler.total_steps"]), perturbation=k)
+        steps = [StepMetric(step=i + 1, loss=float(loss[i])) for i in range(n)]
+        runs.append(reference.model_copy(update={"run_id": f"{reference.run_id}-drift{k}", "steps": steps}))
+    labels = [f"modelled reduction-order drift {k} (simulated)" for k in range(1, SIM_DRIFT_RUNS + 1)]
+    band = calibrate_band(runs, reference, labels=labels)
+    return band, f"SIMULATED loss band: modelled reduction-order drift ({SIM_DRIFT_RUNS} perturbations), safety {band.safety:g}; no runs"
+
+
+def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Path, jobs: int = 2, progress: Any = None) -> Calibrated:
+    """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
+
+    Real recipes: the calibration runs of ``gate.calibration`` (a repeat, an init perturbation, a
+    gradient-accumulation split, another loss chunking), each compared with the campaign's own
+    baseline run; runs already in ``cache_dir`` are reused and cost nothing. A calibration that
+    cannot be made returns no band, and tier-R/N steps then fail closed.
+    """
+    from gate.calibration import calibration_specs
+    from gate.convergence import calibrate_band
+    from gate.errors import GateInputError
+    from gate.runs import lookup, run_many
+
+    recipe = parse_recipe_text(recipe_text, reference.recipe_path or reference.recipe_id)
+    if reference.simulated or recipe.cluster.launcher == "sim":
+        band, note = _sim_band(recipe, reference)
+        return Calibrated(band=band, note=note)
+    specs = calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline")
+    fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
+    try:
+        records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
+    except RuntimeError as exc:
+        return Calibrated(note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed")
+    spent = sum(records[sid].summary.device_hours for sid in fresh)
+    failed = [f"{specs[sid].label}: {records[sid].outcome}" for sid in specs if records[sid].outcome != "ok"]
+    if failed:
+        return Calibrated(device_hours=spent, note=f"no loss band: calibration runs failed ({'; '.join(failed)}); tier-R/N steps fail closed")
+    try:
+        band = calibrate_band([records[sid] for sid in specs], reference, labels=[specs[sid].label for sid in specs])
+    except GateInputError as exc:
+        return Calibrated(device_hours=spent, note=f"no loss band: {exc}; tier-R/N steps fail closed")
+    note = (f"loss band calibrated on {len(specs)} runs ({', '.join(specs[sid].label for sid in specs)}) against baseline run "
+            f"{reference.run_id}, safety {band.safety:g}; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}")
+    return Calibrated(band=band, device_hours=spent, note=note)
+
+
+def make_calibrator(cache_dir: Path, *, jobs: int = 1, progress: Any = None) -> Callable[[str, RunRecord], Calibrated]:
+    """The driver's ``calibrate`` callable: :func:`calibrate_loss_band` with its cache and parallelism fixed."""
+    return functools.partial(calibrate_loss_band, cache_dir=Path(cache_dir), jobs=jobs, progress=progress)

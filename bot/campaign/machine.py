@@ -1,0 +1,258 @@
+"""The campaign: a pure state machine ``advance(state, event) -> (state, actions)``.
+
+Two drivers execute the actions (the local loop in :mod:`bot.drive`, the GitHub event handlers),
+so the same decisions come out whichever runs it. The state carries the actions still to do
+(``pending``); a driver persists the state after every transition and, after a crash, re-executes
+the first pending action idempotently (a step already opened is found on the forge, a run whose
+record is on disk is not repeated) — never a second step for the same change, never two open
+steps, never a lost record.
+
+After the baseline runs, the gate's loss-curve noise band is calibrated once (``Calibrate``; its runs
+count against the budget). Per step: propose one change -> open step -> config gate (free) -> trial run -> convergence gate
+-> if the gain clears the noise band, re-measure (confirm) -> merge, else close. Optional, per machine: a
+gain far outside the band (``decisive_k`` x band) merges without the re-measure, and a trial that measures
+clearly slower than the incumbent ends early (``early_stop``, outcome ``stopped``). Budget is
+device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost
+does not fit what is left is not started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from bot.core.records import Stop
+from bot.core.state import (
+    Action,
+    BudgetAdded,
+    BudgetExhausted,
+    Calibrate,
+    Calibrated,
+    Campaign,
+    CampaignRequested,
+    CheckConfig,
+    CheckConvergence,
+    Close,
+    Comment,
+    Confirm,
+    Done,
+    Event,
+    Finish,
+    GateVerdict,
+    Merge,
+    NoiseBand,
+    OpenStep,
+    Propose,
+    Proposed,
+    RunBaseline,
+    RunFinished,
+    RunRef,
+    RunTrial,
+    SetStatus,
+    Step,
+    StepClosed,
+    StepMerged,
+    StepOpened,
+    StopRequested,
+    confirmed_tps,
+)
+
+
+def advance(state: Campaign, event: Event) -> tuple[Campaign, list[Action]]:
+    """Apply ``event``; return the new state and the actions it adds (also queued in ``pending``)."""
+    s = state.model_copy(deep=True)
+    if isinstance(event, RunFinished) and _already_recorded(s, event.run):
+        return s, []  # a re-delivered run result: already counted, answers nothing
+    if s.pending and not isinstance(event, CampaignRequested | StopRequested | BudgetAdded):
+        s.pending.pop(0)  # the action this event answers
+    new = _transition(s, event)
+    if s.stop_requested and s.phase != "finished":
+        new = _stop_now(s)
+    s.pending.extend(new)
+    return s, new
+
+
+def _already_recorded(s: Campaign, run: RunRef) -> bool:
+    if run.kind == "baseline":
+        return any(r.attempt == run.attempt for r in s.baseline)
+    st = next((x for x in s.steps if x.n == run.n), None)
+    return st is not None and any(r.kind == run.kind and r.attempt == run.attempt for r in st.runs)
+
+
+def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one small branch per event
+    if isinstance(ev, CampaignRequested):
+        if s.pending or s.baseline or s.phase != "baseline":
+            return []  # re-delivered request (or a campaign already finished): nothing new
+        s.baseline_levers = dict(s.baseline_levers)
+        return [Comment(n=0, kind="start"), *_run_or_finish(s, RunBaseline(attempt=1))]
+    if isinstance(ev, StopRequested):
+        if s.phase == "finished":
+            return []  # nothing left to stop; keep the reason it finished for
+        s.stop_requested = True
+        s.finish_reason = ev.why
+        return []
+    if isinstance(ev, BudgetAdded):
+        s.budget += ev.device_hours
+        if s.phase == "finished" and s.finish_reason.startswith("budget"):
+            s.finish_reason = ""
+            # the summary/finish actions not yet carried out are moot: the campaign goes on
+            s.pending = [a for a in s.pending if not isinstance(a, Finish) and not (isinstance(a, Comment) and a.kind == "summary")]
+            if s.band is None:  # the budget ran out during the baseline: measure the rest of it first
+                s.phase = "baseline"
+                return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
+            s.phase = "stepping"
+            return [Propose()] if s.calibrated else _run_or_finish(s, Calibrate())
+        return []
+    if isinstance(ev, BudgetExhausted):
+        return _finish(s, "budget exhausted")
+    if isinstance(ev, Done):
+        return []
+    if isinstance(ev, RunFinished):
+        s.spent += ev.run.device_hours
+        return _on_run(s, ev.run)
+    if isinstance(ev, Calibrated):
+        s.spent += ev.device_hours
+        s.calibrated, s.loss_band, s.calibration_note = True, ev.band, ev.note
+        return [] if s.phase == "finished" else [Propose()]
+    if isinstance(ev, Proposed):
+        return _on_proposed(s, ev)
+    if isinstance(ev, StepOpened):
+        st = s.step(ev.n)
+        st.state, st.branch, st.head_sha, st.number = "open", ev.branch, ev.head_sha, ev.number
+        return [CheckConfig(n=ev.n)]
+    if isinstance(ev, GateVerdict):
+        return _on_verdict(s, ev)
+    if isinstance(ev, StepMerged):
+        st = s.step(ev.n)
+        st.state, st.kept = "merged", True
+        s.incumbent_levers = dict(st.levers)
+        s.incumbent_tps = confirmed_tps(st)
+        s.incumbent_step = st.n
+        return [] if s.phase == "finished" else [Propose()]
+    if isinstance(ev, StepClosed):
+        s.step(ev.n).state = "closed"
+        return [] if s.phase == "finished" else [Propose()]
+    raise TypeError(f"unknown event {ev!r}")
+
+
+def _run_or_finish(s: Campaign, action: Action) -> list[Action]:
+    if not s.next_run_fits():
+        return _finish(s, f"budget: the next run (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
+    return [action]
+
+
+def _on_run(s: Campaign, run: RunRef) -> list[Action]:
+    if run.kind == "baseline":
+        s.baseline.append(run)
+        if run.outcome != "ok":
+            return _finish(s, f"baseline run failed ({run.outcome}: {run.reason}); the recipe must work before it is tuned")
+        if len(s.baseline) < s.baseline_runs_wanted + s.baseline_warmup_runs:
+            return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
+        s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor)
+        s.incumbent_levers = dict(s.baseline_levers)
+        s.incumbent_tps = s.baseline_tps
+        s.phase = "stepping"
+        return _run_or_finish(s, Calibrate())
+    st = s.step(run.n)
+    st.runs.append(run)
+    if run.kind == "trial":
+        if run.outcome == "stopped":
+            st.gain = run.tps / s.incumbent_tps - 1.0 if run.tps and s.incumbent_tps else None
+            st.close_reason = f"no gain: {run.reason} ({_pct(st.gain)})"
+            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="stopped early: slower"), Close(n=st.n, reason=st.close_reason)]
+        if run.outcome != "ok":
+            st.close_reason = f"trial {run.outcome}: {run.reason}".strip(": ")
+            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"trial {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
+        return [CheckConvergence(n=st.n)]
+    # confirm
+    if run.outcome != "ok":
+        st.close_reason = f"re-measure {run.outcome}: {run.reason}"
+        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="re-measure failed"), Close(n=st.n, reason=st.close_reason)]
+    confirmed = confirmed_tps(st)
+    # against the incumbent as measured before, or as re-measured right after the candidate if that is faster
+    reference = max(x for x in (s.incumbent_tps, run.reference_tps) if x is not None) if (s.incumbent_tps or run.reference_tps) else None
+    st.gain = confirmed / reference - 1.0 if confirmed and reference else None
+    assert s.band is not None
+    if st.gain is not None and st.gain > s.band.band:
+        st.kept = True
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; +{st.gain:.1%} confirmed"), Merge(n=st.n)]
+    st.close_reason = f"gain not confirmed on re-measure ({_pct(st.gain)} vs band {s.band.band:.1%})"
+    return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; no confirmed gain"), Close(n=st.n, reason=st.close_reason)]
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def _on_proposed(s: Campaign, ev: Proposed) -> list[Action]:
+    if s.open_step is not None:
+        raise ValueError(f"step {s.open_step.n} is still open; a campaign never has two open steps")
+    if isinstance(ev.decision, Stop):
+        return _finish(s, f"policy stopped: {ev.decision.why}")
+    if len(s.steps) >= s.max_steps:
+        return _finish(s, f"reached the {s.max_steps}-step limit")
+    if not s.next_run_fits():
+        return _finish(s, f"budget: the next trial (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
+    n = len(s.steps) + 1
+    change = ev.decision
+    base = s.step(change.stacked_on).levers if change.stacked_on else s.incumbent_levers
+    levers = {**base, **change.extra, change.lever: change.after}
+    s.steps.append(Step(n=n, change=change, stacked_on=change.stacked_on, levers=levers))
+    return [OpenStep(n=n)]
+
+
+def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
+    st = s.step(ev.n)
+    v = ev.verdict
+    if v.stage == "config":
+        st.config_verdict = v
+        if not v.ok:
+            st.verdict = v
+            st.close_reason = "gate (config): " + "; ".join(v.reasons)
+            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the config"), Close(n=st.n, reason=st.close_reason)]
+        if st.change.enabler:  # its own speed decides nothing: the change it enables is measured, stacked on it
+            st.close_reason = "enabler: not run on its own; the change it enables is stacked on it and measured"
+            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="enabler (gated, not run)"), Close(n=st.n, reason=st.close_reason)]
+        return _run_or_close(s, st, RunTrial(n=st.n))
+    st.verdict = v
+    if not v.ok:
+        st.close_reason = "gate (convergence): " + "; ".join(v.reasons)
+        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the loss curve"), Close(n=st.n, reason=st.close_reason)]
+    trial = next(r for r in st.runs if r.kind == "trial")
+    st.gain = trial.tps / s.incumbent_tps - 1.0 if trial.tps and s.incumbent_tps else None
+    assert s.band is not None
+    if st.gain is not None and s.decisive_k is not None and st.gain > s.decisive_k * s.band.band:
+        st.kept = True  # far outside the band: noise cannot make it, and a re-measure would only spend a run
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; +{st.gain:.1%} decisive"), Merge(n=st.n)]
+    if st.gain is not None and st.gain > s.band.band:
+        return _run_or_close(s, st, Confirm(n=st.n))
+    st.close_reason = f"no gain beyond the noise band ({_pct(st.gain)} vs {s.band.band:.1%})"
+    return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; within noise"), Close(n=st.n, reason=st.close_reason)]
+
+
+def _run_or_close(s: Campaign, st: Step, action: Action) -> list[Action]:
+    if not s.next_run_fits():
+        st.close_reason = "budget: the run does not fit what is left"
+        return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
+    return [action]
+
+
+def _stop_now(s: Campaign) -> list[Action]:
+    s.pending.clear()
+    actions: list[Action] = []
+    st = s.open_step
+    if st is not None:
+        # a proposed step may already be on the forge (a crash between opening it and saving): close it there too
+        st.close_reason = s.finish_reason or "stop requested"
+        actions.append(Close(n=st.n, reason=st.close_reason))
+    return actions + _finish(s, s.finish_reason or "stop requested")
+
+
+def _finish(s: Campaign, reason: str) -> list[Action]:
+    if s.phase == "finished":
+        return []
+    s.phase = "finished"
+    s.finish_reason = s.finish_reason or reason
+    return [Comment(n=0, kind="summary"), Finish(reason=s.finish_reason)]
+
+
+ProposeFn = Callable[[Campaign], Proposed]

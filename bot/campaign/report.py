@@ -1,0 +1,201 @@
+"""Markdown and terminal text for runs, steps and campaigns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tabulate import tabulate
+
+from bot.core.records import RunRecord
+
+if TYPE_CHECKING:
+    from bot.core.state import Step
+
+
+def _fmt(x: float | None, spec: str = ",.0f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def render_run_summary(record: RunRecord, path: str | None = None) -> str:
+    s = record.summary
+    label = " (SIMULATED)" if record.simulated else ""
+    rows = [
+        ["outcome", record.outcome + (f" — {record.reason}" if record.reason else "")],
+        ["steps", s.steps_completed],
+        ["loss first → last", f"{_fmt(s.loss_first, '.4f')} → {_fmt(s.loss_last, '.4f')}"],
+        ["tokens/s per device (median)", f"{_fmt(s.tps_median)}  (CV {_fmt((s.tps_cv or 0) * 100, '.1f')}%)"],
+        ["step time (median)", f"{_fmt(s.step_time_median_s, '.3f')} s"],
+        ["MFU", _fmt(s.mfu, ".2f") + ("%" if s.mfu is not None else "")],
+        ["peak memory", f"{_fmt(s.peak_memory_gib, '.2f')} GiB"],
+        ["wall / start-up", f"{s.wall_s:.1f} s / {_fmt(s.startup_s, '.1f')} s"],
+        ["device-hours", f"{s.device_hours:.5f}"],
+    ]
+    if path:
+        rows.append(["record", path])
+    return f"run {record.run_id}{label}: {record.recipe_id}\n" + tabulate(rows, tablefmt="simple")
+
+
+MAX_REPORT = 60_000
+MAX_POINTS = 40  # points of a loss curve in a report (chart and table show the same ones)
+
+
+def _sample(n: int, k: int = MAX_POINTS) -> list[int]:
+    """Up to ``k`` indices spread evenly over ``range(n)``, the first and the last included."""
+    if n <= k:
+        return list(range(n))
+    return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
+
+
+def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
+    if not baseline or not candidate or not candidate.steps:
+        return ""
+    base = {s.step: s for s in baseline.steps}
+    pairs = [(base[s.step], s) for s in candidate.steps if s.step in base]  # the steps both runs logged
+    if not pairs:
+        return ""
+    pairs = [pairs[i] for i in _sample(len(pairs))]
+    xs = [f'"{c.step}"' for _, c in pairs]
+    b = [f"{bs.loss:.4f}" for bs, _ in pairs]
+    c = [f"{cs.loss:.4f}" for _, cs in pairs]
+    chart = "\n".join(
+        [
+            "```mermaid",
+            "xychart-beta",
+            '    title "Loss per step (line 1: baseline, line 2: candidate)"',
+            f"    x-axis [{', '.join(xs)}]",
+            '    y-axis "loss"',
+            f"    line [{', '.join(b)}]",
+            f"    line [{', '.join(c)}]",
+            "```",
+        ]
+    )
+    rows = [[cs.step, bl, cl, f"{cs.loss - bs.loss:+.2e}", _fmt(bs.grad_norm, ".4f"), _fmt(cs.grad_norm, ".4f")]
+            for (bs, cs), bl, cl in zip(pairs, b, c, strict=True)]
+    table = tabulate(rows, headers=["step", "baseline loss", "candidate loss", "Δ", "baseline grad norm", "candidate grad norm"],
+                     tablefmt="github", disable_numparse=True)
+    return chart + "\n\n" + table
+
+
+def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord | None) -> str:
+    """A step's report (PR body / comment): change, why, gate evidence, throughput, loss curve."""
+    ch = step.change
+    sim = " — SIMULATED" if trial is not None and trial.simulated else ""
+    band = state.band.band if state.band else None
+    tps = trial.summary.tps_median if trial else None
+    rows = [
+        ["change", f"`{ch.lever}`: `{ch.before}` → `{ch.after}`" + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")],
+        ["decided by", ch.policy + (f"; lessons: {', '.join(ch.lessons)}" if ch.lessons else "")],
+        ["stacked on", f"step {step.stacked_on}" if step.stacked_on else "—"],
+        ["trial outcome", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"),
+                               "not run: an enabler (the change it enables is stacked on it and measured)" if step.change.enabler
+                               else "not run yet")],
+        ["tokens/s per device", f"{_fmt(tps)} vs incumbent {_fmt(state.incumbent_tps)}"],
+        ["gain", "—" if step.gain is None else f"{step.gain:+.1%} (noise band {band:.1%})" if band is not None else f"{step.gain:+.1%}"],
+        ["re-measured", ", ".join(_fmt(r.tps) + ("" if r.reference_tps is None else f" (A/B: incumbent re-measured {_fmt(r.reference_tps)})")
+                                  for r in step.runs if r.kind == "confirm") or "—"],
+        ["decision", _decision(step)],
+    ]
+    parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]
+    for v in (step.config_verdict, step.verdict if step.verdict is not None and step.verdict.stage == "convergence" else None):
+        if v is None:
+            continue
+        parts.append(f"### Gate ({v.stage}): **{v.verdict}** (tier {v.tier})")
+        parts += [f"- {r}" for r in v.reasons[:20]]
+        for c in v.checks[:10]:
+            ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
+            parts.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev}" if ev else ""))
+    if trial is not None:
+        parts.append(render_diagnosis(trial))
+        parts.append("### Run\n" + render_run_summary(trial).replace("\n", "\n    "))
+        chart = _loss_chart(baseline, trial)
+        if chart:
+            parts.append("### Loss curve\n" + chart)
+    text = "\n\n".join(parts) + "\n"
+    if len(text) <= MAX_REPORT:
+        return text
+    cut = text[: MAX_REPORT - 40]
+    if cut.count("```") % 2:  # cut inside a code block: close it, or the rest of the comment renders as code
+        cut += "\n```"
+    return cut + "\n\n…(truncated)\n"
+
+
+def campaign_rows(state) -> list[list[str]]:
+    rows = []
+    for s in state.steps:
+        trial = next((r for r in s.runs if r.kind == "trial"), None)
+        gate = s.verdict.verdict if s.verdict else (s.config_verdict.verdict if s.config_verdict else "—")
+        rows.append([s.n, s.change.lever, str(s.change.before), str(s.change.after), trial.outcome if trial else "—", gate,
+                     "—" if s.gain is None else f"{s.gain:+.1%}", "yes" if s.kept else "no", s.branch])
+    return rows
+
+
+def render_campaign_summary(state) -> str:
+    band = state.band
+    sim = any(r.simulated for r in state.baseline)
+    head = f"## ATTUNE campaign {state.id}{' — SIMULATED' if sim else ''}\n\nRecipe `{state.recipe_path}`, policy `{state.policy}`, {state.phase}."
+    facts = [
+        ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
+                                                                      + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
+                                                                      + ")" if state.baseline else "")],
+        ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
+        ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
+        ["final tokens/s per device", _fmt(state.incumbent_tps)],
+        ["gain", f"{state.gain:+.1%} (the kept steps' confirmed or decisive gains, compounded)"],
+        ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
+        ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
+    ]
+    if state.phase == "finished":
+        verdict = state.finish_reason
+        if state.incumbent_step == 0:
+            verdict += " — nothing cleared the noise band; the recipe is kept as it was"
+        facts.append(["finished", verdict])
+    table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain", "kept", "branch"], tablefmt="github")
+    return f"{head}\n\n{tabulate(facts, headers=['campaign', 'value'], tablefmt='github')}\n\n### Steps\n\n{table}\n"
+
+
+def _decision(step: Step) -> str:
+    """What happened to the step, in words (a report is written before the merge or close it announces)."""
+    if step.kept:
+        if step.state == "merged":
+            return "kept (merged)"
+        if not any(r.kind == "confirm" for r in step.runs):
+            return "kept: gate passed and the gain is decisive (far outside the noise band: no re-measure); merging"
+        return "kept: gate passed and the gain was confirmed; merging"
+    if step.close_reason:
+        return f"closed: {step.close_reason}"
+    return {"proposed": "proposed", "open": "open: being measured", "closed": "closed"}.get(step.state, step.state)
+
+
+def render_diagnosis(record: RunRecord) -> str:
+    """The diagnosis every policy decided from (bot.core.diagnosis), as a small table."""
+    from bot.core.diagnosis import diagnose
+
+    d = diagnose(record)
+    rows = [["outcome", d.outcome + (f" — {d.reason[:200]}" if d.reason else "")],
+            ["tokens/s per device", "—" if d.tps is None else f"{d.tps:,.0f}" + ("" if d.tps_cv is None else f" (CV {d.tps_cv:.1%})")],
+            ["MFU", "—" if d.mfu is None else f"{d.mfu:.2f}%"],
+            ["step time", "—" if d.step_time_s is None else f"{d.step_time_s:.3f} s"],
+            ["memory", "—" if d.peak_memory_gib is None else f"{d.peak_memory_gib:.2f} GiB peak"
+             + ("" if d.mem_headroom_frac is None else f", headroom {d.mem_headroom_frac:.0%} of {d.memory_capacity_gib:.1f} GiB")]]
+    if d.breakdown:
+        rows.append(["step-time breakdown" + (" (SIMULATED)" if d.simulated else ""),
+                     ", ".join(f"{k} {v:.0%}" for k, v in sorted(d.breakdown.items(), key=lambda kv: -kv[1]))])
+    if d.spans_ms:
+        rows.append(["torchtitan spans (median ms/step)", ", ".join(f"{k} {v:.1f}" for k, v in sorted(d.spans_ms.items()))])
+    return "### Diagnosis\n\n" + tabulate(rows, headers=["", "trial"], tablefmt="github")
+
+
+def summary_json(state, repo: Any) -> dict[str, Any]:
+    return {
+        "campaign": state.id, "repo": str(repo), "recipe": state.recipe_path, "policy": state.policy,
+        "baseline_tps": state.baseline_tps, "final_tps": state.incumbent_tps, "gain": state.gain,
+        "noise_band": state.band.band if state.band else None, "budget": state.budget, "device_hours": state.spent,
+        "payback_hours": state.payback_hours(), "finish_reason": state.finish_reason,
+        "steps": [
+            {"n": s.n, "lever": s.change.lever, "from": s.change.before, "to": s.change.after,
+             "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
+             "gate": (s.verdict or s.config_verdict).verdict if (s.verdict or s.config_verdict) else None,
+             "gain": s.gain, "kept": s.kept, "branch": s.branch, "policy": s.change.policy}
+            for s in state.steps
+        ],
+    }

@@ -1,0 +1,62 @@
+"""The ``attune`` command: one module per command group, registered here in the order ``--help`` shows them.
+
+| group | module |
+|---|---|
+| ``run`` | :mod:`.run` |
+| ``recipe show/set`` | :mod:`.recipe` |
+| ``gate`` | :mod:`.gate` |
+| ``campaign run/show``, ``demo`` | :mod:`.campaign` |
+| ``leaderboard`` | :mod:`.leaderboard` |
+| ``lessons list/show`` | :mod:`.lessons` |
+| ``bench gate/tuners`` | :mod:`.bench` |
+| ``sim calibrate`` | :mod:`.sim` |
+| ``github handle/check-trial/calibrate`` | :mod:`.github` |
+
+Every handler returns an exit code. User mistakes (a bad recipe, an unknown lever, a refused value, a missing file,
+a recipe outside a git repository) print one line on stderr and exit 2 — never a traceback. With ``--json`` the
+last stdout line is one JSON object. Shared pieces (exit codes, ``UsageError``, JSON output) are in :mod:`.common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bot.cli import bench, campaign, gate, github, leaderboard, lessons, recipe, run, sim
+from bot.cli.common import EXIT_FAILED, EXIT_OK, EXIT_REJECT, EXIT_USAGE, UsageError, emit_json
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REJECT", "EXIT_USAGE", "UsageError", "build_parser", "emit_json", "main"]
+
+GROUPS = (run, recipe, gate, campaign, leaderboard, lessons, bench, sim, github)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attune", description="Tune a torchtitan recipe for throughput, one lever at a time, behind a correctness gate.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for group in GROUPS:
+        group.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bot.agent.lessons import LessonFileError
+    from bot.core.recipe import RecipeError
+    from bot.core.repo import RepoError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (RecipeError, RepoError, UsageError, LessonFileError) as exc:
+        print(f"attune: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as exc:
+        print(f"attune: {exc.filename}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("attune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``attune github handle``, ``check-trial`` and ``calibrate`` (as .github/workflows/{campaign,trial}.yml call them).
+
+Register with ``from bot.cli.github import register_github``. Bad payloads or flags: one error line, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def _fail(msg: str) -> int:
+    print(f"attune github: {msg}", file=sys.stderr)
+    return 2
+
+
+def _forge(args: argparse.Namespace, issue: int | None = None) -> Any:
+    from bot.forge.github import GitHubForge
+
+    repo = args.repo or os.environ.get("GITHUB_REPOSITORY", "")
+    token = os.environ.get("ATTUNE_GITHUB_TOKEN") or os.environ.get(args.token_env, "")
+    env = {**os.environ, "GITHUB_REPOSITORY": repo, "GITHUB_TOKEN": token}
+    return GitHubForge.from_env(env, campaign_issue=issue)
+
+
+def cmd_handle(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from bot.github import trial_results
+
+    try:
+        if args.trial_result:
+            if not (args.campaign and args.issue and args.pr is not None and args.sha):
+                return _fail("--trial-result needs --campaign, --issue, --pr and --sha")
+            print(trial_results.handle(_forge(args, args.issue), Path(args.trial_result), campaign=args.campaign,
+                                       issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
+                                       kind=args.kind or "", attempt=args.attempt or 0))
+            return 0
+        path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
+        name = args.event_name or os.environ.get("GITHUB_EVENT_NAME", "")
+        try:
+            payload = json.loads(Path(path).read_text())
+            if not isinstance(payload, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            return _fail(f"event payload {path!r}: {exc}")
+        from bot.github.router import EventError, route
+
+        try:
+            print(route(name, payload, lambda issue: _forge(args, issue), issue=args.issue))
+        except EventError as exc:
+            return _fail(str(exc))
+    except (KeyError, TypeError, ValidationError) as exc:
+        return _fail(f"bad payload: {exc!r}")
+    return 0
+
+
+def cmd_check_trial(args: argparse.Namespace) -> int:
+    """May the self-hosted job run? (:mod:`bot.github.check_trial`); writes its outputs to $GITHUB_OUTPUT."""
+    from bot.github.check_trial import check_trial
+
+    lines, reason = check_trial(_forge(args), pr=args.pr, sha=args.sha, campaign=args.campaign, kind=args.kind,
+                                recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits)
+    if args.github_output:
+        with open(args.github_output, "a") as fh:
+            fh.write("\n".join(lines) + "\n")
+    print(reason)
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """The loss-band calibration runs of a campaign's baseline, on this (self-hosted) machine: ``bot.campaign.gating``'s
+    ``calibrate_loss_band``; writes the ``Calibrated`` event as JSON for the report job. A calibration that cannot be
+    made is still written (no band, with the reason), so the campaign goes on with tier-R/N steps failing closed."""
+    from bot.campaign.gating import calibrate_loss_band
+    from bot.core.records import atomic_write_text, read_record
+
+    try:
+        text = Path(args.recipe).read_text()
+        reference = read_record(args.reference)
+    except (OSError, ValueError) as exc:
+        return _fail(f"calibrate: {exc}")
+    event = calibrate_loss_band(text, reference, cache_dir=Path(args.cache_dir), jobs=args.jobs)
+    atomic_write_text(args.out, event.model_dump_json(indent=1) + "\n")
+    print(event.note)
+    return 0
+
+
+def register(sub: Any) -> None:
+    g = sub.add_parser("github", help="GitHub event handlers (campaign.yml, trial.yml)")
+    gs = g.add_subparsers(dest="github_cmd", required=True)
+    h = gs.add_parser("handle", help="handle one GitHub event or a trial result")
+    for flag in ("--event-path", "--event-name", "--trial-result", "--campaign", "--sha", "--run-job-result", "--repo",
+                 "--kind"):
+        h.add_argument(flag)
+    h.add_argument("--token-env", default="GITHUB_TOKEN")
+    h.add_argument("--issue", type=int)
+    h.add_argument("--pr", type=int)
+    h.add_argument("--attempt", type=int)
+    h.set_defaults(func=cmd_handle)
+    c = gs.add_parser("check-trial", help="may a self-hosted runner execute this sha?")
+    c.add_argument("--pr", type=int, required=True)
+    c.add_argument("--sha", required=True)
+    c.add_argument("--campaign", required=True)
+    c.add_argument("--runner-labels", default="")
+    c.add_argument("--github-output")
+    c.add_argument("--recipe", default="", help="the recipe of a baseline or calibration run (no step PR)")
+    c.add_argument("--kind", default="", help="one of baseline, trial, confirm, calibrate (default: baseline without a PR, else trial)")
+    c.add_argument("--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)')
+    c.add_argument("--repo")
+    c.add_argument("--token-env", default="GITHUB_TOKEN")
+    c.set_defaults(func=cmd_check_trial)
+    k = gs.add_parser("calibrate", help="run the gate's loss-band calibration for a campaign baseline (self-hosted job)")
+    k.add_argument("--recipe", required=True, help="the recipe as the baseline ran it")
+    k.add_argument("--reference", required=True, help="the campaign's first baseline record (JSON)")
+    k.add_argument("--out", required=True, help="where to write the Calibrated event (JSON)")
+    k.add_argument("--cache-dir", default=".attune/calibration", help="calibration runs cached by content (reused)")
+    k.add_argument("--jobs", type=int, default=1, help="calibration runs at once")
+    k.set_defaults(func=cmd_calibrate)

@@ -1,0 +1,72 @@
+"""``attune run``: run a recipe (torchtitan under torchrun, or the simulator) and write its run record."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, console, emit_json
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from bot.campaign.report import render_run_summary
+    from bot.core.recipe import load_recipe
+    from bot.core.records import MEASURED_OUTCOMES, write_record
+    from bot.runner import EarlyStop, get_runner
+
+    recipe = load_recipe(args.recipe)
+    out = Path(args.out or f"runs/{recipe.name.replace('/', '_')}")
+    steps = args.steps or recipe.bench.steps
+    if steps < 2:
+        raise UsageError(f"--steps: expected at least 2; got {steps}")
+    con = console() if not args.json else None
+    limits: dict[str, Any] = {}
+    if args.max_wall_s is not None:
+        if not args.max_wall_s > 0:
+            raise UsageError(f"--max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
+        limits["max_wall_s"] = args.max_wall_s
+    if args.stop_below is not None:
+        if not args.stop_below > 0 or args.stop_after < 2:
+            raise UsageError(f"--stop-below/--stop-after: expected a positive tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
+        limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
+    runner = get_runner(recipe.cluster.launcher, **({"hook": args.hook} if args.hook else {}))
+    if con:
+        con.print(f"[bold]attune run[/] {args.recipe} ({recipe.cluster.launcher}, {steps} steps) -> {out}")
+    record = runner.run(recipe, steps=steps, out_dir=out, recipe_path=str(args.recipe), **limits)
+    path = write_record(record, out / "record.json")
+    if con:
+        con.print(render_run_summary(record, str(path)))
+    if args.json:
+        s = record.summary
+        emit_json(
+            {
+                "record": str(path),
+                "outcome": record.outcome,
+                "reason": record.reason,
+                "steps": s.steps_completed,
+                "loss_first": s.loss_first,
+                "loss_last": s.loss_last,
+                "tps_median": s.tps_median,
+                "tps_cv": s.tps_cv,
+                "step_time_median_s": s.step_time_median_s,
+                "mfu": s.mfu,
+                "device_hours": s.device_hours,
+                "simulated": record.simulated,
+            }
+        )
+    return EXIT_OK if record.outcome in MEASURED_OUTCOMES else EXIT_FAILED  # stopped: measured, ended early on purpose
+
+
+def register(sub: Any) -> None:
+    r = sub.add_parser("run", help="run a recipe and write its run record")
+    r.add_argument("recipe")
+    r.add_argument("--steps", type=int)
+    r.add_argument("--out")
+    r.add_argument("--json", action="store_true")
+    r.add_argument("--max-wall-s", type=float, help="stop the run (outcome timeout) before it has run this many seconds")
+    r.add_argument("--stop-below", type=float, metavar="TPS",
+                   help="stop early (outcome stopped) once the measured median is below TPS tokens/s/device")
+    r.add_argument("--stop-after", type=int, default=3, metavar="N", help="measured steps before --stop-below may stop it (default 3)")
+    r.add_argument("--hook", help=argparse.SUPPRESS)  # test-only workload hook
+    r.set_defaults(func=cmd_run)

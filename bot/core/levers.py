@@ -1,0 +1,262 @@
+"""The lever catalog for torchtitan 0.3.0: what the tuner may change, and how.
+
+Each lever has its override path (the recipe key is torchtitan's dotted config name), a type and
+domain, a tier (B bit-identical, R reduction-order only, N numerics-changing but commonly
+accepted, X objective-changing) and prerequisites. Source for every row:
+``shared/reference/torchtitan.md`` §1 (flags verified against the 0.3.0 wheel with
+``ConfigManager().parse_args``) — https://github.com/pytorch/torchtitan/tree/release/0.3 .
+
+Activation checkpointing is the key ``activation_checkpoint`` (``none|selective|full|memory_budget``):
+torchtitan spells it as the positional tyro subcommand ``activation-checkpoint:<mode>``; flags
+of the AC subcommand (``ac_flag=True``) must come after that token.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bot.core.records import Scalar, Tier
+
+Kind = Literal["int", "float", "bool", "choice"]
+
+PP_SCHEDULES = [
+    "1F1B",
+    "GPipe",
+    "Interleaved1F1B",
+    "LoopedBFS",
+    "InterleavedZeroBubble",
+    "ZBVZeroBubble",
+    "DualPipeV",
+]
+MULTI_STAGE_SCHEDULES = {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}
+
+
+class LeverError(ValueError):
+    """A lever name or value the catalog refuses."""
+
+
+@dataclass(frozen=True)
+class Lever:
+    name: str
+    kind: Kind
+    tier: Tier
+    doc: str
+    choices: tuple[Scalar, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    cli: bool = True  # False: only a config function can set it (frozen CLI in 0.3.0)
+    ac_flag: bool = False  # belongs after the activation-checkpoint subcommand
+    precision: bool = False  # changes numeric precision: never a plain gate pass
+    tier_by_value: dict[Scalar, Tier] = field(default_factory=dict)
+
+    def flag(self) -> str:
+        """The tyro flag for this lever (``--section.field``)."""
+        return "--" + self.name.replace("_", "-")
+
+    def tier_of(self, value: Scalar) -> Tier:
+        return self.tier_by_value.get(value, self.tier)
+
+    def parse(self, raw: Scalar | str) -> Scalar:
+        """Parse and check a value; raise :class:`LeverError` with what was expected."""
+        value = _coerce(self, raw)
+        if self.kind == "choice" and value not in self.choices:
+            raise LeverError(f"{self.name}: expected one of {', '.join(map(str, self.choices))}; got {raw!r}")
+        if self.kind in ("int", "float"):
+            if self.minimum is not None and value < self.minimum:  # type: ignore[operator]
+                raise LeverError(f"{self.name}: expected a value >= {_num(self.minimum)}; got {raw!r}")
+            if self.maximum is not None and value > self.maximum:  # type: ignore[operator]
+                raise LeverError(f"{self.name}: expected a value <= {_num(self.maximum)}; got {raw!r}")
+        return value
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _coerce(lever: Lever, raw: Scalar | str) -> Scalar:
+    kind = lever.kind
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+        raise LeverError(f"{lever.name}: expected true or false; got {raw!r}")
+    if kind == "int":
+        if isinstance(raw, bool):
+            raise LeverError(f"{lever.name}: expected an integer; got {raw!r}")
+        try:
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError
+            return int(str(raw).strip()) if not isinstance(raw, int | float) else int(raw)
+        except ValueError:
+            raise LeverError(f"{lever.name}: expected an integer; got {raw!r}") from None
+    if kind == "float":
+        if isinstance(raw, bool):
+            raise LeverError(f"{lever.name}: expected a number; got {raw!r}")
+        try:
+            number = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):  # TypeError: a list, a mapping or null from YAML
+            raise LeverError(f"{lever.name}: expected a number; got {raw!r}") from None
+        if not math.isfinite(number):  # nan passes every range check
+            raise LeverError(f"{lever.name}: expected a finite number; got {raw!r}")
+        return number
+    # choice: match case-insensitively, return the catalog's spelling
+    text = str(raw).strip()
+    for choice in lever.choices:
+        if str(choice).lower() == text.lower():
+            return choice
+    return text
+
+
+def _levers() -> dict[str, Lever]:
+    rows = [
+        # --- parallelism (torchtitan.md §1a) ---
+        Lever("parallelism.data_parallel_shard_degree", "int", "R", "FSDP degree (-1 = leftover ranks). Pin the global batch.", minimum=-1),
+        Lever("parallelism.data_parallel_replicate_degree", "int", "R", "DDP/HSDP replicate degree.", minimum=1),
+        Lever("parallelism.fsdp_reshard_after_forward", "choice", "B", "Reshard params after forward (never = ZeRO-2-like).", choices=("default", "always", "never")),
+        Lever("parallelism.tensor_parallel_degree", "int", "R", "Tensor parallel degree; must divide attention and KV heads.", minimum=1),
+        Lever("parallelism.enable_sequence_parallel", "bool", "R", "Sequence parallel (with TP>1)."),
+        Lever("parallelism.pipeline_parallel_degree", "int", "R", "Pipeline parallel degree; needs training.disable_cuda_graphs.", minimum=1),
+        Lever("parallelism.pipeline_parallel_schedule", "choice", "R", "Pipeline schedule.", choices=tuple(PP_SCHEDULES)),
+        Lever("parallelism.pipeline_parallel_microbatch_size", "int", "R", "PP microbatch size; must divide local batch.", minimum=1),
+        Lever("parallelism.context_parallel_degree", "int", "R", "Context parallel degree.", minimum=1),
+        Lever("parallelism.expert_parallel_degree", "int", "R", "Expert parallel degree (MoE); standard dispatcher needs CUDA graphs off.", minimum=1),
+        # --- activation checkpointing (§1b) ---
+        Lever("activation_checkpoint", "choice", "B", "Activation checkpointing mode (tyro subcommand).",
+              choices=("none", "selective", "full", "memory_budget"), tier_by_value={"memory_budget": "R"}),
+        Lever("activation_checkpoint.memory_budget", "float", "R", "Memory budget for memory_budget AC (0..1).", minimum=0.0, maximum=1.0, ac_flag=True),
+        # --- compile, graphs (§1c) ---
+        Lever("compile.enable", "bool", "R", "torch.compile each TransformerBlock and the loss."),
+        Lever("compile.enable_async_tensor_parallel", "bool", "R", "Async TP (needs compile with model)."),
+        Lever("compile.components", "choice", "R", "What is compiled.", choices=("model,loss", "model", "loss")),
+        Lever("training.disable_cuda_graphs", "bool", "R", "Turn CUDA graphs off (needed by PP and blocking EP dispatchers)."),
+        Lever("loss.num_chunks", "int", "R", "Chunked cross-entropy chunk count.", minimum=1),
+        # --- batch, memory, optimizer, misc (§1e) ---
+        Lever("training.local_batch_size", "int", "B", "Per-rank microbatch; with a pinned global batch it only changes grad-accumulation.", minimum=1),
+        Lever("training.enable_cpu_offload", "bool", "R", "FSDP CPU offload of params/grads/optimizer state."),
+        Lever("optimizer.implementation", "choice", "R", "Optimizer kernel implementation.",
+              choices=("for-loop", "foreach", "fused", "fused_opt_states_bf16"),
+              tier_by_value={"fused_opt_states_bf16": "N"}),
+        Lever("training.gc_freq", "int", "B", "Python GC every N steps.", minimum=1),
+        Lever("metrics.log_freq", "int", "B", "Metric logging cadence (host syncs on log steps).", minimum=1),
+        Lever("profiler.enable_profiling", "bool", "B", "Profiler on/off (distorts timing)."),
+        Lever("debug.enable_structured_logging", "bool", "B", "Per-rank JSONL spans."),
+        Lever("training.mixed_precision_param", "choice", "N", "FSDP param compute dtype.", choices=("bfloat16", "float32"), precision=True),
+        Lever("quantize.linear", "choice", "N", "Low-precision linear converter (config function only in 0.3.0).",
+              choices=("none", "float8"), cli=False, precision=True, tier_by_value={"none": "B"}),
+    ]
+    return {lv.name: lv for lv in rows}
+
+
+CATALOG: dict[str, Lever] = _levers()
+
+DEFAULTS: dict[str, Scalar] = {
+    "parallelism.data_parallel_shard_degree": -1,
+    "parallelism.data_parallel_replicate_degree": 1,
+    "parallelism.fsdp_reshard_after_forward": "default",
+    "parallelism.tensor_parallel_degree": 1,
+    "parallelism.enable_sequence_parallel": True,
+    "parallelism.pipeline_parallel_degree": 1,
+    "parallelism.pipeline_parallel_schedule": "1F1B",
+    "parallelism.pipeline_parallel_microbatch_size": 1,
+    "parallelism.context_parallel_degree": 1,
+    "parallelism.expert_parallel_degree": 1,
+    "activation_checkpoint": "selective",
+    "activation_checkpoint.memory_budget": 0.5,
+    "compile.enable": False,
+    "compile.enable_async_tensor_parallel": False,
+    "compile.components": "model,loss",
+    "training.disable_cuda_graphs": False,
+    "loss.num_chunks": 8,
+    "training.local_batch_size": 8,
+    "training.enable_cpu_offload": False,
+    "optimizer.implementation": "fused",
+    "training.gc_freq": 50,
+    "metrics.log_freq": 10,
+    "profiler.enable_profiling": False,
+    "debug.enable_structured_logging": True,
+    "training.mixed_precision_param": "bfloat16",
+    "quantize.linear": "none",
+}
+
+
+def get(name: str) -> Lever:
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise LeverError(f"unknown lever {name!r}; known levers: {', '.join(sorted(CATALOG))}") from None
+
+
+def parse_value(name: str, raw: Scalar | str) -> Scalar:
+    return get(name).parse(raw)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the prerequisite checks need to know about the model (heads, layers, experts)."""
+
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    n_layers: int | None = None
+    num_experts: int | None = None
+
+
+def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
+    """Lever values with torchtitan defaults filled in."""
+    return {**DEFAULTS, **levers}
+
+
+def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None) -> list[str]:
+    """Every prerequisite a lever set violates (empty when the set is legal)."""
+    v = effective(levers)
+    problems: list[str] = []
+    tp, pp, ep = int(v["parallelism.tensor_parallel_degree"]), int(v["parallelism.pipeline_parallel_degree"]), int(v["parallelism.expert_parallel_degree"])
+    if v["compile.enable_async_tensor_parallel"] and not (v["compile.enable"] and "model" in str(v["compile.components"])):
+        problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
+    if v["activation_checkpoint"] == "memory_budget" and not (v["compile.enable"] and "model" in str(v["compile.components"])):
+        problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
+    if pp > 1 and not v["training.disable_cuda_graphs"]:
+        problems.append("parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true")
+    if ep > 1 and not v["training.disable_cuda_graphs"]:
+        problems.append("parallelism.expert_parallel_degree > 1 with the standard dispatcher needs training.disable_cuda_graphs true")
+    if pp > 1 and int(v["training.local_batch_size"]) % int(v["parallelism.pipeline_parallel_microbatch_size"]):
+        problems.append("training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size")
+    if model is not None:
+        for attr in ("n_heads", "n_kv_heads"):
+            heads = getattr(model, attr)
+            if heads and heads % tp:
+                problems.append(f"parallelism.tensor_parallel_degree {tp} must divide {attr} {heads}")
+        if model.n_layers and pp > model.n_layers:
+            problems.append(f"parallelism.pipeline_parallel_degree {pp} exceeds the {model.n_layers} layers")
+        if ep > 1 and not model.num_experts:
+            problems.append("parallelism.expert_parallel_degree > 1 needs a MoE model")
+        elif ep > 1 and model.num_experts and model.num_experts % ep:
+            problems.append(f"parallelism.expert_parallel_degree {ep} must divide num_experts {model.num_experts}")
+    return problems
+
+
+# A missing prerequisite is fixed by proposing this lever change first.
+PREREQUISITE_FIX: dict[str, tuple[str, Scalar]] = {
+    "compile.enable_async_tensor_parallel": ("compile.enable", True),
+    "activation_checkpoint memory_budget": ("compile.enable", True),
+    "parallelism.pipeline_parallel_degree > 1": ("training.disable_cuda_graphs", True),
+    "parallelism.expert_parallel_degree > 1 with": ("training.disable_cuda_graphs", True),
+}
+
+
+def prerequisite_for(levers: dict[str, Scalar], lever: str, value: Scalar, model: ModelFacts | None = None) -> tuple[str, Scalar] | None:
+    """If setting ``lever=value`` needs another lever changed first, that (lever, value)."""
+    before = set(prerequisite_problems(levers, model))
+    after = prerequisite_problems({**levers, lever: value}, model)
+    for problem in after:
+        if problem in before:
+            continue
+        for prefix, fix in PREREQUISITE_FIX.items():
+            if problem.startswith(prefix):
+                return fix
+    return None

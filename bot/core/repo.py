@@ -1,0 +1,76 @@
+"""Where a repository keeps its data: ``recipes/``, ``lessons/``, ``results/``, ``leaderboard.md``.
+
+They are always read from the checkout being tuned — the recipe's repository, or the working directory for commands
+without a recipe (``attune lessons``, ``attune github ...`` in a workflow's checkout) — never next to the installed
+package, so a non-editable ``pip install .`` (as the workflows do it) finds them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKERS = ("recipes", "lessons")  # a folder holding either is an ATTUNE repository
+
+
+class RepoError(ValueError):
+    """No ATTUNE repository where one was expected (one line, for the user)."""
+
+
+@dataclass(frozen=True)
+class Repo:
+    root: Path
+
+    @property
+    def recipes(self) -> Path:
+        return self.root / "recipes"
+
+    @property
+    def lessons(self) -> Path:
+        return self.root / "lessons"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    @property
+    def leaderboard(self) -> Path:
+        return self.root / "leaderboard.md"
+
+    @property
+    def work(self) -> Path:
+        """The engine's own files in this checkout (campaign state, calibration caches): ``.attune/``."""
+        return self.root / ".attune"
+
+
+def git_toplevel(path: Path) -> Path | None:
+    """The git work tree holding ``path`` (a file or folder), or None."""
+    folder = path if path.is_dir() else path.parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=folder, capture_output=True, text=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
+
+
+def repo_of_recipe(recipe: Path) -> Repo:
+    """The git repository holding ``recipe`` (the local forge makes its step branches there)."""
+    recipe = Path(recipe).resolve()
+    top = git_toplevel(recipe)
+    if top is None:
+        raise RepoError(f"{recipe}: not inside a git repository (a campaign makes its step branches there; "
+                        "`git init` the folder or tune a recipe of a clone)")
+    return Repo(top)
+
+
+def find_repo(start: Path | None = None) -> Repo:
+    """The ATTUNE repository at or above ``start`` (default: ``$ATTUNE_REPO``, else the working directory)."""
+    env = os.environ.get("ATTUNE_REPO")
+    here = Path(start or env or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if any((folder / m).is_dir() for m in MARKERS):
+            return Repo(folder)
+    raise RepoError(f"{here}: no ATTUNE repository here or above (a folder with recipes/ or lessons/); "
+                    "run from a checkout of your tuning repository")

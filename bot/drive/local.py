@@ -1,0 +1,101 @@
+"""Running a campaign on this machine: the local ports wired into the executor, and the local finish.
+
+``attune campaign run`` works on the git repository holding the recipe (the local forge makes branches there);
+``attune demo`` does the same in a scratch clone of the working directory's repository with the CPU recipe. At the
+end the engine commits the campaign summary and baseline records on the base branch, writes proposed lessons from
+what it measured, and regenerates ``leaderboard.md``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bot import campaign as cm
+from bot.agent import get_policy
+from bot.agent.lessons import load_lessons, propose_lessons, write_proposed
+from bot.agent.space import make_space
+from bot.campaign.gating import config_gate, convergence_gate, make_calibrator
+from bot.campaign.leaderboard import regenerate
+from bot.campaign.report import render_campaign_summary
+from bot.core.recipe import load_recipe
+from bot.core.repo import Repo
+from bot.drive.executor import Executor, parse_recipe_text
+from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
+from bot.runner import get_runner
+
+FORGES = ("local", "none")
+
+
+def finish_local(state: cm.Campaign, executor: Executor) -> None:
+    """Commit the summary, baseline records and proposed lessons on the base branch; refresh the leaderboard."""
+    forge = executor.forge
+    files: dict[str, str] = {f"campaigns/{state.id}/summary.md": render_campaign_summary(state)}
+    for r in state.baseline:
+        text = executor.records.read_text(r.record)
+        if text is not None:
+            files[f"campaigns/{state.id}/baseline-{r.attempt}.json"] = text
+    hardware = parse_recipe_text(executor.base_text(state), state.recipe_path).cluster.hardware
+    measurements = []
+    for s in state.steps:
+        trial = next((r for r in s.runs if r.kind == "trial"), None)
+        if trial and s.gain is not None:
+            measurements.append({"lever": s.change.lever, "from": s.change.before, "to": s.change.after, "gain": s.gain, "kept": s.kept,
+                                 "record": f"campaigns/{state.id}/step-{s.n}/trial.json", "hardware": hardware,
+                                 "model": state.recipe_id.split("/")[0]})
+    proposed = propose_lessons(measurements)
+    if proposed:
+        tmp = Path(tempfile.mkdtemp()) / "proposed.yaml"
+        write_proposed(proposed, tmp, merge=False)
+        files[f"lessons/proposed/{state.id}.yaml"] = tmp.read_text()
+    forge.commit_on_base(files, f"attune: campaign {state.id} finished ({state.gain:+.1%})")
+    _, text = regenerate(forge.repo)
+    forge.commit_on_base({"leaderboard.md": text}, "attune: refresh leaderboard.md")
+
+
+def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "local", on_event=None,
+                   runner_options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
+                   progress: Any = None, lessons: list | None = None) -> Executor:
+    """The executor with local ports for the recipe ``recipe_rel`` of ``repo``; ``cache_dir`` holds the gate's
+    calibration runs (default ``<repo>/.attune``). Lessons come from the repository's ``lessons/``."""
+    recipe = load_recipe(repo / recipe_rel)
+    if forge == "local":
+        from bot.forge.local import LocalForge
+
+        forge_obj: Any = LocalForge(repo)
+    elif forge == "none":
+        from bot.forge.memory import MemoryForge
+
+        forge_obj = MemoryForge({recipe_rel: (repo / recipe_rel).read_text()})
+    else:
+        raise ValueError(f"unknown forge {forge!r}; expected {' or '.join(FORGES)} (GitHub runs through `attune github handle`)")
+    options = {"seed": seed} if policy in ("random", "tpe", "gp") else {}
+    work = Repo(repo).work
+    records = FileRecordStore(work / "campaigns")
+    return Executor(
+        forge=forge_obj,
+        states=FileStateStore(work / "campaigns"),
+        records=records,
+        runs=LocalRunPort(get_runner(recipe.cluster.launcher, **(runner_options or {})), records,
+                          calibrate=make_calibrator(cache_dir or work, progress=progress)),
+        policy=get_policy(policy, **options),
+        lessons=load_lessons(Repo(repo).lessons) if lessons is None else lessons,
+        space_fn=make_space,
+        gate_config=config_gate,
+        gate_convergence=convergence_gate,
+        on_event=on_event,
+        finish_hook=finish_local if forge == "local" else None,
+        # a real machine's speed drifts (other processes, clocks): a winner's re-measure is an A/B pair with the incumbent
+        ab_confirm=recipe.cluster.launcher != "sim",
+    )
+
+
+def scratch_clone(src: Path) -> Path:
+    """A throwaway clone of ``src`` (the demo tunes there, leaving ``src`` untouched)."""
+    dest = Path(tempfile.mkdtemp(prefix="attune-demo-")) / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(src), str(dest)], check=True)
+    for key, val in (("user.name", "ATTUNE demo"), ("user.email", "attune@localhost")):
+        subprocess.run(["git", "config", key, val], cwd=dest, check=True)
+    return dest

@@ -1,0 +1,153 @@
+"""The ports of the one executor (:mod:`bot.drive.executor`), and their local implementations.
+
+Where a campaign runs (a terminal, a GitHub workflow run) changes only these:
+
+| port | local (this module) | GitHub (:mod:`bot.github.ports`) |
+|---|---|---|
+| state store | ``state.json`` under the work dir (atomic write) | the bot's state comment on the issue |
+| record store | files under the work dir | files on the branch ``attune/<campaign>/records`` |
+| run port | runs the recipe now and returns its record | dispatches ``trial.yml`` and suspends |
+| forge | git branches (``LocalForge``) or memory | pull requests (``GitHubForge``) |
+
+A record store names a run by its key (``baseline-2``, ``step-3-trial``, ``step-3-incumbent``) and answers a
+reference string for it that the campaign keeps (``RunRef.record``); policies and reports read records through
+the store, never through a path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from bot import campaign as cm
+from bot.core.recipe import parse_recipe_text
+from bot.core.records import RunRecord, atomic_write_text, read_record, write_record
+from bot.runner import EarlyStop, Runner
+
+
+class StateStore(Protocol):
+    def load(self, cid: str) -> cm.Campaign | None:
+        """The stored state of campaign ``cid``, or None."""
+
+    def save(self, state: cm.Campaign) -> None:
+        """Persist ``state`` (after every transition)."""
+
+
+class RecordStore(Protocol):
+    def read(self, ref: str) -> RunRecord | None:
+        """The record behind a reference this store answered (None: no such record)."""
+
+    def read_text(self, ref: str) -> str | None:
+        """The stored text behind a reference (None: none)."""
+
+    def find_run(self, cid: str, key: str) -> tuple[RunRecord, str] | None:
+        """A run already recorded under ``key`` (and its reference): a resumed executor never repeats it."""
+
+    def put_run(self, cid: str, key: str, record: RunRecord) -> str:
+        """Store a run's record under ``key``; answers its reference. Idempotent."""
+
+    def get(self, cid: str, name: str) -> str | None:
+        """A campaign file (``baseline-recipe.yaml``, ``calibration.json``), or None."""
+
+    def put(self, cid: str, name: str, text: str) -> str:
+        """Write a campaign file; answers its reference. Idempotent."""
+
+
+class RunRequest(BaseModel):
+    """One run the campaign asks for: what to run and the limits it runs under."""
+
+    key: str  # run key: baseline-2, step-3-trial, step-3-confirm, step-3-incumbent
+    kind: str  # baseline, trial, confirm, incumbent
+    n: int = 0
+    attempt: int = 1
+    recipe_text: str
+    max_wall_s: float  # the hard budget cap: what is left of the budget, in wall seconds on the recipe's devices
+    early_stop: EarlyStop | None = None
+
+
+class RunPort(Protocol):
+    def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord | None:
+        """Run now and answer the record, or start the run elsewhere and answer None (suspended: its result comes
+        back later as an event fed to the executor)."""
+
+    def calibrate(self, state: cm.Campaign, recipe_text: str, reference: RunRecord | None) -> cm.Calibrated | None:
+        """The gate's loss band for this campaign's baseline, or None (suspended, as for ``run``)."""
+
+
+# ----------------------------------------------------------------------------- local implementations
+class FileStateStore:
+    """``<work_dir>/<campaign>/state.json``, written atomically."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = Path(work_dir)
+
+    def path(self, cid: str) -> Path:
+        return self.work_dir / cid / "state.json"
+
+    def load(self, cid: str) -> cm.Campaign | None:
+        path = self.path(cid)
+        return cm.Campaign.model_validate_json(path.read_text()) if path.exists() else None
+
+    def save(self, state: cm.Campaign) -> None:
+        atomic_write_text(self.path(state.id), state.model_dump_json(indent=1))
+
+
+class FileRecordStore:
+    """Records under ``<work_dir>/<campaign>/``: a run's in ``<key>/record.json`` (beside the runner's own files in
+    ``<key>/``), campaign files by name. References are paths."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = Path(work_dir)
+
+    def run_dir(self, cid: str, key: str) -> Path:
+        return self.work_dir / cid / key
+
+    def read(self, ref: str) -> RunRecord | None:
+        if not ref or not Path(ref).is_file():
+            return None
+        return read_record(ref)
+
+    def read_text(self, ref: str) -> str | None:
+        return Path(ref).read_text() if ref and Path(ref).is_file() else None
+
+    def find_run(self, cid: str, key: str) -> tuple[RunRecord, str] | None:
+        path = self.run_dir(cid, key) / "record.json"
+        return (read_record(path), str(path)) if path.exists() else None
+
+    def put_run(self, cid: str, key: str, record: RunRecord) -> str:
+        return str(write_record(record, self.run_dir(cid, key) / "record.json"))
+
+    def get(self, cid: str, name: str) -> str | None:
+        path = self.work_dir / cid / name
+        return path.read_text() if path.exists() else None
+
+    def put(self, cid: str, name: str, text: str) -> str:
+        path = self.work_dir / cid / name
+        atomic_write_text(path, text)
+        return str(path)
+
+
+Calibrator = Callable[[str, RunRecord], cm.Calibrated]
+
+
+class LocalRunPort:
+    """Runs each run now, on this machine (or in the simulator), into the record store's run folder."""
+
+    def __init__(self, runner: Runner, records: FileRecordStore, *, calibrate: Calibrator | None = None) -> None:
+        self.runner, self.records, self.calibrator = runner, records, calibrate
+
+    def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord:
+        recipe = parse_recipe_text(request.recipe_text, state.recipe_path)
+        extra = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
+        return self.runner.run(recipe, out_dir=self.records.run_dir(state.id, request.key), recipe_path=state.recipe_path,
+                               recipe_text=request.recipe_text, max_wall_s=request.max_wall_s, **extra)
+
+    def calibrate(self, state: cm.Campaign, recipe_text: str, reference: RunRecord | None) -> cm.Calibrated:
+        if reference is None:
+            return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")
+        if self.calibrator is None:
+            return cm.Calibrated(note="no loss-band calibration configured: tier-R/N steps fail closed")
+        return self.calibrator(recipe_text, reference)

@@ -1,0 +1,61 @@
+"""``issues`` opened/labeled with ``attune:campaign``: check the requester, validate the form, start the campaign.
+
+Permission comes only from the collaborator-permission API (write/admin), never from ``author_association``. Every
+answer is one marker comment (edited in place), so a re-delivered event posts nothing twice; a campaign whose state
+is already stored on the issue is only reconciled (its first pending action re-executed idempotently).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bot import campaign as cm
+from bot.campaign.setup import github_measurement_options, new_state
+from bot.forge.github import GitHubForge, GitHubForgeError
+from bot.github.ports import Stored, github_executor, load_state
+from bot.github.request import RequestError, validate_request
+
+LABEL = "attune:campaign"
+REFUSAL = (
+    "Thank you for the request! Campaigns spend shared accelerator time, so only collaborators with write "
+    "access to this repository can start one. A maintainer can re-open this request as their own."
+)
+
+
+def is_campaign_issue(payload: dict[str, Any]) -> bool:
+    labels = (payload.get("issue") or {}).get("labels") or []
+    return any(isinstance(lb, dict) and lb.get("name") == LABEL for lb in labels)
+
+
+def handle(forge: GitHubForge, payload: dict[str, Any], **driver_kw: Any) -> str:
+    """Handle one ``issues`` event; answers a one-line summary of what was done."""
+    issue = payload["issue"]
+    number, user = int(issue["number"]), str((issue.get("user") or {}).get("login", ""))
+    if payload.get("action") not in ("opened", "labeled") or not is_campaign_issue(payload):
+        return "ignored: not a campaign request"
+    stored = load_state(forge, number)
+    if stored is not None:  # re-delivered or re-labelled: reconcile only
+        executor, _ = github_executor(forge, stored, **driver_kw)
+        executor.loop(stored.campaign)
+        return f"campaign {stored.campaign.id}: reconciled"
+    if not forge.can_write(user):
+        forge.upsert_comment(number, "refusal", f"@{user} {REFUSAL}" if user else REFUSAL)
+        return f"refused: {user or 'unknown user'} has no write permission"
+    req = validate_request(issue.get("body"))
+    if isinstance(req, RequestError):
+        forge.upsert_comment(number, "request", req.message)
+        return "request invalid: " + "; ".join(req.problems)
+    from bot.core.recipe import parse_recipe_text
+
+    try:
+        recipe = parse_recipe_text(forge.read_file(req.recipe), req.recipe)
+    except (GitHubForgeError, ValueError) as exc:
+        forge.upsert_comment(number, "request", f"This campaign request cannot start yet: {exc}")
+        return f"request invalid: {exc}"
+    cid = f"{recipe.name.replace('/', '-')}-i{number}"
+    # self-hosted GPU runners: see github_measurement_options (early stop below twice the band, every gain re-measured)
+    state = new_state(recipe, req.recipe, budget=req.budget_hours, policy=req.policy, campaign_id=cid,
+                      **github_measurement_options())
+    executor, _ = github_executor(forge, Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw)
+    executor.feed(state, cm.CampaignRequested())
+    return f"campaign {cid}: started"

@@ -1,0 +1,77 @@
+"""``check-trial``: may a self-hosted runner execute this sha? (trial.yml's ``check`` job, on a hosted runner.)
+
+A step run (trial, confirm) needs the PR checks of ``GitHubForge.check_trial``; a run without a PR (baseline,
+calibrate) needs ``sha`` to be the default branch head and ``recipe`` a recipe file there; a calibration also
+needs the campaign's records branch (the recipe as the baseline ran it and the baseline record), whose head
+becomes ``records_sha`` so the runner reads exactly what was checked. The ``limits`` input is checked here too:
+nothing but its numbers reaches the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from bot.github.ports import records_branch
+from bot.github.request import runs_on
+
+KINDS = ("baseline", "trial", "confirm", "calibrate")
+_CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "", recipe: str = "", runner_labels: str = "",
+                limits: str = "{}") -> tuple[list[str], str]:
+    """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below) and
+    the one-line reason (``ok`` when the run may go ahead)."""
+    kind = kind or ("baseline" if pr == 0 else "trial")
+    records_sha = ""
+    try:
+        labels = runs_on(runner_labels or "")
+    except ValueError as exc:
+        labels, check = [], {"ok": False, "recipe": "", "reason": str(exc)}
+    else:
+        if kind not in KINDS:
+            check = {"ok": False, "recipe": "", "reason": f"kind {kind[:40]!r}: expected one of {', '.join(KINDS)}"}
+        elif not _CAMPAIGN_ID.match(campaign):
+            check = {"ok": False, "recipe": "", "reason": f"campaign {campaign[:40]!r}: expected letters, digits, . _ -"}
+        elif (pr == 0) != (kind in ("baseline", "calibrate")):
+            check = {"ok": False, "recipe": "", "reason": f"a {kind} run {'needs a' if pr == 0 else 'has no'} step PR"}
+        elif pr == 0:
+            tc = forge.check_default_run(sha, recipe or "")
+            check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
+            if tc.ok and kind == "calibrate":
+                records_sha = forge._branch_head(records_branch(campaign)) or ""  # noqa: SLF001
+                if not records_sha:
+                    check = {"ok": False, "recipe": "", "reason": f"no records branch {records_branch(campaign)}"}
+        else:
+            tc = forge.check_trial(pr, sha)
+            check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
+    limits_ok, problem = parse_limits(limits, kind)
+    if problem and check["ok"]:
+        check = {"ok": False, "recipe": "", "reason": problem}
+    ok = bool(check["ok"])
+    lines = [f"ok={'true' if ok else 'false'}", f"kind={kind if ok else ''}",
+             f"recipe={check['recipe']}", f"runs_on={json.dumps(labels)}",
+             f"campaign={campaign if ok else ''}", f"records_sha={records_sha}",
+             f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}", f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}"]
+    return lines, check["reason"] or "ok"
+
+
+def parse_limits(text: str, kind: str) -> tuple[dict[str, float], str | None]:
+    """trial.yml's ``limits`` input: a JSON object with optional positive numbers ``max_wall_s`` and (trials only)
+    ``stop_below_tps``; anything else refuses the run, and nothing but these numbers reaches the runner."""
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        return {}, f"limits {text[:60]!r}: expected a JSON object"
+    if not isinstance(raw, dict) or set(raw) - {"max_wall_s", "stop_below_tps"}:
+        return {}, f"limits {text[:60]!r}: expected a JSON object with max_wall_s and/or stop_below_tps"
+    out: dict[str, float] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e12:
+            return {}, f"limits.{key}: expected a positive number; got {str(value)[:40]!r}"
+        out[key] = float(value)
+    if "stop_below_tps" in out and kind != "trial":
+        return {}, f"limits.stop_below_tps: only a trial may stop early, not a {kind} run"
+    return out, None

@@ -1,0 +1,343 @@
+"""The executor's ports on GitHub: a campaign advances one workflow run at a time.
+
+The one executor (:mod:`bot.drive.executor`) runs every action; on GitHub its run port turns a run (baseline,
+trial, re-measure) and, for a real (not simulated) recipe, the loss-band calibration into a ``trial.yml`` dispatch
+and suspends, after which the workflow run ends; the trial's report job feeds ``RunFinished`` / ``Calibrated`` back
+(``bot.github.trial_results``). The workflow run is stateless, so the campaign state lives on GitHub: one
+hidden-marker comment on the campaign issue (``<!-- attune:state -->``), rewritten after every transition, which shows
+the campaign dashboard (steps, outcomes, gate, gain) and carries the state as a JSON block (the state store). Run
+records, the calibration and the recipe as the baseline ran it are committed on the bot branch
+``attune/<campaign>/records`` (the record store).
+
+Guards of these ports:
+
+- a run is dispatched once: ``Stored.dispatched`` names the run in flight, so a re-delivered event or a
+  ``/attune budget`` comment does not start a second GPU job for it (``/attune resume`` and a manual nudge do);
+- the bot remembers the head it measured and every head it made itself (``Stored.heads``); a step whose branch
+  moved otherwise is never commented on with new files, given a status, or merged (the forge refuses);
+- ``attune/gate`` is set on the measured head and on the head that carries the bot's report, so a protected default
+  branch that requires it accepts the merge.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from bot import campaign as cm
+from bot.core.records import RunRecord
+from bot.forge.base import StepRef
+from bot.forge.github import GitHubForge, GitHubForgeError
+from bot.forge.markers import GITHUB_BODY_LIMIT, marker
+
+STATE_MARKER = "state"
+TRIAL_WORKFLOW = "trial.yml"
+LEADERBOARD_WORKFLOW = "leaderboard.yml"
+_FENCE = re.compile(r"```json\n(.*?)\n```", re.S)
+_FENCE_Z = re.compile(r"```attune-state-zlib-base64\n(.*?)\n```", re.S)
+INLINE_STATE_LIMIT = 40_000  # above this the state JSON is stored compressed (a comment holds 65,536 characters)
+RUN_ACTIONS = (cm.RunBaseline, cm.RunTrial, cm.Confirm)
+RUNNER_ACTIONS = (*RUN_ACTIONS, cm.Calibrate)  # what a self-hosted runner may have to do
+
+
+class Stored(BaseModel):
+    """What is persisted on the campaign issue: the state machine's state plus the request's GitHub facts."""
+
+    issue: int
+    runner_labels: list[str] = Field(default_factory=list)
+    campaign: cm.Campaign
+    dispatched: str = ""  # the run dispatched to trial.yml and not answered yet (run_key), "" when none
+    heads: dict[int, str] = Field(default_factory=dict)  # step -> the head the bot measured or made last
+
+
+def records_branch(cid: str) -> str:
+    return f"attune/{cid}/records"
+
+
+def run_kind(action: Any) -> tuple[str, int, int]:
+    """(kind, step, attempt) of a runner action: kind is baseline, trial, confirm or calibrate."""
+    if isinstance(action, cm.RunBaseline):
+        return "baseline", 0, action.attempt
+    if isinstance(action, cm.Calibrate):
+        return "calibrate", 0, 1
+    return ("trial" if isinstance(action, cm.RunTrial) else "confirm"), action.n, 1
+
+
+def run_key(action: Any) -> str:
+    """The name of a runner action's run: ``baseline-2``, ``step-3-trial``, ``step-3-confirm``, ``calibrate``."""
+    kind, n, attempt = run_kind(action)
+    if kind == "baseline":
+        return f"baseline-{attempt}"
+    return "calibrate" if kind == "calibrate" else f"step-{n}-{kind}"
+
+
+def _state_block(stored: Stored) -> str:
+    data = stored.model_dump_json()
+    if len(data) <= INLINE_STATE_LIMIT:
+        return f"```json\n{data}\n```"
+    packed = base64.b64encode(zlib.compress(data.encode(), 9)).decode()
+    lines = "\n".join(packed[i : i + 76] for i in range(0, len(packed), 76))
+    return f"```attune-state-zlib-base64\n{lines}\n```"
+
+
+def render_state(stored: Stored) -> str:
+    """The state comment: the campaign dashboard, then the state in a folded block (dashboard dropped if too long)."""
+    from bot.campaign.report import render_campaign_summary
+
+    block = _state_block(stored)
+    state = (
+        "<details><summary>campaign state (written by the bot after every transition; do not edit)</summary>\n\n"
+        f"{block}\n\n</details>"
+    )
+    room = GITHUB_BODY_LIMIT - len(marker(STATE_MARKER)) - 200
+    if len(state) > room:
+        raise GitHubForgeError(f"campaign state of {stored.campaign.id} is {len(state)} characters; a comment holds {room}")
+    dashboard = render_campaign_summary(stored.campaign)
+    body = f"{dashboard}\n{state}"
+    return body if len(body) <= room else f"Campaign {stored.campaign.id}: the dashboard is too long to show here.\n\n{state}"
+
+
+def parse_state(body: str) -> Stored | None:
+    packed = _FENCE_Z.search(body)
+    if packed:
+        return Stored.model_validate_json(zlib.decompress(base64.b64decode("".join(packed.group(1).split()))))
+    found = _FENCE.search(body)
+    return Stored.model_validate_json(found.group(1)) if found else None
+
+
+def load_state(forge: GitHubForge, issue: int) -> Stored | None:
+    """The stored campaign of ``issue`` (only from a comment written by the bot), or None."""
+    tag = marker(STATE_MARKER)
+    for comment in forge._repo.get_issue(issue).get_comments():  # noqa: SLF001 - the forge's own repository
+        if (comment.body or "").lstrip().startswith(tag) and forge._is_ours(comment):  # noqa: SLF001
+            stored = parse_state(comment.body)
+            if stored is not None:
+                return stored
+    return None
+
+
+def save_state(forge: GitHubForge, stored: Stored) -> None:
+    forge.upsert_comment(stored.issue, STATE_MARKER, render_state(stored))
+
+
+class IssueForge:
+    """The GitHub forge as the executor sees it: target 0 is the campaign issue, a step's head is the one the bot
+    measured or made (``Stored.heads``), and a branch someone else moved after the bot measured it gets no more
+    commits from the bot (its report is still commented and it can still be closed; the forge refuses to merge it)."""
+
+    def __init__(self, forge: GitHubForge, issue: int, heads: dict[int, str]) -> None:
+        self._forge, self._issue, self._heads = forge, issue, heads
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._forge, name)
+
+    def upsert_comment(self, target: Any, name: str, body: str) -> None:
+        self._forge.upsert_comment(self._issue if target == 0 else target, name, body)
+
+    def find_step(self, campaign: str, n: int) -> StepRef | None:
+        ref = self._forge.find_step(campaign, n)
+        expected = self._heads.get(n)
+        if ref is not None and expected and ref.state == "open" and ref.head_sha != expected:
+            # someone else moved the branch: act on the head the bot knows; the forge refuses to build on it
+            ref = ref.model_copy(update={"head_sha": expected})
+        return ref
+
+    def open_step(self, req: Any, base_ref: str | None = None) -> StepRef:
+        ref = self._forge.open_step(req, base_ref=base_ref)
+        self._heads[req.n] = ref.head_sha
+        return ref
+
+    def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
+        moved = self._forge._branch_head(step.branch)  # noqa: SLF001 - the forge's own repository
+        if step.state == "open" and moved != step.head_sha:
+            print(f"attune: {step.branch} moved to {moved} after the bot's {step.head_sha}; not committing on it", file=sys.stderr)
+            return step
+        ref = self._forge.add_files(step, files, message)
+        self._heads[step.n] = ref.head_sha
+        return ref
+
+
+class GitHubPorts:
+    """State store, record store and run port of one campaign issue (they share the stored state)."""
+
+    def __init__(self, forge: GitHubForge, stored: Stored, *, dispatch_ref: str | None = None, redispatch: bool = False,
+                 calibrate: Any = None) -> None:
+        self.gh, self.stored = forge, stored
+        self.heads: dict[int, str] = dict(stored.heads)
+        self.forge = IssueForge(forge, stored.issue, self.heads)
+        self.dispatch_ref = dispatch_ref or forge.base_branch
+        self.redispatch = redispatch  # dispatch the pending run even if it was dispatched before (resume, nudge)
+        self.calibrator = calibrate
+        self._sim: bool | None = None
+
+    # -- state store: the state comment on the issue
+    def load(self, cid: str) -> cm.Campaign | None:
+        return self.stored.campaign if self.stored.campaign.id == cid else None
+
+    def save(self, state: cm.Campaign) -> None:
+        self.stored = self.stored.model_copy(update={"campaign": state, "heads": dict(self.heads)})
+        save_state(self.gh, self.stored)
+
+    def result_received(self) -> None:
+        """A run result arrived (the report job): no run is in flight any more."""
+        self.stored = self.stored.model_copy(update={"dispatched": ""})
+
+    # -- record store: files on the records branch; references are ``branch:path``
+    def _ensure_records_branch(self, cid: str) -> str:
+        branch = records_branch(cid)
+        if self.gh._branch_head(branch) is None:  # noqa: SLF001
+            base = self.gh._branch_head(self.gh.base_branch)  # noqa: SLF001
+            self.gh._repo.create_git_ref(f"refs/heads/{branch}", base)  # noqa: SLF001
+        return branch
+
+    def _put_file(self, cid: str, path: str, text: str, message: str) -> str:
+        branch = self._ensure_records_branch(cid)
+        repo = self.gh._repo  # noqa: SLF001
+        try:
+            existing = self.gh._get_file(path, branch)  # noqa: SLF001
+        except Exception:  # noqa: BLE001 - not there yet
+            repo.create_file(path, message, text, branch=branch)
+        else:
+            if existing.text != text:
+                repo.update_file(path, message, text, sha=existing.blob_sha, branch=branch)
+        return f"{branch}:{path}"
+
+    def _get_file(self, cid: str, path: str) -> str | None:
+        branch = records_branch(cid)
+        if self.gh._branch_head(branch) is None:  # noqa: SLF001
+            return None
+        try:
+            return self.gh.read_file(path, branch)
+        except GitHubForgeError:
+            return None
+
+    def read_text(self, ref: str) -> str | None:
+        if not ref:
+            return None
+        branch, _, path = ref.partition(":")
+        try:
+            return self.gh.read_file(path, branch)
+        except GitHubForgeError:
+            return None
+
+    def read(self, ref: str) -> RunRecord | None:
+        """The run's record from the records branch; None for a run that left none (crashed runner, no artifact)."""
+        text = self.read_text(ref)
+        return RunRecord.model_validate_json(text) if text is not None else None
+
+    def find_run(self, cid: str, key: str) -> tuple[RunRecord, str] | None:
+        path = f"campaigns/{cid}/{key}.json"
+        text = self._get_file(cid, path)
+        return (RunRecord.model_validate_json(text), f"{records_branch(cid)}:{path}") if text is not None else None
+
+    def put_run(self, cid: str, key: str, record: RunRecord) -> str:
+        return self._put_file(cid, f"campaigns/{cid}/{key}.json", record.model_dump_json(indent=1) + "\n",
+                              f"attune: {key} record")
+
+    def get(self, cid: str, name: str) -> str | None:
+        return self._get_file(cid, f"campaigns/{cid}/{_NAMES.get(name, name)}")
+
+    def put(self, cid: str, name: str, text: str) -> str:
+        return self._put_file(cid, f"campaigns/{cid}/{_NAMES.get(name, name)}", text, f"attune: {name}")
+
+    # -- run port: a dispatch of trial.yml, once per run
+    def simulated(self, state: cm.Campaign, recipe_text: str) -> bool:
+        """Whether the campaign's recipe is simulated (its calibration needs no runs)."""
+        if self._sim is None:
+            from bot.drive.executor import parse_recipe_text
+
+            self._sim = parse_recipe_text(recipe_text, state.recipe_path).cluster.launcher == "sim"
+        return self._sim
+
+    def run(self, state: cm.Campaign, request: Any) -> None:
+        limits = {"max_wall_s": round(request.max_wall_s, 3)}
+        if request.early_stop is not None and round(request.early_stop.below_tps, 3) > 0:
+            limits["stop_below_tps"] = round(request.early_stop.below_tps, 3)
+        self._dispatch_once(state, request.kind, request.n, request.attempt, {k: v for k, v in limits.items() if v > 0})
+        return None
+
+    def calibrate(self, state: cm.Campaign, recipe_text: str, reference: RunRecord | None) -> cm.Calibrated | None:
+        """A simulated recipe's loss band is modelled right here, in the hosted job; a real one is measured on the
+        self-hosted runner (a ``calibrate`` dispatch)."""
+        if not self.simulated(state, recipe_text):
+            self._dispatch_once(state, "calibrate", 0, 1, run_limits(state, "calibrate"))
+            return None
+        if reference is None:
+            return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")
+        if self.calibrator is not None:
+            return self.calibrator(recipe_text, reference)
+        from bot.campaign.gating import calibrate_loss_band
+
+        with tempfile.TemporaryDirectory(prefix="attune-cal-") as cache:
+            return calibrate_loss_band(recipe_text, reference, cache_dir=Path(cache))
+
+    def _dispatch_once(self, state: cm.Campaign, kind: str, n: int, attempt: int, limits: dict[str, float]) -> None:
+        key = run_key(state.pending[0])
+        if not self.redispatch and self.stored.dispatched == key:
+            return
+        if kind in ("baseline", "calibrate"):
+            pr, sha = 0, self.gh._branch_head(self.gh.base_branch)  # noqa: SLF001
+        else:
+            ref = self.forge.find_step(state.id, n)
+            if ref is None:
+                raise GitHubForgeError(f"step {n} of {state.id} is not on GitHub")
+            pr, sha = ref.number, ref.head_sha
+            self.heads[n] = sha
+        self.gh.dispatch(TRIAL_WORKFLOW, self.dispatch_ref, {
+            "campaign": state.id, "issue": self.stored.issue, "pr": pr, "sha": sha, "kind": kind, "attempt": attempt,
+            "recipe": state.recipe_path, "runner_labels": json.dumps(self.stored.runner_labels), "limits": json.dumps(limits),
+        })
+        self.stored = self.stored.model_copy(update={"dispatched": key})
+        self.save(state)
+
+    # -- after a merge: a merge made with GITHUB_TOKEN starts no push workflow, so ask for the leaderboard
+    def after_merge(self, state: cm.Campaign, n: int) -> None:
+        if any(r.outcome == "ok" and not r.simulated for r in state.step(n).runs):
+            try:
+                self.gh.dispatch(LEADERBOARD_WORKFLOW, self.gh.base_branch, {})
+            except Exception as exc:  # noqa: BLE001 - the merge stands; the next push to results/ regenerates it
+                print(f"attune: could not dispatch {LEADERBOARD_WORKFLOW}: {exc}", file=sys.stderr)
+
+
+_NAMES = {"baseline-recipe.yaml": "baseline-recipe.yaml", "calibration.json": "calibration.json"}
+
+
+def github_executor(forge: GitHubForge, stored: Stored, *, dispatch_ref: str | None = None, redispatch: bool = False,
+                    policy: Any = None, lessons: list | None = None, space_fn: Any = None, gate_config: Any = None,
+                    gate_convergence: Any = None, calibrate: Any = None) -> tuple[Any, GitHubPorts]:
+    """The one executor with GitHub's ports for the campaign stored on ``stored.issue`` (and those ports). Lessons
+    come from ``lessons/`` of the checkout the workflow runs in (the working directory)."""
+    from bot.agent import get_policy
+    from bot.agent.lessons import load_lessons
+    from bot.agent.space import make_space
+    from bot.campaign.gating import config_gate, convergence_gate
+    from bot.drive.executor import Executor
+
+    ports = GitHubPorts(forge, stored, dispatch_ref=dispatch_ref, redispatch=redispatch, calibrate=calibrate)
+    executor = Executor(
+        forge=ports.forge, states=ports, records=ports, runs=ports,
+        policy=policy or get_policy(stored.campaign.policy), lessons=load_lessons() if lessons is None else lessons,
+        space_fn=space_fn or make_space, gate_config=gate_config or config_gate,
+        gate_convergence=gate_convergence or convergence_gate, after_merge=ports.after_merge,
+    )
+    return executor, ports
+
+
+def run_limits(state: cm.Campaign, kind: str) -> dict[str, float]:
+    """What the self-hosted run may spend and when it may stop early (trial.yml's ``limits`` input, checked by
+    ``check-trial``): ``max_wall_s``, the campaign's hard budget cap (what is left, in wall seconds on the recipe's
+    devices), and for a trial of a campaign with ``early_stop`` the ``stop_below_tps`` bound
+    (``Campaign.early_stop_bound``)."""
+    limits = {"max_wall_s": round(max(0.0, state.budget - state.spent) * 3600.0 / max(state.devices, 1), 3)}
+    bound = state.early_stop_bound() if kind == "trial" else None
+    if bound is not None and round(bound, 3) > 0:
+        limits["stop_below_tps"] = round(bound, 3)
+    return {k: v for k, v in limits.items() if v > 0}  # check-trial refuses non-positive numbers: never send one
