@@ -1,5 +1,5 @@
 """Test doubles for campaign tests: a table-driven fake runner, scripted policy, gate callables,
-a tmp git repository holding the shipped CPU recipe, and a Driver factory."""
+a tmp git repository holding the shipped CPU recipe, and an executor factory (local ports)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from bot import campaign as cm
-from bot.core import levers as catalog
-from bot.agent.policy import LeverSpace
+from bot.agent import LeverSpace
 from bot.agent.space import search_space
-from bot.drive.executor import Driver
 from bot.campaign.gating import catalog_verdict
+from bot.core import levers as catalog
 from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
 from bot.core.records import (
     Change,
@@ -27,6 +26,8 @@ from bot.core.records import (
     Verdict,
     content_hash,
 )
+from bot.drive.executor import Executor
+from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
@@ -108,7 +109,7 @@ class ScriptedPolicy:
     def __init__(self, changes: list[dict[str, Any]]) -> None:
         self.changes = changes
 
-    def propose(self, campaign: cm.Campaign, diagnosis: Any, lessons: Any, levers: LeverSpace) -> Change | Stop:
+    def propose(self, campaign: cm.Campaign, diagnosis: Any, lessons: Any, levers: LeverSpace, records: Any = None) -> Change | Stop:
         i = len(campaign.steps)
         if i >= len(self.changes):
             return Stop(why="script exhausted", policy=self.name)
@@ -178,10 +179,13 @@ def new_state(text: str, cid: str = "c1", *, budget: float = 1.0, **kw: Any) -> 
                        incumbent_levers=dict(recipe.levers), **kw)
 
 
-def make_driver(forge: Any, runner: Any, policy: Any, work_dir: Path, *, driver_cls: type[Driver] = Driver,
-                gate_config: Any = None, gate_convergence: Any = None, lessons: list | None = None, **kw: Any) -> Driver:
-    return driver_cls(forge=forge, runner=runner, policy=policy, lessons=lessons or [], recipe_path=RECIPE_REL, work_dir=work_dir,
-                      space_fn=space_fn, gate_config=gate_config or gate_ok, gate_convergence=gate_convergence or make_gate_convergence(), **kw)
+def make_driver(forge: Any, runner: Any, policy: Any, work_dir: Path, *, states: Any = None, gate_config: Any = None,
+                gate_convergence: Any = None, lessons: list | None = None, calibrate: Any = None, **kw: Any) -> Executor:
+    """The one executor with local ports under ``work_dir`` (``states``: a state store standing in for the file one)."""
+    records = FileRecordStore(work_dir)
+    return Executor(forge=forge, states=states or FileStateStore(work_dir), records=records,
+                    runs=LocalRunPort(runner, records, calibrate=calibrate), policy=policy, lessons=lessons or [],
+                    space_fn=space_fn, gate_config=gate_config or gate_ok, gate_convergence=gate_convergence or make_gate_convergence(), **kw)
 
 
 def decisions(state: cm.Campaign) -> dict[str, Any]:
@@ -246,4 +250,4 @@ def play(state: cm.Campaign, decide: Callable[[cm.Campaign], Change | Stop], rul
 
 def scripted(changes: list[dict[str, Any]]) -> Callable[[cm.Campaign], Change | Stop]:
     policy = ScriptedPolicy(changes)
-    return lambda state: policy.propose(state, None, None, None)  # type: ignore[arg-type]
+    return lambda state: policy.propose(state, None, None, None, None)  # type: ignore[arg-type]

@@ -139,7 +139,7 @@ def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work:
     executor = Executor(
         forge=MemoryForge({rel: recipe_path.read_text()}), states=FileStateStore(work), records=records,
         runs=LocalRunPort(SimRunner(seed=seed), records, calibrate=make_calibrator(work)), policy=get_policy(policy, **options),
-        lessons=load_lessons(find_repo(recipe_path).lessons), space_fn=make_space,
+        lessons=load_lessons(find_repo().lessons), space_fn=make_space,  # the catalog of the checkout running the bench
         gate_config=config_gate, gate_convergence=convergence_gate,
     )
     state = cm.Campaign(id=f"{recipe.name.replace('/', '-')}-{policy}-{seed}", recipe_path=rel, recipe_id=recipe.name, policy=policy,

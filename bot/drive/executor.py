@@ -95,6 +95,13 @@ class Executor:
             raise KeyError(f"no stored campaign {cid!r}")
         return self.loop(stored)
 
+    def stop(self, cid: str, why: str = "stop requested") -> cm.Campaign:
+        """Stop a stored campaign: its open step is closed and it finishes."""
+        stored = self.states.load(cid)
+        if stored is None:
+            raise KeyError(f"no stored campaign {cid!r}")
+        return self.feed(stored, cm.StopRequested(why=why))
+
     def feed(self, state: cm.Campaign, event: Any) -> cm.Campaign:
         """Apply an event that came from outside (a request, a command, a run result), persist, and go on."""
         state, _ = cm.advance(state, event)

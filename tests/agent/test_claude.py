@@ -16,12 +16,14 @@ import anthropic
 import pytest
 from campaign_fakes import new_state, play, recipe_text, space_fn, table_rule
 
-from bot.core import levers as catalog
 from bot.agent.claude import DEFAULT_MODEL, ClaudePolicy
-from bot.core.diagnosis import Diagnosis
 from bot.agent.lessons import load_lessons
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
 from bot.core.recipe import parse_recipe_text
-from bot.core.records import Change, Stop
+from bot.core.records import Change, FileRecords, Stop
+
+RECORDS = FileRecords()  # the records these policies read: files on disk
 
 try:  # the SDK's own HTTP package
     import httpx2 as http
@@ -74,7 +76,7 @@ def propose(fixture: str, status: int = 200, state_space=None):
     state, space = state_space or stepping_state()
     recorder = Recorder(fixture, status)
     policy = ClaudePolicy(model=MODEL, client=client_for(recorder))
-    return policy.propose(state, OK, LESSONS, space), recorder, policy
+    return policy.propose(state, OK, LESSONS, space, RECORDS), recorder, policy
 
 
 def test_a_valid_proposal_is_returned_as_claudes() -> None:
@@ -145,7 +147,7 @@ def test_http_errors_fall_back(status: int) -> None:
 def test_a_missing_api_key_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     state, space = stepping_state()
-    decision = ClaudePolicy(model=MODEL).propose(state, OK, LESSONS, space)
+    decision = ClaudePolicy(model=MODEL).propose(state, OK, LESSONS, space, RECORDS)
     assert "ANTHROPIC_API_KEY is not set" in fallback_reason(decision)
 
 
@@ -169,5 +171,5 @@ def test_the_default_model_is_not_deprecated() -> None:
     assert DEFAULT_MODEL not in deprecated, f"{DEFAULT_MODEL} reaches end-of-life on {deprecated.get(DEFAULT_MODEL)}"
     state, space = stepping_state()
     recorder = Recorder("propose_valid.json")
-    ClaudePolicy(client=client_for(recorder)).propose(state, OK, LESSONS, space)
+    ClaudePolicy(client=client_for(recorder)).propose(state, OK, LESSONS, space, RECORDS)
     assert recorder.requests[0]["model"] == DEFAULT_MODEL

@@ -20,15 +20,17 @@ from campaign_fakes import (
 )
 
 from bot import campaign as cm
+from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.lessons import Lesson, load_lessons
+from bot.agent.policy import validate_change
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
-from bot.agent.heuristic import HeuristicPolicy
-from bot.agent.policy import validate_change
+from bot.core.recipe import parse_recipe_text
+from bot.core.records import Change, FileRecords, Stop
 from bot.forge.local import LocalForge
 from bot.forge.memory import MemoryForge
-from bot.agent.lessons import Lesson, load_lessons
-from bot.core.recipe import parse_recipe_text
-from bot.core.records import Change, Stop
+
+RECORDS = FileRecords()  # the records these policies read: files on disk
 
 OK = Diagnosis(outcome="ok", tps=1000.0)
 LESSONS = load_lessons()
@@ -98,7 +100,7 @@ def test_no_retry_when_the_oom_step_changed_recompute_itself() -> None:
     state = play(new_state(text), lambda s: Change(lever="activation_checkpoint", before="full", after="none", why="t") if not s.steps
                  else Stop(why="done"), table_rule({(("activation_checkpoint", "none"),): "oom"}, [1000.0, 1010.0]))
     state = state.model_copy(update={"phase": "stepping"})
-    proposal = HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), LESSONS, space_fn(parse_recipe_text(text)))
+    proposal = HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), LESSONS, space_fn(parse_recipe_text(text)), RECORDS)
     assert isinstance(proposal, Change) and proposal.stacked_on is None
 
 
@@ -144,7 +146,7 @@ def test_lessons_that_would_change_precision_the_objective_or_go_out_of_range_ar
         _lesson("too-big", {"lever": "training.local_batch_size", "op": "double"}),  # 16 > the pinned global batch 8
         _lesson("not-a-value", {"lever": "activation_checkpoint", "value": "sometimes"}),
     ]
-    proposal = HeuristicPolicy().propose(state, OK, bad, space)
+    proposal = HeuristicPolicy().propose(state, OK, bad, space, RECORDS)
     assert isinstance(proposal, Change) and proposal.lessons == []  # none of the lessons: plain exploration
     assert validate_change(state, proposal, space) is None
     assert proposal.lever != "training.mixed_precision_param" and proposal.after != "fused_opt_states_bf16"
@@ -167,7 +169,7 @@ def test_a_tried_value_is_not_proposed_again() -> None:
                  else Stop(why="done"), table_rule({}, [1000.0, 1010.0]))  # AC none: no gain, closed
     state = state.model_copy(update={"phase": "stepping"})
     space = space_fn(parse_recipe_text(text))
-    proposal = HeuristicPolicy().propose(state, OK, LESSONS, space)
+    proposal = HeuristicPolicy().propose(state, OK, LESSONS, space, RECORDS)
     assert (proposal.lever, proposal.after) != ("activation_checkpoint", "none")
     assert "already tried" in validate_change(state, Change(lever="activation_checkpoint", before="full", after="none"), space)
 
@@ -206,7 +208,7 @@ def test_a_missing_prerequisite_is_proposed_first(lessons: list[Lesson]) -> None
     # generic exploration goes by expected impact (recompute, batch, degrees before compile flags): leave it
     # only the async-TP lever and its prerequisite so the exploring case reaches it first
     space.values = {k: v for k, v in space.values.items() if k == "compile.enable_async_tensor_parallel"}
-    proposal = HeuristicPolicy().propose(state, OK, lessons, space)
+    proposal = HeuristicPolicy().propose(state, OK, lessons, space, RECORDS)
     assert (proposal.lever, proposal.after) == ("compile.enable", True)
     assert proposal.why.startswith("prerequisite of compile.enable_async_tensor_parallel=True")
     direct = Change(lever="compile.enable_async_tensor_parallel", before=False, after=True)
@@ -227,13 +229,13 @@ def test_a_gain_inside_the_noise_band_is_pushed_one_notch_further() -> None:
                  table_rule({(("training.local_batch_size", 2),): [1610.0]}, [1000.0, 1300.0]))
     step = state.step(1)
     assert not step.kept and 0 < step.gain < state.band.band
-    change = HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(), space)
+    change = HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(), space, RECORDS)
     assert isinstance(change, Change) and (change.lever, change.before, change.after) == ("training.local_batch_size", 1, 4)
     assert "inside the noise band" in change.why and change.stacked_on is None
     # a loss is not pushed further
     state_down = play(new_state(text), lambda s: lbs2 if not s.steps else Stop(why="-"),
                       table_rule({(("training.local_batch_size", 2),): [900.0]}, [1000.0, 1300.0]))
-    other = HeuristicPolicy().propose(state_down, Diagnosis(outcome="ok"), load_lessons(), space)
+    other = HeuristicPolicy().propose(state_down, Diagnosis(outcome="ok"), load_lessons(), space, RECORDS)
     assert not (isinstance(other, Change) and other.lever == "training.local_batch_size" and other.after == 4 and "inside the noise band" in other.why)
 
 
@@ -258,7 +260,7 @@ def test_a_lever_whose_whole_cost_is_inside_the_noise_band_is_not_proposed(bubbl
     policy = HeuristicPolicy()
     levers = set()
     for _ in range(12):  # everything it would propose from this incumbent, lessons and exploration alike
-        proposal = policy.propose(state, diagnosis, LESSONS, space)
+        proposal = policy.propose(state, diagnosis, LESSONS, space, RECORDS)
         if not isinstance(proposal, Change):
             break
         levers.add(proposal.lever)
@@ -276,7 +278,7 @@ def test_blind_exploration_never_undoes_a_kept_step() -> None:
                  table_rule({(("training.local_batch_size", 2),): [2000.0, 2000.0]}, [1000.0, 1010.0]))
     assert state.step(1).kept
     state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
-    proposal = HeuristicPolicy().propose(state, OK, [], space)
+    proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
     assert isinstance(proposal, Change) and proposal.after == 4  # up, never back down to 1
 
 
@@ -296,7 +298,7 @@ def test_patience_counts_device_hours_too() -> None:
         state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
         for st in state.steps[1:]:
             st.runs = [r.model_copy(update={"device_hours": 0.005}) for r in st.runs]
-        proposal = HeuristicPolicy().propose(state, OK, [], space)
+        proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
         assert isinstance(proposal, Stop) == stops, proposal
         if stops:
             assert "1.0 baseline runs' device-hours" in proposal.why

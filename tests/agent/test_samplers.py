@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 from campaign_fakes import new_state, play, recipe_text, scripted, space_fn, table_rule
 
-from bot.core import levers as catalog
-from bot.core.diagnosis import Diagnosis
 from bot.agent.policy import validate_change
 from bot.agent.samplers import OptunaPolicy, RandomPolicy
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
 from bot.core.recipe import parse_recipe_text
-from bot.core.records import Change
+from bot.core.records import Change, FileRecords
+
+RECORDS = FileRecords()  # the records these policies read: files on disk
 
 OK = Diagnosis(outcome="ok", tps=1000.0)
 HISTORY = [
@@ -50,17 +52,17 @@ def check_proposal(state, space, change) -> dict:
 @pytest.mark.parametrize("policy", [RandomPolicy(seed=3), OptunaPolicy("tpe", seed=3), OptunaPolicy("gp", seed=3)], ids=["random", "tpe", "gp"])
 def test_samplers_propose_untried_configurations_from_the_space(policy, history) -> None:
     state, space = history
-    change = policy.propose(state, OK, [], space)
+    change = policy.propose(state, OK, [], space, RECORDS)
     check_proposal(state, space, change)
     assert change.policy == policy.name
     # stateless: the same history gives the same proposal (a resumed campaign proposes the same thing)
-    assert policy.propose(state, OK, [], space) == change
+    assert policy.propose(state, OK, [], space, RECORDS) == change
 
 
 def test_random_search_keeps_proposing_new_configurations() -> None:
     text = recipe_text()
     policy = RandomPolicy(seed=1)
-    state = play(new_state(text, policy="random", max_steps=12), lambda s: policy.propose(s, OK, [], space_fn(parse_recipe_text(text))),
+    state = play(new_state(text, policy="random", max_steps=12), lambda s: policy.propose(s, OK, [], space_fn(parse_recipe_text(text)), RECORDS),
                  table_rule({}, [1000.0, 1010.0]))
     assert len(state.steps) == 12
     seen = configs(state)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.core.recipe import parse_recipe_text
 from bot.bench.gate import edit_recipe_text
+from bot.core.recipe import parse_recipe_text
 from gate.calibration import band_path, calibration_specs, load_band, objective_hash, save_band
 from gate.convergence import Band, SignalBand
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bot.core.recipe import Recipe, parse_recipe_text
 from bot.bench.gate import edit_recipe_text
+from bot.core.recipe import Recipe, parse_recipe_text
 from gate.config_check import (
     ABSENT,
     ResolvedRecipe,

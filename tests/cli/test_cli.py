@@ -13,7 +13,7 @@ from shared_run import STEPS, cli_ok_run
 from bot.cli import main
 from bot.core.records import read_record
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
 ATTUNE = Path(sys.executable).with_name("attune")
 

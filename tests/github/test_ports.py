@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bot import campaign as cm
-from bot.github.ports import INLINE_STATE_LIMIT, Stored, parse_state, render_state, run_key
-from bot.forge.github import GitHubForgeError
 from bot.core.records import Change
+from bot.forge.github import GitHubForgeError
+from bot.github.ports import INLINE_STATE_LIMIT, Stored, parse_state, render_state, run_key
 
 
 def stored(steps: int, why: str = "because") -> Stored:

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from bot.bench.gate import (
+    BASELINE_RECIPE,
+    BenchReport,
+    CaseResult,
+    baselines,
+    candidate_text,
+    cases,
+    render_bench,
+)
 from bot.core.recipe import parse_recipe_text
 from bot.inrank import hooks
-from bot.bench.gate import BASELINE, BenchReport, CaseResult, baselines, candidate_text, cases, render_bench
 from gate.config_check import check_config
 
+ROOT = Path(__file__).resolve().parents[2]
 STACK = {"torch": "2.13.0+cpu", "torchtitan": "0.3.0", "device_family": "cpu"}
 
 
 @pytest.fixture(scope="module")
 def bases() -> dict[str, str]:
-    return baselines(BASELINE.read_text())
+    return baselines((ROOT / "recipes" / BASELINE_RECIPE).read_text())
 
 
 def test_catalogue_size_and_names() -> None:

@@ -12,7 +12,7 @@ from bot.core.recipe import load_recipe
 from bot.core.records import StepMetric
 from bot.runner.sim import SimRunner
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GLM = REPO / "recipes" / "glm-4.5" / "h100x128.yaml"
 
 

@@ -1,4 +1,4 @@
-"""bot/drive.py: the local driver on a real git forge — crash at every transition, resume, same decisions.
+"""bot/drive/executor.py: the one executor with local ports on a real git forge — crash at every transition, resume, same decisions.
 
 A short campaign (fake runner, LocalForge on a tmp git repository, the real finish hook): step 1 wins
 and is merged, step 2 runs out of memory, step 3 retries step 2's layout with recomputation and
@@ -27,9 +27,9 @@ from campaign_fakes import (
 )
 
 from bot import campaign as cm
-from bot.drive.executor import Driver
-from bot.forge.local import LocalForge
 from bot.drive.local import finish_local
+from bot.drive.ports import FileStateStore
+from bot.forge.local import LocalForge
 
 SCRIPT = [
     {"lever": "activation_checkpoint", "to": "none"},
@@ -52,11 +52,11 @@ class Crash(Exception):
     pass
 
 
-class CrashBeforeSave(Driver):
-    """Crashes on the k-th save: the action was carried out, the state that records it was not saved."""
+class CrashBeforeSave(FileStateStore):
+    """A state store that crashes on the k-th save: the action was carried out, the state that records it was not saved."""
 
-    def __init__(self, *args, crash_at: int, **kw) -> None:
-        super().__init__(*args, **kw)
+    def __init__(self, work_dir: Path, *, crash_at: int) -> None:
+        super().__init__(work_dir)
         self.crash_at, self.saves = crash_at, 0
 
     def save(self, state) -> None:
@@ -64,6 +64,17 @@ class CrashBeforeSave(Driver):
         if self.saves == self.crash_at:
             raise Crash(f"crash before save {self.saves}")
         super().save(state)
+
+
+def crash_after(k: int):
+    """An ``on_event`` hook that crashes after the k-th transition (its state saved)."""
+    seen = [0]
+
+    def on_event(state, action, event) -> None:
+        seen[0] += 1
+        if seen[0] >= k:
+            raise RuntimeError(f"test crash after {seen[0]} transitions")
+    return on_event
 
 
 class Calibrations:
@@ -77,7 +88,7 @@ class Calibrations:
         return cm.Calibrated(device_hours=0.05, note=f"test band for {reference.run_id}")
 
 
-def drivers(repo: Path, runner: FakeRunner, **kw) -> Driver:
+def drivers(repo: Path, runner: FakeRunner, **kw):
     calibrate = getattr(runner, "calibrations", None) or Calibrations()
     runner.calibrations = calibrate
     return make_driver(LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", finish_hook=finish_local,
@@ -155,7 +166,7 @@ def test_crash_after_transition_k_then_resume(k: int, template: Path, reference,
     shutil.copytree(template, repo)
     runner = FakeRunner(rule)
     with pytest.raises(RuntimeError, match="test crash"):
-        drivers(repo, runner, crash_after=k).start(new_state(recipe_text()))
+        drivers(repo, runner, on_event=crash_after(k)).start(new_state(recipe_text()))
     state = drivers(repo, runner).resume("c1")
     _check_same(repo, state, reference, runner)
 
@@ -169,7 +180,7 @@ def test_crash_after_the_action_before_saving_then_resume(k: int, template: Path
     shutil.copytree(template, repo)
     runner = FakeRunner(rule)
     with pytest.raises(Crash):
-        drivers(repo, runner, driver_cls=CrashBeforeSave, crash_at=k + 1).start(new_state(recipe_text()))  # save 1 is the request
+        drivers(repo, runner, states=CrashBeforeSave(repo / ".attune" / "campaigns", crash_at=k + 1)).start(new_state(recipe_text()))  # save 1 is the request
     state = drivers(repo, runner).resume("c1")
     _check_same(repo, state, reference, runner)
 
@@ -183,7 +194,7 @@ def test_start_on_an_existing_campaign_resumes_it(template: Path, reference, tmp
     shutil.copytree(template, repo)
     runner = FakeRunner(rule)
     with pytest.raises(RuntimeError):
-        drivers(repo, runner, crash_after=10).start(new_state(recipe_text()))
+        drivers(repo, runner, on_event=crash_after(10)).start(new_state(recipe_text()))
     state = drivers(repo, runner).start(new_state(recipe_text()))  # a re-run of the same command
     _check_same(repo, state, reference, runner)
 

@@ -20,6 +20,7 @@ from bot.agent.lessons import (
 )
 from bot.core.datafile import load_entries
 
+ROOT = Path(__file__).resolve().parents[2]
 LESSONS = load_lessons()
 BY_ID = {lesson.id: lesson for lesson in LESSONS}
 
@@ -85,7 +86,7 @@ def test_seed_catalog_loads_with_at_least_15_cited_lessons() -> None:
 
 
 def test_topic_files_exist() -> None:
-    names = {p.name for p in Path(load_lessons.__globals__["LESSONS_DIR"]).glob("*.yaml")}
+    names = {p.name for p in (ROOT / "lessons").glob("*.yaml")}
     assert {"memory.yaml", "parallelism.yaml", "compile.yaml", "cpu.yaml", "moe.yaml"} <= names
 
 

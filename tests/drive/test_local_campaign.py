@@ -1,4 +1,4 @@
-"""bot/local_campaign.py: one short REAL campaign on the CPU — torchtitan under torchrun, the real gate, git branches.
+"""bot/drive/local.py: one short REAL campaign on the CPU — torchtitan under torchrun, the real gate, git branches.
 
 A tmp clone of this repository, a copy of the CPU recipe with an 8-step benchmark, the heuristic
 policy, two steps at most. Each run takes ~25 s on an idle 2-core machine (more when it is shared).
@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.drive.local import build_driver, new_state, summary_json
+from bot.campaign.report import summary_json
+from bot.campaign.setup import new_state
 from bot.core.recipe import load_recipe
 from bot.core.records import read_record
+from bot.drive.local import build_executor
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RECIPE_REL = "recipes/llama3-tiny/cpu-e2e.yaml"
 
 
@@ -49,7 +51,7 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
 
     budget = 0.5  # device-hours: far more than 2 baseline runs + 2 steps need; max_steps=2 ends the campaign
     started = time.monotonic()
-    driver = build_driver(repo, RECIPE_REL, policy="heuristic", forge="local")
+    driver = build_executor(repo, RECIPE_REL, policy="heuristic", forge="local")
     state = driver.start(new_state(recipe, RECIPE_REL, budget=budget, policy="heuristic", campaign_id="e2e", max_steps=2))
     wall = time.monotonic() - started
 

@@ -14,7 +14,7 @@ import pytest
 
 from bot.core.recipe import RecipeError, _yaml, load_recipe, parse_recipe_text, set_lever, set_lever_text
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "recipes").rglob("*.yaml"))
 CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
 

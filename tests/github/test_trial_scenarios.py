@@ -23,9 +23,6 @@ from fake_github import FakeGitHub  # noqa: E402
 from openapi_contract import Contract  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
-from bot.github import campaign_requests, trial_results  # noqa: E402
-from bot.github.ports import load_state, records_branch  # noqa: E402
-from bot.forge.github import GATE_CONTEXT, GitHubForge  # noqa: E402
 from bot.core.recipe import Recipe, parse_recipe_text  # noqa: E402
 from bot.core.records import (  # noqa: E402
     Change,
@@ -37,6 +34,9 @@ from bot.core.records import (  # noqa: E402
     Stop,
     content_hash,
 )
+from bot.forge.github import GATE_CONTEXT, GitHubForge  # noqa: E402
+from bot.github import campaign_requests, trial_results  # noqa: E402
+from bot.github.ports import load_state, records_branch  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"  # a real recipe: its calibration runs on the self-hosted runner
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"  # a simulated one: calibrated by the bot, no runs
@@ -55,7 +55,7 @@ class Scripted:
     def __init__(self, *decisions: Change | Stop) -> None:
         self.decisions = list(decisions)
 
-    def propose(self, campaign: Any, diagnosis: Any, lessons: Any, levers: Any) -> Change | Stop:
+    def propose(self, campaign: Any, diagnosis: Any, lessons: Any, levers: Any, records: Any = None) -> Change | Stop:
         return self.decisions.pop(0) if self.decisions else Stop(why="script done", policy=self.name)
 
 
@@ -260,7 +260,7 @@ def test_a_redelivered_trial_result_changes_nothing(gh, forge, tmp_path) -> None
 
 
 def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> None:
-    from bot.cli.github import handle_comment
+    from bot.github.comments import handle as handle_comment
 
     flow = Flow(gh, forge, tmp_path, Scripted())
     flow.start()
@@ -427,7 +427,7 @@ def test_a_step_branch_moved_after_measuring_is_never_merged(gh, forge, tmp_path
     # someone pushes to the step branch while the re-measure runs (the real check job would refuse it; say it ran)
     branch = gh.pulls[pr].head_ref
     pushed = gh.seed({RECIPE: gh.file(RECIPE, branch).replace("gc_freq: 100", "gc_freq: 7")}, "a person's edit", branch=branch)
-    with pytest.raises(GitHubForgeError, match="not adding files"):
+    with pytest.raises(GitHubForgeError, match="not merging an unmeasured commit|not adding files"):
         flow.answer(record(flow.recipe, 1150.0, run_id="c1"), confirm)
     assert flow.ops("pulls/merge") == [] and gh.pulls[pr].merged_at is None
     assert gh.head(branch) == pushed  # nothing committed on top of someone else's commit

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "tests" / "forge"))
 from forge_helpers import TOKEN, require  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
-from bot.github import cli  # noqa: E402
+from bot.cli import github as cli  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"

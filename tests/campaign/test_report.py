@@ -7,9 +7,9 @@ import re
 from campaign_fakes import make_record, new_state, play, recipe_text, scripted, table_rule
 
 from bot import campaign as cm
+from bot.campaign.report import MAX_REPORT, render_campaign_summary, render_run_summary, render_step_report
 from bot.core.recipe import parse_recipe_text
 from bot.core.records import CheckResult, Verdict
-from bot.campaign.report import MAX_REPORT, render_campaign_summary, render_run_summary, render_step_report
 
 RECIPE = parse_recipe_text(recipe_text())
 SCRIPT = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2},
