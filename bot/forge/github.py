@@ -169,6 +169,7 @@ class GitHubForge:
             lazy=True,
         )
         self._repo = self._gh.get_repo(repo_full_name)
+        self._comments: dict[tuple[int, str], tuple[int, str]] = {}  # (issue, marker) -> (comment id, body sent)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> GitHubForge:
@@ -299,18 +300,35 @@ class GitHubForge:
         """Create, or edit in place, the one comment that starts with ``<!-- attune:<marker> -->``.
 
         The body is capped at 65,536 characters with a truncation note; an unchanged body is not re-sent. Calls
-        ``GET /issues/{n}/comments`` and then ``PATCH /issues/comments/{id}`` or ``POST /issues/{n}/comments``.
+        ``GET /issues/{n}/comments`` and then ``PATCH /issues/comments/{id}`` or ``POST /issues/{n}/comments``; a
+        comment this forge found or made is edited again without listing (``PATCH`` only; listed again if it is
+        gone). Idempotent.
         """
         number = self._number(target)
         tag = markers.marker(marker)
         rendered = markers.with_marker(marker, body)
+        known = self._comments.get((number, marker))
+        if known is not None:
+            comment_id, sent = known
+            if sent == rendered:
+                return
+            try:
+                self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - PyGithub's own transport, no extra GET
+                    "PATCH", f"{self._repo.url}/issues/comments/{comment_id}", input={"body": rendered})
+            except UnknownObjectException:
+                self._comments.pop((number, marker), None)
+            else:
+                self._comments[(number, marker)] = (comment_id, rendered)
+                return
         issue = self._repo.get_issue(number)
         for comment in issue.get_comments():
             if (comment.body or "").lstrip().startswith(tag) and self._is_ours(comment):
                 if comment.body != rendered:
                     comment.edit(rendered)
+                self._comments[(number, marker)] = (comment.id, rendered)
                 return
-        issue.create_comment(rendered)
+        made = issue.create_comment(rendered)
+        self._comments[(number, marker)] = (made.id, rendered)
 
     def update_dashboard(self, issue: int, body: str) -> None:
         """Keep the campaign dashboard (steps, status, gain, links) in one marker comment of the campaign issue.

@@ -27,8 +27,9 @@ def is_campaign_issue(payload: dict[str, Any]) -> bool:
     return any(isinstance(lb, dict) and lb.get("name") == LABEL for lb in labels)
 
 
-def handle(forge: GitHubForge, payload: dict[str, Any], **driver_kw: Any) -> str:
-    """Handle one ``issues`` event; answers a one-line summary of what was done."""
+def handle(forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str, Any] | None = None, **driver_kw: Any) -> str:
+    """Handle one ``issues`` event; answers a one-line summary of what was done. ``measurement``: the campaign's
+    measurement settings (``Campaign`` fields; default :func:`bot.campaign.setup.github_measurement_options`)."""
     issue = payload["issue"]
     number, user = int(issue["number"]), str((issue.get("user") or {}).get("login", ""))
     if payload.get("action") not in ("opened", "labeled") or not is_campaign_issue(payload):
@@ -55,7 +56,7 @@ def handle(forge: GitHubForge, payload: dict[str, Any], **driver_kw: Any) -> str
     cid = f"{recipe.name.replace('/', '-')}-i{number}"
     # self-hosted GPU runners: see github_measurement_options (early stop below twice the band, every gain re-measured)
     state = new_state(recipe, req.recipe, budget=req.budget_hours, policy=req.policy, campaign_id=cid,
-                      **github_measurement_options())
+                      **(github_measurement_options() if measurement is None else measurement))
     executor, _ = github_executor(forge, Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw)
     executor.feed(state, cm.CampaignRequested())
     return f"campaign {cid}: started"

@@ -131,10 +131,14 @@ def save_state(forge: GitHubForge, stored: Stored) -> None:
 class IssueForge:
     """The GitHub forge as the executor sees it: target 0 is the campaign issue, a step's head is the one the bot
     measured or made (``Stored.heads``), and a branch someone else moved after the bot measured it gets no more
-    commits from the bot (its report is still commented and it can still be closed; the forge refuses to merge it)."""
+    commits from the bot (its report is still commented and it can still be closed; the forge refuses to merge it).
+
+    Steps are looked up once per workflow run and then kept up to date by the bot's own changes (open, add files,
+    merge, close): a handler asks for the same step several times, and each lookup is two API calls."""
 
     def __init__(self, forge: GitHubForge, issue: int, heads: dict[int, str]) -> None:
         self._forge, self._issue, self._heads = forge, issue, heads
+        self._steps: dict[tuple[str, int], StepRef] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._forge, name)
@@ -142,16 +146,23 @@ class IssueForge:
     def upsert_comment(self, target: Any, name: str, body: str) -> None:
         self._forge.upsert_comment(self._issue if target == 0 else target, name, body)
 
+    def _keep(self, ref: StepRef) -> StepRef:
+        self._steps[(ref.campaign, ref.n)] = ref
+        return ref
+
     def find_step(self, campaign: str, n: int) -> StepRef | None:
-        ref = self._forge.find_step(campaign, n)
+        ref = self._steps.get((campaign, n)) or self._forge.find_step(campaign, n)
+        if ref is None:
+            return None
+        self._keep(ref)
         expected = self._heads.get(n)
-        if ref is not None and expected and ref.state == "open" and ref.head_sha != expected:
+        if expected and ref.state == "open" and ref.head_sha != expected:
             # someone else moved the branch: act on the head the bot knows; the forge refuses to build on it
             ref = ref.model_copy(update={"head_sha": expected})
         return ref
 
     def open_step(self, req: Any, base_ref: str | None = None) -> StepRef:
-        ref = self._forge.open_step(req, base_ref=base_ref)
+        ref = self._keep(self._forge.open_step(req, base_ref=base_ref))
         self._heads[req.n] = ref.head_sha
         return ref
 
@@ -160,9 +171,17 @@ class IssueForge:
         if step.state == "open" and moved != step.head_sha:
             print(f"attune: {step.branch} moved to {moved} after the bot's {step.head_sha}; not committing on it", file=sys.stderr)
             return step
-        ref = self._forge.add_files(step, files, message)
+        ref = self._keep(self._forge.add_files(step, files, message))
         self._heads[step.n] = ref.head_sha
         return ref
+
+    def merge(self, step: StepRef, message: str) -> StepRef:
+        self._steps.pop((step.campaign, step.n), None)  # looked up afresh: merged, or refused
+        return self._keep(self._forge.merge(step, message))
+
+    def close(self, step: StepRef, reason: str) -> StepRef:
+        self._steps.pop((step.campaign, step.n), None)
+        return self._keep(self._forge.close(step, reason))
 
 
 class GitHubPorts:
@@ -177,6 +196,8 @@ class GitHubPorts:
         self.redispatch = redispatch  # dispatch the pending run even if it was dispatched before (resume, nudge)
         self.calibrator = calibrate
         self._sim: bool | None = None
+        self._branches: set[str] = set()
+        self._files: dict[str, str] = {}  # records-branch files read or written in this workflow run, by reference
 
     # -- state store: the state comment on the issue
     def load(self, cid: str) -> cm.Campaign | None:
@@ -193,9 +214,10 @@ class GitHubPorts:
     # -- record store: files on the records branch; references are ``branch:path``
     def _ensure_records_branch(self, cid: str) -> str:
         branch = records_branch(cid)
-        if self.gh._branch_head(branch) is None:  # noqa: SLF001
+        if branch not in self._branches and self.gh._branch_head(branch) is None:  # noqa: SLF001
             base = self.gh._branch_head(self.gh.base_branch)  # noqa: SLF001
             self.gh._repo.create_git_ref(f"refs/heads/{branch}", base)  # noqa: SLF001
+        self._branches.add(branch)  # a branch once there stays there (the bot never deletes it)
         return branch
 
     def _put_file(self, cid: str, path: str, text: str, message: str) -> str:
@@ -208,25 +230,31 @@ class GitHubPorts:
         else:
             if existing.text != text:
                 repo.update_file(path, message, text, sha=existing.blob_sha, branch=branch)
+        self._files[f"{branch}:{path}"] = text
         return f"{branch}:{path}"
 
     def _get_file(self, cid: str, path: str) -> str | None:
         branch = records_branch(cid)
-        if self.gh._branch_head(branch) is None:  # noqa: SLF001
-            return None
-        try:
-            return self.gh.read_file(path, branch)
-        except GitHubForgeError:
-            return None
+        if branch not in self._branches:  # no records branch yet reads as no file
+            if self.gh._branch_head(branch) is None:  # noqa: SLF001
+                return None
+            self._branches.add(branch)
+        return self.read_text(f"{branch}:{path}")
 
     def read_text(self, ref: str) -> str | None:
+        """A records-branch file by reference; a file the bot wrote or read in this run is not fetched again (the
+        bot writes each record once, and only the bot writes this branch)."""
         if not ref:
             return None
+        if ref in self._files:
+            return self._files[ref]
         branch, _, path = ref.partition(":")
         try:
-            return self.gh.read_file(path, branch)
+            text = self.gh.read_file(path, branch)
         except GitHubForgeError:
             return None
+        self._files[ref] = text
+        return text
 
     def read(self, ref: str) -> RunRecord | None:
         """The run's record from the records branch; None for a run that left none (crashed runner, no artifact)."""
@@ -243,10 +271,10 @@ class GitHubPorts:
                               f"attune: {key} record")
 
     def get(self, cid: str, name: str) -> str | None:
-        return self._get_file(cid, f"campaigns/{cid}/{_NAMES.get(name, name)}")
+        return self._get_file(cid, f"campaigns/{cid}/{name}")
 
     def put(self, cid: str, name: str, text: str) -> str:
-        return self._put_file(cid, f"campaigns/{cid}/{_NAMES.get(name, name)}", text, f"attune: {name}")
+        return self._put_file(cid, f"campaigns/{cid}/{name}", text, f"attune: {name}")
 
     # -- run port: a dispatch of trial.yml, once per run
     def simulated(self, state: cm.Campaign, recipe_text: str) -> bool:
@@ -305,9 +333,6 @@ class GitHubPorts:
                 self.gh.dispatch(LEADERBOARD_WORKFLOW, self.gh.base_branch, {})
             except Exception as exc:  # noqa: BLE001 - the merge stands; the next push to results/ regenerates it
                 print(f"attune: could not dispatch {LEADERBOARD_WORKFLOW}: {exc}", file=sys.stderr)
-
-
-_NAMES = {"baseline-recipe.yaml": "baseline-recipe.yaml", "calibration.json": "calibration.json"}
 
 
 def github_executor(forge: GitHubForge, stored: Stored, *, dispatch_ref: str | None = None, redispatch: bool = False,
