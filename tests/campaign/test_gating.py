@@ -1,4 +1,4 @@
-"""bot/gating.py: how a campaign calls the gate — the loss band it calibrates once, and the convergence stage with it."""
+"""bot/campaign/gating.py: how a campaign calls the gate — the loss band it calibrates once, and the convergence stage with it."""
 
 from __future__ import annotations
 

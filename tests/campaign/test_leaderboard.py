@@ -1,4 +1,4 @@
-"""bot/leaderboard.py: leaderboard.md from results/ — measured, gated, fastest per (model, hardware, devices)."""
+"""bot/campaign/leaderboard.py: leaderboard.md from results/ — measured, gated, fastest per (model, hardware, devices)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bot/campaign.py: the campaign state machine, driven through the local Driver with a fake runner.
+"""bot/campaign/machine.py: the campaign state machine, driven through the one executor (local ports) with a fake runner.
 
 The runner is a table keyed by lever values (tokens/s per measurement, or an outcome); the forge is
 the in-memory one (the git forge is covered in tests/test_drive.py and tests/forge/test_local_forge.py).

@@ -1,4 +1,4 @@
-"""bot/report.py: step reports (size cap, mermaid chart with the same numbers as a table) and campaign summaries."""
+"""bot/campaign/report.py: step reports (size cap, mermaid chart with the same numbers as a table) and campaign summaries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bot/cli.py: ``attune run`` (real torchtitan), ``attune recipe show|set``; user mistakes exit 2 with one line."""
+"""bot/cli (run, recipe): ``attune run`` (real torchtitan), ``attune recipe show|set``; user mistakes exit 2 with one line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bot/levers.py: value parsing, tiers, prerequisites and the fix a prerequisite asks for."""
+"""bot/core/levers.py: value parsing, tiers, prerequisites and the fix a prerequisite asks for."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bot/recipe.py: shipped recipes load; malformed recipes give one line naming file, line and field;
+"""bot/core/recipe.py: shipped recipes load; malformed recipes give one line naming file, line and field;
 set_lever makes one-line git diffs, keeps comments and order, and refuses without touching the file."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""gate/command.py without runs: config-only verdicts, input errors, rendering."""
+"""gate/api.py without runs: config-only verdicts, input errors, rendering."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The campaign state comment of the GitHub driver: dashboard on top, state below, compressed when large."""
+"""bot/github/ports.py: the campaign state comment (the GitHub state store): dashboard on top, state below, compressed when large."""
 
 from __future__ import annotations
 
