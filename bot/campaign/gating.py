@@ -21,7 +21,7 @@ from typing import Any
 
 from bot.core import levers as catalog
 from bot.core.recipe import Recipe, parse_recipe_text
-from bot.core.records import CheckResult, RunRecord, StepMetric, Verdict
+from bot.core.records import CheckResult, RunRecord, StepMetric, Verdict, write_record
 from bot.core.state import Calibrated
 from gate.convergence import Band
 
@@ -102,30 +102,22 @@ def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[Band, str]:
     return band, f"SIMULATED loss band: modelled reduction-order drift ({SIM_DRIFT_RUNS} perturbations), safety {band.safety:g}; no runs"
 
 
-def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Path, jobs: int = 2, progress: Any = None) -> Calibrated:
-    """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
-
-    Real recipes: the calibration runs of ``gate.calibration`` (a repeat, an init perturbation, a
-    gradient-accumulation split, another loss chunking), each compared with the campaign's own
-    baseline run; runs already in ``cache_dir`` are reused and cost nothing. A calibration that
-    cannot be made returns no band, and tier-R/N steps then fail closed.
-    """
+def calibration_plan(recipe_text: str, reference: RunRecord) -> dict[str, Any]:
+    """The calibration runs of a campaign's baseline (run id -> ``gate.runs.RunSpec``)."""
     from gate.calibration import calibration_specs
+
+    return calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline")
+
+
+def band_from_runs(specs: dict[str, Any], records: dict[str, RunRecord], reference: RunRecord, *, spent: float,
+                   where: str = "") -> Calibrated:
+    """The loss band from the calibration runs' records (every spec needs an ok record), with what they cost."""
     from gate.convergence import calibrate_band
     from gate.errors import GateInputError
-    from gate.runs import lookup, run_many
 
-    recipe = parse_recipe_text(recipe_text, reference.recipe_path or reference.recipe_id)
-    if reference.simulated or recipe.cluster.launcher == "sim":
-        band, note = _sim_band(recipe, reference)
-        return Calibrated(band=band, note=note)
-    specs = calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline")
-    fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
-    try:
-        records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
-    except RuntimeError as exc:
-        return Calibrated(note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed")
-    spent = sum(records[sid].summary.device_hours for sid in fresh)
+    missing = [specs[sid].label for sid in specs if sid not in records]
+    if missing:
+        return Calibrated(device_hours=spent, note=f"no loss band: calibration runs missing ({'; '.join(missing)}); tier-R/N steps fail closed")
     failed = [f"{specs[sid].label}: {records[sid].outcome}" for sid in specs if records[sid].outcome != "ok"]
     if failed:
         return Calibrated(device_hours=spent, note=f"no loss band: calibration runs failed ({'; '.join(failed)}); tier-R/N steps fail closed")
@@ -134,8 +126,44 @@ def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Pa
     except GateInputError as exc:
         return Calibrated(device_hours=spent, note=f"no loss band: {exc}; tier-R/N steps fail closed")
     note = (f"loss band calibrated on {len(specs)} runs ({', '.join(specs[sid].label for sid in specs)}) against baseline run "
-            f"{reference.run_id}, safety {band.safety:g}; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}")
+            f"{reference.run_id}, safety {band.safety:g}{where}")
     return Calibrated(band=band, device_hours=spent, note=note)
+
+
+def record_name(sid: str) -> str:
+    """The file name a calibration run's record is uploaded under (``cal:repeat`` -> ``cal-repeat.json``)."""
+    return sid.replace(":", "-") + ".json"
+
+
+def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Path, jobs: int = 2, progress: Any = None,
+                        records_out: Path | None = None) -> Calibrated:
+    """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
+
+    Real recipes: the calibration runs of ``gate.calibration`` (a repeat, an init perturbation, a
+    gradient-accumulation split, another loss chunking), each compared with the campaign's own
+    baseline run; runs already in ``cache_dir`` are reused and cost nothing. A calibration that
+    cannot be made returns no band, and tier-R/N steps then fail closed. ``records_out``: where the
+    calibration runs' records are also written (a self-hosted runner uploads them; the report job
+    recomputes the band from them, :func:`band_from_runs`).
+    """
+    from gate.runs import lookup, run_many
+
+    recipe = parse_recipe_text(recipe_text, reference.recipe_path or reference.recipe_id)
+    if reference.simulated or recipe.cluster.launcher == "sim":
+        band, note = _sim_band(recipe, reference)
+        return Calibrated(band=band, note=note)
+    specs = calibration_plan(recipe_text, reference)
+    fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
+    try:
+        records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
+    except RuntimeError as exc:
+        return Calibrated(note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed")
+    if records_out is not None:
+        for sid, record in records.items():
+            write_record(record, Path(records_out) / record_name(sid))
+    spent = sum(records[sid].summary.device_hours for sid in fresh)
+    return band_from_runs(specs, records, reference, spent=spent,
+                          where=f"; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}")
 
 
 def make_calibrator(cache_dir: Path, *, jobs: int = 1, progress: Any = None) -> Callable[[str, RunRecord], Calibrated]:

@@ -27,6 +27,20 @@ def _forge(args: argparse.Namespace, issue: int | None = None) -> Any:
     return GitHubForge.from_env(env, campaign_issue=issue)
 
 
+RUN_JOB = "run the recipe on a GPU runner"  # trial.yml's run job (its `name:`)
+
+
+def _run_job_wall(forge: Any, run_id: str) -> float | None:
+    """The run job's wall time from the Actions API (None when it cannot be read: real records are then refused)."""
+    if not str(run_id).isdigit():
+        return None
+    try:
+        return forge.job_wall_seconds(int(run_id), RUN_JOB)
+    except Exception as exc:  # noqa: BLE001 - an unreadable timing is "unknown", never a crash of the report job
+        print(f"attune github: the run job's wall time could not be read ({type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr)
+        return None
+
+
 def cmd_handle(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
@@ -36,9 +50,11 @@ def cmd_handle(args: argparse.Namespace) -> int:
         if args.trial_result:
             if not (args.campaign and args.issue and args.pr is not None and args.sha):
                 return _fail("--trial-result needs --campaign, --issue, --pr and --sha")
-            print(trial_results.handle(_forge(args, args.issue), Path(args.trial_result), campaign=args.campaign,
+            forge = _forge(args, args.issue)
+            print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
                                        issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
-                                       kind=args.kind or "", attempt=args.attempt or 0))
+                                       kind=args.kind or "", attempt=args.attempt or 0,
+                                       job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
             return 0
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
         name = args.event_name or os.environ.get("GITHUB_EVENT_NAME", "")
@@ -74,17 +90,21 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """The loss-band calibration runs of a campaign's baseline, on this (self-hosted) machine: ``bot.campaign.gating``'s
-    ``calibrate_loss_band``; writes the ``Calibrated`` event as JSON for the report job. A calibration that cannot be
-    made is still written (no band, with the reason), so the campaign goes on with tier-R/N steps failing closed."""
+    ``calibrate_loss_band``; writes the ``Calibrated`` event as JSON and every calibration run's record beside it in
+    ``calibration/`` (the report job recomputes the band from those records: ``bot.github.uploads``). A calibration
+    that cannot be made is still written (no band, with the reason), so the campaign goes on with tier-R/N steps
+    failing closed."""
     from bot.campaign.gating import calibrate_loss_band
     from bot.core.records import atomic_write_text, read_record
+    from bot.github.trial_results import CALIBRATION_RUNS
 
     try:
         text = Path(args.recipe).read_text()
         reference = read_record(args.reference)
     except (OSError, ValueError) as exc:
         return _fail(f"calibrate: {exc}")
-    event = calibrate_loss_band(text, reference, cache_dir=Path(args.cache_dir), jobs=args.jobs)
+    event = calibrate_loss_band(text, reference, cache_dir=Path(args.cache_dir), jobs=args.jobs,
+                                records_out=Path(args.out).parent / CALIBRATION_RUNS)
     atomic_write_text(args.out, event.model_dump_json(indent=1) + "\n")
     print(event.note)
     return 0
@@ -101,6 +121,7 @@ def register(sub: Any) -> None:
     h.add_argument("--issue", type=int)
     h.add_argument("--pr", type=int)
     h.add_argument("--attempt", type=int)
+    h.add_argument("--run-id", default="", help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours")
     h.set_defaults(func=cmd_handle)
     c = gs.add_parser("check-trial", help="may a self-hosted runner execute this sha?")
     c.add_argument("--pr", type=int, required=True)

@@ -528,6 +528,20 @@ class GitHubForge:
             return no(f"{recipe} is not a file at {sha}")
         return TrialCheck(ok=True, pr=0, sha=sha, branch=self.base_branch, recipe=recipe)
 
+    def job_wall_seconds(self, run_id: int, job_name: str) -> float | None:
+        """Wall seconds of the job ``job_name`` of workflow run ``run_id`` (started to completed), from
+        ``GET /actions/runs/{id}/jobs``; None when the job is not there or not finished. Read-only."""
+        from datetime import datetime
+
+        _, data = self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - PyGithub's transport: one call
+            "GET", f"{self._repo.url}/actions/runs/{int(run_id)}/jobs", parameters={"per_page": 100})
+        for job in (data or {}).get("jobs", []):
+            if job.get("name") == job_name and job.get("started_at") and job.get("completed_at"):
+                started = datetime.fromisoformat(job["started_at"].replace("Z", "+00:00"))
+                completed = datetime.fromisoformat(job["completed_at"].replace("Z", "+00:00"))
+                return max(0.0, (completed - started).total_seconds())
+        return None
+
     # -- helpers ------------------------------------------------------------------------------------------
 
     def _branch_head(self, branch: str) -> str | None:

@@ -3,8 +3,10 @@ close, advance and dispatch the next run (all decisions in bot.campaign; actions
 
 What the run job leaves in the downloaded artifact directory:
 
-- a run (baseline, trial, re-measure): ``record.json`` (``attune run --out``), fed as ``RunFinished``;
-- a calibration: ``calibrated.json`` (``attune github calibrate --out``), fed as ``Calibrated``.
+- a run (baseline, trial, re-measure): ``record.json`` (``attune run --out``), fed as ``RunFinished`` once it passes
+  the checks of :mod:`bot.github.uploads` (else as a crash with the reason);
+- a calibration: the calibration runs' records in ``calibration/`` (``attune github calibrate``), from which the loss
+  band is recomputed here and fed as ``Calibrated``; the runner's own ``calibrated.json`` is never believed.
 
 Nothing there (the runner died, the artifact expired or was never uploaded) or something unreadable is a result
 too: a run is fed as a crash whose reason says the record was missing, a calibration as "no loss band" (tier-R/N
@@ -20,12 +22,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from bot import campaign as cm
+from bot.core.recipe import parse_recipe_text
 from bot.core.records import RunRecord
 from bot.forge.github import GitHubForge
 from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind
+from bot.github.uploads import Expected, record_problem
 
 RECORD_FILE = "record.json"
-CALIBRATED_FILE = "calibrated.json"
+CALIBRATED_FILE = "calibrated.json"  # the runner's own summary: for its log, never read here
+CALIBRATION_RUNS = "calibration"  # the calibration runs' records, one file each (bot.campaign.gating.record_name)
 
 
 def _read(path: Path, model: Any) -> tuple[Any, str]:
@@ -39,9 +44,51 @@ def _read(path: Path, model: Any) -> tuple[Any, str]:
         return None, f"{path.name} could not be read ({first[:200]})"
 
 
+def expected(forge: GitHubForge, state: cm.Campaign, sha: str, job_wall_s: float | None) -> Expected:
+    """What the report job knows of the run at ``sha`` without asking the runner."""
+    text = forge.read_file(state.recipe_path, sha)
+    return Expected(sha=sha, recipe_text=text, recipe=parse_recipe_text(text, state.recipe_path), job_wall_s=job_wall_s)
+
+
+def recompute_calibration(result_dir: Path, reference: RunRecord | None, baseline_text: str | None, known: Expected,
+                          job: str) -> cm.Calibrated:
+    """The loss band recomputed from the uploaded calibration run records (each checked), with their cost. The plan
+    comes from the recipe as the baseline ran it (the bot's own copy on the records branch)."""
+    from bot.campaign.gating import band_from_runs, calibration_plan, record_name
+
+    if reference is None or baseline_text is None:
+        return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")
+    specs = calibration_plan(baseline_text, reference)
+    records: dict[str, RunRecord] = {}
+    for sid, spec in specs.items():
+        record, why = _read(Path(result_dir) / CALIBRATION_RUNS / record_name(sid), RunRecord)
+        if record is None:
+            return cm.Calibrated(note=f"no loss band: {why} (run job: {job}); tier-R/N steps fail closed")
+        run_known = known.model_copy(update={"recipe_text": spec.recipe_text})
+        problem = calibration_problem(record, run_known, spec.hook)
+        if problem:
+            return cm.Calibrated(note=f"no loss band: calibration run {spec.label} refused: {problem}; tier-R/N steps fail closed")
+        records[sid] = record
+    spent = sum(r.summary.device_hours for r in records.values())
+    if known.job_wall_s is not None:  # cached runs carry the cost of when they ran: the job's wall time bounds it
+        spent = min(spent, known.recipe.devices * known.job_wall_s / 3600.0)
+    return band_from_runs(specs, records, reference, spent=spent, where="; recomputed by the report job from the uploaded runs")
+
+
+def calibration_problem(record: RunRecord, known: Expected, hook: str | None) -> str | None:
+    """A calibration run is a variant of the baseline recipe (and may come from the runner's cache, so its commit is
+    not checked): its recipe hash must be the variant's and its hook the plan's."""
+    problem = record_problem(record.model_copy(update={"git_commit": known.sha}), known, check_hours=False)
+    if problem is None and record.hook != hook:
+        problem = f"hook {record.hook!r}, expected {hook!r}"
+    return problem
+
+
 def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str,
-           run_job_result: str = "success", kind: str = "", attempt: int = 0, **driver_kw: Any) -> str:
-    """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done."""
+           run_job_result: str = "success", kind: str = "", attempt: int = 0, job_wall_s: float | None = None,
+           **driver_kw: Any) -> str:
+    """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done. ``job_wall_s``: the run
+    job's wall time from the Actions API (bounds the device-hours a real record may claim; None: unknown)."""
     stored = load_state(forge, issue)
     if stored is None or stored.campaign.id != campaign:
         raise ValueError(f"issue #{issue} holds no state for campaign {campaign!r}")
@@ -64,20 +111,25 @@ def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, p
     executor, ports = github_executor(forge, stored, **driver_kw)
     ports.result_received()
     job = run_job_result or "unknown"
+    known = expected(forge, state, sha, job_wall_s)
     if want_kind == "calibrate":
-        calibrated, why = _read(Path(result_dir) / CALIBRATED_FILE, cm.Calibrated)
-        if calibrated is None:
-            calibrated = cm.Calibrated(note=f"no loss band: the calibration left no result ({why}; run job: {job}); "
-                                            "tier-R/N steps fail closed")
+        reference = ports.read(state.baseline[0].record) if state.baseline else None
+        calibrated = recompute_calibration(result_dir, reference, ports.get(state.id, "baseline-recipe.yaml"), known, job)
         ports.put(state.id, "calibration.json", calibrated.model_dump_json(indent=1) + "\n")
         state = executor.feed(state, calibrated)
         band = "a loss band" if calibrated.band is not None else "no loss band"
         return f"campaign {state.id}: calibrated ({band}); phase {state.phase}"
     record, why = _read(Path(result_dir) / RECORD_FILE, RunRecord)
+    if record is not None:
+        problem = record_problem(record, known)
+        if problem is not None:
+            record, why = None, f"the upload was refused: {problem}"
     name = run_key(action)
     if record is not None:
         where = ports.put_run(state.id, name, record)
         run = cm.RunRef.of(record, kind=want_kind, n=n, attempt=want_attempt, ref=where)
+    elif why.startswith("the upload was refused"):
+        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"{why} (run job: {job})")
     else:
         run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash",
                         reason=f"the run record was missing: {why} (run job: {job})")

@@ -152,6 +152,7 @@ class FakeGitHub:
         self.permissions: dict[str, str] = {owner: "admin", actor: "write"}
         self.workflows: set[str] = set()
         self.dispatches: list[dict[str, Any]] = []
+        self.jobs: dict[int, list[tuple[str, str, str]]] = {}  # workflow run id -> [(job name, started, completed)]
         self.calls: list[Call] = []
         self.violations: list[str] = []
         self._hooks: dict[str, list[Callable[[FakeGitHub], None]]] = {}
@@ -977,3 +978,19 @@ class FakeGitHub:
             {"workflow": workflow, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})}
         )
         return 204, None
+
+    # -- actions: job timings (a test sets ``jobs[run_id]``) -----------------------------------------------
+
+    def _op_actions_list_jobs_for_workflow_run(self, params: dict[str, str], query: Any, body: Any) -> Any:
+        run_id = int(params["run_id"])  # a run the test did not set has no jobs (the description documents no 404)
+        base = f"https://api.github.com/repos/{self.full_name}/actions"
+        jobs = [{"id": run_id * 100 + i, "node_id": f"J{run_id}_{i}", "run_id": run_id, "run_url": f"{base}/runs/{run_id}",
+                 "head_sha": self.refs[f"heads/{self.default_branch}"], "workflow_name": "trial", "head_branch": self.default_branch,
+                 "name": name, "url": f"{base}/jobs/{run_id * 100 + i}", "html_url": None, "status": "completed",
+                 "conclusion": "success", "started_at": started, "completed_at": completed,
+                 "check_run_url": f"https://api.github.com/repos/{self.full_name}/check-runs/{run_id * 100 + i}",
+                 "labels": ["self-hosted"], "runner_id": 1, "runner_name": "gpu-1", "runner_group_id": 1,
+                 "runner_group_name": "Default", "created_at": started, "steps": []}
+                for i, (name, started, completed) in enumerate(self.jobs.get(run_id, []))]
+        return 200, {"total_count": len(jobs), "jobs": jobs}
+

@@ -124,21 +124,45 @@ class Flow:
         return self.trials()[-1]
 
     def answer(self, result: RunRecord | cm.Calibrated | str | None, dispatch: dict[str, str] | None = None,
-               job: str = "success") -> str:
-        """What the report job does for ``dispatch`` (default: the latest) when the run job left ``result``."""
+               job: str = "success", *, as_runner: bool = True, job_wall_s: float | None = 3600.0) -> str:
+        """What the report job does for ``dispatch`` (default: the latest) when the run job left ``result``.
+
+        ``as_runner``: the record is stamped the way a runner checked out at the dispatched sha stamps it (its
+        ``git_commit`` and ``recipe_hash``); a ``cm.Calibrated`` stands for a calibration whose runs all went well:
+        their records (losses equal to the baseline's, costing ``device_hours`` in all) are what is uploaded."""
         inputs = dispatch or self.last
         self.answered += 1
         out = self.tmp / f"artifact-{self.answered}"
         out.mkdir()
         if isinstance(result, RunRecord):
+            if as_runner and inputs["sha"] in self.gh.commits:  # (a result for a sha that does not exist stays as it is)
+                text = self.gh.file(inputs["recipe"], inputs["sha"])
+                result = result.model_copy(update={"git_commit": inputs["sha"], "recipe_hash": content_hash(text)})
             (out / "record.json").write_text(result.model_dump_json())
         elif isinstance(result, cm.Calibrated):
-            (out / "calibrated.json").write_text(result.model_dump_json())
+            self.write_calibration(out, result.device_hours)
+            (out / "calibrated.json").write_text(result.model_dump_json())  # the runner's summary: never read
         elif isinstance(result, str):
             (out / "record.json").write_text(result)
         return trial_results.handle(self.forge, out, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=int(inputs["pr"]),
                                     sha=inputs["sha"], kind=inputs["kind"], attempt=int(inputs["attempt"]), run_job_result=job,
-                                    policy=self.policy, lessons=[])
+                                    job_wall_s=job_wall_s, policy=self.policy, lessons=[])
+
+    def write_calibration(self, out: Path, device_hours: float) -> None:
+        """The calibration runs' records as ``attune github calibrate`` uploads them (``calibration/``)."""
+        from bot.campaign.gating import calibration_plan, record_name
+        from bot.github.ports import records_branch
+
+        cid = self.state().id
+        baseline_text = self.gh.file(f"campaigns/{cid}/baseline-recipe.yaml", records_branch(cid))
+        reference = RunRecord.model_validate_json(self.gh.file(f"campaigns/{cid}/baseline-1.json", records_branch(cid)))
+        specs = calibration_plan(baseline_text, reference)
+        (out / "calibration").mkdir()
+        for sid, spec in specs.items():
+            rec = reference.model_copy(update={"run_id": f"cal{len(sid)}", "recipe_hash": content_hash(spec.recipe_text),
+                                               "hook": spec.hook, "git_commit": "0" * 40})
+            rec.summary.device_hours = device_hours / len(specs)
+            (out / "calibration" / record_name(sid)).write_text(rec.model_dump_json())
 
     def through_calibration(self) -> None:
         """Baseline runs (1000 and 1010 tokens/s: noise band 5%) and a calibration with no band (tier B needs none)."""
@@ -353,11 +377,12 @@ def test_a_real_recipe_is_calibrated_on_the_runner_and_the_campaign_goes_on(gh, 
     assert gh.file(f"campaigns/{cid}/baseline-1.json", records_branch(cid)) is not None
     assert flow.state().pending[0].type == "calibrate" and not flow.state().calibrated
 
-    band_note = "loss band calibrated on 4 runs (test)"
-    assert "calibrated" in flow.answer(cm.Calibrated(band=None, device_hours=0.03, note=band_note))
+    # the runner's own summary says something else: the report job recomputes the band from the uploaded runs
+    assert "calibrated" in flow.answer(cm.Calibrated(band=None, device_hours=0.03, note="a runner's claim"))
 
     state = flow.state()
-    assert state.calibrated and state.calibration_note == band_note
+    assert state.calibrated and state.loss_band is not None and "a runner's claim" not in state.calibration_note
+    assert "recomputed by the report job from the uploaded runs" in state.calibration_note
     assert state.spent == pytest.approx(0.05)  # two baseline runs and the calibration's runs
     assert gh.file(f"campaigns/{cid}/calibration.json", records_branch(cid)) is not None
     assert flow.last["kind"] == "trial" and state.step(1).state == "open"  # Propose -> open -> config gate -> trial
@@ -373,7 +398,7 @@ def test_a_calibration_that_left_nothing_fails_closed_and_goes_on(gh, forge, tmp
     flow.answer(None, job="failure")
     state = flow.state()
     assert state.calibrated and state.loss_band is None
-    assert "no calibrated.json" in state.calibration_note and "run job: failure" in state.calibration_note
+    assert "no cal-repeat.json" in state.calibration_note and "run job: failure" in state.calibration_note
     assert flow.last["kind"] == "trial"
 
 
@@ -456,3 +481,57 @@ def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
     assert run_limits(state, "trial") == {"max_wall_s": 5400.0}
     spent = state.model_copy(update={"spent": 2.0})
     assert run_limits(spent, "baseline") == {}  # nothing left: no zero cap either (a run is not dispatched then anyway)
+
+
+# ---------------------------------------------------------------- what a runner uploads is checked before it is believed
+@pytest.mark.parametrize(("lie", "why"), [
+    ({"summary.device_hours": 5.0}, "more than the run job's wall time allows"),
+    ({"git_commit": "a" * 40}, "is not the measured sha"),
+    ({"recipe_hash": "0" * 16}, "recipe_hash is not the hash"),
+    ({"simulated": True}, "a simulated record for a real recipe"),
+    ({"run_id": "../../etc/passwd"}, "run_id"),
+    ({"reason": "x" * 10_000}, "field reason"),
+], ids=["device-hours", "commit", "recipe-hash", "simulated", "path", "long-string"])
+def test_an_upload_that_lies_is_a_crash_never_a_measurement(gh, forge, tmp_path, lie, why) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    trial = flow.last
+    text = gh.file(trial["recipe"], trial["sha"])
+    rec = record(flow.recipe, 5000.0, run_id="t1").model_copy(update={"git_commit": trial["sha"], "recipe_hash": content_hash(text)})
+    for key, value in lie.items():
+        if key.startswith("summary."):
+            setattr(rec.summary, key.split(".", 1)[1], value)
+        else:
+            rec = rec.model_copy(update={key: value})
+    # the run job ran 10 minutes on the recipe's one device: at most 1/6 device-hour
+    out = flow.answer(rec, as_runner=False, job_wall_s=600.0)
+    assert "trial run crash" in out
+    run = flow.state().step(1).runs[0]
+    assert run.outcome == "crash" and run.tps is None and "the upload was refused" in run.reason and why in run.reason
+    assert gh.pulls[int(trial["pr"])].merged_at is None
+
+
+def test_device_hours_cannot_be_checked_without_the_job_wall_time_so_the_record_is_refused(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    flow.answer(record(flow.recipe, 5000.0, run_id="t1"), job_wall_s=None)
+    run = flow.state().step(1).runs[0]
+    assert run.outcome == "crash" and "wall time is unknown" in run.reason
+
+
+def test_a_forged_calibration_run_gives_no_band(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.start()
+    flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
+    flow.answer(record(flow.recipe, 1010.0, run_id="b2"))
+    cal = flow.last
+    art = tmp_path / "artifact-forged"
+    art.mkdir()
+    flow.write_calibration(art, 0.02)
+    victim = next((art / "calibration").iterdir())
+    forged = RunRecord.model_validate_json(victim.read_text()).model_copy(update={"hook": "grad_scale:2"})
+    victim.write_text(forged.model_dump_json())
+    trial_results.handle(forge, art, campaign=cal["campaign"], issue=int(cal["issue"]), pr=0, sha=cal["sha"], kind="calibrate",
+                         attempt=1, job_wall_s=3600.0, policy=flow.policy, lessons=[])
+    state = flow.state()
+    assert state.calibrated and state.loss_band is None and "refused" in state.calibration_note and "hook" in state.calibration_note

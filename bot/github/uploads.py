@@ -1,0 +1,83 @@
+"""What a self-hosted runner uploads is data, checked before the report job believes it.
+
+The runner executes a checked sha with a read-only token, but whatever it leaves in its artifact could have been
+written by anything that ran there. Before a record becomes a measurement, the report job checks it against what it
+knows independently:
+
+- ``git_commit`` is the sha it dispatched, and ``recipe_hash`` the hash of the recipe file at that sha;
+- a real (not simulated) record's ``device_hours`` are >= 0 and at most the run job's wall time (from the Actions
+  API) x the recipe's devices; a simulated record is only accepted for a ``launcher: sim`` recipe (and a real one
+  only for a real recipe);
+- every string field is length-capped, and the names a results path is built from (model, hardware, run id) use
+  only ``[A-Za-z0-9._-]``;
+- a calibration's loss band is recomputed here from the uploaded calibration run records, each checked like a run
+  record; an uploaded band or cost is never taken as it is.
+
+A refused upload is fed to the campaign as a crashed run whose reason says why, never as a measurement.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from pydantic import BaseModel
+
+from bot.core.recipe import Recipe
+from bot.core.records import RunRecord, content_hash
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+STRING_CAP = 4_000  # characters of any string field (a reason, a path, a name)
+LOG_TAIL_CAP = 20_000  # characters of the log tail
+WALL_SLACK = 1.0 + 1e-6  # rounding between the record's and the Actions API's clocks
+
+
+class Expected(BaseModel):
+    """What the report job knows about a run before reading its upload."""
+
+    sha: str  # the sha it dispatched
+    recipe_text: str  # the recipe file at that sha
+    recipe: Recipe
+    job_wall_s: float | None = None  # the run job's wall time (Actions API); None: unknown
+
+
+def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in [(f"{path}.{k}", str(k)), *_strings(v, f"{path}.{k}")]]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _strings(v, f"{path}[{i}]")]
+    return []
+
+
+def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool = True) -> str | None:
+    """Why ``record`` cannot be believed for the run ``expected`` describes (None: it can). ``check_hours``: bound a
+    real record's device-hours by the run job's wall time (off for calibration runs, whose sum is bounded instead)."""
+    if record.git_commit != expected.sha:
+        return f"the record's git_commit {str(record.git_commit)[:40]!r} is not the measured sha {expected.sha}"
+    if record.recipe_hash != content_hash(expected.recipe_text):
+        return "the record's recipe_hash is not the hash of the recipe at the measured sha"
+    simulated = expected.recipe.cluster.launcher == "sim"
+    if record.simulated != simulated:
+        return f"a {'simulated' if record.simulated else 'real'} record for a {'simulated' if simulated else 'real'} recipe"
+    hours = record.summary.device_hours
+    if not math.isfinite(hours) or hours < 0:
+        return f"device_hours {hours!r}: expected a finite number >= 0"
+    if not simulated and check_hours:
+        if expected.job_wall_s is None:
+            if hours > 0:
+                return "the run job's wall time is unknown, so its device-hours cannot be checked"
+        elif hours > expected.recipe.devices * expected.job_wall_s / 3600.0 * WALL_SLACK:
+            return (f"device_hours {hours:.6g} is more than the run job's wall time allows "
+                    f"({expected.recipe.devices} devices x {expected.job_wall_s:.0f} s)")
+    for name in ("run_id", "hardware", *(("model",) if record.model else ())):
+        if not SAFE_NAME.match(getattr(record, name)):
+            return f"{name} {getattr(record, name)[:60]!r}: expected 1-100 of [A-Za-z0-9._-]"
+    for where, text in _strings(record.model_dump(exclude={"log_tail"})):
+        if len(text) > STRING_CAP:
+            return f"field {where.lstrip('.')}: {len(text)} characters, more than {STRING_CAP}"
+    if len(record.log_tail) > LOG_TAIL_CAP:
+        return f"field log_tail: {len(record.log_tail)} characters, more than {LOG_TAIL_CAP}"
+    return None
