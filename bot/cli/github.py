@@ -80,7 +80,7 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
     from bot.github.check_trial import check_trial
 
     lines, reason = check_trial(_forge(args), pr=args.pr, sha=args.sha, campaign=args.campaign, kind=args.kind,
-                                recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits)
+                                recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits, issue=args.issue)
     if args.github_output:
         with open(args.github_output, "a") as fh:
             fh.write("\n".join(lines) + "\n")
@@ -132,6 +132,7 @@ def register(sub: Any) -> None:
     c.add_argument("--recipe", default="", help="the recipe of a baseline or calibration run (no step PR)")
     c.add_argument("--kind", default="", help="one of baseline, trial, confirm, calibrate (default: baseline without a PR, else trial)")
     c.add_argument("--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)')
+    c.add_argument("--issue", type=int, help="the campaign issue: a step may change only the levers its state names")
     c.add_argument("--repo")
     c.add_argument("--token-env", default="GITHUB_TOKEN")
     c.set_defaults(func=cmd_check_trial)

@@ -74,6 +74,21 @@ class Bench(BaseModel):
         return self
 
 
+# What a recipe's ``env`` may set: thread counts, the communication libraries, the CUDA allocator, logging — the
+# knobs of a training run, never a variable that changes which code runs (a self-hosted runner executes the recipe:
+# LD_PRELOAD, PYTHONPATH, PATH, BASH_ENV or PYTHONSTARTUP would let a pull request run code of its own there).
+ENV_ALLOWED_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "NCCL_", "TORCH_NCCL_", "GLOO_", "TORCH_DISTRIBUTED_",
+                        "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCH_LOGS",
+                        "TORCH_CPP_LOG_LEVEL", "TORCHINDUCTOR_", "ATTUNE_TORCH_THREADS", "LOGLEVEL", "TOKENIZERS_PARALLELISM",
+                        "CUBLAS_WORKSPACE_CONFIG", "NVTE_")
+ENV_ALLOWED_TEXT = "threads (OMP_*, GOMP_*, MKL_*), NCCL_*/GLOO_*, the CUDA allocator, torch logging and inductor settings"
+
+
+def env_allowed(name: str) -> bool:
+    """Whether a recipe may set the environment variable ``name`` (``ENV_ALLOWED_PREFIXES``)."""
+    return name.isupper() and name.replace("_", "").isalnum() and name.startswith(ENV_ALLOWED_PREFIXES)
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str | None = None
@@ -103,6 +118,10 @@ class Recipe(BaseModel):
     @classmethod
     def _env_as_text(cls, value: Any) -> Any:
         if isinstance(value, dict):
+            bad = [str(k) for k in value if not env_allowed(str(k))]
+            if bad:
+                raise ValueError(f"{bad[0]}: not an allowed variable; a recipe may set only {ENV_ALLOWED_TEXT} "
+                                 "(never one that changes what code runs: LD_PRELOAD, PYTHONPATH, PATH, BASH_ENV, ...)")
             return {str(k): str(v) for k, v in value.items()}
         return value
 

@@ -1,6 +1,7 @@
 """``issues`` opened/labeled with ``attune:campaign``: check the requester, validate the form, start the campaign.
 
-Permission comes only from the collaborator-permission API (write/admin), never from ``author_association``. Every
+Permission comes only from the collaborator-permission API (write/admin), never from ``author_association``, and is
+checked before anything else (a stored campaign is reconciled only for a requester with write permission). Every
 answer is one marker comment (edited in place), so a re-delivered event posts nothing twice; a campaign whose state
 is already stored on the issue is only reconciled (its first pending action re-executed idempotently).
 """
@@ -12,7 +13,7 @@ from typing import Any
 from bot import campaign as cm
 from bot.campaign.setup import github_measurement_options, new_state
 from bot.forge.github import GitHubForge, GitHubForgeError
-from bot.github.ports import Stored, github_executor, load_state
+from bot.github.ports import Stored, github_executor, load_state, settled
 from bot.github.request import RequestError, validate_request
 
 LABEL = "attune:campaign"
@@ -34,14 +35,22 @@ def handle(forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str
     number, user = int(issue["number"]), str((issue.get("user") or {}).get("login", ""))
     if payload.get("action") not in ("opened", "labeled") or not is_campaign_issue(payload):
         return "ignored: not a campaign request"
-    stored = load_state(forge, number)
-    if stored is not None:  # re-delivered or re-labelled: reconcile only
-        executor, _ = github_executor(forge, stored, **driver_kw)
-        executor.loop(stored.campaign)
-        return f"campaign {stored.campaign.id}: reconciled"
-    if not forge.can_write(user):
+    if not forge.can_write(user):  # before anything else, the reconcile of a stored campaign included
         forge.upsert_comment(number, "refusal", f"@{user} {REFUSAL}" if user else REFUSAL)
         return f"refused: {user or 'unknown user'} has no write permission"
+
+    def reconcile() -> str | None:
+        stored = load_state(forge, number)
+        if stored is None:
+            return None
+        executor, ports = github_executor(forge, stored, **driver_kw)
+        executor.loop(stored.campaign)
+        ports.settle()
+        return f"campaign {stored.campaign.id}: reconciled"
+
+    reconciled = settled(reconcile)  # re-delivered or re-labelled: reconcile only
+    if reconciled is not None:
+        return reconciled
     req = validate_request(issue.get("body"))
     if isinstance(req, RequestError):
         forge.upsert_comment(number, "request", req.message)
@@ -57,6 +66,7 @@ def handle(forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str
     # self-hosted GPU runners: see github_measurement_options (early stop below twice the band, every gain re-measured)
     state = new_state(recipe, req.recipe, budget=req.budget_hours, policy=req.policy, campaign_id=cid,
                       **(github_measurement_options() if measurement is None else measurement))
-    executor, _ = github_executor(forge, Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw)
+    executor, ports = github_executor(forge, Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw)
     executor.feed(state, cm.CampaignRequested())
+    ports.settle()  # a second delivery racing this one loses here (its state.json create is refused) and reconciles
     return f"campaign {cid}: started"

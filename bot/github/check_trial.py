@@ -21,7 +21,7 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "", recipe: str = "", runner_labels: str = "",
-                limits: str = "{}") -> tuple[list[str], str]:
+                limits: str = "{}", issue: int | None = None) -> tuple[list[str], str]:
     """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below) and
     the one-line reason (``ok`` when the run may go ahead)."""
     kind = kind or ("baseline" if pr == 0 else "trial")
@@ -47,6 +47,11 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
         else:
             tc = forge.check_trial(pr, sha)
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
+            if tc.ok:  # the paths are a step's: now what the recipe says
+                problem = recipe_change_problem(forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha), tc.recipe,
+                                                allowed_levers(forge, issue, campaign, pr))
+                if problem:
+                    check = {"ok": False, "recipe": "", "reason": problem}
     limits_ok, problem = parse_limits(limits, kind)
     if problem and check["ok"]:
         check = {"ok": False, "recipe": "", "reason": problem}
@@ -56,6 +61,53 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
              f"campaign={campaign if ok else ''}", f"records_sha={records_sha}",
              f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}", f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}"]
     return lines, check["reason"] or "ok"
+
+
+OBJECTIVE_FIELDS = ("workload", "cluster", "pinned", "env", "bench")
+
+
+def recipe_change_problem(base_text: str, head_text: str, path: str, allowed: set[str] | None = None) -> str | None:
+    """Why the step's recipe may not run (None: it may): it must parse, keep the default branch's workload, cluster,
+    objective, environment and bench as they are, and change only catalog levers — those of the step (and of the
+    steps it stacks on) when the campaign state names them (``allowed``)."""
+    from bot.core import levers as catalog
+    from bot.core.recipe import RecipeError, parse_recipe_text
+
+    try:
+        base, head = parse_recipe_text(base_text, path), parse_recipe_text(head_text, path)
+    except (RecipeError, ValueError) as exc:
+        return f"{path} at the step's head: {str(exc).splitlines()[0][:300]}"
+    for name in OBJECTIVE_FIELDS:
+        if getattr(base, name) != getattr(head, name):
+            return f"{path}: {name} differs from the default branch's copy (a step changes levers only)"
+    changed = sorted(k for k in set(base.levers) | set(head.levers) if base.levers.get(k) != head.levers.get(k))
+    if not changed:
+        return f"{path}: no lever differs from the default branch's copy"
+    unknown = [k for k in changed if k not in catalog.CATALOG]
+    if unknown:
+        return f"{path}: {unknown[0]} is not a catalog lever"
+    if allowed is not None and set(changed) - allowed:
+        return f"{path}: changes {sorted(set(changed) - allowed)}, not the levers of this step ({sorted(allowed)})"
+    return None
+
+
+def allowed_levers(forge: Any, issue: int | None, campaign: str, pr: int) -> set[str] | None:
+    """The levers the campaign's state says step PR ``pr`` changes (its own and those of the steps it stacks on);
+    None without an issue to read the state from."""
+    if not issue:
+        return None
+    from bot.github.ports import load_state
+
+    stored = load_state(forge, issue)
+    if stored is None or stored.campaign.id != campaign:
+        return set()  # no such campaign on that issue: nothing is allowed
+    state = stored.campaign
+    step = next((s for s in state.steps if s.number == pr), None)
+    levers: set[str] = set()
+    while step is not None:
+        levers |= {step.change.lever, *step.change.extra}
+        step = state.step(step.stacked_on) if step.stacked_on else None
+    return levers
 
 
 def parse_limits(text: str, kind: str) -> tuple[dict[str, float], str | None]:

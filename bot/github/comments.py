@@ -1,5 +1,6 @@
 """``issue_comment`` events: ``/attune stop|resume|budget +H`` on a campaign issue, from a collaborator with write
-permission. A command is one event fed to the campaign; ``resume`` re-dispatches a run that never reported back."""
+permission. A command is one event fed to the campaign, applied once: its comment id is recorded in the state, so a
+re-delivered event or a re-run workflow changes nothing; ``resume`` re-dispatches a run that never reported back."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from bot import campaign as cm
 from bot.github.commands import Command, CommandError, parse_command
-from bot.github.ports import github_executor, load_state
+from bot.github.ports import github_executor, load_state, settled
 
 
 def handle(forge: Any, payload: dict[str, Any], **executor_kw: Any) -> str:
@@ -23,15 +24,25 @@ def handle(forge: Any, payload: dict[str, Any], **executor_kw: Any) -> str:
         forge.upsert_comment(issue, f"command-{int(comment['id'])}", parsed.message)
         return "command invalid"
     assert isinstance(parsed, Command)
-    stored = load_state(forge, issue)
-    if stored is None:
-        return "ignored: no campaign on this issue"
-    # resume re-dispatches a run that never reported back (a refused or lost trial.yml run); nothing else does
-    executor, _ = github_executor(forge, stored, redispatch=parsed.kind == "resume", **executor_kw)
-    if parsed.kind == "stop":
-        executor.feed(stored.campaign, cm.StopRequested(why=f"stopped by @{user}"))
-    elif parsed.kind == "budget":
-        executor.feed(stored.campaign, cm.BudgetAdded(device_hours=float(parsed.hours or 0)))
-    else:
-        executor.loop(stored.campaign)
-    return f"{parsed.kind}: done"
+    comment_id = int(comment["id"])
+
+    def apply() -> str:
+        stored = load_state(forge, issue)
+        if stored is None:
+            return "ignored: no campaign on this issue"
+        if comment_id in stored.handled:  # a re-delivery or re-run of this comment's workflow
+            return f"ignored: command {comment_id} was already applied"
+        # resume re-dispatches a run that never reported back (a refused or lost trial.yml run); nothing else does
+        executor, ports = github_executor(forge, stored, redispatch=parsed.kind == "resume", **executor_kw)
+        ports.remember_command(comment_id)
+        if parsed.kind == "stop":
+            executor.feed(stored.campaign, cm.StopRequested(why=f"stopped by @{user}"))
+        elif parsed.kind == "budget":
+            executor.feed(stored.campaign, cm.BudgetAdded(device_hours=float(parsed.hours or 0)))
+        else:
+            ports.save(stored.campaign)
+            executor.loop(stored.campaign)
+        ports.settle()
+        return f"{parsed.kind}: done"
+
+    return settled(apply)

@@ -30,7 +30,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from bot import campaign as cm
 from bot.core.records import RunRecord
@@ -49,13 +49,28 @@ RUNNER_ACTIONS = (*RUN_ACTIONS, cm.Calibrate)  # what a self-hosted runner may h
 
 
 class Stored(BaseModel):
-    """What is persisted on the campaign issue: the state machine's state plus the request's GitHub facts."""
+    """What is persisted of a campaign on GitHub: the state machine's state plus the request's GitHub facts.
+
+    The authoritative copy is ``campaigns/<id>/state.json`` on the records branch, replaced only with the blob sha it
+    was read at (a compare-and-swap: GitHub refuses the write with 409 when another run wrote first); the state
+    comment on the issue is its view (rewritten after every transition, for people), and the bootstrap from which a
+    campaign's id is found."""
 
     issue: int
     runner_labels: list[str] = Field(default_factory=list)
     campaign: cm.Campaign
     dispatched: str = ""  # the run dispatched to trial.yml and not answered yet (run_key), "" when none
     heads: dict[int, str] = Field(default_factory=dict)  # step -> the head the bot measured or made last
+    handled: list[int] = Field(default_factory=list)  # ids of the /attune comments already applied (most recent last)
+    _blob: str | None = PrivateAttr(default=None)  # blob sha of state.json as it was read (None: not written yet)
+
+
+class StateConflict(RuntimeError):
+    """Another workflow run wrote the campaign state after this one read it: re-read and handle the event again."""
+
+
+STATE_FILE = "state.json"
+HANDLED_KEPT = 500  # command ids remembered (a re-delivery comes within minutes; the list stays small)
 
 
 def records_branch(cid: str) -> str:
@@ -106,22 +121,38 @@ def render_state(stored: Stored) -> str:
 
 
 def parse_state(body: str) -> Stored | None:
-    packed = _FENCE_Z.search(body)
-    if packed:
-        return Stored.model_validate_json(zlib.decompress(base64.b64decode("".join(packed.group(1).split()))))
-    found = _FENCE.search(body)
-    return Stored.model_validate_json(found.group(1)) if found else None
+    """The state in a state comment's body: its LAST state block (a block quoted above it by anyone is not it)."""
+    blocks = [(m.start(), "z", m.group(1)) for m in _FENCE_Z.finditer(body)] + [(m.start(), "j", m.group(1)) for m in _FENCE.finditer(body)]
+    if not blocks:
+        return None
+    _, kind, data = max(blocks)
+    if kind == "z":
+        return Stored.model_validate_json(zlib.decompress(base64.b64decode("".join(data.split()))))
+    return Stored.model_validate_json(data)
 
 
 def load_state(forge: GitHubForge, issue: int) -> Stored | None:
-    """The stored campaign of ``issue`` (only from a comment written by the bot), or None."""
+    """The stored campaign of ``issue``, or None: found through the bot's own state comment (never another
+    author's), read from the records branch's ``state.json`` (the authoritative copy, with the blob sha a write must
+    match). With the bot's login unknown no comment can be trusted, so nothing is loaded (fail closed)."""
+    if not forge.bot_login:
+        raise GitHubForgeError("the bot's own login is unknown (set ATTUNE_BOT_LOGIN): no campaign state is trusted")
     tag = marker(STATE_MARKER)
+    view = None
     for comment in forge._repo.get_issue(issue).get_comments():  # noqa: SLF001 - the forge's own repository
         if (comment.body or "").lstrip().startswith(tag) and forge._is_ours(comment):  # noqa: SLF001
-            stored = parse_state(comment.body)
-            if stored is not None:
-                return stored
-    return None
+            view = parse_state(comment.body)
+            if view is not None:
+                break
+    if view is None or view.issue != issue:
+        return None
+    try:
+        found = forge._get_file(f"campaigns/{view.campaign.id}/{STATE_FILE}", records_branch(view.campaign.id))  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - not written yet (the campaign's first workflow run): the view is all there is
+        return view
+    stored = Stored.model_validate_json(found.text)
+    stored._blob = found.blob_sha  # noqa: SLF001
+    return stored
 
 
 def save_state(forge: GitHubForge, stored: Stored) -> None:
@@ -204,8 +235,35 @@ class GitHubPorts:
         return self.stored.campaign if self.stored.campaign.id == cid else None
 
     def save(self, state: cm.Campaign) -> None:
+        """The view: the state comment, rewritten after every transition (``settle`` writes the authority)."""
         self.stored = self.stored.model_copy(update={"campaign": state, "heads": dict(self.heads)})
         save_state(self.gh, self.stored)
+
+    def settle(self) -> None:
+        """Write the authoritative state (``state.json`` on the records branch) over the copy this run read — a
+        compare-and-swap: raises :class:`StateConflict` when another run wrote in between."""
+        from github import GithubException
+
+        cid = self.stored.campaign.id
+        branch = self._ensure_records_branch(cid)
+        path = f"campaigns/{cid}/{STATE_FILE}"
+        text = self.stored.model_dump_json(indent=1) + "\n"
+        repo = self.gh._repo  # noqa: SLF001
+        try:
+            if self.stored._blob is None:  # noqa: SLF001
+                made = repo.create_file(path, f"attune: state of {cid}", text, branch=branch)
+            else:
+                made = repo.update_file(path, f"attune: state of {cid}", text, sha=self.stored._blob, branch=branch)  # noqa: SLF001
+        except GithubException as exc:
+            if exc.status in (409, 422):  # 409: the file moved on; 422: it was created meanwhile
+                raise StateConflict(f"the state of {cid} was written by another run: {exc.status}") from exc
+            raise
+        self.stored._blob = made["content"].sha  # noqa: SLF001
+
+    def remember_command(self, comment_id: int) -> None:
+        """Record that the ``/attune`` comment ``comment_id`` was applied (a re-delivery then changes nothing)."""
+        handled = [*self.stored.handled, int(comment_id)][-HANDLED_KEPT:]
+        self.stored = self.stored.model_copy(update={"handled": handled})
 
     def result_received(self) -> None:
         """A run result arrived (the report job): no run is in flight any more."""
@@ -366,3 +424,16 @@ def run_limits(state: cm.Campaign, kind: str) -> dict[str, float]:
     if bound is not None and round(bound, 3) > 0:
         limits["stop_below_tps"] = round(bound, 3)
     return {k: v for k, v in limits.items() if v > 0}  # check-trial refuses non-positive numbers: never send one
+
+
+def settled(handle: Any, attempts: int = 3) -> Any:
+    """Run ``handle()`` (load, apply, execute, ``settle``) again from a fresh read when another workflow run wrote the
+    state first; every action is idempotent, so a handled event is applied once to the state that wins."""
+    for attempt in range(attempts):
+        try:
+            return handle()
+        except StateConflict:
+            if attempt == attempts - 1:
+                raise
+    return None
+

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.github import campaign_requests, comments
-from bot.github.ports import github_executor, load_state
+from bot.github.ports import github_executor, load_state, settled
 
 
 class EventError(ValueError):
@@ -26,12 +26,17 @@ class EventError(ValueError):
 def nudge(forge: Any, payload: dict[str, Any], issue: int | None = None, **executor_kw: Any) -> str:
     """``workflow_dispatch`` of campaign.yml: re-run the campaign of an issue, re-dispatching a lost run."""
     number = int((payload.get("inputs") or {}).get("issue") or issue or 0)
-    stored = load_state(forge, number)
-    if stored is None:
-        raise EventError(f"issue #{number} holds no campaign state")
-    executor, _ = github_executor(forge, stored, redispatch=True, **executor_kw)
-    executor.loop(stored.campaign)
-    return f"campaign {stored.campaign.id}: nudged"
+
+    def run() -> str:
+        stored = load_state(forge, number)
+        if stored is None:
+            raise EventError(f"issue #{number} holds no campaign state")
+        executor, ports = github_executor(forge, stored, redispatch=True, **executor_kw)
+        executor.loop(stored.campaign)
+        ports.settle()
+        return f"campaign {stored.campaign.id}: nudged"
+
+    return settled(run)
 
 
 def route(name: str, payload: dict[str, Any], forge_for: Callable[[int | None], Any], *, issue: int | None = None) -> str:

@@ -25,7 +25,7 @@ from bot import campaign as cm
 from bot.core.recipe import parse_recipe_text
 from bot.core.records import RunRecord
 from bot.forge.github import GitHubForge
-from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind
+from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
 from bot.github.uploads import Expected, record_problem
 
 RECORD_FILE = "record.json"
@@ -88,7 +88,14 @@ def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, p
            run_job_result: str = "success", kind: str = "", attempt: int = 0, job_wall_s: float | None = None,
            **driver_kw: Any) -> str:
     """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done. ``job_wall_s``: the run
-    job's wall time from the Actions API (bounds the device-hours a real record may claim; None: unknown)."""
+    job's wall time from the Actions API (bounds the device-hours a real record may claim; None: unknown). Applied
+    once to the state that wins a race with another workflow run (``settled``)."""
+    return settled(lambda: _handle(forge, result_dir, campaign=campaign, issue=issue, pr=pr, sha=sha, run_job_result=run_job_result,
+                                   kind=kind, attempt=attempt, job_wall_s=job_wall_s, **driver_kw))
+
+
+def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str, run_job_result: str,
+            kind: str, attempt: int, job_wall_s: float | None, **driver_kw: Any) -> str:
     stored = load_state(forge, issue)
     if stored is None or stored.campaign.id != campaign:
         raise ValueError(f"issue #{issue} holds no state for campaign {campaign!r}")
@@ -117,6 +124,7 @@ def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, p
         calibrated = recompute_calibration(result_dir, reference, ports.get(state.id, "baseline-recipe.yaml"), known, job)
         ports.put(state.id, "calibration.json", calibrated.model_dump_json(indent=1) + "\n")
         state = executor.feed(state, calibrated)
+        ports.settle()
         band = "a loss band" if calibrated.band is not None else "no loss band"
         return f"campaign {state.id}: calibrated ({band}); phase {state.phase}"
     record, why = _read(Path(result_dir) / RECORD_FILE, RunRecord)
@@ -134,4 +142,5 @@ def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, p
         run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash",
                         reason=f"the run record was missing: {why} (run job: {job})")
     state = executor.feed(state, cm.RunFinished(run=run))
+    ports.settle()
     return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"

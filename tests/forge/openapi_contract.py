@@ -21,6 +21,8 @@ handled here, explicitly and narrowly, and each case says why:
    span segments; for validation their value is percent-encoded into one segment.
 3. **Error statuses GitHub sends but the operation does not document** (listed in ``UNDOCUMENTED_ERRORS``): such a
    body is checked against the spec's generic ``basic-error`` schema instead of the operation's responses.
+4. **Ambiguous responses** (``AMBIGUOUS_RESPONSES``): a documented ``oneOf`` that every object satisfies twice is
+   checked against its basic-error branch.
 """
 
 from __future__ import annotations
@@ -47,6 +49,13 @@ MULTI_SEGMENT_PARAMS = frozenset({"ref", "path"})
 LABEL_OPERATIONS = frozenset({"issues/add-labels", "issues/set-labels"})
 
 # (operationId, status): why GitHub sends it although the operation does not document it.
+# Responses whose documented schema is a ``oneOf`` of object schemas without required or excluded properties: every
+# body fits all branches, so no body can pass a strict ``oneOf``. Such a body is checked against its basic-error branch.
+AMBIGUOUS_RESPONSES: dict[tuple[str, int], str] = {
+    ("repos/create-or-update-file-contents", 409): "oneOf basic-error | repository-rule-violation-error: both admit any object "
+                                                   "(github.com answers a basic-error: the file's sha does not match)",
+}
+
 UNDOCUMENTED_ERRORS: dict[tuple[str, int], str] = {
     (
         "repos/create-commit-status",
@@ -235,6 +244,11 @@ class Contract:
                 raise ContractViolation(f"{op} does not document status {status}")
             if not (isinstance(payload, dict) and isinstance(payload.get("message"), str)):
                 raise ContractViolation(f"{op} {status}: error body must be a basic-error with a message")
+            return
+        if (op, status) in AMBIGUOUS_RESPONSES:
+            if not (isinstance(payload, dict) and isinstance(payload.get("message"), str)
+                    and all(isinstance(payload.get(k, ""), str) for k in ("documentation_url", "url", "status"))):
+                raise ContractViolation(f"{op} {status}: the body must be a basic-error with a message")
             return
         request = self._request(match, query, None, "")
         data = None if payload is None else json.dumps(payload).encode()

@@ -1,0 +1,71 @@
+"""bot/github/check_trial.py: a step's recipe may change catalog levers only — never the workload, the objective, the
+cluster, the bench or the environment (what a self-hosted runner would otherwise execute on a pull request's say)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.core.recipe import RecipeError, parse_recipe_text, set_lever_text
+from bot.github.check_trial import recipe_change_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+PATH = "recipes/llama3-tiny/cpu.yaml"
+BASE = (ROOT / PATH).read_text()
+
+
+def test_one_catalog_lever_changed_may_run() -> None:
+    head = set_lever_text(BASE, "training.local_batch_size", 2, source=PATH)
+    assert recipe_change_problem(BASE, head, PATH) is None
+    assert recipe_change_problem(BASE, head, PATH, {"training.local_batch_size"}) is None
+
+
+@pytest.mark.parametrize(("edit", "why"), [
+    (lambda t: t.replace("module: bot.inrank.workloads.llama3_tiny", "module: evil.payload"), "workload differs"),
+    (lambda t: t.replace('GOMP_SPINCOUNT: "10000"', 'GOMP_SPINCOUNT: "1"'), "env differs"),
+    (lambda t: t.replace("OMP_NUM_THREADS:", "LD_PRELOAD: /tmp/x.so\n  OMP_NUM_THREADS:"), "LD_PRELOAD"),
+    (lambda t: t, "no lever differs"),
+], ids=["workload", "env-value", "env-preload", "nothing"])
+def test_anything_but_a_lever_is_refused(edit, why) -> None:
+    problem = recipe_change_problem(BASE, edit(BASE), PATH)
+    assert problem is not None and why in problem
+
+
+def test_a_lever_the_campaign_did_not_propose_is_refused() -> None:
+    head = set_lever_text(BASE, "training.local_batch_size", 2, source=PATH)
+    problem = recipe_change_problem(BASE, head, PATH, {"activation_checkpoint"})
+    assert problem is not None and "not the levers of this step" in problem
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH", "PATH", "BASH_ENV", "PYTHONSTARTUP", "omp_num_threads"])
+def test_a_recipe_cannot_set_a_variable_that_changes_what_code_runs(name: str) -> None:
+    text = BASE.replace("OMP_NUM_THREADS:", f"{name}: x\n  OMP_NUM_THREADS:")
+    with pytest.raises(RecipeError, match=f"{name}: not an allowed variable"):
+        parse_recipe_text(text, PATH)
+
+
+def test_check_trial_refuses_a_step_branch_whose_recipe_was_edited_beyond_its_lever(contract) -> None:
+    from fake_github import FakeGitHub
+    from forge_helpers import TOKEN
+
+    from bot.forge.base import StepRequest
+    from bot.forge.github import GitHubForge
+    from bot.github.check_trial import check_trial
+
+    gh = FakeGitHub(contract).start()
+    try:
+        gh.seed({PATH: BASE})
+        forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
+                            bot_login=gh.actor)
+        ref = forge.open_step(StepRequest(campaign="c1", n=1, recipe_path=PATH, lever="training.local_batch_size", value="2",
+                                          title="attune step 1", body="step"))
+        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", runner_labels='["gpu"]')
+        assert reason == "ok" and "ok=true" in lines
+        pushed = gh.seed({PATH: gh.file(PATH, ref.branch).replace('GOMP_SPINCOUNT: "10000"', 'GOMP_SPINCOUNT: "1"')},
+                         "a person's edit", branch=ref.branch)
+        lines, reason = check_trial(forge, pr=ref.number, sha=pushed, campaign="c1", runner_labels='["gpu"]')
+        assert "ok=false" in lines and "env differs" in reason
+    finally:
+        gh.stop()
+    gh.assert_contract_kept()
