@@ -19,7 +19,7 @@ def put(repo: Path, name: str, tps: float, *, gate: str | None = "passed", simul
     rec = make_record(RECIPE, outcome, tps, 0.01, simulated=simulated, run_id=name)
     data = json.loads(rec.model_dump_json())
     data.update(hardware=hardware, usd_per_device_hour=usd)
-    data["launch"]["world_size"] = devices
+    data["launch"].update(world_size=devices, devices_per_node=devices)
     if gate is not None:
         data.update(gate=gate, baseline_tps=baseline)
     path = repo / "results" / "llama3-tiny" / hardware / f"{name}.json"
@@ -63,3 +63,49 @@ def test_an_empty_board_and_regenerate(tmp_path: Path) -> None:
     path, text = regenerate(tmp_path)
     assert path == tmp_path / "leaderboard.md" and path.read_text() == text
     assert "No measured result has landed yet." in text and "simulated" in text.lower()
+
+
+def test_the_launch_shape_is_part_of_the_key_and_moe_models_come_first(tmp_path: Path) -> None:
+    two_ranks = put(tmp_path, "two-ranks", 900.0, devices=2)
+    two_nodes = put(tmp_path, "two-nodes", 800.0, devices=2)
+    data = json.loads(two_nodes.read_text())
+    data["launch"].update(nodes=2, devices_per_node=1, launcher="slurm")
+    two_nodes.write_text(json.dumps(data))
+    moe = put(tmp_path, "moe", 50.0, hardware="h100-sxm-80gb")
+    data = json.loads(moe.read_text())
+    data.update(model="mixtral-8x22b")
+    moe.write_text(json.dumps(data))
+    rows = collect(tmp_path)
+    assert rows[0]["model"] == "mixtral-8x22b" and rows[0]["moe"]  # MoE first
+    shapes = sorted((r["nodes"], r["devices_per_node"], r["tps_per_device"]) for r in rows if r["devices"] == 2)
+    assert shapes == [(1, 2, 900.0), (2, 1, 800.0)]  # a 2-rank and a 2-node result do not collide
+    assert two_ranks.name in {Path(r["record"]).name for r in rows}
+    text = render(rows)
+    assert "mixtral-8x22b (MoE)" in text and "(2 nodes × 1)" in text and "(1 node × 2)" in text
+
+
+def test_the_columns_people_trust_are_there_and_mfu_only_with_a_known_peak(tmp_path: Path) -> None:
+    cpu = put(tmp_path, "cpu", 1300.0)
+    data = json.loads(cpu.read_text())
+    data["summary"]["mfu"] = 0.01  # torchtitan's figure against an unknown CPU peak: not shown
+    data["levers"].update({"parallelism.tensor_parallel_degree": 2, "parallelism.enable_sequence_parallel": True,
+                           "activation_checkpoint": "selective", "compile.enable": True})
+    data.update(campaign="c1", step=3)
+    for i, s in enumerate(data["steps"]):
+        s["tflops"] = 1.0 + i
+    cpu.write_text(json.dumps(data))
+    gpu = put(tmp_path, "gpu", 20_000.0, hardware="h100-sxm-80gb", usd=2.5)
+    data = json.loads(gpu.read_text())
+    data["summary"]["mfu"] = 41.5
+    data["stack"].update(device_family="cuda", cuda="12.8", driver="570.1", device_name="NVIDIA H100")
+    gpu.write_text(json.dumps(data))
+    rows = {r["hardware"]: r for r in collect(tmp_path)}
+    assert rows["cpu"]["mfu"] is None and rows["h100-sxm-80gb"]["mfu"] == pytest.approx(41.5)
+    assert rows["cpu"]["layout"].startswith("FSDP") and "TP 2 +SP" in rows["cpu"]["layout"]
+    assert rows["cpu"]["recompute"] == "selective" and rows["cpu"]["compile"] is True
+    assert rows["cpu"]["gbs"] == RECIPE.pinned["training.global_batch_size"] and rows["cpu"]["seq"] == RECIPE.pinned["training.seq_len"]
+    assert rows["cpu"]["tflops"] is not None and rows["cpu"]["gate"] == "campaigns/c1/step-3/report.md"
+    text = render(list(rows.values()))
+    for column in ("precision", "GBS", "MBS", "seq", "layout", "recompute", "compile", "model TFLOP/s/device", "MFU", "gate", "stack"):
+        assert column in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if line.startswith("| model"))]
+    assert "41.5%" in text and "CUDA 12.8, driver 570.1" in text and "[passed](campaigns/c1/step-3/report.md)" in text
