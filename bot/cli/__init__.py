@@ -30,8 +30,15 @@ __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REJECT", "EXIT_USAGE", "UsageError", 
 GROUPS = (run, recipe, gate, campaign, leaderboard, lessons, bench, sim, github)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line, like every other user error (exit 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="attune", description="Tune a torchtitan recipe for throughput, one lever at a time, behind a correctness gate.")
+    p = Parser(prog="attune", description="Tune a torchtitan recipe for throughput, one lever at a time, behind a correctness gate.")
     sub = p.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.register(sub)

@@ -44,6 +44,8 @@ def _run_job_wall(forge: Any, run_id: str) -> float | None:
 def cmd_handle(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
+    from bot.forge.github import GitHubForgeError
+
     from bot.github import trial_results
 
     try:
@@ -71,7 +73,9 @@ def cmd_handle(args: argparse.Namespace) -> int:
         except EventError as exc:
             return _fail(str(exc))
     except (KeyError, TypeError, ValidationError) as exc:
-        return _fail(f"bad payload: {exc!r}")
+        return _fail(f"bad payload: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}")
+    except (GitHubForgeError, ValueError) as exc:  # no token or repository, no campaign where the event says one is
+        return _fail(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
     return 0
 
 

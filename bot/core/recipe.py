@@ -253,6 +253,10 @@ def set_lever(path: str | Path, lever: str, value: Scalar | str) -> Scalar:
         text = p.read_text()
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read recipe: {exc.strerror or exc}") from None
+    pinned = parse_recipe_text(text, str(p)).pinned
+    if lever in pinned or lever in PIN_ALIASES:
+        raise RecipeError(f"{p}: pinned.{lever}: part of the objective (what is trained), not a lever; a campaign never "
+                          "changes it — edit pinned: by hand if you mean to train something else")
     new_text = set_lever_text(text, lever, value, source=str(p))
     if new_text != text:
         atomic_write_text(p, new_text)

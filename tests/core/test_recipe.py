@@ -252,3 +252,14 @@ def test_with_lever_parses_the_value() -> None:
     recipe = parse_recipe_text(BASE)
     assert recipe.with_lever("compile.enable", "on").levers["compile.enable"] is True
     assert recipe.levers["compile.enable"] is False, "with_lever returns a copy"
+
+
+def test_recipe_set_on_a_pinned_key_says_it_is_part_of_the_objective(tmp_path: Path) -> None:
+    from bot.core.recipe import RecipeError, set_lever
+
+    path = tmp_path / "cpu.yaml"
+    path.write_text((Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml").read_text())
+    before = path.read_text()
+    with pytest.raises(RecipeError, match="pinned.training.seq_len: part of the objective"):
+        set_lever(path, "training.seq_len", "64")
+    assert path.read_text() == before
