@@ -45,7 +45,6 @@ def cmd_handle(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from bot.forge.github import GitHubForgeError
-
     from bot.github import trial_results
 
     try:
