@@ -1,4 +1,5 @@
-"""Markdown and terminal text for runs, steps and campaigns."""
+"""Markdown and terminal text for runs, steps and campaigns: one renderer for PR comments, local step reports and
+``attune campaign show``."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def render_run_summary(record: RunRecord, path: str | None = None) -> str:
         ["loss first → last", f"{_fmt(s.loss_first, '.4f')} → {_fmt(s.loss_last, '.4f')}"],
         ["tokens/s per device (median)", f"{_fmt(s.tps_median)}  (CV {_fmt((s.tps_cv or 0) * 100, '.1f')}%)"],
         ["step time (median)", f"{_fmt(s.step_time_median_s, '.3f')} s"],
-        ["MFU", _fmt(s.mfu, ".2f") + ("%" if s.mfu is not None else "")],
+        ["MFU", _fmt(s.mfu, ".2f") + "%" if s.mfu is not None and record.stack.device_family in PEAK_KNOWN else "— (device peak unknown)"],
         ["peak memory", f"{_fmt(s.peak_memory_gib, '.2f')} GiB"],
         ["wall / start-up", f"{s.wall_s:.1f} s / {_fmt(s.startup_s, '.1f')} s"],
         ["device-hours", f"{s.device_hours:.5f}"],
@@ -35,7 +36,8 @@ def render_run_summary(record: RunRecord, path: str | None = None) -> str:
     return f"run {record.run_id}{label}: {record.recipe_id}\n" + tabulate(rows, tablefmt="simple")
 
 
-MAX_REPORT = 60_000
+MAX_REPORT = 60_000  # GitHub holds 65,536 characters in a comment
+PEAK_KNOWN = ("cuda", "rocm", "sim")  # device families with a known peak FLOP/s: MFU is shown only there
 MAX_POINTS = 40  # points of a loss curve in a report (chart and table show the same ones)
 
 
@@ -76,46 +78,122 @@ def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
     return chart + "\n\n" + table
 
 
+def _gate_line(v) -> str:
+    if v is None:
+        return "not reached"
+    head = f"**{v.verdict}** (tier {v.tier})"
+    return head if v.ok else f"{head}: {v.reasons[0][:200] if v.reasons else 'rejected'}"
+
+
+def _estimate(state, step) -> str:
+    """The candidate against the incumbent, with the uncertainty it was measured in."""
+    trial = next((r for r in step.runs if r.kind == "trial"), None)
+    if trial is None or trial.tps is None:
+        return "not measured"
+    band = state.band.band if state.band else None
+    confirms = [r for r in step.runs if r.kind == "confirm" and r.tps]
+    inc = _incumbent_before(state, step.n)
+    text = f"incumbent {_fmt(inc)} → candidate {_fmt(trial.tps)} tokens/s/device"
+    if step.gain is not None:
+        text += f": **{step.gain:+.1%}**" + (f" ± {band:.1%} (noise band)" if band is not None else "")
+    if confirms:
+        text += "; re-measured " + ", ".join(_fmt(r.tps) + ("" if r.reference_tps is None else f" (A/B incumbent {_fmt(r.reference_tps)})")
+                                             for r in confirms)
+    return text
+
+
+def _incumbent_before(state, n: int) -> float | None:
+    """The incumbent step ``n`` was measured against: the last step kept before it, else the baseline."""
+    kept = [s for s in state.steps if s.kept and s.n < n]
+    if kept:
+        from bot.core.state import confirmed_tps
+
+        return confirmed_tps(kept[-1])
+    return state.baseline_tps
+
+
+def _config_changes(v) -> str:
+    """The config gate's changed fields whose effect changed (a field that only stops applying is counted, not listed)."""
+    check = next((c for c in v.checks if c.name == "tiers"), None) if v is not None else None
+    changed = list((check.evidence.get("changed") if check else None) or [])
+    shown = [c for c in changed if isinstance(c, dict) and "<absent>" not in (str(c.get("before")), str(c.get("after")))]
+    if not shown:
+        return ""
+    rows = [[f"`{c.get('field')}`", f"`{c.get('before')}`", f"`{c.get('after')}`", c.get("tier", ""), f"`{c.get('rule', '')}`",
+             f"[source]({c['source']})" if c.get("source") else "—"] for c in shown[:40]]
+    hidden = len(changed) - len(shown)
+    table = tabulate(rows, headers=["field", "before", "after", "tier", "rule", "source"], tablefmt="github", disable_numparse=True)
+    return table + (f"\n\n{hidden} sub-field(s) no longer apply (absent in one of the configs) and are not listed." if hidden else "")
+
+
+def _defects(v) -> str:
+    check = next((c for c in v.checks if c.name == "defects"), None) if v is not None else None
+    if check is None:
+        return ""
+    fired = check.evidence.get("fired") or []
+    unchecked = check.evidence.get("unchecked") or {}
+    lines = [f"- fired: `{f}`" for f in fired] or ["- none fired"]
+    if unchecked:
+        lines.append(f"- could not be checked ({len(unchecked)}): " + ", ".join(f"`{k}` (needs {', '.join(map(str, needs))})"
+                                                                             for k, needs in list(unchecked.items())[:12]))
+    return "\n".join(lines)
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>" if body else ""
+
+
 def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord | None) -> str:
-    """A step's report (PR body / comment): change, why, gate evidence, throughput, loss curve."""
+    """A step's report (PR body, PR comment, local step report): first the one-screen summary a reviewer decides
+    from (decision and why, the throughput estimate with its uncertainty, the change and the lessons behind it, the
+    gate per stage, the cost so far), then the loss chart and its table, then the evidence folded away (the config
+    gate's changed fields, the defect rules, the convergence statistics, the diagnosis, the run facts)."""
     ch = step.change
     sim = " — SIMULATED" if trial is not None and trial.simulated else ""
-    band = state.band.band if state.band else None
-    tps = trial.summary.tps_median if trial else None
+    conv = step.verdict if step.verdict is not None and step.verdict.stage == "convergence" else None
+    step_cost = sum(r.device_hours for r in step.runs)
     rows = [
-        ["change", f"`{ch.lever}`: `{ch.before}` → `{ch.after}`" + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")],
-        ["decided by", ch.policy + (f"; lessons: {', '.join(ch.lessons)}" if ch.lessons else "")],
-        ["stacked on", f"step {step.stacked_on}" if step.stacked_on else "—"],
-        ["trial outcome", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"),
-                               "not run: an enabler (the change it enables is stacked on it and measured)" if step.change.enabler
-                               else "not run yet")],
-        ["tokens/s per device", f"{_fmt(tps)} vs incumbent {_fmt(state.incumbent_tps)}"],
-        ["gain", "—" if step.gain is None else f"{step.gain:+.1%} (noise band {band:.1%})" if band is not None else f"{step.gain:+.1%}"],
-        ["re-measured", ", ".join(_fmt(r.tps) + ("" if r.reference_tps is None else f" (A/B: incumbent re-measured {_fmt(r.reference_tps)})")
-                                  for r in step.runs if r.kind == "confirm") or "—"],
         ["decision", _decision(step)],
+        ["throughput", _estimate(state, step)],
+        ["change", f"`{ch.lever}`: `{ch.before}` → `{ch.after}`" + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")
+         + (f", stacked on step {step.stacked_on}" if step.stacked_on else "")],
+        ["proposed by", ch.policy + (f"; lessons: {', '.join(ch.lessons)}" if ch.lessons else "")],
+        ["gate: config", _gate_line(step.config_verdict)],
+        ["gate: convergence", _gate_line(conv) if conv is not None else ("not needed (tier B: bit-identical)" if step.config_verdict is not None
+                                                                        and step.config_verdict.ok and not step.config_verdict.requires_convergence
+                                                                        else "not reached")],
+        ["trial", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"),
+                       "not run: an enabler (the change it enables is stacked on it and measured)" if ch.enabler else "not run yet")],
+        ["cost", f"this step {step_cost:.4f} device-hours; campaign {state.spent:.4f} of {state.budget:.4f}"],
     ]
     parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]
-    for v in (step.config_verdict, step.verdict if step.verdict is not None and step.verdict.stage == "convergence" else None):
+    chart = _loss_chart(baseline, trial) if trial is not None else ""
+    if chart:
+        parts.append("### Loss curve\n" + chart)
+    evidence = []
+    for v in (step.config_verdict, conv):
         if v is None:
             continue
-        parts.append(f"### Gate ({v.stage}): **{v.verdict}** (tier {v.tier})")
-        parts += [f"- {r}" for r in v.reasons[:20]]
+        body = [f"- {r}" for r in v.reasons[:20] if not r.startswith("changed: ")]
+        if v.stage == "config":
+            body += [_config_changes(v), "**Defect rules**\n\n" + _defects(v) if _defects(v) else ""]
         for c in v.checks[:10]:
+            if v.stage == "config" and c.name in ("tiers", "defects"):
+                continue
             ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
-            parts.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev}" if ev else ""))
+            body.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev[:600]}" if ev else ""))
+        evidence.append(_details(f"Gate ({v.stage}): {v.verdict} (tier {v.tier})", "\n\n".join(x for x in body if x)))
     if trial is not None:
-        parts.append(render_diagnosis(trial))
-        parts.append("### Run\n" + render_run_summary(trial).replace("\n", "\n    "))
-        chart = _loss_chart(baseline, trial)
-        if chart:
-            parts.append("### Loss curve\n" + chart)
+        evidence.append(_details("Diagnosis", render_diagnosis(trial)))
+        evidence.append(_details("Run facts", "```\n" + render_run_summary(trial) + "\n```"))
+    parts += [e for e in evidence if e]
     text = "\n\n".join(parts) + "\n"
     if len(text) <= MAX_REPORT:
         return text
-    cut = text[: MAX_REPORT - 40]
+    cut = text[: MAX_REPORT - 60]
     if cut.count("```") % 2:  # cut inside a code block: close it, or the rest of the comment renders as code
         cut += "\n```"
+    cut += "\n</details>" * max(0, cut.count("<details>") - cut.count("</details>"))
     return cut + "\n\n…(truncated)\n"
 
 
@@ -173,7 +251,7 @@ def render_diagnosis(record: RunRecord) -> str:
     d = diagnose(record)
     rows = [["outcome", d.outcome + (f" — {d.reason[:200]}" if d.reason else "")],
             ["tokens/s per device", "—" if d.tps is None else f"{d.tps:,.0f}" + ("" if d.tps_cv is None else f" (CV {d.tps_cv:.1%})")],
-            ["MFU", "—" if d.mfu is None else f"{d.mfu:.2f}%"],
+            ["MFU", f"{d.mfu:.2f}%" if d.mfu is not None and record.stack.device_family in PEAK_KNOWN else "— (device peak unknown)"],
             ["step time", "—" if d.step_time_s is None else f"{d.step_time_s:.3f} s"],
             ["memory", "—" if d.peak_memory_gib is None else f"{d.peak_memory_gib:.2f} GiB peak"
              + ("" if d.mem_headroom_frac is None else f", headroom {d.mem_headroom_frac:.0%} of {d.memory_capacity_gib:.1f} GiB")]]

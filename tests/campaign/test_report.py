@@ -81,7 +81,8 @@ def test_a_config_rejection_is_reported_once_even_after_a_reload() -> None:
     step = state.step(3)
     assert step.config_verdict is not None and step.config_verdict.verdict == "reject"
     report = render_step_report(state, step, None, None)
-    assert report.count("### Gate (config): **reject**") == 1 and "### Gate (convergence)" not in report
+    assert report.count("<summary>Gate (config): reject") == 1 and "<summary>Gate (convergence)" not in report
+    assert "| gate: config" in report and "**reject**" in report
 
 
 def test_the_campaign_summary_lists_every_step() -> None:
@@ -123,14 +124,65 @@ def test_a_step_report_shows_the_diagnosis_the_policies_used() -> None:
     base, cand = curves(12)
     sim = cand.model_copy(update={"simulated": True, "breakdown": {"compute_s": 6.0, "exposed_comm_s": 3.0, "bubble_s": 1.0}})
     report = render_step_report(state, state.step(1), sim, base)
-    section = report.split("### Diagnosis", 1)[1].split("###", 1)[0]
+    section = report.split("<summary>Diagnosis</summary>", 1)[1].split("</details>", 1)[0]
     rows = {cells[0]: cells[1] for line in section.splitlines() if line.startswith("| ")
             for cells in [[c.strip() for c in line.strip("|").split("|")]]}
     assert rows["tokens/s per device"] == "1,300 (CV 1.0%)"
     assert rows["step-time breakdown (SIMULATED)"] == "compute 60%, exposed_comm 30%, bubble 10%"
-    assert "### Diagnosis" not in render_step_report(state, state.step(1), None, base)  # nothing measured, nothing diagnosed
+    assert "Diagnosis" not in render_step_report(state, state.step(1), None, base)  # nothing measured, nothing diagnosed
 
 
 def test_the_campaign_summary_names_the_gate_loss_band() -> None:
     state = campaign().model_copy(update={"calibrated": True, "calibration_note": "loss band calibrated on 4 runs (…)"})
     assert "| gate loss band" in render_campaign_summary(state) and "calibrated on 4 runs" in render_campaign_summary(state)
+
+
+def test_the_report_opens_with_the_one_screen_summary_then_the_chart_then_folded_evidence() -> None:
+    from bot.campaign.gating import config_gate
+    from bot.core.recipe import set_lever_text
+
+    state = campaign()
+    step = state.step(1).model_copy(deep=True)
+    text = recipe_text()
+    step.config_verdict = config_gate(parse_recipe_text(text), parse_recipe_text(set_lever_text(text, "activation_checkpoint", "none", source="r")))
+    base, cand = curves(12)
+    report = render_step_report(state, step, cand, base)
+    summary = report.split("**Why:**", 1)[0]
+    for row in ("| decision", "| throughput", "| change", "| proposed by", "| gate: config", "| gate: convergence", "| cost"):
+        assert row in summary, row
+    assert "incumbent 1,005 → candidate 1,300" in summary and "± 5.0% (noise band)" in summary
+    assert report.index("**Why:**") < report.index("```mermaid") < report.index("<details>")
+    assert "Traceback" not in report and "{'field'" not in report  # no raw Python dicts
+    config = report.split("<summary>Gate (config)", 1)[1].split("</details>", 1)[0]
+    mode = next(line for line in config.splitlines() if "`activation_checkpoint.mode`" in line)
+    assert [c.strip() for c in mode.strip("|").split("|")][:5] == ["`activation_checkpoint.mode`", "`full`", "`none`", "B", "`activation_checkpoint*`"]
+    assert "activation_checkpoint.debug" not in config and "no longer apply" in config  # effect unchanged: counted, not listed
+    assert "[source](https://" in config
+    assert "Defect rules" in config and "could not be checked" in config
+
+
+def test_mfu_is_shown_only_where_the_device_peak_is_known() -> None:
+    cpu = make_record(RECIPE, "ok", 1000.0, 0.01)
+    cpu.summary.mfu = 0.01
+    assert "device peak unknown" in render_run_summary(cpu) and "0.01%" not in render_run_summary(cpu)
+    gpu = cpu.model_copy(update={"stack": cpu.stack.model_copy(update={"device_family": "cuda"})})
+    assert "0.01%" in render_run_summary(gpu)
+
+
+def test_every_mermaid_chart_the_bot_emits_parses_with_mermaid_itself() -> None:
+    from mermaid_check import parse_all
+
+    state = campaign()
+    charts = []
+    for n in (2, 12, 20_000):
+        base, cand = curves(n)
+        for step in state.steps:
+            charts += re.findall(r"```mermaid\n(.*?)```", render_step_report(state, step, cand, base), re.S)
+    flat = make_record(RECIPE, "ok", 1000.0, 0.01, losses=[float("1e-9")] * 5)
+    charts += re.findall(r"```mermaid\n(.*?)```", render_step_report(state, state.step(1), flat, flat), re.S)
+    assert len(charts) >= 4 and all(c.startswith("xychart-beta") for c in charts)
+    results = parse_all(charts)
+    assert [r for r in results if not r["ok"]] == []
+    assert {r["type"] for r in results} == {"xychart"}
+    broken = parse_all(["xychart-beta\n    x-axis [1, 2\n    line [1"])  # and the check can fail
+    assert broken[0]["ok"] is False
