@@ -154,6 +154,7 @@ class DispatchAnswerer:
                 rc = main(argv)
             if rc not in (0, 3):  # 3: the run failed (oom, invalid, timeout) -- still a record for the report job
                 raise AssertionError(f"attune {' '.join(argv)} exited {rc}")
+            self._as_checked_out(out / "record.json", sha)
             return
         # cmd_run's call, with the caller's runner object
         from bot.core.recipe import load_recipe
@@ -166,8 +167,18 @@ class DispatchAnswerer:
             extra["max_wall_s"] = limits["max_wall_s"]
         if "stop_below_tps" in limits:
             extra["early_stop"] = EarlyStop(below_tps=limits["stop_below_tps"], after_steps=3)  # --stop-after default
-        record = self.runner.run(recipe, steps=recipe.bench.steps, out_dir=out, recipe_path=recipe_path, **extra)
-        write_record(record, out / "record.json")
+        record = self.runner.run(recipe, steps=recipe.bench.steps, out_dir=out, recipe_path=str(root / recipe_path), **extra)
+        write_record(record.model_copy(update={"recipe_path": recipe_path}), out / "record.json")
+        self._as_checked_out(out / "record.json", sha)
+
+    @staticmethod
+    def _as_checked_out(path: Path, sha: str) -> None:
+        """The record's commit as the runner's checkout of exactly ``sha`` gives it (this stand-in checkout is not a git
+        repository; the report job checks the commit against the dispatched sha)."""
+        from bot.core.records import RunRecord, write_record
+
+        record = RunRecord.model_validate_json(path.read_text())
+        write_record(record.model_copy(update={"git_commit": sha}), path)
 
     def _calibrate(self, inputs: dict[str, str], out: Path) -> None:
         """``attune github calibrate`` on the records branch (real recipes; a simulated one is never dispatched)."""

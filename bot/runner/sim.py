@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bot.core.recipe import Recipe
 from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
-from bot.runner.base import EarlyStop, early_stop_reason, new_run_id, summarize
+from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, summarize
 
 SIM_STARTUP_S = 240.0  # launch, init, checkpoint load and compile on a large cluster (modelled)
 
@@ -69,9 +69,12 @@ class SimRunner:
                             memory_capacity_gib=res.memory_capacity_gib)
         if outcome == "oom":
             summary.peak_memory_gib = res.peak_memory_gib
-        text = recipe_text or recipe.model_dump_json()
+        # the recipe file's own text, as the local runner hashes it (the report job checks the hash against the file)
+        text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path and Path(recipe_path).is_file()
+                                                            else recipe.model_dump_json())
         return RunRecord(
             run_id=new_run_id(), recipe_id=recipe.name, recipe_path=recipe_path, recipe_hash=content_hash(text),
+            git_commit=git_commit(Path(recipe_path).resolve().parent) if recipe_path and Path(recipe_path).is_file() else None,
             model=recipe.workload.model, hardware=c.hardware, levers=recipe.levers, pinned=recipe.pinned,
             stack=StackFingerprint(python="-", torch="simulated", torchtitan="0.3.0", device_name=c.hardware, device_family="sim"),
             launch=LaunchShape(launcher="sim", nodes=c.nodes, devices_per_node=c.devices_per_node, world_size=recipe.devices),
