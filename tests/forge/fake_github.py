@@ -152,6 +152,8 @@ class FakeGitHub:
         self.permissions: dict[str, str] = {owner: "admin", actor: "write"}
         self.workflows: set[str] = set()
         self.dispatches: list[dict[str, Any]] = []
+        # workflow run id -> its jobs' timings, as whoever runs the workflow records them (record_job)
+        self.jobs: dict[int, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []
         self.violations: list[str] = []
         self._hooks: dict[str, list[Callable[[FakeGitHub], None]]] = {}
@@ -244,6 +246,17 @@ class FakeGitHub:
             self._now(),
         )
         return number
+
+    def record_job(self, run_id: int, name: str, *, started_at: str, completed_at: str | None = None,
+                   conclusion: str | None = None, workflow: str = "", head_sha: str | None = None) -> None:
+        """A job of workflow run ``run_id`` started (``completed_at`` None) or finished; served by list-jobs."""
+        jobs = self.jobs.setdefault(run_id, [])
+        job = next((j for j in jobs if j["name"] == name), None)
+        if job is None:
+            job = {"name": name, "started_at": started_at, "workflow": workflow,
+                   "head_sha": head_sha or self.refs[f"heads/{self.default_branch}"]}
+            jobs.append(job)
+        job.update(completed_at=completed_at, conclusion=conclusion)
 
     def file(self, path: str, ref: str | None = None) -> str | None:
         """A file's text on a branch or commit, or None."""
@@ -964,6 +977,41 @@ class FakeGitHub:
         permission = {"maintain": "write", "triage": "read"}.get(role, role)
         user = self._user(login) | {"role_name": role}
         return 200, {"permission": permission, "role_name": role, "user": user}
+
+    def _op_actions_list_jobs_for_workflow_run(
+        self, params: dict[str, str], query: dict[str, list[str]], body: Any
+    ) -> Any:
+        run_id = int(params["run_id"])
+        if run_id not in self.jobs:
+            raise HTTPError(404, "Not Found")
+        template = self.contract.example("job-paginated")["jobs"][0]
+        found = []
+        for i, job in enumerate(self.jobs[run_id]):
+            obj = self._rewrite(template)
+            job_id = run_id * 1000 + i + 1
+            obj.update(
+                id=job_id,
+                node_id=f"J_{job_id}",
+                run_id=run_id,
+                run_url=self._api(f"/actions/runs/{run_id}"),
+                url=self._api(f"/actions/jobs/{job_id}"),
+                html_url=f"{WEB_HOST}/{self.full_name}/actions/runs/{run_id}/job/{job_id}",
+                check_run_url=self._api(f"/check-runs/{job_id}"),
+                head_sha=job["head_sha"],
+                head_branch=self.default_branch,
+                workflow_name=job["workflow"],
+                name=job["name"],
+                status="completed" if job["completed_at"] else "in_progress",
+                conclusion=job["conclusion"] if job["completed_at"] else None,
+                created_at=job["started_at"],
+                started_at=job["started_at"],
+                completed_at=job["completed_at"],
+                steps=[],
+                labels=[],
+            )
+            found.append(obj)
+        status, chunk, headers = self._page(found, query, f"/repos/{self.full_name}/actions/runs/{run_id}/jobs")
+        return status, {"total_count": len(found), "jobs": chunk}, headers
 
     def _op_actions_create_workflow_dispatch(
         self, params: dict[str, str], query: Any, body: dict[str, Any]
