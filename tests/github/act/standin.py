@@ -42,8 +42,12 @@ def _log():
     bot = sys.modules.get("bot")
     if bot is None:
         return
+    from importlib.metadata import distribution
+
+    dist = distribution("attune")
     with open({log!r}, "a") as fh:
-        fh.write(json.dumps({{"argv": sys.argv, "bot": bot.__file__, "prefix": sys.prefix,
+        fh.write(json.dumps({{"argv": sys.argv, "bot": bot.__file__, "prefix": sys.prefix, "dist": str(dist.locate_file("")),
+                              "direct_url": json.loads(dist.read_text("direct_url.json") or "{{}}"),
                               "run_id": os.environ.get("GITHUB_RUN_ID"), "job": os.environ.get("GITHUB_JOB")}}) + "\\n")
 
 
