@@ -176,7 +176,8 @@ class GitHubForge:
         """A forge for the repository of the running workflow (``GITHUB_REPOSITORY``, ``GITHUB_API_URL``).
 
         The token is ``ATTUNE_GITHUB_TOKEN`` (a GitHub App token) or else ``GITHUB_TOKEN``; the run's URL becomes
-        the status link. The bot's own login (whose marker comments it trusts) is ``ATTUNE_BOT_LOGIN`` (the App's
+        the status link. ``ATTUNE_GITHUB_PACING=0`` drops PyGithub's pauses between calls (for a server without
+        GitHub's secondary rate limits, e.g. a test fake; never needed against api.github.com). The bot's own login (whose marker comments it trusts) is ``ATTUNE_BOT_LOGIN`` (the App's
         ``<slug>[bot]``), else, inside GitHub Actions with ``GITHUB_TOKEN``, ``github-actions[bot]``.
         """
         env = os.environ if env is None else env
@@ -189,6 +190,9 @@ class GitHubForge:
             run_url = f"{env['GITHUB_SERVER_URL']}/{repo}/actions/runs/{env['GITHUB_RUN_ID']}"
         kwargs.setdefault("base_url", env.get("GITHUB_API_URL", "https://api.github.com"))
         kwargs.setdefault("run_url", run_url)
+        if env.get("ATTUNE_GITHUB_PACING") == "0":  # no pause between calls (GitHub's own API wants the pacing)
+            kwargs.setdefault("seconds_between_requests", None)
+            kwargs.setdefault("seconds_between_writes", None)
         if env.get("ATTUNE_BOT_LOGIN"):
             kwargs.setdefault("bot_login", env["ATTUNE_BOT_LOGIN"])
         elif env.get("GITHUB_ACTIONS") == "true" and not env.get("ATTUNE_GITHUB_TOKEN"):

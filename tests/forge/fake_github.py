@@ -152,7 +152,8 @@ class FakeGitHub:
         self.permissions: dict[str, str] = {owner: "admin", actor: "write"}
         self.workflows: set[str] = set()
         self.dispatches: list[dict[str, Any]] = []
-        self.jobs: dict[int, list[tuple[str, str, str]]] = {}  # workflow run id -> [(job name, started, completed)]
+        # workflow run id -> its jobs' timings, as whoever runs the workflow records them (record_job)
+        self.jobs: dict[int, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []
         self.violations: list[str] = []
         self._hooks: dict[str, list[Callable[[FakeGitHub], None]]] = {}
@@ -245,6 +246,17 @@ class FakeGitHub:
             self._now(),
         )
         return number
+
+    def record_job(self, run_id: int, name: str, *, started_at: str, completed_at: str | None = None,
+                   conclusion: str | None = None, workflow: str = "", head_sha: str | None = None) -> None:
+        """A job of workflow run ``run_id`` started (``completed_at`` None) or finished; served by list-jobs."""
+        jobs = self.jobs.setdefault(run_id, [])
+        job = next((j for j in jobs if j["name"] == name), None)
+        if job is None:
+            job = {"name": name, "started_at": started_at, "workflow": workflow,
+                   "head_sha": head_sha or self.refs[f"heads/{self.default_branch}"]}
+            jobs.append(job)
+        job.update(completed_at=completed_at, conclusion=conclusion)
 
     def file(self, path: str, ref: str | None = None) -> str | None:
         """A file's text on a branch or commit, or None."""
@@ -966,6 +978,39 @@ class FakeGitHub:
         user = self._user(login) | {"role_name": role}
         return 200, {"permission": permission, "role_name": role, "user": user}
 
+    def _op_actions_list_jobs_for_workflow_run(
+        self, params: dict[str, str], query: dict[str, list[str]], body: Any
+    ) -> Any:
+        run_id = int(params["run_id"])  # a run nobody recorded has no jobs (the description documents no 404)
+        template = self.contract.example("job-paginated")["jobs"][0]
+        found = []
+        for i, job in enumerate(self.jobs.get(run_id, [])):
+            obj = self._rewrite(template)
+            job_id = run_id * 1000 + i + 1
+            obj.update(
+                id=job_id,
+                node_id=f"J_{job_id}",
+                run_id=run_id,
+                run_url=self._api(f"/actions/runs/{run_id}"),
+                url=self._api(f"/actions/jobs/{job_id}"),
+                html_url=f"{WEB_HOST}/{self.full_name}/actions/runs/{run_id}/job/{job_id}",
+                check_run_url=self._api(f"/check-runs/{job_id}"),
+                head_sha=job["head_sha"],
+                head_branch=self.default_branch,
+                workflow_name=job["workflow"],
+                name=job["name"],
+                status="completed" if job["completed_at"] else "in_progress",
+                conclusion=job["conclusion"] if job["completed_at"] else None,
+                created_at=job["started_at"],
+                started_at=job["started_at"],
+                completed_at=job["completed_at"],
+                steps=[],
+                labels=[],
+            )
+            found.append(obj)
+        status, chunk, headers = self._page(found, query, f"/repos/{self.full_name}/actions/runs/{run_id}/jobs")
+        return status, {"total_count": len(found), "jobs": chunk}, headers
+
     def _op_actions_create_workflow_dispatch(
         self, params: dict[str, str], query: Any, body: dict[str, Any]
     ) -> Any:
@@ -978,19 +1023,3 @@ class FakeGitHub:
             {"workflow": workflow, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})}
         )
         return 204, None
-
-    # -- actions: job timings (a test sets ``jobs[run_id]``) -----------------------------------------------
-
-    def _op_actions_list_jobs_for_workflow_run(self, params: dict[str, str], query: Any, body: Any) -> Any:
-        run_id = int(params["run_id"])  # a run the test did not set has no jobs (the description documents no 404)
-        base = f"https://api.github.com/repos/{self.full_name}/actions"
-        jobs = [{"id": run_id * 100 + i, "node_id": f"J{run_id}_{i}", "run_id": run_id, "run_url": f"{base}/runs/{run_id}",
-                 "head_sha": self.refs[f"heads/{self.default_branch}"], "workflow_name": "trial", "head_branch": self.default_branch,
-                 "name": name, "url": f"{base}/jobs/{run_id * 100 + i}", "html_url": None, "status": "completed",
-                 "conclusion": "success", "started_at": started, "completed_at": completed,
-                 "check_run_url": f"https://api.github.com/repos/{self.full_name}/check-runs/{run_id * 100 + i}",
-                 "labels": ["self-hosted"], "runner_id": 1, "runner_name": "gpu-1", "runner_group_id": 1,
-                 "runner_group_name": "Default", "created_at": started, "steps": []}
-                for i, (name, started, completed) in enumerate(self.jobs.get(run_id, []))]
-        return 200, {"total_count": len(jobs), "jobs": jobs}
-

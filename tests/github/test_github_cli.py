@@ -125,8 +125,8 @@ def test_the_report_job_reads_the_run_jobs_wall_time_from_the_actions_api(gh) ->
     from bot.forge.github import GitHubForge
 
     forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None)
-    gh.jobs[77] = [("check", "2026-01-01T00:00:00Z", "2026-01-01T00:00:20Z"),
-                   (RUN_JOB, "2026-01-01T00:00:30Z", "2026-01-01T00:10:30Z")]
+    gh.record_job(77, "check", started_at="2026-01-01T00:00:00Z", completed_at="2026-01-01T00:00:20Z", conclusion="success")
+    gh.record_job(77, RUN_JOB, started_at="2026-01-01T00:00:30Z", completed_at="2026-01-01T00:10:30Z", conclusion="success")
     assert _run_job_wall(forge, "77") == 600.0
     assert _run_job_wall(forge, "78") is None  # no such run: unknown, so a real record is refused
     assert _run_job_wall(forge, "") is None
