@@ -5,7 +5,7 @@
 | ``run`` | :mod:`.run` |
 | ``recipe show/set`` | :mod:`.recipe` |
 | ``gate`` | :mod:`.gate` |
-| ``campaign run/show``, ``demo`` | :mod:`.campaign` |
+| ``campaign run/list/show/resume/stop``, ``demo`` | :mod:`.campaign` |
 | ``leaderboard`` | :mod:`.leaderboard` |
 | ``lessons list/show`` | :mod:`.lessons` |
 | ``bench gate/tuners`` | :mod:`.bench` |
