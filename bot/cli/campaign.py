@@ -127,7 +127,7 @@ def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as
 
 
 def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
-                  cache_dir: Path | None = None, campaign_id: str | None = None) -> int:
+                  cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
     from bot.campaign.setup import measurement_options, new_campaign_id, new_state
     from bot.core.recipe import load_recipe
     from bot.drive.lifecycle import LaunchFacts
@@ -136,6 +136,8 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     recipe = load_recipe(repo / recipe_rel)
     if budget <= 0:
         raise UsageError(f"--budget: expected a positive number of device-hours; got {budget}")
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"--max-steps: expected a whole number of steps, 1 or more; got {max_steps}")
     store = FileStateStore(_campaigns(repo))
     if campaign_id is not None:
         if not CAMPAIGN_ID.match(campaign_id):
@@ -153,6 +155,8 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
         console().print(f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
                         f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)")
     options = measurement_options(recipe.cluster.launcher)  # e.g. a warm-up run first on this machine
+    if max_steps is not None:
+        options["max_steps"] = max_steps
     state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, **options)
     facts = LaunchFacts(forge=forge, seed=seed, cache_dir=str(cache_dir) if cache_dir else None)
     return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state))
@@ -167,7 +171,7 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.recipe}: no such recipe")
     repo = repo_of_recipe(path).root
     return _run_campaign(repo, str(path.relative_to(repo)), budget=args.budget, policy=args.policy, forge=args.forge,
-                         as_json=args.json, seed=args.seed, campaign_id=args.id)
+                         as_json=args.json, seed=args.seed, campaign_id=args.id, max_steps=args.max_steps)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -272,6 +276,7 @@ def register(sub: Any) -> None:
     r.add_argument("--forge", choices=FORGES, default="local")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--id", default=None, help="the campaign's id (default: <recipe>-<date>-<time>)")
+    r.add_argument("--max-steps", type=int, default=None, help="end the campaign after this many steps (default 50)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_campaign_run)
     li = c.add_parser("list", help="the campaigns of a repository: phase, steps, gain, spent/budget, running or resumable")

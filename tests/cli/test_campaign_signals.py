@@ -111,3 +111,46 @@ def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_a
     assert trace["base_commits"][0].count("attune: campaign kill finished (+0.0%)") == 1
     steps = [m.step for m in map(parse_step_line, (folder / "baseline-1" / "train.log").read_text().splitlines()) for m in ([m[0]] if m else [])]
     assert steps == list(range(1, 11))  # one run's log, not the killed run's and this one's
+
+
+@pytest.mark.slow
+@pytest.mark.torchtitan
+def test_a_real_campaign_sigkilled_inside_its_first_trial_resumes_and_finishes_with_one_branch_and_one_record_per_run(tmp_path: Path) -> None:
+    """The whole path on real runs (~5 min): warm-up, 2 baselines, 4 calibration runs, then SIGKILL inside the first
+    trial (step 1's, or step 2's when step 1 is gated without a run); the resumed campaign makes that trial again,
+    once, and finishes (``--max-steps 2`` ends it)."""
+    repo = cpu_repo(tmp_path, steps=10)
+    start = git(repo, "rev-parse", "HEAD").strip()
+    folder = repo / ".attune" / "campaigns" / "real"
+    log = tmp_path / "run.log"
+    first = start_attune(repo, "campaign", "run", RECIPE, "--budget", "1", "--max-steps", "2", "--id", "real", out=log)
+    try:
+        trial_log = wait_for("the first trial's log", lambda: next(folder.glob("step-*-trial/train.log"), None), 1200, first, log)
+        wait_for("the first trial's rank", lambda: ranks(first.pid), 300, first, log)
+        tree = descendants(first.pid)
+        os.kill(first.pid, signal.SIGKILL)
+        assert first.wait(timeout=60) == -signal.SIGKILL
+        wait_for("torchrun and its ranks to end", lambda: not survivors(tree) and not working_in(repo), 120)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    killed_n = int(trial_log.parent.name.split("-")[1])
+    assert not (trial_log.parent / "record.json").exists()
+    resumed = attune(repo, "campaign", "resume", "real", "--json", timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    trace = campaign_trace(repo, "real", start)
+    assert trace["phase"] == "finished" and trace["pending"] == [] and trace["finish_reason"] == "reached the 2-step limit", trace
+    assert [b[0] for b in trace["baseline"]] == [1, 2, 3]
+    assert [s[0] for s in trace["steps"]] == [1, 2]
+    killed = trace["steps"][killed_n - 1]
+    assert killed[7][0][:2] == ("trial", 1)  # the killed trial, made again once
+    for *_, runs in trace["steps"]:
+        assert len({(kind, attempt) for kind, attempt, *_ in runs}) == len(runs), runs
+    assert len(trace["branches"]) == len(trace["steps"])  # one branch per step
+    for branch, (_, subjects) in trace["branch_commits"].items():
+        n = branch.split("/")[-1].split("-")[0]
+        assert sum(s.startswith(f"attune step {n}:") for s in subjects) == 1, (branch, subjects)
+    calibration = json.loads((folder / "calibration.json").read_text())
+    recorded = sum(r[2] or 0.0 for r in trace["records"].values())
+    assert trace["spent"] == pytest.approx(recorded + calibration.get("device_hours", 0.0))  # nothing paid twice
+    assert trace["base_commits"][0].count(next(s for s in trace["base_commits"][0] if s.startswith("attune: campaign real finished"))) == 1
