@@ -17,6 +17,7 @@ import functools
 import hashlib
 import json
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -116,8 +117,15 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
 RESULT = "ATTUNE-RUN-RESULT "
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the runner, which kills its torchrun and ranks
+
+
 def _worker(cache_dir: Path) -> None:
     """``python -m gate.runs CACHE_DIR``: read RunSpec JSON lines, run each, answer with the record path."""
+    signal.signal(signal.SIGTERM, _terminated)
+    # Ctrl-C reaches the whole foreground process group: the parent decides, and terminates this worker
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -136,9 +144,11 @@ class _Worker:
     """One ``python -m gate.runs`` subprocess (its own interpreter: resolution is not thread-safe)."""
 
     def __init__(self, cache_dir: Path) -> None:
+        from bot.runner.procs import die_with_parent
+
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gate.runs", str(cache_dir)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd=REPO, preexec_fn=die_with_parent(),
         )
 
     def run(self, spec: RunSpec) -> RunRecord:
@@ -157,6 +167,16 @@ class _Worker:
         if self.proc.stdin:
             self.proc.stdin.close()
         self.proc.wait()
+
+    def terminate(self, grace_s: float = 20.0) -> None:
+        """End the worker and its run: SIGTERM (it kills its torchrun and ranks), then SIGKILL after ``grace_s``."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 def run_many(
@@ -214,11 +234,17 @@ def run_many(
         drain(lambda spec: run_one(spec, cache_dir))
     else:
         workers = [_Worker(cache_dir) for _ in range(min(jobs, total))]
-        threads = [threading.Thread(target=drain, args=(w.run,)) for w in workers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        threads = [threading.Thread(target=drain, args=(w.run,), daemon=True) for w in workers]
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): no worker, torchrun or rank is left running
+            errors.append(RuntimeError("interrupted"))  # the drain threads take no further spec
+            for w in workers:
+                w.terminate()
+            raise
         for w in workers:
             w.close()
     if errors:

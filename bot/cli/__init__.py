@@ -5,11 +5,12 @@
 | ``run`` | :mod:`.run` |
 | ``recipe show/set`` | :mod:`.recipe` |
 | ``gate`` | :mod:`.gate` |
-| ``campaign run/show``, ``demo`` | :mod:`.campaign` |
+| ``campaign run/list/show/resume/stop``, ``demo`` | :mod:`.campaign` |
 | ``leaderboard`` | :mod:`.leaderboard` |
 | ``lessons list/show`` | :mod:`.lessons` |
 | ``bench gate/tuners`` | :mod:`.bench` |
 | ``sim calibrate`` | :mod:`.sim` |
+| ``doctor`` | :mod:`.doctor` |
 | ``github handle/check-trial/calibrate`` | :mod:`.github` |
 
 Every handler returns an exit code. User mistakes (a bad recipe, an unknown lever, a refused value, a missing file,
@@ -22,12 +23,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bot.cli import bench, campaign, gate, github, leaderboard, lessons, recipe, run, sim
+from bot.cli import bench, campaign, doctor, gate, github, leaderboard, lessons, recipe, run, sim
 from bot.cli.common import EXIT_FAILED, EXIT_OK, EXIT_REJECT, EXIT_USAGE, UsageError, emit_json
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_REJECT", "EXIT_USAGE", "UsageError", "build_parser", "emit_json", "main"]
 
-GROUPS = (run, recipe, gate, campaign, leaderboard, lessons, bench, sim, github)
+GROUPS = (run, recipe, gate, campaign, leaderboard, lessons, bench, sim, doctor, github)
 
 
 class Parser(argparse.ArgumentParser):

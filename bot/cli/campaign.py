@@ -1,14 +1,30 @@
-"""``attune campaign run|show`` and ``attune demo``: campaigns on this machine (the local ports of the one executor)."""
+"""``attune campaign run|list|show|resume|stop`` and ``attune demo``: campaigns on this machine (the local ports of
+the one executor).
+
+A campaign lives under ``<repo>/.attune/campaigns/<id>/``. One process at a time drives it (a lock the kernel
+drops when that process dies: :mod:`bot.drive.lifecycle`). Ctrl-C or SIGTERM stops it at a safe point with no
+torchrun, rank or calibration worker left running, and ``resume`` continues it; so does ``resume`` after a SIGKILL
+or a power cut. ``stop`` ends a campaign for good (its open step is closed, its summary committed), signalling the
+process that runs it first if there is one.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bot.cli.common import EXIT_OK, UsageError, console, emit_json
+from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, console, emit_json
 
 DEMO_RECIPE = "llama3-tiny/cpu.yaml"
+CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # a folder name and a git branch component
+STOP_WAIT_S = 120.0  # how long `stop` waits for the running process to let go (a run's kill, a worker's grace)
 
 
 def _progress(console):
@@ -38,33 +54,115 @@ def _progress(console):
     return on_event
 
 
-def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
-                  cache_dir: Path | None = None) -> int:
+# ----------------------------------------------------------------------------- where campaigns live
+def _repo_root(arg: str) -> Path:
+    """The repository whose campaigns ``--repo`` names (its git top level when it is inside one)."""
+    from bot.core.repo import git_toplevel
+
+    path = Path(arg).resolve()
+    if not path.is_dir():
+        raise UsageError(f"--repo {arg}: no such folder")
+    return git_toplevel(path) or path
+
+
+def _campaigns(repo: Path) -> Path:
+    from bot.core.repo import Repo
+
+    return Repo(repo).work / "campaigns"
+
+
+def _stored(repo: Path, cid: str):
+    """The stored state of campaign ``cid`` of ``repo``; a one-line error when there is none."""
+    from bot.drive.ports import FileStateStore
+
+    if not CAMPAIGN_ID.match(cid):
+        raise UsageError(f"{cid!r}: not a campaign id (letters, digits, '.', '_' and '-')")
+    state = FileStateStore(_campaigns(repo)).load(cid)
+    if state is None:
+        raise UsageError(f"{cid}: no such campaign under {_campaigns(repo)} (`attune campaign list --repo {repo}` lists them)")
+    return state
+
+
+# ----------------------------------------------------------------------------- driving one campaign
+def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as_json: bool,
+           begin: Callable[[Any], Any]) -> int:
+    """Drive campaign ``cid`` with ``begin(executor)`` (start, resume or stop) under its lock, with Ctrl-C and
+    SIGTERM handled; report the result."""
     from bot.campaign.report import render_campaign_summary, summary_json
-    from bot.campaign.setup import measurement_options, new_state
-    from bot.core.recipe import load_recipe
+    from bot.drive import crashpoints
+    from bot.drive.interrupt import GracefulStop, Interrupted
+    from bot.drive.lifecycle import CampaignBusy, CampaignLock
     from bot.drive.local import build_executor
+
+    out = console()
+    folder = _campaigns(repo) / cid
+    try:
+        lock = CampaignLock(folder, cid).acquire()
+    except CampaignBusy as exc:
+        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {cid} --repo {repo}`") from None
+    try:
+        with GracefulStop() as stopper:
+            facts.save(folder)
+            executor = build_executor(repo, recipe_rel, policy=policy, forge=facts.forge, seed=facts.seed,
+                                      on_event=None if as_json else _progress(out),
+                                      cache_dir=Path(facts.cache_dir) if facts.cache_dir else None)
+            stopper.guard(executor)
+            crashpoints.arm(executor)
+            try:
+                state = begin(executor)
+            except Interrupted as exc:
+                print(f"attune: campaign {cid} interrupted ({exc.signame}); no run is left running and its state is saved: "
+                      f"`attune campaign resume {cid} --repo {repo}` continues it", file=sys.stderr)
+                return exc.exit_code
+    finally:
+        lock.release()
+    if as_json:
+        emit_json(summary_json(state, repo))
+        return EXIT_OK
+    print(render_campaign_summary(state))  # markdown as it is: never re-wrapped, and its [links] are not rich markup
+    lb = repo / "leaderboard.md"
+    if facts.forge == "local" and lb.exists() and state.phase == "finished":
+        print(lb.read_text())
+    return EXIT_OK
+
+
+def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
+                  cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
+    from bot.campaign.setup import measurement_options, new_campaign_id, new_state
+    from bot.core.recipe import load_recipe
+    from bot.drive.lifecycle import LaunchFacts
+    from bot.drive.ports import FileStateStore
 
     recipe = load_recipe(repo / recipe_rel)
     if budget <= 0:
         raise UsageError(f"--budget: expected a positive number of device-hours; got {budget}")
-    out = console()
-    if not as_json:
-        out.print(f"[bold]attune campaign[/] {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours")
-    executor = build_executor(repo, recipe_rel, policy=policy, forge=forge, on_event=None if as_json else _progress(out), seed=seed,
-                              cache_dir=cache_dir)
-    options = measurement_options(recipe.cluster.launcher)  # e.g. a warm-up run first on this machine
-    state = executor.start(new_state(recipe, recipe_rel, budget=budget, policy=policy, **options))
-    if not as_json:  # markdown as it is: never re-wrapped, and its [links] are not rich markup
-        print(render_campaign_summary(state))
-        lb = repo / "leaderboard.md"
-        if forge == "local" and lb.exists():
-            print(lb.read_text())
+    if max_steps is not None and max_steps < 1:
+        raise UsageError(f"--max-steps: expected a whole number of steps, 1 or more; got {max_steps}")
+    store = FileStateStore(_campaigns(repo))
+    if campaign_id is not None:
+        if not CAMPAIGN_ID.match(campaign_id):
+            raise UsageError(f"--id {campaign_id!r}: expected letters, digits, '.', '_' and '-' (it names a folder and git branches)")
+        if store.load(campaign_id) is not None:
+            raise UsageError(f"--id {campaign_id}: that campaign exists; `attune campaign resume {campaign_id} --repo {repo}` continues it")
+        cid = campaign_id
     else:
-        emit_json(summary_json(state, repo))
-    return EXIT_OK
+        cid = base = new_campaign_id(recipe)
+        for k in range(2, 1000):  # two campaigns started within one second
+            if store.load(cid) is None:
+                break
+            cid = f"{base}-{k}"
+    if not as_json:
+        console().print(f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
+                        f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)")
+    options = measurement_options(recipe.cluster.launcher)  # e.g. a warm-up run first on this machine
+    if max_steps is not None:
+        options["max_steps"] = max_steps
+    state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, **options)
+    facts = LaunchFacts(forge=forge, seed=seed, cache_dir=str(cache_dir) if cache_dir else None)
+    return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state))
 
 
+# ----------------------------------------------------------------------------- commands
 def cmd_campaign_run(args: argparse.Namespace) -> int:
     from bot.core.repo import repo_of_recipe
 
@@ -72,7 +170,8 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{args.recipe}: no such recipe")
     repo = repo_of_recipe(path).root
-    return _run_campaign(repo, str(path.relative_to(repo)), budget=args.budget, policy=args.policy, forge=args.forge, as_json=args.json, seed=args.seed)
+    return _run_campaign(repo, str(path.relative_to(repo)), budget=args.budget, policy=args.policy, forge=args.forge,
+                         as_json=args.json, seed=args.seed, campaign_id=args.id, max_steps=args.max_steps)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -89,34 +188,112 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign_show(args: argparse.Namespace) -> int:
-    from bot import campaign as cm
     from bot.campaign.report import render_campaign_summary
 
-    root = Path(args.repo) / ".attune" / "campaigns" / args.id / "state.json"
-    if not root.exists():
-        raise UsageError(f"{root}: no such campaign (campaigns live under .attune/campaigns/ of the repository)")
-    state = cm.Campaign.model_validate_json(root.read_text())
-    print(render_campaign_summary(state))
+    print(render_campaign_summary(_stored(_repo_root(args.repo), args.id)))
     return EXIT_OK
+
+
+def cmd_campaign_list(args: argparse.Namespace) -> int:
+    from bot.drive.lifecycle import list_campaigns
+
+    repo = _repo_root(args.repo)
+    rows = list_campaigns(_campaigns(repo))
+    if args.json:
+        emit_json({"repo": str(repo), "campaigns": [r.model_dump() for r in rows]})
+        return EXIT_OK
+    if not rows:
+        print(f"no campaigns under {_campaigns(repo)}")
+        return EXIT_OK
+    table = [("id", "recipe", "phase", "steps", "gain", "spent/budget dh", "status")]
+    for r in rows:
+        table.append((r.id, r.recipe, r.phase, f"{r.steps} ({r.kept} kept)", f"{r.gain:+.1%}", f"{r.spent:.4g}/{r.budget:.4g}", r.status))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+def _facts_for(repo: Path, cid: str, command: str):
+    from bot.drive.lifecycle import LaunchFacts
+
+    facts = LaunchFacts.load(_campaigns(repo) / cid)
+    if facts.forge != "local":
+        raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {command}d")
+    return facts
+
+
+def cmd_campaign_resume(args: argparse.Namespace) -> int:
+    repo = _repo_root(args.repo)
+    state = _stored(repo, args.id)
+    if state.phase == "finished" and not state.pending:
+        print(f"campaign {args.id} already finished: {state.finish_reason}")
+        return EXIT_OK
+    facts = _facts_for(repo, args.id, "resume")
+    if not (repo / state.recipe_path).is_file():
+        raise UsageError(f"{repo / state.recipe_path}: the campaign's recipe is not in the checkout (check out its base branch)")
+    if not args.json:
+        console().print(f"[bold]attune campaign resume[/] {args.id}: {state.phase}, {len(state.steps)} steps, "
+                        f"spent {state.spent:.4f}/{state.budget:.4f} device-hours")
+    return _drive(repo, state.recipe_path, args.id, policy=state.policy, facts=facts, as_json=args.json,
+                  begin=lambda ex: ex.resume(args.id))
+
+
+def cmd_campaign_stop(args: argparse.Namespace) -> int:
+    from bot.drive.lifecycle import CampaignBusy, CampaignLock, holder
+
+    repo = _repo_root(args.repo)
+    state = _stored(repo, args.id)
+    if state.phase == "finished" and not state.pending:
+        print(f"campaign {args.id} already finished: {state.finish_reason}")
+        return EXIT_OK
+    facts = _facts_for(repo, args.id, "stop")
+    folder = _campaigns(repo) / args.id
+    pid = holder(folder)
+    if pid:  # another process runs it: it stops at a safe point, with nothing left running, and lets go
+        print(f"attune: stopping process {pid}, which runs campaign {args.id}", file=sys.stderr)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        try:
+            CampaignLock(folder, args.id).wait(STOP_WAIT_S).release()
+        except CampaignBusy:
+            print(f"attune: process {pid} still runs campaign {args.id} after {STOP_WAIT_S:.0f}s; not stopped", file=sys.stderr)
+            return EXIT_FAILED
+    why = "stopped by `attune campaign stop`"
+    return _drive(repo, state.recipe_path, args.id, policy=state.policy, facts=facts, as_json=args.json,
+                  begin=lambda ex: ex.stop(args.id, why=why))
 
 
 def register(sub: Any) -> None:
     from bot.agent import POLICIES
     from bot.drive.local import FORGES
 
-    c = sub.add_parser("campaign", help="run or show a tuning campaign").add_subparsers(dest="campaign_cmd", required=True)
+    c = sub.add_parser("campaign", help="run, list, show, resume or stop a tuning campaign").add_subparsers(dest="campaign_cmd", required=True)
     r = c.add_parser("run", help="tune a recipe inside a device-hour budget")
     r.add_argument("recipe")
     r.add_argument("--budget", type=float, required=True, help="device-hours (devices x wall hours)")
     r.add_argument("--policy", choices=POLICIES, default="heuristic")
     r.add_argument("--forge", choices=FORGES, default="local")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--id", default=None, help="the campaign's id (default: <recipe>-<date>-<time>)")
+    r.add_argument("--max-steps", type=int, default=None, help="end the campaign after this many steps (default 50)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_campaign_run)
+    li = c.add_parser("list", help="the campaigns of a repository: phase, steps, gain, spent/budget, running or resumable")
+    li.add_argument("--repo", default=".")
+    li.add_argument("--json", action="store_true")
+    li.set_defaults(func=cmd_campaign_list)
     s = c.add_parser("show", help="the PR-like history of a campaign")
     s.add_argument("id")
     s.add_argument("--repo", default=".")
     s.set_defaults(func=cmd_campaign_show)
+    for name, func, text in (("resume", cmd_campaign_resume, "continue a campaign that was interrupted or killed"),
+                             ("stop", cmd_campaign_stop, "end a campaign: its open step closed, its summary committed")):
+        p = c.add_parser(name, help=text)
+        p.add_argument("id")
+        p.add_argument("--repo", default=".")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=func)
 
     d = sub.add_parser("demo", help="a real local campaign on the CPU recipe, in a scratch clone")
     d.add_argument("--budget", type=float, default=0.12, help="device-hours (default 0.12: about 7 minutes of runs)")

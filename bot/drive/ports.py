@@ -16,6 +16,7 @@ the store, never through a path.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -120,6 +121,10 @@ class FileRecordStore:
     def put_run(self, cid: str, key: str, record: RunRecord) -> str:
         return str(write_record(record, self.run_dir(cid, key) / "record.json"))
 
+    def count_runs(self, cid: str) -> int:
+        """How many runs of campaign ``cid`` are recorded."""
+        return sum(1 for _ in (self.work_dir / cid).glob("*/record.json"))
+
     def get(self, cid: str, name: str) -> str | None:
         path = self.work_dir / cid / name
         return path.read_text() if path.exists() else None
@@ -133,15 +138,28 @@ class FileRecordStore:
 Calibrator = Callable[[str, RunRecord], cm.Calibrated]
 
 
+def _takes(fn: Callable[..., object], name: str) -> bool:
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class LocalRunPort:
-    """Runs each run now, on this machine (or in the simulator), into the record store's run folder."""
+    """Runs each run now, on this machine (or in the simulator), into the record store's run folder.
+
+    A runner whose ``run`` takes ``run_index`` (the simulator: it seeds the run's noise) is told the run's place in
+    the campaign — the runs already recorded — so a campaign resumed in a new process measures what it would have
+    measured had it run through."""
 
     def __init__(self, runner: Runner, records: FileRecordStore, *, calibrate: Calibrator | None = None) -> None:
         self.runner, self.records, self.calibrator = runner, records, calibrate
 
     def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord:
         recipe = parse_recipe_text(request.recipe_text, state.recipe_path)
-        extra = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
+        extra: dict[str, object] = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
+        if _takes(self.runner.run, "run_index"):
+            extra["run_index"] = self.records.count_runs(state.id)
         return self.runner.run(recipe, out_dir=self.records.run_dir(state.id, request.key), recipe_path=state.recipe_path,
                                recipe_text=request.recipe_text, max_wall_s=request.max_wall_s, **extra)
 

@@ -5,14 +5,17 @@
 2. Launch torchrun in its own process group; stream its output, parse each metric line.
 3. Classify: ``ok``; ``oom`` (CUDA OOM text, or host memory exhaustion on the CPU);
    ``crash``; ``hang`` (no new step line for ``hang_s``); ``timeout`` (wall clock over
-   ``timeout_s``); ``invalid``. On hang or timeout (or when the runner is interrupted)
-   torchrun and every rank are killed — each rank runs in a process group of its own.
+   ``timeout_s``); ``invalid``. On hang or timeout (or when the runner is interrupted: Ctrl-C, or SIGTERM made an
+   exception by the caller) torchrun and every rank are killed — each rank runs in a process group of its own.
+   torchrun gets SIGTERM when the process that started it dies, even by SIGKILL (:func:`.procs.die_with_parent`),
+   and then terminates its ranks. A run into a folder an interrupted run left starts without that run's files.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,6 +30,9 @@ from bot.inrank import IMPORT_ROOT, SITE_DIR
 from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, stack_fingerprint, summarize
 from bot.runner.command import build_launch
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
+from bot.runner.procs import alive as _alive
+from bot.runner.procs import descendants as _descendants
+from bot.runner.procs import die_with_parent
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
 
 
@@ -52,6 +58,8 @@ class LocalRunner:
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
         dump = out_dir / "titan"
+        if dump.exists():  # left by a run that was interrupted here: its logs must not mix with this run's
+            shutil.rmtree(dump, ignore_errors=True)
         launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=str(Path(sys.executable).with_name("torchrun")))
         text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
         base = dict(
@@ -107,7 +115,8 @@ class LocalRunner:
         budget_s = None if max_wall_s is None else max(0.0, max_wall_s - KILL_MARGIN_S)
         timeout_s = self.timeout_s if budget_s is None else min(self.timeout_s, budget_s)
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=out_dir)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=out_dir,
+                                preexec_fn=die_with_parent())
         lines: queue.Queue[str | None] = queue.Queue()
 
         def pump() -> None:
@@ -197,49 +206,6 @@ def _first_error(log: str) -> str:
         if any(k in s for k in ("Error:", "Error ", "error:", "Exception:")) and "lspci" not in s and "WARNING" not in s:
             return s[-400:]
     return ""
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (Linux ``/proc``; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # the command name may hold spaces
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-        return stat[stat.rfind(")") + 2 :].split()[0] != "Z"
-    except OSError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not os.path.isdir("/proc")  # /proc exists but has no entry: gone
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -1,9 +1,10 @@
 """The ``sim`` backend: a RunRecord from the calibrated cluster simulator, labelled simulated.
 
 No device is used: the outcome (``ok``/``oom``/``invalid``), per-step tokens/s with seeded run-to-run
-noise, peak memory, MFU and the step-time breakdown (compute, exposed communication, bubble,
-recompute) come from :mod:`bot.sim`; the loss curve is the simulator's modelled curve, the same for
-every legal layout of one objective, so the gate path runs. ``device_hours`` is what the run would
+noise (run k of a campaign, or of the runner object, is seeded with ``seed * 100003 + k``), peak memory,
+MFU and the step-time breakdown (compute, exposed communication, bubble, recompute) come from :mod:`bot.sim`;
+the loss curve is the simulator's modelled curve, the same for every legal layout of one objective, so the gate
+path runs. ``device_hours`` is what the run would
 cost on the simulated cluster (start-up plus the benchmark steps, times the devices).
 Simulated records never enter ``results/`` or ``leaderboard.md``.
 """
@@ -28,12 +29,15 @@ class SimRunner:
         self.startup_s = startup_s
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path | None = None, recipe_path: str | None = None, recipe_text: str | None = None,
-            max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
+            max_wall_s: float | None = None, early_stop: EarlyStop | None = None, run_index: int | None = None) -> RunRecord:
+        """``run_index``: the run's place in its campaign (0 for the first), which seeds its noise; without it the
+        runner counts its own runs. A campaign resumed in a new process hands it in, so a resumed campaign draws
+        the same noise as one that ran through."""
         from bot.sim.noise import sim_loss_curve
         from bot.sim.simulate import simulate
 
         steps = steps or recipe.bench.steps
-        seed = self.seed * 100_003 + next(self.counter)
+        seed = self.seed * 100_003 + (next(self.counter) if run_index is None else run_index)
         c = recipe.cluster
         res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, dict(recipe.levers), dict(recipe.pinned), seed)
         metrics: list[StepMetric] = []

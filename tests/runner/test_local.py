@@ -174,3 +174,14 @@ def test_a_clearly_slower_trial_is_stopped_early_every_rank_included(cpu_recipe:
     assert record.reason.startswith("stopped early: the median of 2 measured steps") and "process group killed" in record.reason
     assert 3 <= len(record.steps) < STEPS and record.summary.tps_median is not None
     assert _survivors(str(tmp_path)) == []
+
+
+def test_a_run_into_the_folder_of_an_interrupted_run_starts_without_that_runs_files(cpu_recipe: Recipe, tmp_path: Path) -> None:
+    """A campaign resumed after a kill runs the interrupted run again in the same folder: the killed run's torchtitan
+    output (structured logs the span medians are read from) is gone before the new run starts."""
+    stale = tmp_path / "titan" / "structured_logs" / "training.global_rank_0.old.jsonl"
+    stale.parent.mkdir(parents=True)
+    stale.write_text('{"step": 1}\n')
+    recipe = cpu_recipe.model_copy(update={"cluster": cpu_recipe.cluster.model_copy(update={"nodes": 2})})  # refused before launch
+    LocalRunner().run(recipe, steps=STEPS, out_dir=tmp_path)
+    assert not stale.exists() and not (tmp_path / "titan").exists()
