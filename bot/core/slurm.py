@@ -75,7 +75,7 @@ class SlurmSettings(BaseModel):
     prologue: list[str] = Field(default_factory=list)  # shell lines before srun, e.g. module load cuda/12.4
     container_image: str | None = Field(default=None, min_length=1)  # pyxis: srun --container-image
     container_mounts: list[str] = Field(default_factory=list)  # pyxis --container-mounts (the run folder is added)
-    torchrun: str | None = Field(default=None, min_length=1)  # torchrun on the compute nodes (default: beside attune's python)
+    torchrun: str | None = Field(default=None, min_length=1)  # the command that starts torchrun on the compute nodes
     rdzv_port: int = Field(default=29500, ge=1024, le=65535)  # c10d rendezvous port on the head node
 
     @field_validator("partition", "account", "qos", "gres", "container_image", "torchrun")

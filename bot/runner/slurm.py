@@ -16,7 +16,8 @@
    ``invalid`` (refused by torchtitan or by sbatch). A job cancelled by anyone but this runner is a ``crash`` whose
    reason says so.
 
-Device-hours are the allocated devices (nodes x devices per node) times the job's running time, start-up included,
+The stack fingerprint is global rank 0's (it writes ``stack.json`` at exit: :mod:`bot.inrank.stack`), the login
+node's when rank 0 did not exit normally. Device-hours are the allocated devices (nodes x devices per node) times the job's running time, start-up included,
 on Slurm's clock; the queue wait is recorded (``launch.queue_wait_s``), never charged. The run folder must be on a
 filesystem the compute nodes share with the login node (the job writes its log there).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -38,7 +40,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bot.core.recipe import Recipe
-from bot.core.records import LaunchShape, Outcome, RunRecord, StepMetric, content_hash
+from bot.core.records import LaunchShape, Outcome, RunRecord, StackFingerprint, StepMetric, content_hash
 from bot.core.slurm import SlurmSettings, minutes_text
 from bot.inrank import IMPORT_ROOT, SITE_DIR
 from bot.runner import slurmscript
@@ -63,6 +65,7 @@ from bot.runner.slurmtext import (
 KILL_MARGIN_S = 12.0  # the budget cap cancels this early: scancel, then Slurm's KillWait, end inside the cap
 RANK0 = "[rank0]:"
 SLURM_CMD_TIMEOUT_S = 60.0
+STACK_FILE = "stack.json"  # global rank 0's stack, written at its exit (bot/inrank/stack.py)
 SLURM_SILENCE_S = 600.0  # squeue failing this long in a row: the job is given up (and cancelled)
 
 
@@ -157,6 +160,46 @@ def _sigterm_as_interrupt() -> contextlib.AbstractContextManager[None]:
     return contextlib.nullcontext()
 
 
+def sbatch_argv(script: Path, out_dir: Path) -> list[str]:
+    """How the batch script is submitted: the job runs in the run folder and logs to ``slurm-<job id>.out`` there."""
+    return ["sbatch", "--parsable", f"--chdir={out_dir}", f"--output={_pattern(out_dir)}/slurm-%j.out", str(script)]
+
+
+def torchrun_command(settings: SlurmSettings) -> list[str]:
+    """torchrun on the compute nodes: the recipe's ``torchrun``; ``torchrun`` inside a container; else this Python's
+    ``-m torch.distributed.run`` (torchrun's own entry point), which works in a ``--system-site-packages`` venv too,
+    where the ``torchrun`` script lives beside the base interpreter, not the venv's."""
+    if settings.torchrun:
+        return shlex.split(settings.torchrun)
+    if settings.container_image:
+        return ["torchrun"]
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float | None = None, hook: str | None = None,
+                 extra_env: dict[str, str] | None = None, payload: list[str] | None = None) -> tuple[str, str | None]:
+    """The batch script of a run (see :mod:`.slurmscript`) and, when the campaign's budget cap is the tighter limit,
+    the job's time limit in minutes set from it (a backstop should this runner die; else None)."""
+    settings = recipe.cluster.slurm or SlurmSettings()
+    targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"))
+    command = payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun_command(settings))
+    env = {**recipe.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT)]),
+           "ATTUNE_STACK_FILE": str(out_dir / STACK_FILE)}
+    if recipe.cluster.hardware == "cpu":
+        env["ATTUNE_CPU_COMPAT"] = "1"
+    if hook:
+        env["ATTUNE_HOOK"] = hook
+    backstop = minutes_text(max_wall_s) if max_wall_s is not None else None
+    limit = settings.time_limit
+    if backstop is not None and (settings.time_limit_s is None or int(backstop) * 60 < settings.time_limit_s):
+        limit = backstop
+    else:
+        backstop = None
+    body = slurmscript.render(recipe, settings, command=command, env=env, time_limit=limit,
+                              mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT)])
+    return body, backstop
+
+
 class SlurmRunner:
     """``hang_s``/``startup_s``: no new rank-0 step line for that long (from the job's start) cancels the job as a
     hang. ``poll_s``: how often squeue is asked. ``payload``: test-only, replaces torchrun on every node (a sleep
@@ -208,12 +251,7 @@ class SlurmRunner:
         out_dir = Path(out_dir).resolve()
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
-        settings = recipe.cluster.slurm or SlurmSettings()
         dump = out_dir / "titan"
-        targs = titan_args(recipe, steps=steps, dump_folder=str(dump))
-        in_container = settings.container_image is not None
-        torchrun = settings.torchrun or ("torchrun" if in_container else str(Path(sys.executable).with_name("torchrun")))
-        command = self.payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun)
         text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
         hook = self.hook if self.payload is None else f"payload: {' '.join(self.payload)}"
         base = dict(
@@ -222,26 +260,14 @@ class SlurmRunner:
             git_commit=git_commit(Path(recipe_path).parent if recipe_path else None), stack=stack_fingerprint(),
             usd_per_device_hour=recipe.cluster.usd_per_device_hour, hook=hook,
         )
-        env = {**recipe.env, **self.extra_env, "PYTHONUNBUFFERED": "1",
-               "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT)])}
-        if recipe.cluster.hardware == "cpu":
-            env["ATTUNE_CPU_COMPAT"] = "1"
-        if self.hook:
-            env["ATTUNE_HOOK"] = self.hook
-        # the budget cap is also the job's Slurm time limit (whole minutes, rounded down), should this runner die
-        backstop = minutes_text(max_wall_s) if max_wall_s is not None else None
-        limit = settings.time_limit
-        if backstop is not None and (settings.time_limit_s is None or int(backstop) * 60 < settings.time_limit_s):
-            limit = backstop
-        else:
-            backstop = None
+        settings = recipe.cluster.slurm or SlurmSettings()
         script = out_dir / "job.sbatch"
-        sbatch = ["sbatch", "--parsable", f"--chdir={out_dir}", f"--output={_pattern(out_dir)}/slurm-%j.out", str(script)]
+        sbatch = sbatch_argv(script, out_dir)
         shape = LaunchShape(launcher="slurm", nodes=recipe.cluster.nodes, devices_per_node=recipe.cluster.devices_per_node,
                             world_size=recipe.devices, command=sbatch, env=dict(recipe.env))
         try:
-            body = slurmscript.render(recipe, settings, command=command, env=env, time_limit=limit,
-                                      mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT)])
+            body, backstop = batch_script(recipe, steps=steps, out_dir=out_dir, max_wall_s=max_wall_s, hook=self.hook,
+                                          extra_env=self.extra_env, payload=self.payload)
         except ValueError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         try:
@@ -253,6 +279,7 @@ class SlurmRunner:
         if shutil.which("sbatch", path=self.slurm_env.get("PATH")) is None:
             return RunRecord(**base, launch=shape, outcome="crash",
                              reason="sbatch is not on PATH: launcher slurm runs on a Slurm login node (sbatch, squeue, scontrol, scancel)")
+        (out_dir / STACK_FILE).unlink(missing_ok=True)  # a previous run's in this folder
         script.write_text(body)
         sub = self._slurm(*sbatch)
         try:
@@ -281,6 +308,8 @@ class SlurmRunner:
         summary = summarize(follow.steps, warmup_steps=recipe.bench.warmup_steps, devices=nodes * recipe.cluster.devices_per_node,
                             wall_s=elapsed, startup_s=follow.startup_s, tokens_per_step=tokens_per_step)
         spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
+        with contextlib.suppress(OSError, ValueError):  # the compute nodes' stack, when rank 0 exited normally
+            base["stack"] = StackFingerprint.model_validate_json((out_dir / STACK_FILE).read_text())
         return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=follow.steps, spans_ms=spans,
                          summary=summary, log_tail=follow.tail)
 

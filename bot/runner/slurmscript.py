@@ -50,10 +50,10 @@ def sbatch_lines(recipe: Recipe, settings: SlurmSettings, *, time_limit: str | N
     return [f"#SBATCH {o}" for o in opts]
 
 
-def torchrun_argv(recipe: Recipe, settings: SlurmSettings, titan_args: list[str], torchrun: str) -> list[str]:
+def torchrun_argv(recipe: Recipe, settings: SlurmSettings, titan_args: list[str], torchrun: list[str]) -> list[str]:
     """One node's torchrun command; ``$SLURM_NNODES``, ``$SLURM_JOB_ID`` and ``$head_addr`` are the script's."""
     return [
-        torchrun,
+        *torchrun,
         "--nnodes=$SLURM_NNODES",
         f"--nproc-per-node={recipe.cluster.devices_per_node}",
         "--rdzv-id=$SLURM_JOB_ID",

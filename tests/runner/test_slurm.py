@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 import threading
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from bot.core.recipe import Recipe, load_recipe
 from bot.core.records import RunRecord, read_record, write_record
@@ -80,14 +82,18 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
 
 @pytest.fixture(scope="module")
 def e2e(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord, Path, float]:
-    out = tmp_path_factory.mktemp("slurm-e2e") / "run"
+    """``attune run`` as trial.yml's run job calls it on a login node: from a checkout, ``--out run/``, the budget cap."""
+    checkout = tmp_path_factory.mktemp("slurm-e2e")
+    shutil.copytree(REPO / "recipes", checkout / "recipes")
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bot.cli", "run", str(SLURM_RECIPE), "--json", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO, env=slurm_cluster.env)
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", "run", str(SLURM_RECIPE.relative_to(REPO)), "--json", "--out", "run/",
+                           "--max-wall-s", "3600"], capture_output=True, text=True, timeout=600, cwd=checkout, env=slurm_cluster.env)
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
-    record = read_record(answer["record"])
+    assert answer["record"] == "run/record.json"
+    out = checkout / "run"
+    record = read_record(out / "record.json")
     s = record.summary
     print(f"\nslurm e2e (2 nodes x 1 rank): {record.outcome}, loss {s.loss_first} -> {s.loss_last}, "
           f"{s.tps_median} tokens/s/device, {s.device_hours:.5f} device-hours ({s.wall_s:.0f}s x 2 devices), "
@@ -106,7 +112,9 @@ def test_two_node_cpu_recipe_runs_ok_and_its_loss_falls(e2e: tuple[RunRecord, Pa
     assert launch.launcher == "slurm" and launch.nodes == 2 and launch.devices_per_node == 1 and launch.world_size == 2
     assert launch.job_id and launch.job_state == "COMPLETED" and launch.node_list == "n[1-2]"
     assert launch.queue_wait_s is not None and launch.queue_wait_s >= 0
-    assert launch.command[:2] == ["sbatch", "--parsable"]
+    assert launch.command[:2] == ["sbatch", "--parsable"] and launch.command[2] == f"--chdir={out}"
+    # the stack is the one rank 0 ran on (it wrote stack.json at exit), here the same as this host's
+    assert (out / "stack.json").exists() and record.stack.torch == torch.__version__ and record.stack.device_family == "cpu"
 
 
 def test_each_node_ran_one_rank_and_the_metrics_are_global_rank_zeros(e2e: tuple[RunRecord, Path, float]) -> None:
@@ -167,7 +175,7 @@ def test_a_node_killed_mid_run_is_node_fail(slurm_cluster: SlurmCluster, tmp_pat
 
 def test_a_preempted_job_is_preempted(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     def preempt(job: str) -> None:  # a job in the higher-priority partition wants both nodes, whole
-        slurm_cluster.run("sbatch", "-p", "urgent", "-N", "2", "--exclusive", "--wrap", "sleep 1")
+        slurm_cluster.run("sbatch", "-p", "urgent", "-N", "2", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 1")
 
     record = sleep_run(slurm_cluster, tmp_path, action=preempt)
     slurm_cluster.wait_idle()
