@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -229,3 +230,28 @@ def test_a_config_torchtitan_refuses_is_never_submitted(slurm_cluster: SlurmClus
     assert record.outcome == "invalid" and "not divisible" in record.reason
     assert record.launch.job_id is None and not (tmp_path / "run" / "job.sbatch").exists()
     assert slurm_cluster.run("squeue", "-h", "-t", "all", "-o", "%i").stdout.split() == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_runner_cancels_its_job(slurm_cluster: SlurmCluster, tmp_path: Path, sig: signal.Signals) -> None:
+    """What a cancelled workflow does to ``attune run`` (SIGINT, then SIGTERM): the job must not outlive it."""
+    code = ("import sys; from pathlib import Path; from bot.core.recipe import load_recipe; from bot.runner.slurm import SlurmRunner; "
+            "SlurmRunner(payload=['sleep', '180'], poll_s=0.5, startup_s=600).run(load_recipe(sys.argv[1]), out_dir=Path(sys.argv[2]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(SLURM_RECIPE), str(tmp_path / "run")], env=slurm_cluster.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not slurm_cluster.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        time.sleep(1.0)  # the runner follows the job now
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and "KeyboardInterrupt" in out, out[-2000:]
+    deadline = time.monotonic() + 20  # scancel is sent before the runner exits; Slurm then ends the job (KillWait 2 s)
+    while slurm_cluster.jobs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert slurm_cluster.jobs() == []  # cancelled, not left to run out its 180 s
