@@ -48,6 +48,7 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
     """A sleep job through the real runner; ``action(job_id)`` runs once the job is running. The record is written
     and read back (what a trial leaves behind)."""
     recipe = recipe or load_recipe(SLURM_RECIPE)
+    out_dir = (tmp_path / "run").resolve()
     runner = SlurmRunner(payload=SLEEP, poll_s=0.5, startup_s=600, slurm_env=cluster.env)
     errors: list[BaseException] = []
 
@@ -55,11 +56,12 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
-                running = cluster.run("squeue", "-h", "-t", "R", "-p", "debug", "-o", "%i").stdout.split()
-                if running:
+                lines = cluster.run("squeue", "-h", "-t", "R", "-o", "%i %Z").stdout.splitlines()
+                mine = [ln.split()[0] for ln in lines if ln.split()[1:] == [str(out_dir)]]  # this run's job (its folder)
+                if mine:
                     time.sleep(1.0)  # let the runner see it running too
                     assert action is not None
-                    action(running[0])
+                    action(mine[0])
                     return
                 time.sleep(0.2)
             raise AssertionError("the job never ran")
@@ -69,20 +71,39 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
     helper = threading.Thread(target=act, daemon=True) if action else None
     if helper:
         helper.start()
-    record = runner.run(recipe, out_dir=tmp_path / "run", recipe_path=str(SLURM_RECIPE), **run)  # type: ignore[arg-type]
+    record = runner.run(recipe, out_dir=out_dir, recipe_path=str(SLURM_RECIPE), **run)  # type: ignore[arg-type]
     if helper:
         helper.join(30)
     assert not errors, errors
-    path = write_record(record, tmp_path / "run" / "record.json")
+    path = write_record(record, out_dir / "record.json")
     back = read_record(path)
     assert back == record
     return back
 
 
+@pytest.fixture(scope="module")
+def time_limit_job(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[threading.Thread, dict]:
+    """A sleep job with Slurm's shortest time limit (one minute; slurmctld enforces it within ~30 s more), started
+    before the end-to-end run so that the two overlap (each node has a CPU for each job)."""
+    tmp = tmp_path_factory.mktemp("time-limit")
+    result: dict = {}
+
+    def go() -> None:
+        try:
+            result["record"] = sleep_run(slurm_cluster, tmp, recipe=with_slurm(load_recipe(SLURM_RECIPE), time_limit="1"))
+        except BaseException as exc:  # reported by the test
+            result["error"] = exc
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    return thread, result
+
+
 # -- two nodes x one rank, real torchtitan ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def e2e(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord, Path, float]:
+def e2e(slurm_cluster: SlurmCluster, time_limit_job: tuple[threading.Thread, dict],
+        tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord, Path, float]:
     """``attune run`` as trial.yml's run job calls it on a login node: from a checkout, ``--out run/``, the budget cap."""
     checkout = tmp_path_factory.mktemp("slurm-e2e")
     shutil.copytree(REPO / "recipes", checkout / "recipes")
@@ -151,7 +172,30 @@ def test_two_nodes_match_two_local_ranks_of_the_same_layout(e2e: tuple[RunRecord
     assert diff <= 1e-5, (record.losses(), twin.losses())
 
 
+def test_an_early_stop_cancels_the_job_and_is_a_measurement(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Real torchtitan, stopped by ``attune run --stop-below`` once two steps past the warm-up are measured."""
+    proc = subprocess.run([sys.executable, "-m", "bot.cli", "run", str(SLURM_RECIPE), "--json", "--out", str(tmp_path / "run"),
+                           "--steps", "20", "--stop-below", "1e9", "--stop-after", "2"],
+                          capture_output=True, text=True, timeout=600, cwd=REPO, env=slurm_cluster.env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # stopped: measured, ended on purpose
+    record = read_record(tmp_path / "run" / "record.json")
+    assert record.outcome == "stopped" and "cancelled" in record.reason, record.reason
+    assert record.launch.job_state == "CANCELLED" and record.summary.steps_completed < 20
+    assert [m.step for m in record.steps][:5] == [1, 2, 3, 4, 5] and record.summary.tps_median
+    assert slurm_cluster.jobs() == []
+
+
 # -- classification, sleep jobs -----------------------------------------------------------------------------------------
+
+def test_a_job_over_its_slurm_time_limit_is_a_timeout(time_limit_job: tuple[threading.Thread, dict]) -> None:
+    thread, result = time_limit_job
+    thread.join(300)
+    assert not thread.is_alive() and "error" not in result, result
+    record: RunRecord = result["record"]
+    assert record.outcome == "timeout", record.reason
+    assert record.launch.job_state == "TIMEOUT" and "Slurm time limit" in record.reason
+    assert record.summary.wall_s >= 60
+
 
 def test_a_job_cancelled_outside_attune_is_a_crash_that_says_so(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     record = sleep_run(slurm_cluster, tmp_path, action=lambda job: slurm_cluster.run("scancel", job))
@@ -182,14 +226,6 @@ def test_a_preempted_job_is_preempted(slurm_cluster: SlurmCluster, tmp_path: Pat
     slurm_cluster.wait_idle()
     assert record.outcome == "preempted", record.reason
     assert record.launch.job_state == "PREEMPTED" and "not a measurement" in record.reason
-
-
-def test_a_job_over_its_slurm_time_limit_is_a_timeout(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
-    recipe = with_slurm(load_recipe(SLURM_RECIPE), time_limit="1")  # Slurm's shortest: one minute
-    record = sleep_run(slurm_cluster, tmp_path, recipe=recipe)
-    assert record.outcome == "timeout", record.reason
-    assert record.launch.job_state == "TIMEOUT" and "Slurm time limit" in record.reason
-    assert record.summary.wall_s >= 60
 
 
 def test_the_budget_cap_cancels_the_job_inside_the_cap(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
