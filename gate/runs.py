@@ -100,15 +100,16 @@ def _failed_path(spec: RunSpec, cache_dir: Path) -> Path:
 
 
 def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
-    """The cached record for ``spec``, or a fresh real run (cached when ok)."""
-    from bot.runner.local import LocalRunner
+    """The cached record for ``spec``, or a fresh real run (cached when ok): under Slurm for a ``launcher: slurm``
+    recipe (a calibration made on a Slurm login node), else on this machine."""
+    from bot.runner import get_runner
 
     found = lookup(spec, cache_dir)
     if found is not None:
         return found
     path = cached_path(spec, cache_dir)
     recipe = parse_recipe_text(spec.recipe_text, spec.label)
-    runner = LocalRunner(hook=spec.hook, extra_env={**RUN_ENV, **spec.env})
+    runner = get_runner("slurm" if recipe.cluster.launcher == "slurm" else "local", hook=spec.hook, extra_env={**RUN_ENV, **spec.env})
     record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text)
     write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))
     return record

@@ -22,10 +22,26 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
         print(f"# {recipe.name}: simulated ({recipe.cluster.devices} x {recipe.cluster.hardware}); no torchtitan command")
         print(json.dumps({"levers": recipe.levers, "pinned": recipe.pinned}, indent=1))
         return EXIT_OK
-    launch = build_launch(recipe, steps=steps, dump_folder="runs/<out>/titan")
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
-    print("# command")
-    print((env + " " if env else "") + shlex.join(launch.argv))
+    if recipe.cluster.launcher == "slurm":
+        from pathlib import Path
+
+        from bot.runner.slurm import batch_script, sbatch_argv
+
+        out = Path("runs/<out>")
+        try:
+            body, _ = batch_script(recipe, steps=steps, out_dir=out)
+        except ValueError as exc:
+            print(f"# batch script: refused\n{exc}")
+            return EXIT_FAILED
+        print("# command (on a Slurm login node)")
+        print(shlex.join(sbatch_argv(out / "job.sbatch", out)))
+        print("# batch script (job.sbatch)")
+        print(body, end="")
+    else:
+        launch = build_launch(recipe, steps=steps, dump_folder="runs/<out>/titan")
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in launch.env.items())
+        print("# command")
+        print((env + " " if env else "") + shlex.join(launch.argv))
     try:
         flat = resolve_recipe(recipe, steps=steps)
     except ResolveError as exc:

@@ -21,6 +21,7 @@ from ruamel.yaml.error import YAMLError
 
 from bot.core import levers as lever_catalog
 from bot.core.records import Scalar, atomic_write_text, content_hash
+from bot.core.slurm import SlurmSettings
 
 REQUIRED_PINS = {
     "training.global_batch_size": "the global batch size",
@@ -56,6 +57,7 @@ class Cluster(BaseModel):
     launcher: Literal["local", "slurm", "sim"]
     usd_per_device_hour: float = Field(ge=0)
     runner_labels: list[str] = Field(default_factory=list)
+    slurm: SlurmSettings | None = None  # launcher slurm: partition, account, time limit, ... (bot.core.slurm)
 
     @property
     def devices(self) -> int:

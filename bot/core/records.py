@@ -17,7 +17,10 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-Outcome = Literal["ok", "oom", "crash", "hang", "timeout", "invalid", "stopped"]  # stopped: early, clearly slower
+# stopped: early, clearly slower. Slurm's own (bot.runner.slurm): node_fail (a node of the job failed), preempted
+# (preempted or requeued: not a measurement), pending_timeout (queued longer than the recipe's queue budget);
+# Slurm's time limit is a timeout. Every outcome but ok and stopped is a failed run.
+Outcome = Literal["ok", "oom", "crash", "hang", "timeout", "invalid", "stopped", "node_fail", "preempted", "pending_timeout"]
 MEASURED_OUTCOMES: tuple[str, ...] = ("ok", "stopped")  # runs that measured the candidate (stopped: early, clearly slower)
 Scalar = bool | int | float | str
 Tier = Literal["B", "R", "N", "X"]
@@ -47,6 +50,11 @@ class LaunchShape(BaseModel):
     world_size: int
     command: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
+    # launcher slurm: the job, its final state as Slurm reports it, its nodes and how long it queued (not charged)
+    job_id: str | None = None
+    job_state: str | None = None
+    node_list: str | None = None
+    queue_wait_s: float | None = None
 
 
 class StepMetric(BaseModel):

@@ -1,9 +1,10 @@
 """Runners: a recipe in, a run record out (:class:`~bot.runner.base.Runner`).
 
 The launcher registry lives here, at the package's face, and is the only importer of the backends:
-``local`` (torchrun on this machine, :mod:`.local`) and ``sim`` (the calibrated simulator, :mod:`.sim`). What every
-backend shares is in :mod:`.base`; the torchrun command line in :mod:`.command`; torchtitan's resolved config in
-:mod:`.resolve`; the rank-0 log parser in :mod:`.logparse`.
+``local`` (torchrun on this machine, :mod:`.local`), ``slurm`` (sbatch + ``srun torchrun`` from a Slurm login node,
+:mod:`.slurm`) and ``sim`` (the calibrated simulator, :mod:`.sim`). What every backend shares is in :mod:`.base`; the
+torchrun command line in :mod:`.command`; torchtitan's resolved config in :mod:`.resolve`; the rank-0 log parser in
+:mod:`.logparse`; the batch script in :mod:`.slurmscript`; what Slurm's commands print in :mod:`.slurmtext`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from bot.core.recipe import RecipeError
 from bot.runner.base import EarlyStop, Runner
 
-LAUNCHERS = ("local", "sim")
+LAUNCHERS = ("local", "slurm", "sim")
 
 __all__ = ["LAUNCHERS", "EarlyStop", "Runner", "get_runner"]
 
@@ -27,6 +28,7 @@ def get_runner(launcher: str, **options: object) -> Runner:
 
         return SimRunner(**options)  # type: ignore[arg-type]
     if launcher == "slurm":
-        # no Slurm backend ships yet: one cannot be tested here against a real Slurm, and a fake would not do
-        raise RecipeError("cluster.launcher: slurm is not supported yet; expected local (torchrun on this machine) or sim (the simulator)")
-    raise RecipeError(f"cluster.launcher: unknown launcher {launcher!r}; expected local or sim")
+        from bot.runner.slurm import SlurmRunner
+
+        return SlurmRunner(**options)  # type: ignore[arg-type]
+    raise RecipeError(f"cluster.launcher: unknown launcher {launcher!r}; expected local, slurm or sim")

@@ -1,8 +1,8 @@
 """The Runner protocol and what every backend shares (summary, stack).
 
 ``run(recipe, *, steps, out_dir) -> RunRecord``: a backend runs a recipe and always returns a
-record — a failed run is an outcome (``oom``, ``crash``, ``hang``, ``timeout``, ``invalid``),
-never an exception.
+record — a failed run is an outcome (``oom``, ``crash``, ``hang``, ``timeout``, ``invalid``; under Slurm
+also ``node_fail``, ``preempted``, ``pending_timeout``), never an exception.
 """
 
 from __future__ import annotations

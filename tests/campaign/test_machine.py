@@ -143,6 +143,16 @@ def test_a_failed_trial_closes_the_step(tmp_path: Path) -> None:
     assert [r.kind for r in step.runs] == ["trial"]
 
 
+@pytest.mark.parametrize("outcome", ["node_fail", "preempted", "pending_timeout", "timeout"])
+def test_a_trial_that_slurm_ended_is_a_failed_trial(tmp_path: Path, outcome: str) -> None:
+    """Slurm's outcomes (bot/runner/slurm.py) close the step like any failed run: no gate, no merge."""
+    state, forge, _, actions = run_campaign(tmp_path, {AC_NONE: outcome}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    step = state.step(1)
+    assert step.state == "closed" and step.close_reason.startswith(f"trial {outcome}") and not step.kept
+    assert "check_convergence" not in kinds(actions, 1) and "merge" not in kinds(actions)
+    assert statuses(forge, 1)[-1] == "failure"
+
+
 def test_a_failing_baseline_finishes_the_campaign(tmp_path: Path) -> None:
     state, _, runner, _ = run_campaign(tmp_path, {(("activation_checkpoint", "full"),): "oom"}, script=[])
     assert state.phase == "finished" and "baseline run failed" in state.finish_reason

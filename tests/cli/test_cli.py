@@ -122,6 +122,17 @@ def test_recipe_show(capsys: pytest.CaptureFixture[str]) -> None:
     assert list(fields) == sorted(fields)
 
 
+def test_recipe_show_of_a_slurm_recipe_prints_its_batch_script(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["recipe", "show", str(REPO / "recipes" / "llama3-tiny" / "cpu-slurm.yaml")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "# command (on a Slurm login node)" and out[1].startswith("sbatch --parsable ")
+    assert out[2] == "# batch script (job.sbatch)" and out[3] == "#!/bin/bash"
+    assert "#SBATCH --nodes=2" in out and "#SBATCH --time=0:15:00" in out
+    srun = [line for line in out if line.startswith("srun ")]
+    assert len(srun) == 1 and " --rdzv-backend=c10d " in srun[0] and " -m torchtitan.train " in srun[0]
+    assert "# resolved torchtitan config" in out
+
+
 def test_recipe_show_refused_config(recipe_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     recipe_copy.write_text(recipe_copy.read_text().replace("  compile.enable: false", "  compile.enable: false\n  compile.enable_async_tensor_parallel: true"))
     assert main(["recipe", "show", str(recipe_copy)]) == 3

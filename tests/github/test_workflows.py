@@ -303,3 +303,14 @@ def test_the_optional_anthropic_key_reaches_only_the_hosted_handlers() -> None:
                 if "ANTHROPIC_API_KEY" in json.dumps(step):
                     assert (path.name, name) in {("campaign.yml", "handle"), ("trial.yml", "report")}
                     assert step["env"]["ANTHROPIC_API_KEY"] == "${{ secrets.ANTHROPIC_API_KEY }}"
+
+
+def test_the_run_step_execs_attune_run_so_a_cancelled_workflow_reaches_it() -> None:
+    """The runner signals the step's entry process (SIGINT, then SIGTERM; GitHub's workflow cancellation reference):
+    with ``exec`` that is ``attune run`` itself, which stops its ranks or scancels its Slurm job
+    (tests/runner/test_slurm.py proves the latter against a real Slurm)."""
+    run = load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]
+    body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
+    line = next(ln.strip() for ln in body.splitlines() if 'attune" run "$RECIPE"' in ln)
+    assert line.startswith('exec "$RUNNER_TEMP/attune-venv/bin/attune" run "$RECIPE" --json --out run/')
+    assert body.rstrip().splitlines()[-1].strip() == "fi"  # nothing after it in the step would run anyway

@@ -20,3 +20,30 @@ def cpu_text() -> str:
 @pytest.fixture
 def cpu_recipe(cpu_text: str) -> Recipe:
     return parse_recipe_text(cpu_text, str(CPU_RECIPE))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A real two-node Slurm on this host (tests/runner/slurm_cluster.py), installed with apt when missing and we are
+    root; stopped at the end of the session, also on failure. Where it cannot be had the tests skip and say why;
+    under ``CI=true`` that is a failure."""
+    import os
+
+    from . import slurm_cluster as sc
+
+    why = sc.install_packages()
+    cluster = None
+    if why is None:
+        try:
+            cluster = sc.start()
+        except sc.ClusterError as exc:
+            why = f"the test Slurm did not start: {exc}"
+    if cluster is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Slurm tests cannot run under CI=true: {why}")
+        print(f"\nSlurm tests skipped: {why}")
+        pytest.skip(f"Slurm tests skipped: {why}")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -69,8 +69,10 @@ def test_get_runner() -> None:
 
     with pytest.raises(RecipeError, match="unknown launcher 'mpi'"):
         get_runner("mpi")
-    with pytest.raises(RecipeError, match="slurm is not supported yet"):  # a clear refusal, never a ModuleNotFoundError
-        get_runner("slurm")
+    from bot.runner.slurm import SlurmRunner
+
+    slurm = get_runner("slurm", hang_s=7.0)
+    assert isinstance(slurm, SlurmRunner) and slurm.hang_s == 7.0
 
 
 def test_stack_fingerprint_on_this_host() -> None:
