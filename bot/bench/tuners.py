@@ -33,6 +33,7 @@ from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.forge.memory import MemoryForge
 from bot.runner.sim import SimRunner
 
+SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seeded RNG
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
 
 
@@ -134,7 +135,7 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
 def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work: Path) -> cm.Campaign:
     recipe = load_recipe(recipe_path)
     rel = recipe_path.name
-    options = {"seed": seed} if policy in ("random", "tpe", "gp") else {}
+    options = {"seed": seed} if policy in SEEDED else {}
     records = FileRecordStore(work)
     executor = Executor(
         forge=MemoryForge({rel: recipe_path.read_text()}), states=FileStateStore(work), records=records,
