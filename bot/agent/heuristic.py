@@ -63,6 +63,9 @@ class HeuristicPolicy:
 
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                 records: RecordReader) -> Change | Stop:
+        flat = _no_gain_stop(campaign, _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis)
+        if flat is not None:
+            return Stop(why=flat, policy=self.name)
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
@@ -369,6 +372,8 @@ BUBBLE_FRAC = 0.15
 RECOMPUTE_FRAC = 0.05
 PATIENCE = 2
 PATIENCE_RUNS = 1.0
+NO_GAIN_RUNS = 1.2  # steps' device-hours allowed before the first kept step (flat target 30% of 14 runs, baseline 2)
+NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up asks for (_fix_for)
 OOM_BATCH_LESSON = "oom-halve-local-batch"
 CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
 SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
@@ -405,6 +410,43 @@ def _patience_stop(campaign: Campaign) -> str | None:
         return None
     return (f"no diagnosis- or lesson-driven move is left and {why}; keeping the +{campaign.gain:.1%} found rather than "
             "spend more device-hours on blind exploration")
+
+
+def addressable_share(d: Diagnosis | None) -> float | None:
+    """The share of the step a throughput lever can remove, from the incumbent's measured breakdown: exposed
+    communication + pipeline bubble + recomputation -- the last only with memory to spare for the activations it
+    would keep (headroom >= NO_RECOMPUTE_HEADROOM). None without a measured breakdown."""
+    if d is None or d.outcome != "ok" or not d.breakdown:
+        return None
+    b = d.breakdown
+    share = b.get("exposed_comm", 0.0) + b.get("bubble", 0.0)
+    if (d.mem_headroom_frac or 0.0) >= NO_RECOMPUTE_HEADROOM:
+        share += b.get("recompute", 0.0)
+    return share
+
+
+def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None:
+    """With no gain in hand, the campaign's probing is bounded by what the diagnosis says can be won.
+
+    (1) The incumbent's addressable share (exposed communication, bubble, recompute with memory to spare) is so
+    small that removing all of it would not clear the noise band: nothing a trial could find is measurable -- stop
+    before the first step. (2) Otherwise, while no step has been kept, the steps may spend at most
+    NO_GAIN_RUNS baseline runs' device-hours (failed starts, OOM retries and early-stopped trials add up): a recipe
+    whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already, and each further
+    probe only delays the verdict (the flat-task target: at most 30% of a 14-run budget, of which the baseline
+    takes 2 runs)."""
+    if campaign.incumbent_step != 0 or campaign.band is None:
+        return None
+    share = addressable_share(incumbent)
+    if share is not None and share / max(1.0 - share, 1e-9) < campaign.band.band:
+        return (f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
+                f"{share:.1%} of its step, less than the {campaign.band.band:.1%} noise band even if all were removed")
+    run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
+    spent = sum(r.device_hours for s in campaign.steps for r in s.runs)
+    if run_cost > 0 and spent >= NO_GAIN_RUNS * run_cost:
+        return (f"no gain found: {len(campaign.steps)} steps spent {spent / run_cost:.1f} baseline runs' device-hours and none "
+                "beat the recipe; it is most likely at its optimum (keeping it rather than spend more on blind probes)")
+    return None
 
 
 # the one cost a lever exists to remove, as named in the step-time breakdown
