@@ -74,6 +74,12 @@ class CmaEsPolicy:
 
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                 records: RecordReader) -> Change | Stop:
+        _study, change = self.replay(campaign, levers)
+        return change if change is not None else Stop(why="CMA-ES found no untried legal configuration", policy=self.name)
+
+    def replay(self, campaign: Campaign, levers: LeverSpace) -> tuple[Any, Change | None]:
+        """The study rebuilt from the campaign (the k-th proposal recomputed exactly as it was made, then told what
+        step k measured) and the next proposal (None when no untried legal configuration is found)."""
         import optuna
         from optuna.distributions import IntDistribution
 
@@ -88,11 +94,10 @@ class CmaEsPolicy:
         if campaign.baseline_tps:
             study.add_trial(optuna.trial.create_trial(params=x0, distributions=dists, value=float(campaign.baseline_tps)))
         seen = [dict(sorted(campaign.baseline_levers.items()))]
-        # replay: the k-th proposal is recomputed exactly as it was made, then told what step k measured
         for k in range(len(campaign.steps) + 1):
             change, trial = self._next(study, dists, campaign, levers, seen, k)
             if k == len(campaign.steps):
-                return change if change is not None else Stop(why="CMA-ES found no untried legal configuration", policy=self.name)
+                return study, change
             st = campaign.steps[k]
             seen.append(dict(sorted(st.levers.items())))
             value = step_value(campaign, st)

@@ -372,7 +372,7 @@ BUBBLE_FRAC = 0.15
 RECOMPUTE_FRAC = 0.05
 PATIENCE = 2
 PATIENCE_RUNS = 1.0
-NO_GAIN_RUNS = 1.2  # steps' device-hours allowed before the first kept step (flat target 30% of 14 runs, baseline 2)
+NO_GAIN_SHARE = 0.22  # of the budget, baseline included, before the first kept step (flat-task target: <= 30%)
 NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up asks for (_fix_for)
 OOM_BATCH_LESSON = "oom-halve-local-batch"
 CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
@@ -415,12 +415,12 @@ def _patience_stop(campaign: Campaign) -> str | None:
 def addressable_share(d: Diagnosis | None) -> float | None:
     """The share of the step a throughput lever can remove, from the incumbent's measured breakdown: exposed
     communication + pipeline bubble + recomputation -- the last only with memory to spare for the activations it
-    would keep (headroom >= NO_RECOMPUTE_HEADROOM). None without a measured breakdown."""
+    would keep (headroom >= NO_RECOMPUTE_HEADROOM, or headroom not measured). None without a measured breakdown."""
     if d is None or d.outcome != "ok" or not d.breakdown:
         return None
     b = d.breakdown
     share = b.get("exposed_comm", 0.0) + b.get("bubble", 0.0)
-    if (d.mem_headroom_frac or 0.0) >= NO_RECOMPUTE_HEADROOM:
+    if d.mem_headroom_frac is None or d.mem_headroom_frac >= NO_RECOMPUTE_HEADROOM:
         share += b.get("recompute", 0.0)
     return share
 
@@ -430,22 +430,20 @@ def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None
 
     (1) The incumbent's addressable share (exposed communication, bubble, recompute with memory to spare) is so
     small that removing all of it would not clear the noise band: nothing a trial could find is measurable -- stop
-    before the first step. (2) Otherwise, while no step has been kept, the steps may spend at most
-    NO_GAIN_RUNS baseline runs' device-hours (failed starts, OOM retries and early-stopped trials add up): a recipe
-    whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already, and each further
-    probe only delays the verdict (the flat-task target: at most 30% of a 14-run budget, of which the baseline
-    takes 2 runs)."""
+    before the first step. (2) Otherwise, while no step has been kept, no new move starts once the campaign has
+    spent NO_GAIN_SHARE of its budget (baseline included; failed starts, OOM retries and early-stopped trials add
+    up): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
+    and each further probe only delays the verdict. Checked before every proposal (coupled retries included), so a
+    flat recipe costs about NO_GAIN_SHARE plus one step (issue 15's flat-task target: at most 30% of the budget)."""
     if campaign.incumbent_step != 0 or campaign.band is None:
         return None
     share = addressable_share(incumbent)
     if share is not None and share / max(1.0 - share, 1e-9) < campaign.band.band:
         return (f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
                 f"{share:.1%} of its step, less than the {campaign.band.band:.1%} noise band even if all were removed")
-    run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
-    spent = sum(r.device_hours for s in campaign.steps for r in s.runs)
-    if run_cost > 0 and spent >= NO_GAIN_RUNS * run_cost:
-        return (f"no gain found: {len(campaign.steps)} steps spent {spent / run_cost:.1f} baseline runs' device-hours and none "
-                "beat the recipe; it is most likely at its optimum (keeping it rather than spend more on blind probes)")
+    if campaign.steps and campaign.budget > 0 and campaign.spent >= NO_GAIN_SHARE * campaign.budget:
+        return (f"no gain found: {len(campaign.steps)} steps and the baseline spent {campaign.spent / campaign.budget:.0%} of the budget "
+                "and none beat the recipe; it is most likely at its optimum (keeping it rather than spend more on blind probes)")
     return None
 
 
