@@ -373,6 +373,7 @@ RECOMPUTE_FRAC = 0.05
 PATIENCE = 2
 PATIENCE_RUNS = 1.0
 NO_GAIN_SHARE = 0.22  # of the budget, baseline included, before the first kept step (flat-task target: <= 30%)
+ADDRESSABLE = {"exposed_comm", "bubble", "recompute"}
 NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up asks for (_fix_for)
 OOM_BATCH_LESSON = "oom-halve-local-batch"
 CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
@@ -415,9 +416,10 @@ def _patience_stop(campaign: Campaign) -> str | None:
 def addressable_share(d: Diagnosis | None) -> float | None:
     """The share of the step a throughput lever can remove, from the incumbent's measured breakdown: exposed
     communication + pipeline bubble + recomputation -- the last only with memory to spare for the activations it
-    would keep (headroom >= NO_RECOMPUTE_HEADROOM, or headroom not measured). None without a measured breakdown."""
-    if d is None or d.outcome != "ok" or not d.breakdown:
-        return None
+    would keep (headroom >= NO_RECOMPUTE_HEADROOM, or headroom not measured). None without a breakdown that names
+    all three."""
+    if d is None or d.outcome != "ok" or not set(d.breakdown) >= ADDRESSABLE:
+        return None  # e.g. a CPU run's spans (forward-backward, optimizer, data) name none of these costs
     b = d.breakdown
     share = b.get("exposed_comm", 0.0) + b.get("bubble", 0.0)
     if d.mem_headroom_frac is None or d.mem_headroom_frac >= NO_RECOMPUTE_HEADROOM:
