@@ -1,5 +1,9 @@
 """The default policy: deterministic, offline, ordered lesson-guided rules.
 
+0. **No gain in hand** (``_no_gain_stop``): stop before the first step when the incumbent's addressable share
+   (exposed communication + bubble + recompute with memory to spare) could not clear the noise band even if all
+   of it were removed; and, while no step has been kept, start nothing once NO_GAIN_SHARE of the budget is spent
+   (a recipe already at its optimum costs little).
 1. **OOM -> recompute** (the rule that made the published campaigns): when the last trial ran
    out of memory, retry that same layout with more activation recomputation (a step stacked on
    the failed one) before the layout is abandoned; when it already recomputes everything, retry
