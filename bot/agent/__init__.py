@@ -2,7 +2,8 @@
 
 The policy registry lives here, at the package's face, and is the only importer of the concrete policies:
 ``heuristic`` (cited lessons, :mod:`.heuristic`), ``claude`` (Anthropic tool use, :mod:`.claude`) and the search
-baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`). The protocol and what every policy shares (the lever
+baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`), ``cmaes`` (:mod:`.cma`), ``greedy`` (coordinate descent,
+:mod:`.greedy`) and ``costmodel`` (an analytic cost model's ranking measured best-first, :mod:`.costmodel_tuner`). The protocol and what every policy shares (the lever
 space, validation) are in :mod:`.policy`; the search space in :mod:`.space`; the lessons catalog in :mod:`.lessons`.
 A policy reads the campaign (:mod:`bot.core.state`) and its run records through the record store it is handed;
 it never runs anything.
@@ -14,7 +15,7 @@ from typing import Any
 
 from bot.agent.policy import LeverSpace, Policy
 
-POLICIES = ("heuristic", "claude", "random", "tpe", "gp")
+POLICIES = ("heuristic", "claude", "random", "tpe", "gp", "cmaes", "greedy", "costmodel")
 
 __all__ = ["POLICIES", "LeverSpace", "Policy", "get_policy"]
 
@@ -37,4 +38,16 @@ def get_policy(name: str, **options: Any) -> Policy:
         from bot.agent.samplers import OptunaPolicy
 
         return OptunaPolicy(sampler=name, **options)
+    if name == "cmaes":
+        from bot.agent.cma import CmaEsPolicy
+
+        return CmaEsPolicy(**options)
+    if name == "greedy":
+        from bot.agent.greedy import GreedyPolicy
+
+        return GreedyPolicy()
+    if name == "costmodel":
+        from bot.agent.costmodel_tuner import CostModelPolicy
+
+        return CostModelPolicy()
     raise ValueError(f"unknown policy {name!r}; expected {', '.join(POLICIES)}")

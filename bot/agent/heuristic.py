@@ -1,5 +1,9 @@
 """The default policy: deterministic, offline, ordered lesson-guided rules.
 
+0. **No gain in hand** (``_no_gain_stop``): stop before the first step when the incumbent's addressable share
+   (exposed communication + bubble + recompute with memory to spare) could not clear the noise band even if all
+   of it were removed; and, while no step has been kept, start nothing once NO_GAIN_SHARE of the budget is spent
+   (a recipe already at its optimum costs little).
 1. **OOM -> recompute** (the rule that made the published campaigns): when the last trial ran
    out of memory, retry that same layout with more activation recomputation (a step stacked on
    the failed one) before the layout is abandoned; when it already recomputes everything, retry
@@ -63,6 +67,9 @@ class HeuristicPolicy:
 
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                 records: RecordReader) -> Change | Stop:
+        flat = _no_gain_stop(campaign, _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis)
+        if flat is not None:
+            return Stop(why=flat, policy=self.name)
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
@@ -369,6 +376,9 @@ BUBBLE_FRAC = 0.15
 RECOMPUTE_FRAC = 0.05
 PATIENCE = 2
 PATIENCE_RUNS = 1.0
+NO_GAIN_SHARE = 0.22  # of the budget, baseline included, before the first kept step (flat-task target: <= 30%)
+ADDRESSABLE = {"exposed_comm", "bubble", "recompute"}
+NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up asks for (_fix_for)
 OOM_BATCH_LESSON = "oom-halve-local-batch"
 CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
 SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
@@ -405,6 +415,44 @@ def _patience_stop(campaign: Campaign) -> str | None:
         return None
     return (f"no diagnosis- or lesson-driven move is left and {why}; keeping the +{campaign.gain:.1%} found rather than "
             "spend more device-hours on blind exploration")
+
+
+def addressable_share(d: Diagnosis | None) -> float | None:
+    """The share of the step a throughput lever can remove, from the incumbent's measured breakdown: exposed
+    communication + pipeline bubble + recomputation -- the last only with memory to spare for the activations it
+    would keep (headroom >= NO_RECOMPUTE_HEADROOM, or headroom not measured). None without a breakdown that names
+    all three."""
+    if d is None or d.outcome != "ok" or not set(d.breakdown) >= ADDRESSABLE:
+        return None  # e.g. a CPU run's spans (forward-backward, optimizer, data) name none of these costs
+    b = d.breakdown
+    share = b.get("exposed_comm", 0.0) + b.get("bubble", 0.0)
+    if d.mem_headroom_frac is None or d.mem_headroom_frac >= NO_RECOMPUTE_HEADROOM:
+        share += b.get("recompute", 0.0)
+    return share
+
+
+def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None:
+    """With no gain in hand, the campaign's probing is bounded by what the diagnosis says can be won.
+
+    (1) The incumbent's addressable share (exposed communication, bubble, recompute with memory to spare) is so
+    small that removing all of it would not clear the noise band: nothing a trial could find is measurable -- stop
+    before the first step. (2) Otherwise, while no step has been kept, no new move starts once the campaign has
+    spent NO_GAIN_SHARE of its budget (baseline included; failed starts, OOM retries and early-stopped trials add
+    up; the re-measure of a trial that cleared the band is not counted): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
+    and each further probe only delays the verdict. Checked before every proposal (coupled retries included), so a
+    flat recipe costs about NO_GAIN_SHARE plus one step (issue 15's flat-task target: at most 30% of the budget)."""
+    if campaign.incumbent_step != 0 or campaign.band is None:
+        return None
+    share = addressable_share(incumbent)
+    if share is not None and share / max(1.0 - share, 1e-9) < campaign.band.band:
+        return (f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
+                f"{share:.1%} of its step, less than the {campaign.band.band:.1%} noise band even if all were removed")
+    # the re-measures of trials that cleared the band are not counted: a gain that did not confirm is a reason to look on
+    counted = campaign.spent - sum(r.device_hours for s in campaign.steps for r in s.runs if r.kind == "confirm")
+    if campaign.steps and campaign.budget > 0 and counted >= NO_GAIN_SHARE * campaign.budget:
+        return (f"no gain found: {len(campaign.steps)} steps and the baseline spent {counted / campaign.budget:.0%} of the budget "
+                "and none beat the recipe; it is most likely at its optimum (keeping it rather than spend more on blind probes)")
+    return None
 
 
 # the one cost a lever exists to remove, as named in the step-time breakdown

@@ -22,13 +22,29 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_tuners(args: argparse.Namespace) -> int:
-    from bot.bench.tuners import bench, default_tasks, render
+    from bot.agent import POLICIES
+    from bot.bench.tuners import DEFAULT_POLICIES, bench, default_tasks, render, select_tasks
+    from bot.core.recipe import load_recipe
 
     recipes = [Path(r) for r in args.recipe] if args.recipe else default_tasks()
     for r in recipes:
         if not r.exists():
             raise UsageError(f"{r}: no such recipe")
-    result = bench(recipes, seeds=args.seeds)
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: expected at least 1; got {args.seeds}")
+    names = [n for n in (args.tasks or "").split(",") if n]
+    chosen = select_tasks(recipes, names)
+    known = sorted({load_recipe(p).name for p in recipes})
+    if names and not chosen:
+        raise UsageError(f"--tasks: no task is called {', '.join(names)}; expected recipe ids or model ids of: {', '.join(known)}")
+    policies = [p for p in (args.policies or "").split(",") if p] or None
+    allowed = ("attune", *(p for p in POLICIES if p != "heuristic"))
+    bad = [p for p in policies or [] if p not in allowed]
+    if bad:
+        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (default {','.join(DEFAULT_POLICIES)})")
+    if args.trace and not select_tasks(chosen, [args.trace]):
+        raise UsageError(f"--trace: {args.trace} is not one of the tasks run ({', '.join(sorted(load_recipe(p).name for p in chosen))})")
+    result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace)
     print(render(result))
     if args.json:
         emit_json({k: v for k, v in result.items() if k != "oracle"} | {"oracle": {t: {k: v for k, v in o.items() if k != "oracle_levers"} for t, o in result["oracle"].items()}})
@@ -45,5 +61,8 @@ def register(sub: Any) -> None:
     bt = b.add_parser("tuners", help="every policy under the same budget in the simulator (SIMULATED)")
     bt.add_argument("--recipe", action="append", default=[])
     bt.add_argument("--seeds", type=int, default=3)
+    bt.add_argument("--tasks", default="", help="comma list of tasks (recipe ids like llama3.1-8b/h100x8, or model ids); default all")
+    bt.add_argument("--policies", default="", help="comma list of policies (default attune and every baseline)")
+    bt.add_argument("--trace", default="", help="a task whose seed-0 campaigns are printed step by step (change, why, measured, decision)")
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=cmd_bench_tuners)

@@ -314,3 +314,32 @@ def test_an_enabler_that_never_ran_leaves_its_configuration_open() -> None:
     assert validate_change(state, lbs2.model_copy(update={"enabler": False}), space) is None  # never measured: open
     ran = unrun.model_copy(update={"runs": [cm.RunRef(kind="trial", n=1, outcome="ok", tps=900.0)]})
     assert "already tried" in validate_change(state.model_copy(update={"steps": [ran]}), lbs2, space)
+
+
+# ----------------------------------------------------------------------------- no gain in hand
+@pytest.mark.parametrize(("breakdown", "headroom", "stops"), [
+    ({"compute": 0.97, "exposed_comm": 0.01, "bubble": 0.01, "recompute": 0.01}, 0.3, True),  # 3% addressable < 5% band
+    ({"compute": 0.75, "exposed_comm": 0.01, "bubble": 0.0, "recompute": 0.24}, 0.01, True),  # recompute, but no memory for it
+    ({"compute": 0.75, "exposed_comm": 0.01, "bubble": 0.0, "recompute": 0.24}, 0.30, False),  # recompute with memory to spare
+    ({"compute": 0.80, "exposed_comm": 0.20, "bubble": 0.0, "recompute": 0.0}, 0.01, False),  # exposed communication
+])
+def test_with_nothing_addressable_in_the_diagnosis_the_agent_stops_before_the_first_step(breakdown, headroom, stops) -> None:
+    state = play(new_state(PP_RECIPE), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]))
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": "", "steps": []})
+    assert state.band.band == pytest.approx(0.05)
+    diagnosis = Diagnosis(outcome="ok", tps=1000.0, breakdown=breakdown, mem_headroom_frac=headroom)
+    proposal = HeuristicPolicy().propose(state, diagnosis, LESSONS, space_fn(parse_recipe_text(PP_RECIPE)), RECORDS)
+    assert isinstance(proposal, Stop) == stops
+    if stops:
+        assert proposal.why.startswith("nothing measurable to win")
+
+
+def test_with_no_gain_in_hand_no_new_move_starts_past_the_no_gain_share_of_the_budget() -> None:
+    from bot.agent.heuristic import NO_GAIN_SHARE
+
+    # every step measures like the baseline: nothing is ever kept; each run costs 5% of the budget
+    state = play(new_state(PP_RECIPE, budget=1.0), lambda s: HeuristicPolicy().propose(s, Diagnosis(outcome="ok"), LESSONS,
+                 space_fn(parse_recipe_text(PP_RECIPE)), RECORDS), table_rule({}, [1000.0, 1010.0]), cost=0.05)
+    assert state.incumbent_step == 0 and state.steps
+    assert state.finish_reason.startswith("policy stopped: no gain found")
+    assert NO_GAIN_SHARE <= state.spent <= NO_GAIN_SHARE + 0.05  # at most one step past the share

@@ -65,12 +65,12 @@ def test_the_oracle_is_at_least_every_legal_single_lever_neighbour(small_recipe:
 
 
 def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
-    result = bench([small_recipe], seeds=1, policies=["attune", "random", "tpe", "gp"])
+    result = bench([small_recipe], seeds=1, policies=["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"])
     assert result["simulated"] is True
     json.dumps(result)  # the CLI prints it as the last line
     (task,) = result["tasks"]
     pols = result["tasks"][task]
-    assert set(pols) == {"attune", "random", "tpe", "gp", "oracle"}
+    assert set(pols) == {"attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel", "oracle"}
     budget = result["oracle"][task]["budget"]
     for name, m in pols.items():
         assert 0.0 <= m["oracle_fraction"] <= 1.0 + 1e-9
@@ -98,3 +98,70 @@ def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
     assert got["t"]["device_hours_ratio"] == pytest.approx(50 / 120) and got["t"]["oracle_fraction"] == 0.97
     assert got["flat"]["gain_ratio"] is None  # the alternatives gained nothing: no ratio to quote
     assert got["flat"]["best_alternative"] == "none gained (tpe spent least)" and got["flat"]["device_hours_ratio"] == pytest.approx(1 / 3)
+
+
+def test_the_benchmark_reports_which_group_each_task_is_in_with_a_trace(small_recipe: Path) -> None:
+    from bot.bench.tuners import DEV_TASKS, GROUP_LABEL, task_group
+    from bot.core.repo import find_repo
+
+    result = bench([small_recipe], seeds=1, policies=["attune", "greedy", "costmodel"], trace="llama3.1-8b")
+    (task,) = result["tasks"]
+    assert result["groups"] == {task: "report"}  # a task not in DEV_TASKS is report-only
+    assert result["targets"][task]["group"] == "report"
+    steps = result["traces"][task]["attune"]
+    assert steps[-1]["change"] == "stop" and all({"change", "why", "measured_gain", "decision"} <= set(s) for s in steps)
+    text = render(result)
+    assert GROUP_LABEL["report"] in text and f"### Trace: {task}, attune, seed 0" in text
+    # the dev group (the four tasks shipped before issue 15, and deepseek-v3) are recipes of the repository
+    shipped = {load_recipe(p).name for p in find_repo().recipes.glob("*/*.yaml")}
+    assert set(DEV_TASKS) <= shipped and all(task_group(t) == "dev" for t in DEV_TASKS)
+    assert {task_group(t) for t in shipped - set(DEV_TASKS)} <= {"report"} and len(shipped - set(DEV_TASKS)) >= 4
+
+
+def test_tasks_are_chosen_by_recipe_id_or_model_id(small_recipe: Path) -> None:
+    from bot.bench.tuners import default_tasks, select_tasks
+
+    tasks = default_tasks()
+    assert [load_recipe(p).name for p in select_tasks(tasks, ["glm-4.5"])] == ["glm-4.5/h100x128"]
+    assert [load_recipe(p).name for p in select_tasks(tasks, ["llama3.1-8b/h200x16"])] == ["llama3.1-8b/h200x16"]
+    assert select_tasks(tasks, []) == tasks and select_tasks(tasks, ["no-such-model"]) == []
+
+
+def test_the_agent_claims_nothing_and_stops_early_on_a_recipe_already_at_its_optimum(tmp_path: Path) -> None:
+    import yaml
+
+    from bot.bench.tuners import BUDGET_RUNS, run_campaign
+    from bot.runner.sim import SimRunner
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "llama3.1-8b" / "h200x16.yaml")  # the flat task
+    assert oracle(recipe, 1.0)[0] == pytest.approx(true_tps(recipe, dict(recipe.levers)))  # it is at the optimum
+    small = yaml.safe_load(SMALL)
+    path = tmp_path / "recipes" / "llama3.1-8b" / "h100x8.yaml"
+    path.parent.mkdir(parents=True)
+    best_levers = oracle(load_recipe(_write(tmp_path / "s.yaml", SMALL)), 1.0)[1]
+    small["levers"] = {k: best_levers[k] for k in small["levers"]}
+    path.write_text(yaml.safe_dump(small, sort_keys=False))
+    flat = load_recipe(path)
+    run_cost = SimRunner(seed=0).run(flat, out_dir=None).summary.device_hours
+    for seed in (0, 1):
+        state = run_campaign(path, "heuristic", seed, BUDGET_RUNS * run_cost, tmp_path / f"w{seed}")
+        assert state.gain == 0.0 and state.incumbent_step == 0  # no gain claimed
+        assert state.spent <= 0.30 * BUDGET_RUNS * run_cost  # the flat-task target: at most 30% of the budget
+        assert state.finish_reason.startswith("policy stopped")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("args", "needle"), [(["--policies", "attune,bogus"], "--policies: unknown bogus"),
+                                              (["--tasks", "no-such-task"], "--tasks: no task is called no-such-task"),
+                                              (["--tasks", "glm-4.5", "--trace", "mixtral-8x22b"], "--trace: mixtral-8x22b is not one of the tasks run"),
+                                              (["--seeds", "0"], "--seeds: expected at least 1")])
+def test_bad_bench_options_are_one_clear_line_and_exit_2(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    assert main(["bench", "tuners", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err

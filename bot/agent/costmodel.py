@@ -1,0 +1,185 @@
+"""A first-principles cost model of one training step -- NOT the calibrated simulator (an import-linter contract
+keeps this module from importing ``bot.sim`` beyond the model and hardware facts, ``bot.sim.zoo`` / ``.hardware``).
+
+It is what a cost-model tuner (OptiCo, NeMo AutoConfigurator, Galvatron, Aceso: perfmodel.md §1.1-1.2) ranks
+layouts with, built only from textbook formulas and datasheet figures, with no fitted factor:
+
+* **Compute** (perfmodel.md §4.1): FLOPs per token = 6·N_active + 12·L·(a·d)·s (PaLM / Korthikanti); recompute adds
+  one forward (+1/3 of fwd+bwd) under full AC (Narayanan et al.), about half of that under torchtitan's selective
+  AC, which recomputes every second matmul (torchtitan.md §1b). Achieved FLOP/s = the roofline of the layer's main
+  GEMM (tokens x hidden x FFN width per rank; min(peak, intensity x HBM bandwidth)) times ``GEMM_EFF`` = 0.5, the
+  training FLOP efficiency llm-analysis suggests (perfmodel.md §4.6).
+* **Communication**, α-β model (perfmodel.md §4.4, nccl-tests bus-bandwidth definitions): ring all-gather /
+  reduce-scatter / all-to-all move (n-1)/n of the message; time = α per collective + bytes / (bandwidth x
+  ``LINK_EFF``); NVLink inside a node, the scale-out NIC across nodes (datasheet figures, ``bot.sim.hardware``).
+  TP (2 all-gathers + 2 reduce-scatters per layer forward, the same backward, the forward again under full AC) and
+  EP (dispatch + combine all-to-all forward and backward) are on the critical path; FSDP's all-gathers and
+  reduce-scatters (bf16 params, fp32 grads: ZeRO-3 volumes) overlap with compute except what exceeds it; CP's ring
+  K/V exchange overlaps with attention; PP sends one activation per microbatch and stage boundary.
+* **Pipeline bubble** (perfmodel.md §4.3): (p-1)/(v·m) for GPipe/1F1B (v = 1) and interleaved schedules (v = 2,
+  torchtitan's default stages per rank), a third of that for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B).
+* **Memory** (perfmodel.md §4.2): FSDP2 model states 16 B per parameter over the shard group; unsharded bf16
+  weights of two units (the whole stage when FSDP does not reshard, torchtitan's default under PP); activations per
+  layer from Korthikanti et al. (layer input only, 2·s·b·h/t, under full AC; SwiGLU/MoE-adjusted 18 + 6·F/h
+  elements per hidden element otherwise, half of it under selective AC), times the microbatches in flight (1F1B
+  min(m, p); interleaved x (1 + (p-1)/(p·v))); chunked logits; a 10% margin (Primus's safety margin) -- a layout
+  whose estimate exceeds device memory is predicted to run out of memory.
+
+Constant factors (precision, kernels, compile) cancel in a ranking, so levers this model has no term for keep
+the recipe's values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from bot.sim.hardware import HardwareSpec
+from bot.sim.zoo import ModelSpec
+
+GIB = 2.0**30
+GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (perfmodel.md §4.6)
+LINK_EFF = 0.8  # bus bandwidth reached by large NCCL collectives relative to the link (nccl-tests PERFORMANCE.md)
+ALPHA_S = 20e-6  # per-collective latency, order of NCCL ring latency at these scales (alpha of the α-β model)
+MEMORY_MARGIN = 0.10  # Primus memory pre-filter margin (perfmodel.md §1.1)
+ZERO_BUBBLE = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+MULTI_STAGE = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The levers the cost model has terms for."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    local_batch: int
+    microbatch: int  # PP microbatch size (ignored without PP)
+    schedule: str
+    ac: str  # none | selective | full | memory_budget
+    sp: bool = True
+    async_tp: bool = False
+    reshard: str = "default"
+    loss_chunks: int = 8
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_s: float
+    compute_s: float
+    comm_s: float
+    bubble_s: float
+    memory_gib: float
+    fits: bool
+
+    @property
+    def summary(self) -> str:
+        return (f"estimated step {self.step_s:.2f}s (compute {self.compute_s:.2f}, exposed comm {self.comm_s:.2f}, "
+                f"bubble {self.bubble_s:.2f}), memory {self.memory_gib:.0f} GiB")
+
+
+def _attn_params(m: ModelSpec) -> float:
+    return m.hidden * m.q_dim + 2 * m.hidden * m.kv_dim + m.q_dim * m.hidden
+
+
+def counts(m: ModelSpec) -> tuple[float, float, float, float]:
+    """(dense params per model excluding routed experts, routed-expert params, active params per token, layers)."""
+    attn = _attn_params(m)
+    dense_ffn = 3 * m.hidden * m.ffn_dense
+    expert = 3 * m.hidden * m.ffn_expert
+    shared = 3 * m.hidden * m.ffn_shared * m.n_shared_experts
+    router = m.hidden * m.n_experts
+    n_moe = m.n_layers - m.n_dense_layers
+    embed = m.vocab * m.hidden * (1 if m.tied_embeddings else 2)
+    dense = m.n_layers * attn + m.n_dense_layers * dense_ffn + n_moe * (shared + router) + embed
+    routed = n_moe * m.n_experts * expert
+    active = dense - m.vocab * m.hidden + n_moe * m.top_k * expert  # the input embedding does no matmul
+    return dense, routed, active, float(m.n_layers)
+
+
+def _coll(bytes_: float, n: int, bw_gbs: float) -> float:
+    """One ring collective (all-gather / reduce-scatter / all-to-all) over n ranks: α + (n-1)/n·M / BW."""
+    if n <= 1 or bytes_ <= 0:
+        return 0.0
+    return ALPHA_S + (n - 1) / n * bytes_ / (bw_gbs * 1e9 * LINK_EFF)
+
+
+def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: Shape) -> Estimate:
+    """The estimated step time and peak memory of one layout (no legality check: callers filter first)."""
+    dp = max(world // (s.tp * s.pp * s.cp), 1)
+    pp = s.pp
+    mb = s.microbatch if pp > 1 else s.local_batch
+    m_flush = max(s.local_batch // mb, 1)  # microbatches per pipeline flush
+    accum = max(gbs // (s.local_batch * dp), 1)
+    tokens_mb = mb * seq / s.cp  # tokens per microbatch on one rank
+    dense, routed, active, layers = counts(m)
+    moe = m.n_experts > 0
+    # ---- compute
+    fpt = 6 * active + 12 * layers * m.q_dim * seq
+    recompute = {"none": 0.0, "selective": 1 / 6, "memory_budget": 1 / 6, "full": 1 / 3}.get(s.ac, 1 / 3)
+    width = (m.ffn_expert if moe else m.ffn_dense) / (1 if moe else s.tp)
+    gm = tokens_mb * (m.top_k / max(m.n_experts, 1) * s.ep if moe else 1.0)  # tokens one expert (or the FFN) sees
+    k, n = m.hidden, max(width, 1)
+    intensity = 2 * gm * n * k / (2 * (gm * k + k * n + gm * n))  # FLOP per byte (bf16)
+    flops = min(hw.bf16_tflops * 1e12, intensity * hw.hbm_tbs * 1e12) * GEMM_EFF
+    compute = fpt * gbs * seq / world / flops * (1 + recompute)
+    # ---- communication (per step, on one rank)
+    intra = hw.nvlink_gbs
+    inter = hw.internode_gbs
+    tp_bw = intra if s.tp <= hw.gpus_per_node else inter
+    layers_rank = layers / pp
+    n_mb = accum * m_flush
+    tp_msgs = 8 + (4 if s.ac == "full" else 0)
+    tp_comm = n_mb * layers_rank * tp_msgs * _coll(tokens_mb * m.hidden * 2, s.tp, tp_bw)
+    if s.async_tp:
+        tp_comm *= 0.5  # async TP overlaps the collectives with the matmuls they feed (torchtitan AsyncTP)
+    ep_comm = 0.0
+    if moe and s.ep > 1:
+        ep_bw = intra if s.ep * s.tp <= hw.gpus_per_node else inter
+        moe_layers_rank = (m.n_layers - m.n_dense_layers) / pp
+        ep_comm = n_mb * moe_layers_rank * 4 * _coll(tokens_mb * m.top_k * m.hidden * 2, s.ep, ep_bw)
+    shard = dp * s.cp
+    spans_nodes = s.tp * s.cp * dp > hw.gpus_per_node or pp == 1 and world > hw.gpus_per_node
+    dp_bw = inter if spans_nodes else intra
+    params_rank = (dense / s.tp + routed / s.ep) / pp
+    syncs = 1 if pp > 1 else accum  # FSDP2 reduces every microstep without PP; once per step under PP
+    gathers = 1 if (pp > 1 or s.reshard == "never") else 2
+    fsdp = syncs * (gathers * _coll(2 * params_rank, shard, dp_bw) + _coll(4 * params_rank, shard, dp_bw))
+    fsdp_exposed = max(0.0, fsdp - compute) + fsdp / max(layers_rank, 1)  # the first gather and last reduce
+    cp_comm = 0.0
+    if s.cp > 1:
+        kv = 2 * tokens_mb * m.kv_dim * 2
+        cp_comm = n_mb * layers_rank * 3 * (s.cp - 1) * _coll(kv, 2, intra if s.cp * s.tp <= hw.gpus_per_node else inter)
+        attn = compute * (12 * layers * m.q_dim * seq) / fpt
+        cp_comm = max(0.0, cp_comm - attn)
+    v = 2 if s.schedule in MULTI_STAGE else 1
+    pp_comm = 0.0
+    if pp > 1:
+        pp_comm = n_mb * 2 * v * _coll(tokens_mb * m.hidden * 2 / (s.tp if s.sp else 1), 2, inter)
+    comm = tp_comm + ep_comm + fsdp_exposed + cp_comm + pp_comm
+    # ---- pipeline bubble
+    bubble = 0.0
+    if pp > 1:
+        frac = (pp - 1) / (v * m_flush)
+        if s.schedule in ZERO_BUBBLE:
+            frac /= 3
+        bubble = frac * (compute + tp_comm + ep_comm)
+    step = compute + comm + bubble
+    # ---- memory
+    efsdp = max(dp * s.cp * s.tp // s.ep, 1) if moe else shard
+    states = 16 * ((dense / s.tp) / pp / shard + (routed / s.ep) / pp / efsdp)
+    layer_u = (_attn_params(m) + (3 * m.hidden * m.ffn_dense if not moe else m.n_experts * 3 * m.hidden * m.ffn_expert / s.ep)) / s.tp
+    held = 2 * params_rank if (pp > 1 or s.reshard == "never") else 2 * 2 * layer_u
+    grads = 4 * params_rank if pp > 1 else 0.0
+    f_width = (m.top_k * m.ffn_expert + m.n_shared_experts * m.ffn_shared) if moe else m.ffn_dense
+    per_tok_none = m.hidden * (18 + 6 * f_width / m.hidden) / s.tp
+    per_tok = {"none": per_tok_none, "selective": per_tok_none / 2, "memory_budget": per_tok_none / 2}.get(s.ac, 2 * m.hidden / s.tp)
+    interleave = 1 + (pp - 1) / (pp * v) if v > 1 else 1.0
+    inflight = min(m_flush, pp) * interleave if pp > 1 else 1.0
+    acts = tokens_mb * per_tok * 2 * layers_rank * inflight  # bf16
+    acts += tokens_mb * per_tok_none * 2 * (2 if s.ac == "full" else 1)  # the layer being back-propagated
+    logits = 6 * tokens_mb * m.vocab / s.tp / max(s.loss_chunks, 1)
+    mem = (states + held + grads + acts + logits) * (1 + MEMORY_MARGIN) / GIB
+    fits = mem <= hw.hbm_gib
+    return Estimate(step_s=step, compute_s=compute, comm_s=comm, bubble_s=bubble, memory_gib=mem, fits=fits and math.isfinite(step))

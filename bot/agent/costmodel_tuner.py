@@ -1,0 +1,121 @@
+"""The ``costmodel`` baseline: an OptiCo / NeMo AutoConfigurator-style tuner.
+
+It ranks every legal layout of the shared search space with the analytic cost model of :mod:`bot.agent.costmodel`
+(first-principles FLOPs, roofline, α-β communication, pipeline bubble and a memory formula; not the calibrated
+simulator), drops the layouts the model predicts to run out of memory, and then measures the candidates best-first
+through the common loop until the budget ends (NeMo AutoConfigurator: candidates, short runs, throughput ranking;
+perfmodel.md §1.1-1.2 and anchors.md).
+
+"Every legal layout": the product of the levers the model has terms for (TP, PP, CP, EP degrees, local batch,
+recompute mode, and under PP the microbatch size and schedule), each filtered by the same free legality pre-check
+the other policies use (:func:`bot.agent.space.layout_problem`); the other levers keep the recipe's values (the
+model has no first-principles term for them; constant factors cancel in a ranking). The ranking depends only on
+the recipe, so it is computed once per recipe and cached; the policy is stateless (a resumed campaign proposes
+the same thing: the best-ranked layout not yet tried).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+from bot.agent.costmodel import Estimate, Shape, estimate
+from bot.agent.lessons import Lesson
+from bot.agent.policy import LeverSpace, validate_change
+from bot.agent.samplers import _as_change
+from bot.agent.space import layout_problem
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
+from bot.core.recipe import Recipe
+from bot.core.records import Change, RecordReader, Scalar, Stop
+from bot.core.state import Campaign
+from bot.sim.hardware import get_hardware
+from bot.sim.zoo import get_model
+
+TP, PP, CP, EP = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+                  "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
+                      "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
+MODELLED = (TP, PP, CP, EP, LBS, MB, SCHED, AC)
+
+
+def _values(space: dict[str, list[Scalar]], eff: dict[str, Scalar], name: str) -> list[Scalar]:
+    return list(space.get(name) or [eff[name]])
+
+
+def _quick_legal(recipe: Recipe, tp: int, pp: int, cp: int, ep: int, lbs: int, n_heads: int, n_kv: int, layers: int,
+                 experts: int) -> bool:
+    """The cheap arithmetic part of legality (degrees divide the world and the heads, the pinned global batch
+    splits), to prune before the full pre-check."""
+    world = recipe.devices
+    if world % (tp * pp * cp) or n_heads % tp or n_kv % tp or pp > layers:
+        return False
+    dp = world // (tp * pp * cp)
+    if ep > 1 and (not experts or experts % ep or (dp * cp * tp) % ep):
+        return False
+    gbs = int(recipe.pinned.get("training.global_batch_size", 0) or 0)
+    return not gbs or gbs % (lbs * dp) == 0
+
+
+@functools.lru_cache(maxsize=16)
+def ranking(recipe_json: str) -> tuple[tuple[float, tuple[tuple[str, Scalar], ...], str], ...]:
+    """Every legal layout the model predicts to fit, fastest first: (estimated step s, levers, summary)."""
+    recipe = Recipe.model_validate_json(recipe_json)
+    from bot.agent.space import search_space
+
+    space = search_space(recipe)
+    base = dict(recipe.levers)
+    eff = catalog.effective(base)
+    m = get_model(recipe.workload.model or "")
+    hw = get_hardware(recipe.cluster.hardware)
+    gbs = int(recipe.pinned.get("training.global_batch_size", 0) or 0)
+    seq = int(recipe.pinned.get("training.seq_len", 2048))
+    out: list[tuple[float, tuple[tuple[str, Scalar], ...], str]] = []
+    for tp, pp, cp, ep in itertools.product(*(_values(space, eff, k) for k in (TP, PP, CP, EP))):
+        tp, pp, cp, ep = int(tp), int(pp), int(cp), int(ep)
+        for lbs in _values(space, eff, LBS):
+            if not _quick_legal(recipe, tp, pp, cp, ep, int(lbs), m.n_heads, m.n_kv_heads, m.n_layers, m.n_experts):
+                continue
+            mbs = _values(space, eff, MB) if pp > 1 else [eff[MB]]
+            scheds = _values(space, eff, SCHED) if pp > 1 else [eff[SCHED]]
+            for mb, sched, ac in itertools.product(mbs, scheds, _values(space, eff, AC)):
+                if pp > 1 and int(lbs) % int(mb):
+                    continue
+                shape = Shape(tp=tp, pp=pp, cp=cp, ep=ep, local_batch=int(lbs), microbatch=int(mb), schedule=str(sched), ac=str(ac),
+                              sp=bool(eff["parallelism.enable_sequence_parallel"]), async_tp=bool(eff["compile.enable_async_tensor_parallel"]),
+                              reshard=str(eff["parallelism.fsdp_reshard_after_forward"]), loss_chunks=int(eff["loss.num_chunks"]))
+                est: Estimate = estimate(m, hw, recipe.devices, gbs or int(lbs) * recipe.devices // (tp * pp * cp), seq, shape)
+                if not est.fits:
+                    continue
+                levers = {**base, TP: tp, PP: pp, CP: cp, LBS: lbs, AC: ac}
+                if EP in space or ep != 1:
+                    levers[EP] = ep
+                if pp > 1 or MB in base:
+                    levers[MB] = mb
+                if pp > 1 or SCHED in base:
+                    levers[SCHED] = sched
+                levers = {k: v for k, v in levers.items() if k in base or v != catalog.DEFAULTS.get(k)}
+                out.append((est.step_s, tuple(sorted(levers.items())), est.summary))
+    out.sort(key=lambda x: x[0])
+    return tuple(out)
+
+
+class CostModelPolicy:
+    name = "costmodel"
+
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop:
+        recipe = levers.recipe
+        try:
+            ranked = ranking(recipe.model_copy(update={"levers": dict(campaign.baseline_levers)}).model_dump_json())
+        except (KeyError, ValueError) as exc:
+            return Stop(why=f"the cost model does not know this workload ({exc})", policy=self.name)
+        tried = [catalog.effective(c) for c in [campaign.baseline_levers, *(s.levers for s in campaign.steps)]]
+        for rank, (_t, items, summary) in enumerate(ranked, start=1):
+            config = dict(items)
+            if catalog.effective(config) in tried or layout_problem(recipe, config) is not None:
+                continue
+            change = _as_change(campaign, config, self.name, f"cost model rank {rank} of {len(ranked)}: {summary}")
+            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+                return change
+        return Stop(why="every layout the cost model ranks was measured", policy=self.name)
