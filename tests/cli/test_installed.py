@@ -27,6 +27,8 @@ SKIP = shutil.ignore_patterns(".venv", ".git", "node_modules", ".attune", "runs"
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    # never the caller's PYTHONPATH: the installed package, and nothing else, must be what runs
+    env = env if env is not None else {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -182,7 +182,7 @@ def test_an_early_stop_cancels_the_job_and_is_a_measurement(slurm_cluster: Slurm
     assert record.outcome == "stopped" and "cancelled" in record.reason, record.reason
     assert record.launch.job_state == "CANCELLED" and record.summary.steps_completed < 20
     assert [m.step for m in record.steps][:5] == [1, 2, 3, 4, 5] and record.summary.tps_median
-    assert slurm_cluster.jobs() == []
+    assert record.launch.job_id not in slurm_cluster.jobs()  # its own job is gone (another test's may still run)
 
 
 # -- classification, sleep jobs -----------------------------------------------------------------------------------------

@@ -85,6 +85,10 @@ def checkout() -> int:
     git = ["git", "-c", "user.name=checkout", "-c", "user.email=checkout@localhost", "-c", "init.defaultBranch=main"]
     for argv in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", f"{tree['sha']}"]):
         subprocess.run([*git, *argv], cwd=dest, check=True)
+    # actions/checkout leaves HEAD at exactly the commit it checked out, and a run record's git_commit is what
+    # `git rev-parse HEAD` says there (the report job checks it against the dispatched sha). This stand-in's own
+    # commit cannot have the fake's sha, so HEAD names the fake's commit the files came from (detached).
+    (dest / ".git" / "HEAD").write_text(tree["sha"] + "\n")
     print(f"checked out {tree['sha']} ({ref or 'default branch'}) into {dest}: {len(tree['files'])} files")
     return 0
 
