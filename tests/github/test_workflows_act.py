@@ -91,7 +91,7 @@ def _norm(text: str | None, fake: FakeGitHub) -> str:
     text = re.sub(r"\b[0-9a-f]{12}\b", "<id>", text)  # run ids are random per run
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(\+00:00|Z)", "<time>", text)  # records' created_at
     # the workflow's forge knows its campaign issue (GitHubForge.from_env(campaign_issue=...)); the harness's does not
-    text = re.sub(r"Campaign: #\d+", "", text)
+    text = re.sub(r"Campaign: #\d+\n", "", text)
     return re.sub(r"https?://[^\s)\]]*/actions/runs/\d+", "<run>", text)
 
 
