@@ -63,11 +63,12 @@ def titan_args(recipe: Recipe, *, steps: int, dump_folder: str) -> list[str]:
     return args
 
 
-def build_launch(recipe: Recipe, *, steps: int, dump_folder: str, torchrun: str = "torchrun") -> Launch:
+def build_launch(recipe: Recipe, *, steps: int, dump_folder: str, torchrun: str | list[str] = "torchrun") -> Launch:
+    """``torchrun``: the launcher's command — a path, or a prefix such as ``[python, -m, torch.distributed.run]``."""
     nproc = recipe.cluster.devices_per_node
     targs = titan_args(recipe, steps=steps, dump_folder=dump_folder)
     argv = [
-        torchrun,
+        *([torchrun] if isinstance(torchrun, str) else torchrun),
         "--standalone",
         "--nnodes=1",
         f"--nproc_per_node={nproc}",

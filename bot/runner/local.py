@@ -60,7 +60,9 @@ class LocalRunner:
         dump = out_dir / "titan"
         if dump.exists():  # left by a run that was interrupted here: its logs must not mix with this run's
             shutil.rmtree(dump, ignore_errors=True)
-        launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=str(Path(sys.executable).with_name("torchrun")))
+        launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=[sys.executable, "-m", "torch.distributed.run"])
+        # torchrun is this Python's torch.distributed.run: a `--system-site-packages` venv (trial.yml's run job on a GPU
+        # runner) has no torchrun script of its own beside its python
         text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
         base = dict(
             run_id=new_run_id(),
