@@ -87,11 +87,12 @@ def run_kind(action: Any) -> tuple[str, int, int]:
 
 
 def run_key(action: Any) -> str:
-    """The name of a runner action's run: ``baseline-2``, ``step-3-trial``, ``step-3-confirm``, ``calibrate``."""
+    """The name of a runner action's run: ``baseline-2``, ``step-3-trial``, ``step-3-confirm`` (the executor's
+    names, :func:`bot.drive.executor.run_key`), or ``calibrate``."""
+    from bot.drive.executor import run_key as executor_run_key
+
     kind, n, attempt = run_kind(action)
-    if kind == "baseline":
-        return f"baseline-{attempt}"
-    return "calibrate" if kind == "calibrate" else f"step-{n}-{kind}"
+    return "calibrate" if kind == "calibrate" else executor_run_key(kind, n, attempt)
 
 
 def _state_block(stored: Stored) -> str:

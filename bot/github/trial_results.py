@@ -128,19 +128,15 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
         band = "a loss band" if calibrated.band is not None else "no loss band"
         return f"campaign {state.id}: calibrated ({band}); phase {state.phase}"
     record, why = _read(Path(result_dir) / RECORD_FILE, RunRecord)
+    why = f"the run record was missing: {why}"
+    problem = record_problem(record, known) if record is not None else None
+    if problem is not None:
+        record, why = None, f"the upload was refused: {problem}"
     if record is not None:
-        problem = record_problem(record, known)
-        if problem is not None:
-            record, why = None, f"the upload was refused: {problem}"
-    name = run_key(action)
-    if record is not None:
-        where = ports.put_run(state.id, name, record)
+        where = ports.put_run(state.id, run_key(action), record)
         run = cm.RunRef.of(record, kind=want_kind, n=n, attempt=want_attempt, ref=where)
-    elif why.startswith("the upload was refused"):
-        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"{why} (run job: {job})")
     else:
-        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash",
-                        reason=f"the run record was missing: {why} (run job: {job})")
+        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"{why} (run job: {job})")
     state = executor.feed(state, cm.RunFinished(run=run))
     ports.settle()
     return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"
