@@ -221,10 +221,18 @@ def play(state: cm.Campaign, decide: Callable[[cm.Campaign], Change | Stop], rul
         if isinstance(a, cm.RunBaseline):
             outcome, tps = measure(state.baseline_levers)
             ev: Any = cm.RunFinished(run=cm.RunRef(kind="baseline", attempt=a.attempt, outcome=outcome, tps=tps, device_hours=cost))
-        elif isinstance(a, cm.RunTrial | cm.Confirm):
+        elif isinstance(a, cm.RunTrial):
             outcome, tps = measure(state.step(a.n).levers)
-            kind = "trial" if isinstance(a, cm.RunTrial) else "confirm"
-            ev = cm.RunFinished(run=cm.RunRef(kind=kind, n=a.n, outcome=outcome, tps=tps, device_hours=cost))
+            ev = cm.RunFinished(run=cm.RunRef(kind="trial", n=a.n, outcome=outcome, tps=tps, device_hours=cost, record=f"{a.n}-trial"))
+        elif isinstance(a, cm.MeasurePair):
+            st = state.step(a.n)
+            trial = next(r for r in st.runs if r.kind == "trial")
+            inc = measure(state.incumbent_levers)
+            cand = (trial.outcome, trial.tps) if a.with_trial else measure(st.levers)
+            outcome = "ok" if inc[0] == "ok" and cand[0] == "ok" else "crash"
+            ev = cm.RunFinished(run=cm.RunRef(kind="pair", n=a.n, attempt=a.k, order=a.order, outcome=outcome, tps=cand[1], reference_tps=inc[1],
+                                              record=trial.record if a.with_trial else f"{a.n}-{a.k}-b", reference_record=f"{a.n}-{a.k}-a",
+                                              device_hours=cost * (1 if a.with_trial else 2)))
         elif isinstance(a, cm.Propose):
             ev = cm.Proposed(decision=decide(state))
         elif isinstance(a, cm.Calibrate):

@@ -36,6 +36,8 @@ TOOLS: list[dict[str, Any]] = [
                 "lessons": {"type": "array", "items": {"type": "string"}, "description": "ids of lessons relied on"},
                 "stacked_on": {"type": "integer", "description": "only to retry a step that ran out of memory: that step's number; "
                                "the change is applied on top of its layout instead of the incumbent"},
+                "retry_reason": {"type": "string", "description": "only to propose again a configuration measured 'undecided': why "
+                                 "measuring it again can now decide"},
             },
             "required": ["lever", "value", "why"],
         },
@@ -60,7 +62,9 @@ def build_prompt(campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson]
     rel = relevant(lessons, ctx)[:8]
     history = [
         {"n": s.n, "change": s.change.title(), "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
-         "gain": s.gain, "kept": s.kept, "closed": s.close_reason}
+         "gain": s.gain, "interval": [s.measurement.lo, s.measurement.hi] if s.measurement else None,
+         "pairs": s.measurement.pairs if s.measurement else 0, "decision": s.measurement.decision if s.measurement else None,
+         "kept": s.kept, "closed": s.close_reason}
         for s in campaign.steps
     ]
     levers = {
@@ -71,7 +75,8 @@ def build_prompt(campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson]
         [
             f"Recipe {space.recipe.name} on {space.recipe.devices} x {space.recipe.cluster.hardware}.",
             "Diagnosis of the latest run:\n" + diagnosis.model_dump_json(indent=1),
-            f"Incumbent tokens/s per device: {campaign.incumbent_tps}; noise band: {campaign.band.band if campaign.band else None}; "
+            f"Incumbent tokens/s per device: {campaign.incumbent_tps}; minimum worthwhile gain {campaign.min_gain:.1%} at "
+            f"{campaign.confidence:.0%} confidence (paired A/B); an 'undecided' configuration may be proposed again only with a retry_reason; "
             f"budget {campaign.budget:.4f} device-hours, spent {campaign.spent:.4f}.",
             "History:\n" + json.dumps(history, default=str, indent=1),
             "Relevant lessons:\n" + "\n".join(f"- {lesson.id}: {lesson.why.strip()} (try: {', '.join(t.render() for t in lesson.try_)})" for lesson in rel),
@@ -140,7 +145,8 @@ class ClaudePolicy:
             return self._fallback(f"invalid answer: {exc}", campaign, diagnosis, lessons, levers, records)
         cited = args.get("lessons", [])
         change = Change(lever=str(args["lever"]), before=current.get(str(args["lever"])), after=value, why=str(args.get("why", "")),
-                        lessons=[str(x) for x in cited] if isinstance(cited, list) else [], policy=self.name, stacked_on=stacked)
+                        lessons=[str(x) for x in cited] if isinstance(cited, list) else [], policy=self.name, stacked_on=stacked,
+                        retry_reason=str(args.get("retry_reason", "")))
         problem = validate_change(campaign, change, levers)
         if problem:
             return self._fallback(f"invalid answer: {problem}", campaign, diagnosis, lessons, levers, records)

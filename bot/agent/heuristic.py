@@ -285,14 +285,16 @@ class HeuristicPolicy:
         return self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
 
     def _push_further(self, campaign: Campaign, space: LeverSpace) -> Change | None:
-        """The last step (one numeric lever, from the incumbent) gained, but less than the noise band: move the
-        same lever one notch further in the same direction — a bigger change has a bigger effect to measure
-        (on a noisy machine local batch 1 -> 2 gained +42% inside a 52% band; 1 -> 8 measures +108%)."""
+        """The last step (one numeric lever, from the incumbent) measured a positive estimate but ended *undecided*
+        (its interval still straddled the minimum gain at the pair cap): move the same lever one notch further in
+        the same direction — a bigger change has a bigger effect to measure (on a noisy machine local batch 1 -> 2
+        gained +42% inside a 52% band; 1 -> 8 measures +108%)."""
         last, trial = _last_step_trial(campaign)
         if last is None:
             return None
         if (last.kept or last.stacked_on is not None or last.change.extra or trial is None or trial.outcome != "ok"
-                or last.gain is None or last.gain <= 0 or last.verdict is None or not last.verdict.ok):
+                or last.gain is None or last.gain <= 0 or last.verdict is None or not last.verdict.ok
+                or last.measurement is None or last.measurement.decision != "undecided"):
             return None
         values = space.values.get(last.change.lever, [])
         before, after = last.change.before, last.change.after
@@ -303,7 +305,7 @@ class HeuristicPolicy:
         i = values.index(after) + (1 if after > before else -1)
         if not 0 <= i < len(values):
             return None
-        why = (f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}, inside the noise band: one notch further "
+        why = (f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}, undecided (its interval straddles the minimum gain): one notch further "
                "along the same lever, for a larger effect to measure")
         return self._checked(campaign, space, last.change.lever, values[i], why, list(last.change.lessons))
 
@@ -435,22 +437,21 @@ def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None
     """With no gain in hand, the campaign's probing is bounded by what the diagnosis says can be won.
 
     (1) The incumbent's addressable share (exposed communication, bubble, recompute with memory to spare) is so
-    small that removing all of it would not clear the noise band: nothing a trial could find is measurable -- stop
+    small that removing all of it would not clear the minimum worthwhile gain: nothing a trial could find is worth it -- stop
     before the first step. (2) Otherwise, while no step has been kept, no new move starts once the campaign has
     spent NO_GAIN_SHARE of its budget on its steps (the baseline and calibration, its set-up, are not counted; failed
-    starts, OOM retries and early-stopped trials add up; the re-measure of a trial that cleared the band is not counted): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
+    starts, OOM retries, early-stopped trials and the pairs of undecided steps add up): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
     and each further probe only delays the verdict. Checked before every proposal (coupled retries included), so a
     flat recipe costs about NO_GAIN_SHARE plus one step (issue 15's flat-task target: at most 30% of the budget)."""
     if campaign.incumbent_step != 0 or campaign.band is None:
         return None
     share = addressable_share(incumbent)
-    if share is not None and share / max(1.0 - share, 1e-9) < campaign.band.band:
+    if share is not None and share / max(1.0 - share, 1e-9) < campaign.min_gain:
         return (f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
-                f"{share:.1%} of its step, less than the {campaign.band.band:.1%} noise band even if all were removed")
-    # what the probes themselves spent: the baseline and the gate's calibration are the campaign's set-up (on a real
-    # cluster they are a large share of a small budget), and the re-measures of trials that cleared the band are not
-    # counted either (a gain that did not confirm is a reason to look on)
-    counted = sum(r.device_hours for s in campaign.steps for r in s.runs if r.kind != "confirm")
+                f"{share:.1%} of its step, less than the {campaign.min_gain:.1%} minimum worthwhile gain even if all were removed")
+    # what the probes themselves spent (their trials and pairs): the baseline and the gate's calibration are the
+    # campaign's set-up (on a real cluster they are a large share of a small budget)
+    counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
     if campaign.steps and campaign.budget > 0 and counted >= NO_GAIN_SHARE * campaign.budget:
         return (f"no gain found: {len(campaign.steps)} steps spent {counted / campaign.budget:.0%} of the budget "
                 "and none beat the recipe; it is most likely at its optimum (keeping it rather than spend more on blind probes)")
@@ -462,16 +463,15 @@ ADDRESSES = {"parallelism.pipeline_parallel_schedule": "bubble", "activation_che
 
 
 def _unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:
-    """Levers whose whole addressable cost is inside the noise band: removing all of it could not be measured as a
-    gain, so a trial would spend a run to learn nothing (GLM-4.5 at PP16 interleaved: a 2.8% bubble against a 4.2%
-    band, yet the bench campaigns probed three more schedules). Only with a measured breakdown that names the cost."""
+    """Levers whose whole addressable cost is below the minimum worthwhile gain: removing all of it could not be kept
+    as a gain, so a trial would spend runs to learn nothing. Only with a measured breakdown that names the cost."""
     if campaign.band is None or diagnosis.outcome != "ok":
         return set()
     def best_gain(f: float) -> float:  # removing a share f of the step speeds it up by f / (1 - f)
         return f / (1.0 - f) if f < 1.0 else float("inf")
 
     return {lever for lever, cost in ADDRESSES.items()
-            if cost in diagnosis.breakdown and best_gain(diagnosis.breakdown[cost]) < campaign.band.band}
+            if cost in diagnosis.breakdown and best_gain(diagnosis.breakdown[cost]) < campaign.min_gain}
 
 
 def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar) -> list[Scalar]:

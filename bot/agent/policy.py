@@ -71,7 +71,11 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
     # lever value on top of another incumbent is a new configuration (AC off may lose at microbatch 1 and win at 8)
     target = catalog.effective(effective)
     # an enabler that was gated but never run measured nothing: its configuration stays open
-    if any(catalog.effective(s.levers) == target for s in campaign.steps if s.runs or not s.change.enabler):
+    same = [s for s in campaign.steps if catalog.effective(s.levers) == target and (s.runs or not s.change.enabler)]
+    undecided = all(s.measurement is not None and s.measurement.decision == "undecided" for s in same)
+    if same and not (undecided and change.retry_reason):
+        if undecided:
+            return f"{change.lever}={value!r} was measured undecided; propose it again only with a retry_reason"
         return f"{change.lever}={value!r} was already tried" if not change.extra else "this configuration was already tried"
     if target == catalog.effective(campaign.baseline_levers):
         return "this configuration is the baseline's"

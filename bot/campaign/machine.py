@@ -8,18 +8,20 @@ record is on disk is not repeated) — never a second step for the same change, 
 steps, never a lost record.
 
 After the baseline runs, the gate's loss-curve noise band is calibrated once (``Calibrate``; its runs
-count against the budget). Per step: propose one change -> open step -> config gate (free) -> trial run -> convergence gate
--> if the gain clears the noise band, re-measure (confirm) -> merge, else close. Optional, per machine: a
-gain far outside the band (``decisive_k`` x band) merges without the re-measure, and a trial that measures
-clearly slower than the incumbent ends early (``early_stop``, outcome ``stopped``). Budget is
-device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost
-does not fit what is left is not started.
+count against the budget). Per step: propose one change -> open step -> config gate (free) -> trial run ->
+convergence gate -> paired measurement (:mod:`bot.campaign.measure`: incumbent and candidate back to back, pair
+after pair, until the interval on the gain decides *gain* or *no gain*, or the pair cap leaves it *undecided*)
+-> merge on *gain*, else close. A trial whose unpaired look already says *no gain* is closed without pairs, and one
+that measures clearly slower than the incumbent ends early (``early_stop``, outcome ``stopped``). Budget is
+device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost does not fit what is
+left is not started.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from bot.campaign import measure as ms
 from bot.core.records import Stop
 from bot.core.state import (
     Action,
@@ -33,11 +35,12 @@ from bot.core.state import (
     CheckConvergence,
     Close,
     Comment,
-    Confirm,
     Done,
     Event,
     Finish,
     GateVerdict,
+    Measurement,
+    MeasurePair,
     Merge,
     NoiseBand,
     OpenStep,
@@ -158,25 +161,43 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         if run.outcome == "stopped":
             st.gain = run.tps / s.incumbent_tps - 1.0 if run.tps and s.incumbent_tps else None
             st.close_reason = f"no gain: {run.reason} ({_pct(st.gain)})"
+            st.measurement = _unmeasured(s, st.gain, "no_gain", f"the trial stopped early: {run.reason}", screened=True)
             return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="stopped early: slower"), Close(n=st.n, reason=st.close_reason)]
         if run.outcome != "ok":
             st.close_reason = f"trial {run.outcome}: {run.reason}".strip(": ")
             return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"trial {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
         return [CheckConvergence(n=st.n)]
-    # confirm
+    # a pair
     if run.outcome != "ok":
-        st.close_reason = f"re-measure {run.outcome}: {run.reason}"
-        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="re-measure failed"), Close(n=st.n, reason=st.close_reason)]
-    confirmed = confirmed_tps(st)
-    # against the incumbent as measured before, or as re-measured right after the candidate if that is faster
-    reference = max(x for x in (s.incumbent_tps, run.reference_tps) if x is not None) if (s.incumbent_tps or run.reference_tps) else None
-    st.gain = confirmed / reference - 1.0 if confirmed and reference else None
-    assert s.band is not None
-    if st.gain is not None and st.gain > s.band.band:
+        st.close_reason = f"pair {run.attempt} {run.outcome}: {run.reason}".strip(": ")
+        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"pair {run.attempt} {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
+    return _decide(s, st)
+
+
+def _decide(s: Campaign, st: Step) -> list[Action]:
+    """The sequential rule after a pair: merge on *gain*, close on *no gain* or *undecided*, else another pair."""
+    m = ms.measure(s, st)
+    st.measurement, st.gain = m, m.estimate
+    if m.decision == "gain":
         st.kept = True
-        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; +{st.gain:.1%} confirmed"), Merge(n=st.n)]
-    st.close_reason = f"gain not confirmed on re-measure ({_pct(st.gain)} vs band {s.band.band:.1%})"
-    return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; no confirmed gain"), Close(n=st.n, reason=st.close_reason)]
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; {_pct(m.estimate)} [{_pct(m.lo)}, {_pct(m.hi)}]"), Merge(n=st.n)]
+    if m.decision in ("no_gain", "undecided"):
+        what = "no gain" if m.decision == "no_gain" else "undecided"
+        st.close_reason = f"{what}: {_pct(m.estimate)} [{_pct(m.lo)}, {_pct(m.hi)}], {m.why}"
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; {what}"), Close(n=st.n, reason=st.close_reason)]
+    return _next_pair(s, st)
+
+
+def _next_pair(s: Campaign, st: Step) -> list[Action]:
+    k = ms.st_pairs(st) + 1
+    with_trial = s.pair_with_trial and k == 1
+    action = MeasurePair(n=st.n, k=k, order=ms.pair_order(k, with_trial=s.pair_with_trial), with_trial=with_trial)  # type: ignore[arg-type]
+    return _run_or_close(s, st, action, runs=1 if with_trial else 2)
+
+
+def _unmeasured(s: Campaign, gain: float | None, decision: str, why: str, *, screened: bool = False) -> Measurement:
+    return Measurement(estimate=gain, confidence=s.confidence, min_gain=s.min_gain, decision=decision, why=why,  # type: ignore[arg-type]
+                       rule=ms.rule_text(s), screened=screened)
 
 
 def _pct(x: float | None) -> str:
@@ -217,21 +238,19 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
     if not v.ok:
         st.close_reason = "gate (convergence): " + "; ".join(v.reasons)
         return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the loss curve"), Close(n=st.n, reason=st.close_reason)]
-    trial = next(r for r in st.runs if r.kind == "trial")
-    st.gain = trial.tps / s.incumbent_tps - 1.0 if trial.tps and s.incumbent_tps else None
-    assert s.band is not None
-    if st.gain is not None and s.decisive_k is not None and st.gain > s.decisive_k * s.band.band:
-        st.kept = True  # far outside the band: noise cannot make it, and a re-measure would only spend a run
-        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; +{st.gain:.1%} decisive"), Merge(n=st.n)]
-    if st.gain is not None and st.gain > s.band.band:
-        return _run_or_close(s, st, Confirm(n=st.n))
-    st.close_reason = f"no gain beyond the noise band ({_pct(st.gain)} vs {s.band.band:.1%})"
-    return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; within noise"), Close(n=st.n, reason=st.close_reason)]
+    screened = ms.screen(s, st)
+    if screened is not None:
+        st.measurement, st.gain = screened, screened.estimate
+        st.close_reason = f"no gain: {_pct(screened.estimate)}, {screened.why}"
+        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; no gain"), Close(n=st.n, reason=st.close_reason)]
+    return _next_pair(s, st)
 
 
-def _run_or_close(s: Campaign, st: Step, action: Action) -> list[Action]:
-    if not s.next_run_fits():
-        st.close_reason = "budget: the run does not fit what is left"
+def _run_or_close(s: Campaign, st: Step, action: Action, runs: int = 1) -> list[Action]:
+    if not s.next_run_fits(runs):
+        st.close_reason = f"budget: the {'run' if runs == 1 else f'{runs} runs'} do not fit what is left"
+        if st.measurement is not None and st.measurement.decision == "measuring":
+            st.measurement = st.measurement.model_copy(update={"decision": "undecided", "why": st.measurement.why + "; the budget ends the pairs"})
         return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
     return [action]
 

@@ -86,20 +86,43 @@ def _gate_line(v) -> str:
 
 
 def _estimate(state, step) -> str:
-    """The candidate against the incumbent, with the uncertainty it was measured in."""
+    """The candidate against the incumbent: the paired estimate with its interval, the pairs and why it stopped."""
     trial = next((r for r in step.runs if r.kind == "trial"), None)
     if trial is None or trial.tps is None:
         return "not measured"
-    band = state.band.band if state.band else None
-    confirms = [r for r in step.runs if r.kind == "confirm" and r.tps]
     inc = _incumbent_before(state, step.n)
-    text = f"incumbent {_fmt(inc)} → candidate {_fmt(trial.tps)} tokens/s/device"
-    if step.gain is not None:
-        text += f": **{step.gain:+.1%}**" + (f" ± {band:.1%} (noise band)" if band is not None else "")
-    if confirms:
-        text += "; re-measured " + ", ".join(_fmt(r.tps) + ("" if r.reference_tps is None else f" (A/B incumbent {_fmt(r.reference_tps)})")
-                                             for r in confirms)
+    text = f"incumbent {_fmt(inc)} → candidate {_fmt(trial.tps)} tokens/s/device (trial)"
+    m = step.measurement
+    if m is not None:
+        text += "; " + measurement_line(m)
+    elif step.gain is not None:
+        text += f": {step.gain:+.1%} (unpaired trial)"
     return text
+
+
+def measurement_line(m) -> str:
+    """``+12.3% [+8.1%, +16.7%] (90% CI, 2 pairs) — gain: why``: the fields the measurement protocol supplies."""
+    if m.estimate is None:
+        return f"{m.decision.replace('_', ' ')}: {m.why}"
+    ci = "" if m.lo is None else f" [{m.lo:+.1%}, {m.hi:+.1%}]"
+    what = "unpaired trial, screened" if m.screened else f"{m.pairs} pair{'s' * (m.pairs != 1)}"
+    conf = f"{m.confidence:.0%} CI, " if m.lo is not None else ""
+    return f"**{m.estimate:+.1%}**{ci} ({conf}{what}) — {m.decision.replace('_', ' ')}: {m.why}"
+
+
+def _pairs_table(step) -> str:
+    """Each pair's runs in the order they ran, with the log-ratio."""
+    import math
+
+    rows = []
+    for r in step.runs:
+        if r.kind != "pair":
+            continue
+        d = f"{math.log(r.tps / r.reference_tps):+.4f}" if r.tps and r.reference_tps else "—"
+        rows.append([r.attempt, r.order or "—", _fmt(r.reference_tps), _fmt(r.tps), d, r.outcome])
+    if not rows:
+        return ""
+    return tabulate(rows, headers=["pair", "order", "incumbent tok/s", "candidate tok/s", "log-ratio", "outcome"], tablefmt="github", disable_numparse=True)
 
 
 def _incumbent_before(state, n: int) -> float | None:
@@ -183,6 +206,12 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
             ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
             body.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev[:600]}" if ev else ""))
         evidence.append(_details(f"Gate ({v.stage}): {v.verdict} (tier {v.tier})", "\n\n".join(x for x in body if x)))
+    if step.measurement is not None:
+        m = step.measurement
+        body = "\n\n".join(x for x in (f"Rule: {m.rule}." if m.rule else "", _pairs_table(step),
+                                          f"Noise: one pair's log-ratio sd {m.sigma:.4f} with {m.df} degrees of freedom (pooled over the "
+                                          "campaign's repeat runs of one configuration)" if m.sigma is not None else "") if x)
+        evidence.append(_details(f"Measurement: {m.decision.replace('_', ' ')} after {m.pairs} pair{'s' * (m.pairs != 1)}", body))
     if trial is not None:
         evidence.append(_details("Diagnosis", render_diagnosis(trial)))
         evidence.append(_details("Run facts", "```\n" + render_run_summary(trial) + "\n```"))
@@ -202,8 +231,11 @@ def campaign_rows(state) -> list[list[str]]:
     for s in state.steps:
         trial = next((r for r in s.runs if r.kind == "trial"), None)
         gate = s.verdict.verdict if s.verdict else (s.config_verdict.verdict if s.config_verdict else "—")
+        m = s.measurement
+        ci = "" if m is None or m.lo is None else f" [{m.lo:+.1%}, {m.hi:+.1%}]"
         rows.append([s.n, s.change.lever, str(s.change.before), str(s.change.after), trial.outcome if trial else "—", gate,
-                     "—" if s.gain is None else f"{s.gain:+.1%}", "yes" if s.kept else "no", s.branch])
+                     ("—" if s.gain is None else f"{s.gain:+.1%}") + ci, "—" if m is None else f"{m.decision.replace('_', ' ')} ({m.pairs})",
+                     "yes" if s.kept else "no", s.branch])
     return rows
 
 
@@ -215,19 +247,20 @@ def render_campaign_summary(state) -> str:
         ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
                                                                       + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
                                                                       + ")" if state.baseline else "")],
-        ["noise band", f"{band.band:.1%} = max({band.k:g} × spread {band.spread:.1%}, floor {band.floor:.1%})" if band else "—"],
+        ["measurement", f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {state.min_gain:.1%}, at most {state.max_pairs} pairs a step"
+                        + (f"; screen band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else "")],
         ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
-        ["gain", f"{state.gain:+.1%} (the kept steps' confirmed or decisive gains, compounded)"],
+        ["gain", f"{state.gain:+.1%} (the kept steps' paired estimates, compounded)"],
         ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
         ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
     ]
     if state.phase == "finished":
         verdict = state.finish_reason
         if state.incumbent_step == 0:
-            verdict += " — nothing cleared the noise band; the recipe is kept as it was"
+            verdict += " — no change cleared the minimum worthwhile gain with confidence; the recipe is kept as it was"
         facts.append(["finished", verdict])
-    table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain", "kept", "branch"], tablefmt="github")
+    table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain [CI]", "decision (pairs)", "kept", "branch"], tablefmt="github")
     return f"{head}\n\n{tabulate(facts, headers=['campaign', 'value'], tablefmt='github')}\n\n### Steps\n\n{table}\n"
 
 
@@ -236,9 +269,7 @@ def _decision(step: Step) -> str:
     if step.kept:
         if step.state == "merged":
             return "kept (merged)"
-        if not any(r.kind == "confirm" for r in step.runs):
-            return "kept: gate passed and the gain is decisive (far outside the noise band: no re-measure); merging"
-        return "kept: gate passed and the gain was confirmed; merging"
+        return "kept: gate passed and the paired interval clears the minimum gain; merging"
     if step.close_reason:
         return f"closed: {step.close_reason}"
     return {"proposed": "proposed", "open": "open: being measured", "closed": "closed"}.get(step.state, step.state)
@@ -267,13 +298,15 @@ def summary_json(state, repo: Any) -> dict[str, Any]:
     return {
         "campaign": state.id, "repo": str(repo), "recipe": state.recipe_path, "policy": state.policy,
         "baseline_tps": state.baseline_tps, "final_tps": state.incumbent_tps, "gain": state.gain,
-        "noise_band": state.band.band if state.band else None, "budget": state.budget, "device_hours": state.spent,
+        "noise_band": state.band.band if state.band else None, "min_gain": state.min_gain, "confidence": state.confidence,
+        "max_pairs": state.max_pairs, "budget": state.budget, "device_hours": state.spent,
         "payback_hours": state.payback_hours(), "finish_reason": state.finish_reason,
         "steps": [
             {"n": s.n, "lever": s.change.lever, "from": s.change.before, "to": s.change.after,
              "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
              "gate": (s.verdict or s.config_verdict).verdict if (s.verdict or s.config_verdict) else None,
-             "gain": s.gain, "kept": s.kept, "branch": s.branch, "policy": s.change.policy}
+             "gain": s.gain, "measurement": s.measurement.model_dump() if s.measurement else None,
+             "kept": s.kept, "branch": s.branch, "policy": s.change.policy}
             for s in state.steps
         ],
     }

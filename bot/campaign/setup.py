@@ -13,29 +13,35 @@ def new_campaign_id(recipe: Recipe) -> str:
     return f"{recipe.name.replace('/', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-DECISIVE_K = 3.0  # a gain above 3x the noise band (6x the baseline runs' spread, or 3x its floor) is not run-to-run noise
-
-
 def measurement_options(launcher: str) -> dict[str, Any]:
-    """How a campaign measures on this kind of machine (``Campaign`` fields).
+    """How a campaign measures on this kind of machine (``Campaign`` fields; the protocol is :mod:`.measure`).
 
-    ``sim``: the simulated cluster does not drift between runs, so a decisive gain merges without a re-measure
-    and a trial that measures clearly slower than the incumbent stops early. ``local`` (this machine): its speed
-    drifts with other processes and clocks, so one warm-up run precedes the measured baseline, every gain is
-    re-measured (as an A/B pair: ``bot.drive.local.build_executor``) and every trial runs to its end.
+    The minimum worthwhile gain is set near the noise a machine kind shows, so a gain that clears it is worth a
+    merge and the pairs it takes stay few: ``sim`` (simulated GPU cluster, 1-3 % run-to-run, perfmodel.md §5) 1 %;
+    ``slurm`` (GPU clusters, same 1-3 %) 2 %; ``local`` (this kind of shared CPU box: 5-20 % run-to-run, per-step
+    tokens/s ranging 5x inside one run) 5 %. Confidence 90 % (two-sided: a one-sided 95 % bound decides) on all.
+
+    ``sim`` and ``local`` run everything on one machine, so the trial is pair 1's candidate run (the incumbent runs
+    right after it) and a clearly slower trial stops early. ``local`` starts with one warm-up run (the first run after
+    an idle spell is slow: clocks, caches) and three measured baseline runs, so the first pair already has a noise
+    estimate with two degrees of freedom. ``slurm``: a second job may land on other nodes, so both sides of every pair
+    are fresh runs.
     """
     if launcher == "sim":
-        return {"decisive_k": DECISIVE_K, "early_stop": True}
+        return {"min_gain": 0.01, "max_pairs": 6, "pair_with_trial": True, "early_stop": True}
     if launcher == "local":
-        return {"baseline_warmup_runs": 1}
+        return {"min_gain": 0.05, "max_pairs": 4, "pair_with_trial": True, "baseline_warmup_runs": 1, "baseline_runs_wanted": 3}
+    if launcher == "slurm":
+        return {"min_gain": 0.02, "max_pairs": 4}
     return {}
 
 
 def github_measurement_options() -> dict[str, Any]:
-    """How a campaign measures on self-hosted GitHub runners: a trial below the incumbent by twice the noise band
-    stops early (twice, because a runner from the label pool may be slower than the one that measured the
-    incumbent); every gain is still re-measured before it is merged."""
-    return {"early_stop": True, "early_stop_k": 2.0}
+    """How a campaign measures on self-hosted GitHub runners: a label names a pool of machines, so every pair runs
+    both sides in one job on one machine (trial.yml's ``pair`` kind), never the trial against a later run elsewhere;
+    a trial below the incumbent by twice the screen band stops early (twice: a runner from the pool may be slower
+    than the one that measured the incumbent)."""
+    return {"early_stop": True, "early_stop_k": 2.0, "pair_with_trial": False, "min_gain": 0.02, "max_pairs": 4}
 
 
 def new_state(recipe: Recipe, recipe_rel: str, *, budget: float, policy: str, campaign_id: str | None = None, **kw: Any) -> Campaign:

@@ -136,6 +136,9 @@ class Change(BaseModel):
     # the pinned global batch when a degree changes); it is gated but not run -- the change it enables is
     # stacked on it and measured against the incumbent
     enabler: bool = False
+    # a configuration measured before and left *undecided* (its interval straddled the minimum gain) may be proposed
+    # again only with a reason (e.g. a quieter machine, a larger pair cap); a decided one never
+    retry_reason: str = ""
 
     model_config = {"populate_by_name": True}
 

@@ -22,9 +22,10 @@ Phase = Literal["baseline", "stepping", "finished"]
 class RunRef(BaseModel):
     """What the campaign keeps of a run (the full record lives on disk / on the branch)."""
 
-    kind: Literal["baseline", "trial", "confirm", "incumbent"]  # incumbent: the A/B re-measure inside a confirm
+    # pair: one paired measurement of a step (``tps`` the candidate, ``reference_tps`` the incumbent, run back to back)
+    kind: Literal["baseline", "trial", "pair"]
     n: int = 0  # step number (0 for baseline)
-    attempt: int = 1
+    attempt: int = 1  # baseline: its number; pair: the pair's number k (1, 2, ...)
     outcome: str
     reason: str = ""
     tps: float | None = None  # median tokens/s per device
@@ -32,10 +33,10 @@ class RunRef(BaseModel):
     device_hours: float = 0.0
     record: str = ""  # path of the record (driver-relative)
     simulated: bool = False
-    # a re-measure (confirm) run may be followed at once by a fresh run of the incumbent, an A/B pair: a machine
-    # whose speed drifts between the incumbent's measurement and the candidate's then cannot fake a gain
+    # a pair's incumbent run (measured right before or after the candidate on the same machine: ``order``)
     reference_tps: float | None = None
     reference_record: str = ""
+    order: Literal["", "AB", "BA"] = ""  # a pair's order: AB = incumbent first
 
     @classmethod
     def of(cls, record: RunRecord, *, kind: str, n: int = 0, attempt: int = 1, ref: str = "") -> RunRef:
@@ -46,6 +47,9 @@ class RunRef(BaseModel):
 
 
 class NoiseBand(BaseModel):
+    """The baseline runs' spread: it screens a trial (early stop; an unpaired look that can only say *no gain*) and
+    scales the heuristic's sense of what is worth trying. Gains are decided by the paired measurement, never by it."""
+
     k: float
     floor: float
     spread: float  # observed relative spread of the baseline runs ((max-min)/median)
@@ -56,6 +60,25 @@ class NoiseBand(BaseModel):
         med = statistics.median(tps)
         spread = (max(tps) - min(tps)) / med if med else 0.0
         return cls(k=k, floor=floor, spread=spread, band=max(k * spread, floor))
+
+
+class Measurement(BaseModel):
+    """The paired measurement of one step (:mod:`bot.campaign.measure`): the estimate of the candidate's gain over
+    the incumbent with its confidence interval, the pairs it used, the rule and why it stopped."""
+
+    estimate: float | None = None  # relative gain: exp(mean paired log-ratio) - 1
+    lo: float | None = None  # the interval's ends (relative gain)
+    hi: float | None = None
+    confidence: float
+    min_gain: float
+    pairs: int = 0
+    log_ratios: list[float] = Field(default_factory=list)
+    sigma: float | None = None  # sd of one pair's log-ratio used for the interval (pooled over the campaign)
+    df: int = 0  # its degrees of freedom
+    decision: Literal["measuring", "gain", "no_gain", "undecided"] = "measuring"
+    why: str = ""
+    rule: str = ""
+    screened: bool = False  # decided on the unpaired trial alone (only ever *no gain*)
 
 
 class Step(BaseModel):
@@ -70,7 +93,8 @@ class Step(BaseModel):
     config_verdict: Verdict | None = None
     verdict: Verdict | None = None
     runs: list[RunRef] = Field(default_factory=list)
-    gain: float | None = None
+    measurement: Measurement | None = None
+    gain: float | None = None  # the paired estimate (or the unpaired trial's, when it was screened out)
     kept: bool = False
     close_reason: str = ""
 
@@ -96,9 +120,15 @@ class RunTrial(BaseModel):
     n: int
 
 
-class Confirm(BaseModel):
-    type: Literal["confirm"] = "confirm"
+class MeasurePair(BaseModel):
+    """Run the incumbent and the candidate of step ``n`` back to back in ``order`` (AB: incumbent first), pair ``k``.
+    ``with_trial``: the candidate side is the trial just run (one machine, adjacent in time): only the incumbent runs."""
+
+    type: Literal["measure_pair"] = "measure_pair"
     n: int
+    k: int
+    order: Literal["AB", "BA"]
+    with_trial: bool = False
 
 
 class CheckConvergence(BaseModel):
@@ -146,7 +176,7 @@ class Finish(BaseModel):
 
 
 Action = Annotated[
-    RunBaseline | OpenStep | CheckConfig | RunTrial | Confirm | CheckConvergence | Comment | SetStatus | Merge | Close | Propose | Calibrate
+    RunBaseline | OpenStep | CheckConfig | RunTrial | MeasurePair | CheckConvergence | Comment | SetStatus | Merge | Close | Propose | Calibrate
     | Finish,
     Field(discriminator="type"),
 ]
@@ -243,9 +273,11 @@ class Campaign(BaseModel):
     baseline_warmup_runs: int = Field(default=0, ge=0)
     band_k: float = 2.0
     band_floor: float = 0.05
-    # a trial gain above decisive_k x the noise band is kept without a re-measure: run-to-run noise cannot make
-    # it (None: every gain is re-measured; machines whose speed drifts between runs need the A/B re-measure)
-    decisive_k: float | None = Field(default=None, gt=1.0)
+    # the paired measurement (bot.campaign.measure; defaults per machine kind in bot.campaign.setup)
+    min_gain: float = Field(default=0.05, ge=0.0, lt=1.0)  # the smallest gain worth keeping
+    confidence: float = Field(default=0.90, gt=0.5, lt=1.0)  # of the two-sided interval on the gain
+    max_pairs: int = Field(default=4, ge=1, le=50)  # undecided after this many pairs: not kept
+    pair_with_trial: bool = False  # the trial is pair 1's candidate run (one machine, runs back to back)
     # a trial measuring clearly slower than the incumbent (below it by early_stop_k x the noise band) ends early
     early_stop: bool = False
     early_stop_k: float = Field(default=1.0, gt=0.0)
@@ -305,10 +337,11 @@ class Campaign(BaseModel):
         costs = [r.device_hours for r in self.baseline] + [r.device_hours for s in self.steps for r in s.runs]
         return 1.1 * max(costs) if costs else self.run_cost_estimate
 
-    def next_run_fits(self) -> bool:
-        """Whether a run may start: its expected cost fits what is left (with no estimate yet, something must be left)."""
+    def next_run_fits(self, runs: int = 1) -> bool:
+        """Whether ``runs`` more runs may start: their expected cost fits what is left (with no estimate yet,
+        something must be left)."""
         expected = self.expected_run_cost()
-        return self.spent + expected <= self.budget and (expected > 0 or self.spent < self.budget)
+        return self.spent + runs * expected <= self.budget and (expected > 0 or self.spent < self.budget)
 
     def tried(self) -> set[tuple[str, str]]:
         return {(s.change.lever, repr(s.change.after)) for s in self.steps}
@@ -320,7 +353,12 @@ class Campaign(BaseModel):
         return self.spent / (self.gain * self.devices)
 
 
+def candidate_runs(st: Step) -> list[tuple[float, str]]:
+    """(tokens/s, record) of every measured run of the step's candidate: the trial and each pair's candidate run."""
+    return [(r.tps, r.record) for r in st.runs if r.outcome == "ok" and r.tps and r.kind in ("trial", "pair")]
+
+
 def confirmed_tps(st: Step) -> float | None:
-    """A winner's throughput: the worse of its trial and its re-measure (a lucky run is not a gain)."""
-    tps = [r.tps for r in st.runs if r.outcome == "ok" and r.tps]
-    return min(tps) if tps else None
+    """A winner's throughput: the median of its candidate runs (low median: a lucky run is not the number)."""
+    tps = sorted(t for t, _ in candidate_runs(st))
+    return tps[(len(tps) - 1) // 2] if tps else None

@@ -52,8 +52,13 @@ def parse_recipe_text(text: str, source: str) -> Recipe:
 
 
 def run_key(kind: str, n: int = 0, attempt: int = 1) -> str:
-    """The name a run is stored under: ``baseline-2``, ``step-3-trial``, ``step-3-confirm``, ``step-3-incumbent``."""
-    return f"baseline-{attempt}" if kind == "baseline" else f"step-{n}-{kind}"
+    """The name a run is stored under: ``baseline-2``, ``step-3-trial``, and a pair's two runs ``step-3-pair2-incumbent``
+    and ``step-3-pair2-candidate`` (kind ``pair-incumbent`` / ``pair-candidate``, attempt = the pair's number)."""
+    if kind == "baseline":
+        return f"baseline-{attempt}"
+    if kind.startswith("pair-"):
+        return f"step-{n}-pair{attempt}-{kind.removeprefix('pair-')}"
+    return f"step-{n}-{kind}"
 
 
 class Executor:
@@ -72,13 +77,11 @@ class Executor:
         on_event: Callable[[cm.Campaign, Any, Any], None] | None = None,
         finish_hook: Callable[[cm.Campaign, Executor], None] | None = None,
         after_merge: Callable[[cm.Campaign, int], None] | None = None,
-        ab_confirm: bool = False,  # re-measure the incumbent right after a confirm run (A/B; for machines whose speed drifts)
     ) -> None:
         self.forge, self.states, self.records, self.runs = forge, states, records, runs
         self.policy, self.lessons, self.space_fn = policy, lessons, space_fn
         self.gate_config, self.gate_convergence = gate_config, gate_convergence
         self.on_event, self.finish_hook, self.after_merge = on_event, finish_hook, after_merge
-        self.ab_confirm = ab_confirm
         self.transitions = 0
 
     # ------------------------------------------------------------------ loop
@@ -171,7 +174,7 @@ class Executor:
             if record is None:
                 return None
             where = self.records.put_run(state.id, key, record)
-        return cm.RunRef.of(record, kind=kind, n=n, attempt=attempt, ref=where)
+        return cm.RunRef.of(record, kind="pair" if kind.startswith("pair-") else kind, n=n, attempt=attempt, ref=where)
 
     # ------------------------------------------------------------------ actions
     def execute(self, state: cm.Campaign, action: Any) -> Any:
@@ -215,20 +218,34 @@ class Executor:
         cand = parse_recipe_text(self.step_recipe_text(state, action.n), state.recipe_path)
         return cm.GateVerdict(n=action.n, verdict=self.gate_config(base, cand))
 
-    def on_run(self, state: cm.Campaign, action: cm.RunTrial | cm.Confirm) -> Any:
-        kind = "trial" if isinstance(action, cm.RunTrial) else "confirm"
-        bound = state.early_stop_bound() if kind == "trial" else None
+    def on_run_trial(self, state: cm.Campaign, action: cm.RunTrial) -> Any:
+        bound = state.early_stop_bound()
         stop = EarlyStop(below_tps=bound) if bound is not None else None
-        run = self._run(state, self.step_recipe_text(state, action.n), kind, action.n, 1, early_stop=stop)
-        if run is None:
-            return SUSPENDED
-        if kind == "confirm" and run.outcome == "ok" and self.ab_confirm:
-            ref = self._run(state, self.base_text(state), "incumbent", action.n, 1, already=run.device_hours)
-            if ref is None:
+        run = self._run(state, self.step_recipe_text(state, action.n), "trial", action.n, 1, early_stop=stop)
+        return SUSPENDED if run is None else cm.RunFinished(run=run)
+
+    def on_measure_pair(self, state: cm.Campaign, action: cm.MeasurePair) -> Any:
+        """The incumbent and the candidate back to back in the pair's order (with_trial: the candidate side is the
+        trial just run); a run port that measures a pair in one job elsewhere answers both runs at once."""
+        n, k = action.n, action.k
+        texts = {"incumbent": self.base_text(state), "candidate": self.step_recipe_text(state, n)}
+        if not action.with_trial and hasattr(self.runs, "run_pair"):
+            return self.runs.run_pair(state, action, texts)
+        sides: dict[str, cm.RunRef] = {}
+        if action.with_trial:
+            sides["candidate"] = next(r for r in state.step(n).runs if r.kind == "trial")
+        spent = 0.0
+        for side in ("incumbent", "candidate") if action.order == "AB" else ("candidate", "incumbent"):
+            if side in sides:
+                continue
+            run = self._run(state, texts[side], f"pair-{side}", n, k, already=spent)
+            if run is None:
                 return SUSPENDED
-            run = run.model_copy(update={"reference_tps": ref.tps if ref.outcome == "ok" else None, "reference_record": ref.record,
-                                         "device_hours": run.device_hours + ref.device_hours})
-        return cm.RunFinished(run=run)
+            sides[side] = run
+            spent += run.device_hours
+            if run.outcome != "ok":
+                break  # the pair cannot measure: its other side is not run
+        return cm.RunFinished(run=pair_ref(action, sides.get("incumbent"), sides.get("candidate"), spent))
 
     def on_calibrate(self, state: cm.Campaign, action: cm.Calibrate) -> Any:
         """The gate's loss band for this campaign; stored, so a resumed executor never pays for it twice."""
@@ -314,19 +331,22 @@ class Executor:
         if ref is None:
             raise LookupError(f"step {n} of {state.id} is not on the forge")
         records: dict[str, str] = {}
+        seen: set[str] = set()
         for run in state.step(n).runs:
-            for kind, where in ((run.kind, run.record), ("incumbent", run.reference_record)):
-                text = self.records.read_text(where) if where else None
+            names = [("trial", run.record)] if run.kind == "trial" else [(f"pair{run.attempt}-candidate", run.record), (f"pair{run.attempt}-incumbent", run.reference_record)]
+            for name, where in names:
+                text = self.records.read_text(where) if where and where not in seen else None
+                seen.add(where)
                 if text is not None:
-                    records[f"campaigns/{state.id}/step-{n}/{kind}.json"] = text
+                    records[f"campaigns/{state.id}/step-{n}/{name}.json"] = text
         return self.forge.add_files(ref, {**records, **files}, message)
 
     def _results_files(self, state: cm.Campaign, st: cm.Step) -> dict[str, str]:
-        """``results/`` entries of a kept step: its confirmed (slower) measurement, never the lucky one, and never a
-        simulated one."""
+        """``results/`` entries of a kept step: the candidate run at the (low) median of its runs, never the lucky one,
+        and never a simulated one."""
         confirmed = cm.confirmed_tps(st)
-        kept = next((r for r in st.runs if r.outcome == "ok" and r.tps == confirmed), None)
-        rec = self.record(kept)
+        where = next((ref for tps, ref in cm.candidate_runs(st) if tps == confirmed), "")
+        rec = self.records.read(where) if where else None
         if rec is None or rec.simulated:
             return {}
         gain = state.model_copy(update={"steps": [x.model_copy(update={"kept": x.kept or x.n == st.n}) for x in state.steps]}).gain
@@ -341,8 +361,8 @@ HANDLERS: dict[type, Callable[[Executor, cm.Campaign, Any], Any]] = {
     cm.Propose: Executor.on_propose,
     cm.OpenStep: Executor.on_open_step,
     cm.CheckConfig: Executor.on_check_config,
-    cm.RunTrial: Executor.on_run,
-    cm.Confirm: Executor.on_run,
+    cm.RunTrial: Executor.on_run_trial,
+    cm.MeasurePair: Executor.on_measure_pair,
     cm.Calibrate: Executor.on_calibrate,
     cm.CheckConvergence: Executor.on_check_convergence,
     cm.Comment: Executor.on_comment,
@@ -351,6 +371,19 @@ HANDLERS: dict[type, Callable[[Executor, cm.Campaign, Any], Any]] = {
     cm.Close: Executor.on_close,
     cm.Finish: Executor.on_finish,
 }
+
+
+def pair_ref(action: cm.MeasurePair, incumbent: cm.RunRef | None, candidate: cm.RunRef | None, device_hours: float) -> cm.RunRef:
+    """The campaign's one record of a pair: the candidate's tokens/s against the incumbent's, both records, the cost
+    of the runs made for it (a pair that reuses the trial does not pay for it twice); not ok unless both sides are."""
+    failed = next((r for r in (incumbent, candidate) if r is not None and r.outcome != "ok"), None)
+    outcome = "ok" if failed is None and incumbent is not None and candidate is not None else (failed.outcome if failed else "crash")
+    reason = "" if outcome == "ok" else (f"{'incumbent' if failed is incumbent else 'candidate'} run: {failed.reason or failed.outcome}" if failed else "a side did not run")
+    return cm.RunRef(kind="pair", n=action.n, attempt=action.k, outcome=outcome, reason=reason, order=action.order,
+                     tps=candidate.tps if candidate else None, tps_cv=candidate.tps_cv if candidate else None,
+                     record=candidate.record if candidate else "", reference_tps=incumbent.tps if incumbent else None,
+                     reference_record=incumbent.record if incumbent else "", device_hours=device_hours,
+                     simulated=bool((candidate and candidate.simulated) or (incumbent and incumbent.simulated)))
 
 
 def _yaml_scalar(value: Any) -> str:

@@ -87,8 +87,6 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
         gate_convergence=convergence_gate,
         on_event=on_event,
         finish_hook=finish_local if forge == "local" else None,
-        # a real machine's speed drifts (other processes, clocks): a winner's re-measure is an A/B pair with the incumbent
-        ab_confirm=recipe.cluster.launcher != "sim",
     )
 
 

@@ -55,7 +55,7 @@ def kinds(actions: list, n: int | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- baseline and band
-def test_two_baseline_runs_set_the_band_from_the_floor_when_the_spread_is_small(tmp_path: Path) -> None:
+def test_two_baseline_runs_set_the_screen_band_from_the_floor_when_the_spread_is_small(tmp_path: Path) -> None:
     state, _, runner, actions = run_campaign(tmp_path, {}, script=[])
     assert kinds(actions)[:3] == ["comment", "run_baseline", "run_baseline"]
     assert [r.tps for r in state.baseline] == [1000.0, 1010.0]
@@ -63,54 +63,78 @@ def test_two_baseline_runs_set_the_band_from_the_floor_when_the_spread_is_small(
     assert band.spread == pytest.approx(10 / 1005)
     assert band.band == pytest.approx(0.05) == band.floor  # 2 x 1.0% < 5% floor
     summary = render_campaign_summary(state)
-    assert "5.0% = max(2 × spread 1.0%, floor 5.0%)" in summary
+    assert "screen band 5.0% (baseline spread 1.0%)" in summary
+    assert "paired A/B, 90% interval, minimum worthwhile gain 5.0%, at most 4 pairs a step" in summary
 
 
 def test_band_is_k_times_the_spread_when_that_exceeds_the_floor(tmp_path: Path) -> None:
     state, *_ = run_campaign(tmp_path, {}, script=[], base=[1000.0, 1100.0])
     assert state.band.spread == pytest.approx(100 / 1050)
     assert state.band.band == pytest.approx(2 * 100 / 1050)
-    assert "19.0% = max(2 × spread 9.5%, floor 5.0%)" in render_campaign_summary(state)
+    assert "screen band 19.0% (baseline spread 9.5%)" in render_campaign_summary(state)
 
 
-# ----------------------------------------------------------------------------- keep / reject
-def test_a_gain_above_the_band_is_remeasured_before_it_is_merged(tmp_path: Path) -> None:
+# ----------------------------------------------------------------------------- keep / reject (paired measurement)
+def test_a_gain_is_measured_in_pairs_before_it_is_merged(tmp_path: Path) -> None:
     state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1200.0, 1190.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}])
     step = state.step(1)
-    assert kinds(actions, 1) == ["open_step", "check_config", "run_trial", "check_convergence", "confirm", "comment", "set_status", "merge"]
-    assert [(r.kind, r.tps) for r in step.runs] == [("trial", 1200.0), ("confirm", 1190.0)]
+    assert kinds(actions, 1) == ["open_step", "check_config", "run_trial", "check_convergence", "measure_pair", "comment", "set_status", "merge"]
+    pair = next(a for a in actions if a.type == "measure_pair")
+    assert (pair.k, pair.order, pair.with_trial) == (1, "AB", False)  # the incumbent first, then the candidate
+    assert [c["levers"]["activation_checkpoint"] for c in runner.calls[2:]] == ["none", "full", "none"]  # trial, A, B
+    assert [(r.kind, r.tps, r.reference_tps) for r in step.runs] == [("trial", 1200.0, None), ("pair", 1190.0, 1010.0)]
+    m = step.measurement
+    assert m.decision == "gain" and m.pairs == 1 and m.lo > 0.05 and m.lo < m.estimate < m.hi
+    assert step.gain == pytest.approx(1190 / 1010 - 1)  # the paired estimate, not against the old baseline median
     assert step.state == "merged" and step.kept
-    assert step.gain == pytest.approx(1190 / 1005 - 1)  # the worse of the two measurements
-    assert state.incumbent_step == 1 and state.incumbent_tps == 1190.0
+    assert state.incumbent_step == 1 and state.incumbent_tps == 1190.0  # the low median of the candidate's runs
     assert state.incumbent_levers["activation_checkpoint"] == "none"
     assert "activation_checkpoint: none" in forge.read_file(RECIPE_REL)  # merged into the base branch
     assert forge.statuses[forge.find_step("c1", 1).head_sha][0] == "success"  # also on the merged head
-    assert state.phase == "finished" and state.gain == pytest.approx(1190 / 1005 - 1)
+    assert state.phase == "finished" and state.gain == pytest.approx(1190 / 1010 - 1)
+    assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))  # both runs of the pair are paid for
 
 
-def test_a_lucky_single_run_not_confirmed_by_the_remeasure_is_closed(tmp_path: Path) -> None:
+def test_a_lucky_single_run_not_borne_out_by_the_pairs_is_closed(tmp_path: Path) -> None:
     state, forge, _, actions = run_campaign(tmp_path, {AC_NONE: [1200.0, 1000.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}])
     step = state.step(1)
-    assert "confirm" in kinds(actions, 1) and "merge" not in kinds(actions, 1)
+    assert "measure_pair" in kinds(actions, 1) and "merge" not in kinds(actions, 1)
     assert step.state == "closed" and not step.kept
-    assert "not confirmed" in step.close_reason
+    assert step.measurement.decision in ("no_gain", "undecided") and step.measurement.hi < 0.2
+    assert step.close_reason.startswith(("no gain", "undecided"))
     assert forge.find_step("c1", 1).state == "closed"
     assert "activation_checkpoint: full" in forge.read_file(RECIPE_REL)
     assert state.incumbent_step == 0 and state.incumbent_tps == state.baseline_tps
 
 
-def test_nothing_clears_the_band_so_the_recipe_is_kept(tmp_path: Path) -> None:
+def test_nothing_clears_the_minimum_gain_so_the_recipe_is_kept(tmp_path: Path) -> None:
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
     state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1030.0], LBS2: [990.0]}, script=script)
+    one, two = state.steps
     assert [s.state for s in state.steps] == ["closed", "closed"]
-    assert all("no gain beyond the noise band" in s.close_reason for s in state.steps)
-    assert "confirm" not in kinds(actions)  # within the band: never re-measured
+    # +2.5% on the trial: could be a gain, so it is paired; the pair's interval lies below the 5% minimum
+    assert one.measurement.decision == "no_gain" and one.measurement.pairs >= 1 and one.measurement.hi < 0.05
+    # -1.5% on the trial, with the pooled noise now known: the unpaired look already rules out 5%
+    assert two.measurement.decision == "no_gain" and two.measurement.screened and "measure_pair" not in kinds(actions, 2)
     assert state.phase == "finished" and state.finish_reason.startswith("policy stopped")
     assert state.incumbent_step == 0 and state.incumbent_levers == state.baseline_levers and state.gain == 0.0
     assert forge.read_file(RECIPE_REL) == recipe_text()
     summary = render_campaign_summary(state)
     assert "the recipe is kept as it was" in summary
-    assert "activation_checkpoint" in summary and "training.local_batch_size" in summary
+    assert "activation_checkpoint" in summary and "training.local_batch_size" in summary and "no gain (1)" in summary
+
+
+def test_undecided_at_the_pair_cap_is_not_kept_and_says_so(tmp_path: Path) -> None:
+    noisy = [1000.0, 1100.0, 980.0, 1120.0, 990.0, 1090.0]  # the candidate swings +-6% around +5%
+    state, _, _, actions = run_campaign(tmp_path, {AC_NONE: noisy}, script=[{"lever": "activation_checkpoint", "to": "none"}],
+                                        base=[1000.0, 1010.0, 960.0, 1040.0], state_kw={"max_pairs": 2})
+    step = state.step(1)
+    assert kinds(actions, 1).count("measure_pair") == 2
+    m = step.measurement
+    assert m.decision == "undecided" and m.pairs == 2 and m.lo < 0.05 < m.hi and not step.kept
+    assert step.close_reason.startswith("undecided") and "the cap" in m.why
+    report = render_step_report(state, step, None, None)
+    assert "undecided" in report and "2 pairs" in report and "90% CI" in report
 
 
 def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> None:
@@ -247,7 +271,8 @@ def test_budget_added_resumes_a_campaign_that_ran_out(tmp_path: Path) -> None:
     assert state.budget == pytest.approx(0.55) and state.phase == "stepping" and [a.type for a in actions] == ["calibrate"]
     driver.states.save(state)
     state = driver.resume("c1")
-    assert state.step(1).state == "merged" and state.spent == pytest.approx(0.4) and state.spent <= state.budget
+    # the trial (0.1) and one pair (0.2) fit in what was added
+    assert state.step(1).state == "merged" and state.spent == pytest.approx(0.5) and state.spent <= state.budget
     # budget added to a campaign that finished for another reason changes nothing but the budget
     state2, actions = cm.advance(state, cm.BudgetAdded(device_hours=1.0))
     assert actions == [] and state2.phase == "finished" and state2.budget == pytest.approx(1.55)
@@ -380,7 +405,7 @@ def test_budget_is_never_exceeded_when_runs_cost_what_was_expected(cost: float, 
         assert state.steps
 
 
-def _drifting_campaign(tmp_path: Path, *, ab: bool) -> tuple[cm.Campaign, FakeRunner]:
+def _drifting_campaign(tmp_path: Path) -> tuple[cm.Campaign, FakeRunner]:
     """The machine gets 30% faster after the baseline; the candidate is really no faster than the incumbent."""
     text = recipe_text()
 
@@ -389,21 +414,19 @@ def _drifting_campaign(tmp_path: Path, *, ab: bool) -> tuple[cm.Campaign, FakeRu
         return "ok", 1000.0 if calls[0] <= 2 else 1300.0
 
     runner = FakeRunner(drift)
-    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
-                         tmp_path, ab_confirm=ab)
+    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path)
     return driver.start(new_state(text)), runner
 
 
-def test_ab_confirm_does_not_let_a_drifting_machine_fake_a_gain(tmp_path: Path) -> None:
-    fooled, _ = _drifting_campaign(tmp_path / "plain", ab=False)
-    assert fooled.step(1).kept and fooled.step(1).gain == pytest.approx(0.3)  # without A/B the drift looks like +30%
-    state, runner = _drifting_campaign(tmp_path / "ab", ab=True)
+def test_pairs_do_not_let_a_drifting_machine_fake_a_gain(tmp_path: Path) -> None:
+    state, runner = _drifting_campaign(tmp_path)
     step = state.step(1)
-    confirm = next(r for r in step.runs if r.kind == "confirm")
-    assert confirm.reference_tps == 1300.0 and confirm.reference_record.endswith("step-1-incumbent/record.json")
-    assert not step.kept and step.gain == pytest.approx(0.0) and "not confirmed" in step.close_reason
-    assert len(runner.calls) == 5 and runner.calls[-1]["levers"] == state.baseline_levers  # baseline x2, trial, confirm, incumbent
-    assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))  # the A/B run is paid for
+    pair = next(r for r in step.runs if r.kind == "pair")
+    assert pair.reference_tps == 1300.0 and pair.reference_record.endswith("step-1-pair1-incumbent/record.json")
+    assert pair.record.endswith("step-1-pair1-candidate/record.json")
+    assert not step.kept and step.gain == pytest.approx(0.0) and step.measurement.decision == "no_gain"
+    assert runner.calls[3]["levers"] == state.baseline_levers  # baseline x2, trial, then the pair: incumbent first
+    assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))  # the pair is paid for
 
 
 def test_a_warm_up_run_is_made_and_reported_but_not_counted(tmp_path: Path) -> None:
@@ -417,48 +440,55 @@ def test_a_warm_up_run_is_made_and_reported_but_not_counted(tmp_path: Path) -> N
     assert "warm-up run 600 not counted" in render_campaign_summary(state)
 
 
-def test_the_campaign_gain_compounds_the_confirmed_step_gains(tmp_path: Path) -> None:
-    # drift: the machine speeds up after the baseline; the A/B re-measure keeps the step's gain honest, and so the headline
+def test_the_campaign_gain_compounds_the_paired_step_gains(tmp_path: Path) -> None:
+    # drift: the machine speeds up after the baseline; the pair keeps the step's gain honest, and so the headline
     text = recipe_text()
-    speeds = iter([1000.0, 1000.0, 1500.0, 1500.0, 1250.0])  # baseline x2, trial, confirm, incumbent re-measured
 
-    runner = FakeRunner(lambda eff, nth: ("ok", next(speeds)))
-    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
-                         tmp_path, ab_confirm=True)
+    def rule(eff, nth, calls=[0]):  # noqa: B006 - the machine's clock
+        calls[0] += 1
+        if calls[0] <= 2:
+            return "ok", 1000.0  # the baseline, before the machine sped up
+        return "ok", 1500.0 if eff["activation_checkpoint"] == "none" else 1250.0
+
+    runner = FakeRunner(rule)
+    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path)
     state = driver.start(new_state(text))
     assert state.step(1).kept and state.step(1).gain == pytest.approx(0.2)
     assert state.incumbent_tps == 1500.0 and state.gain == pytest.approx(0.2)  # not 1500 / 1000 - 1 = +50%
 
 
 # ----------------------------------------------------------------------------- measurement economy (per machine)
-def test_a_decisive_gain_merges_without_a_remeasure_and_a_marginal_one_is_still_remeasured(tmp_path: Path) -> None:
-    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
-    # band 5% (floor); decisive above 3 x 5% = 15%: +19.4% merges at once, then +8% over the new incumbent is re-measured
-    table = {AC_NONE + LBS2: [1300.0, 1290.0], AC_NONE: [1200.0]}
-    state, _, _, actions = run_campaign(tmp_path, table, script=script, state_kw={"decisive_k": 3.0})
-    one, two = state.step(1), state.step(2)
-    assert kinds(actions, 1) == ["open_step", "check_config", "run_trial", "check_convergence", "comment", "set_status", "merge"]
-    assert one.kept and [r.kind for r in one.runs] == ["trial"] and one.gain == pytest.approx(1200 / 1005 - 1)
-    assert "confirm" in kinds(actions, 2) and two.kept and [r.kind for r in two.runs] == ["trial", "confirm"]
-    assert state.incumbent_tps == 1290.0
-    decided = one.model_copy(update={"state": "open"})  # as the report comment says it, before the merge
-    assert "the gain is decisive (far outside the noise band: no re-measure)" in render_step_report(state, decided, None, None)
-    # without decisive_k (the default) the same +19.4% is re-measured
-    state, _, _, actions = run_campaign(tmp_path / "b", table, script=script[:1])
-    assert "confirm" in kinds(actions, 1)
+def test_with_the_trial_as_pair_one_only_the_incumbent_runs_and_pairs_alternate_abba(tmp_path: Path) -> None:
+    # +4% +- 1%: pairs go on until the interval clears 1% (the sim's minimum gain)
+    cand = [1040.0, 1052.0, 1045.0, 1038.0, 1050.0, 1043.0, 1047.0, 1041.0, 1049.0]
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: cand}, script=[{"lever": "activation_checkpoint", "to": "none"}],
+                                             base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0],
+                                             state_kw={"pair_with_trial": True, "min_gain": 0.01, "max_pairs": 6})
+    pairs = [a for a in actions if a.type == "measure_pair"]
+    assert len(pairs) >= 2
+    assert [(p.k, p.order, p.with_trial) for p in pairs] == [(k, "BA" if k % 2 else "AB", k == 1) for k in range(1, len(pairs) + 1)]
+    levers = [c["levers"]["activation_checkpoint"] for c in runner.calls[2:]]
+    # trial (B), pair 1's incumbent (A) | A B | B A ...: ABBA across pairs, one run saved on pair 1
+    assert levers[:4] == ["none", "full", "full", "none"]
+    step = state.step(1)
+    first = next(r for r in step.runs if r.kind == "pair")
+    assert first.record == step.runs[0].record and first.device_hours == pytest.approx(0.01)  # the trial is not paid twice
+    assert step.kept and step.measurement.decision == "gain" and step.measurement.lo > 0.01
+    assert len(runner.calls) == 2 + 1 + 1 + 2 * (step.measurement.pairs - 1)
 
 
 def test_a_clearly_slower_trial_is_stopped_early_and_closed_with_what_it_measured(tmp_path: Path) -> None:
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
     state, _, runner, _ = run_campaign(tmp_path, {AC_NONE: [900.0], LBS2: [990.0]}, script=script, state_kw={"early_stop": True})
     trial_calls = [c for c in runner.calls if c["early_stop"] is not None]
-    assert len(trial_calls) == 2  # trials only, never a baseline run
+    assert len(trial_calls) == 2  # trials only, never a baseline or pair run
     assert trial_calls[0]["early_stop"].below_tps == pytest.approx(1005 * (1 - 0.05))  # the incumbent less the band
     one, two = state.step(1), state.step(2)
     assert one.runs[0].outcome == "stopped" and one.state == "closed" and not one.kept
     assert one.gain == pytest.approx(900 / 1005 - 1) and one.close_reason.startswith("no gain: stopped early")
+    assert one.measurement.decision == "no_gain" and one.measurement.screened
     assert one.runs[0].device_hours == pytest.approx(0.01 / 3)
-    assert two.runs[0].outcome == "ok" and "no gain beyond the noise band" in two.close_reason  # -1.5%: not clearly slower
+    assert two.runs[0].outcome == "ok" and two.close_reason.startswith("no gain")  # -1.5%: not clearly slower, measured on
     # off by default: every trial runs to its end
     _, _, runner, _ = run_campaign(tmp_path / "b", {AC_NONE: [900.0]}, script=script[:1])
     assert all(c["early_stop"] is None for c in runner.calls)
@@ -471,7 +501,7 @@ def test_an_enabler_is_gated_but_not_run_and_the_change_it_enables_is_measured_o
     one, two = state.step(1), state.step(2)
     assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
     assert one.runs == [] and one.state == "closed" and one.close_reason.startswith("enabler: not run on its own")
-    assert len(runner.calls) == 2 + 2  # two baseline runs, then the enabled change's trial and re-measure only
+    assert len(runner.calls) == 2 + 3  # two baseline runs, then the enabled change's trial and one pair only
     assert two.kept and two.levers["training.local_batch_size"] == 2 and two.levers["activation_checkpoint"] == "none"
     assert "not run: an enabler" in render_step_report(state, one, None, None)
 
@@ -480,7 +510,9 @@ def test_measurement_options_are_validated_and_the_bound_is_never_negative() -> 
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
-        new_state(recipe_text(), decisive_k=0.5)  # would merge every positive gain without a re-measure
+        new_state(recipe_text(), confidence=0.3)  # an interval that covers less than half the time decides nothing
+    with pytest.raises(ValidationError):
+        new_state(recipe_text(), max_pairs=0)
     state = new_state(recipe_text(), early_stop=True)
     assert state.early_stop_bound() is None  # no incumbent measured yet
     wide = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.NoiseBand.from_runs([1000.0, 1800.0], k=2.0, floor=0.05)})

@@ -94,7 +94,7 @@ def test_the_campaign_summary_lists_every_step() -> None:
     for table in re.findall(r"((?:^\|.*\n)+)", summary, re.M):  # GitHub renders a table only under a header row
         first, second = table.splitlines()[:2]
         assert not set(first) <= set("|-: ") and set(second) <= set("|-: ")
-    assert "baseline tokens/s per device" in summary and "1,005" in summary and "+28.4%" in summary
+    assert "baseline tokens/s per device" in summary and "1,005" in summary and "+27.7% [+24.4%, +31.1%]" in summary and "gain (1)" in summary
     assert f"{state.spent:.4f} of {state.budget:.4f} device-hours" in summary
     assert "the recipe is kept as it was" not in summary  # step 1 won
 
@@ -150,7 +150,7 @@ def test_the_report_opens_with_the_one_screen_summary_then_the_chart_then_folded
     summary = report.split("**Why:**", 1)[0]
     for row in ("| decision", "| throughput", "| change", "| proposed by", "| gate: config", "| gate: convergence", "| cost"):
         assert row in summary, row
-    assert "incumbent 1,005 → candidate 1,300" in summary and "± 5.0% (noise band)" in summary
+    assert "incumbent 1,005 → candidate 1,300" in summary and "**+27.7%** [+24.4%, +31.1%] (90% CI, 1 pair) — gain" in summary
     assert report.index("**Why:**") < report.index("```mermaid") < report.index("<details>")
     assert "Traceback" not in report and "{'field'" not in report  # no raw Python dicts
     config = report.split("<summary>Gate (config)", 1)[1].split("</details>", 1)[0]

@@ -128,7 +128,7 @@ def test_the_uninterrupted_campaign(reference) -> None:
     assert state.step(2).runs[0].outcome == "oom" and state.step(3).stacked_on == 2
     assert state.step(3).levers["training.local_batch_size"] == 2 and state.step(3).levers["activation_checkpoint"] == "selective"
     assert state.finish_reason == "policy stopped: script exhausted" and state.pending == []
-    assert len(runner.calls) == 6  # 2 baseline + trial/confirm + trial + trial
+    assert len(runner.calls) == 7  # 2 baseline + trial and one pair (2 runs) + trial + trial
     assert facts["branches"] == ["attune/c1/1-activation_checkpoint", "attune/c1/2-training-local_batch_size",
                                  "attune/c1/3-activation_checkpoint"]
     assert any(line.startswith("attune: campaign c1 finished") for line in facts["main"])
@@ -145,7 +145,7 @@ def _check_same(repo: Path, state, reference, runner: FakeRunner) -> None:
     assert sorted(numbers) == ["1", "2", "3"]  # one branch per step number: none opened twice
     assert facts == ref_facts  # the same commits, none duplicated by a re-executed action
     out_dirs = [c["out_dir"] for c in runner.calls]
-    assert len(out_dirs) == len(set(out_dirs)) == 6  # a resumed driver never repeats a finished run
+    assert len(out_dirs) == len(set(out_dirs)) == 7  # a resumed driver never repeats a finished run
     for out in out_dirs:
         assert (Path(out) / "record.json").is_file()
     for run in [*state.baseline, *(r for s in state.steps for r in s.runs)]:
@@ -209,7 +209,8 @@ def test_step_records_and_reports_are_on_the_branches(reference, template: Path,
         assert f"campaigns/c1/step-{s.n}/trial.json" in files and f"campaigns/c1/step-{s.n}/report.md" in files
         diff = git(repo, "diff", "--numstat", f"{s.branch}~0", "main", "--", RECIPE_REL)
         assert diff or s.kept  # a closed step's recipe differs from the base
-    assert "campaigns/c1/step-1/confirm.json" in git(repo, "ls-tree", "-r", "--name-only", "main")
+    merged = git(repo, "ls-tree", "-r", "--name-only", "main")
+    assert "campaigns/c1/step-1/pair1-candidate.json" in merged and "campaigns/c1/step-1/pair1-incumbent.json" in merged
     assert "campaigns/c1/step-2/CLOSED.md" in git(repo, "ls-tree", "-r", "--name-only", state.step(2).branch)
     # results/ holds the kept step's confirmed (slower) measurement only
     results = list((repo / "results").rglob("*.json"))

@@ -1,0 +1,154 @@
+"""Is the candidate faster than the incumbent? The paired, sequential measurement every campaign decides with.
+
+**Pairs, interleaved.** After a step's trial passes the gate, the incumbent and the candidate are run back to back on
+the same machine, pair after pair, in ABBA order across pairs (``A B | B A | A B ...``; where the trial itself is the
+first pair's candidate run: ``B A | A B | B A ...``), so a machine that slowly speeds up or slows down biases no side.
+
+**The estimate** is the mean paired log-ratio ``d = log(tps_B / tps_A)`` over the pairs, reported as the relative
+gain ``exp(mean d) - 1``. Log-ratios make run-to-run noise, which is multiplicative (a slower clock slows every
+step by the same factor), additive and symmetric, and they compose: the kept gains of a campaign multiply.
+
+**The interval** is Student's t on the mean log-ratio, at the campaign's ``confidence`` (two-sided). t rather than a
+bootstrap because a decision is taken after 1-6 pairs: a bootstrap of two or three values has no resolution and
+covers far less than it claims, while t is exact for normal noise at any n and, with the pooled variance below, is
+not at the mercy of two pairs that happened to agree. Coverage is checked by simulation in the tests.
+
+**The variance** is pooled over the whole campaign, not taken from this step's pairs alone: the runs of one
+configuration made close together in time (the baseline runs; within a step, the incumbent's runs and the
+candidate's trial and pair runs) are repeat measurements, and their within-group spread of ``log tps`` estimates
+one run's noise ``s`` with ``sum(n_g - 1)`` degrees of freedom; one pair's log-ratio then has sd ``sqrt(2) s``. (A
+one-way ANOVA's pooled within-group variance. It assumes the machine's relative noise does not depend much on the
+configuration; grouping per step keeps the machine's slow drift over a campaign, which the pairs cancel, out of it.)
+
+**Sequential.** After every pair: *gain* when the interval's lower end clears ``min_gain``; *no gain* when its upper
+end is below ``min_gain``; otherwise another pair, up to ``max_pairs``; *undecided* at the cap, and not kept. A trial
+whose unpaired comparison with the incumbent's last estimate already has its upper end below ``min_gain`` is closed
+as *no gain* without pairs (screened): an unpaired look may only ever say no, since drift can fake a gain but a
+screen that misses a gain costs a gain, never a false one.
+
+**The per-run estimate** is the median of the post-warm-up steps' tokens/s (``Summary.tps_median``): of the
+statistics measured for it on this machine (``attune bench measure``; numbers in the issue note), it had the smallest
+run-to-run spread among the robust ones, under idle and under a background load.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+from scipy import stats
+
+from bot.core.state import Campaign, Measurement, RunRef, Step
+
+
+def pair_order(k: int, *, with_trial: bool) -> str:
+    """The order of pair ``k`` (1-based), ABBA across pairs. With the trial as pair 1's candidate run: BA, AB, BA..."""
+    first = "BA" if with_trial else "AB"
+    return first if k % 2 == 1 else ("AB" if first == "BA" else "BA")
+
+
+def log_ratio(run: RunRef) -> float | None:
+    """A pair's ``log(candidate / incumbent)``, or None when either side did not measure."""
+    if run.kind != "pair" or run.outcome != "ok" or not run.tps or not run.reference_tps:
+        return None
+    return math.log(run.tps / run.reference_tps)
+
+
+def run_groups(state: Campaign) -> dict[tuple[int, str], list[float]]:
+    """``log tps`` of every measured run of the campaign, grouped by (step, configuration): the baseline's runs, and
+    per step its incumbent runs and its candidate runs. Runs of one group ran close together in time, so their spread
+    is the machine's run-to-run noise, not its drift over the campaign (which the pairs cancel)."""
+    groups: dict[tuple[int, str], list[float]] = defaultdict(list)
+    seen: set[str] = set()  # a run is counted once (pair 1's candidate run may be the trial)
+
+    def add(key: tuple[int, str], tps: float | None, record: str) -> None:
+        if tps and (not record or record not in seen):
+            seen.add(record)
+            groups[key].append(math.log(tps))
+
+    for r in state.measured_baseline():
+        if r.outcome == "ok":
+            add((0, "baseline"), r.tps, r.record)
+    for st in state.steps:
+        for r in st.runs:
+            if r.outcome == "ok" and r.kind in ("trial", "pair"):
+                add((st.n, "candidate"), r.tps, r.record)
+            if r.outcome == "ok" and r.kind == "pair":
+                add((st.n, "incumbent"), r.reference_tps, r.reference_record)
+    return groups
+
+
+def pooled_run_sd(groups: Iterable[list[float]]) -> tuple[float | None, int]:
+    """(sd of one run's ``log tps``, its degrees of freedom) pooled within configurations; (None, 0) with no repeat."""
+    ss, df = 0.0, 0
+    for values in groups:
+        if len(values) > 1:
+            mean = sum(values) / len(values)
+            ss += sum((v - mean) ** 2 for v in values)
+            df += len(values) - 1
+    return (math.sqrt(ss / df), df) if df else (None, 0)
+
+
+def interval(ds: list[float], sd_pair: float, df: int, confidence: float) -> tuple[float, float, float]:
+    """(estimate, lo, hi) as relative gains: the mean log-ratio ``ds`` with Student's t at ``confidence``."""
+    mean = sum(ds) / len(ds)
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * sd_pair / math.sqrt(len(ds))
+    return math.exp(mean) - 1.0, math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0
+
+
+def rule_text(state: Campaign) -> str:
+    return (f"paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs); "
+            f"gain when its lower end > {state.min_gain:.1%}, no gain when its upper end < {state.min_gain:.1%}, "
+            f"else another pair (at most {state.max_pairs}; undecided then, not kept)")
+
+
+def measure(state: Campaign, st: Step) -> Measurement:
+    """The step's measurement after its latest pair, with the decision the sequential rule takes."""
+    ds = [d for d in (log_ratio(r) for r in st.runs) if d is not None]
+    sd_run, df = pooled_run_sd(run_groups(state).values())
+    m = Measurement(confidence=state.confidence, min_gain=state.min_gain, pairs=len(ds), log_ratios=ds, df=df, rule=rule_text(state))
+    if not ds:
+        return m.model_copy(update={"decision": "undecided" if _at_cap(state, st) else "measuring", "why": "no pair measured yet"})
+    if sd_run is None:
+        est = math.exp(sum(ds) / len(ds)) - 1.0
+        capped = _at_cap(state, st)
+        return m.model_copy(update={"estimate": est, "decision": "undecided" if capped else "measuring",
+                                    "why": "no repeat run yet: the noise is unknown" + (f"; {st_pairs(st)} pairs is the cap" if capped else "")})
+    sd_pair = math.sqrt(2.0) * sd_run
+    est, lo, hi = interval(ds, sd_pair, df, state.confidence)
+    m = m.model_copy(update={"estimate": est, "lo": lo, "hi": hi, "sigma": sd_pair})
+    n = len(ds)
+    if lo > state.min_gain:
+        return m.model_copy(update={"decision": "gain", "why": f"after {n} pair{'s' * (n > 1)} the lower end {lo:+.1%} clears the minimum gain {state.min_gain:.1%}"})
+    if hi < state.min_gain:
+        return m.model_copy(update={"decision": "no_gain", "why": f"after {n} pair{'s' * (n > 1)} the upper end {hi:+.1%} is below the minimum gain {state.min_gain:.1%}"})
+    if _at_cap(state, st):
+        return m.model_copy(update={"decision": "undecided", "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {state.min_gain:.1%}"})
+    return m.model_copy(update={"decision": "measuring", "why": f"the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain {state.min_gain:.1%}"})
+
+
+def st_pairs(st: Step) -> int:
+    return sum(1 for r in st.runs if r.kind == "pair")
+
+
+def _at_cap(state: Campaign, st: Step) -> bool:
+    return st_pairs(st) >= state.max_pairs
+
+
+def screen(state: Campaign, st: Step) -> Measurement | None:
+    """*No gain* decided on the unpaired trial alone, or None (measure pairs). The trial is compared with the
+    incumbent's last estimate; the difference of two single runs has the pair's sd, and only a clear *no* is taken."""
+    trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
+    if trial is None or not state.incumbent_tps:
+        return None
+    sd_run, df = pooled_run_sd(run_groups(state).values())
+    if sd_run is None:
+        return None
+    est, lo, hi = interval([math.log(trial.tps / state.incumbent_tps)], math.sqrt(2.0) * sd_run, df, state.confidence)
+    if hi >= state.min_gain:
+        return None
+    return Measurement(estimate=est, lo=lo, hi=hi, confidence=state.confidence, min_gain=state.min_gain, pairs=0, sigma=math.sqrt(2.0) * sd_run,
+                       df=df, decision="no_gain", screened=True, rule=rule_text(state),
+                       why=f"screened on the trial (unpaired, against the incumbent's {state.incumbent_tps:,.0f} tok/s): upper end {hi:+.1%} "
+                           f"is below the minimum gain {state.min_gain:.1%}")
