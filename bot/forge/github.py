@@ -68,6 +68,9 @@ class Labels(BaseModel):
     campaign: str = "attune:campaign"
 
 
+COMPARE_FILE_LIMIT = 300  # GET /compare lists at most 300 files: a list that long may be cut, so it is refused
+
+
 class TrialCheck(BaseModel):
     """Whether a self-hosted runner may execute the head of a step pull request, and why not."""
 
@@ -470,7 +473,8 @@ class GitHubForge:
         Yes only if the PR is open, comes from a bot branch of this repository, its head is exactly ``sha``, it
         changes files only under ``trial_paths`` (recipes and results: no code) or bot data (``campaigns/…`` Markdown
         and JSON, which a stacked step carries from its parent) and exactly one recipe file, which the answer
-        names. ``GET /pulls/{n}`` and ``GET /pulls/{n}/files``.
+        names. ``GET /pulls/{n}``, then the files ``base...sha`` changes in one ``GET /compare/{base}...{sha}`` (the
+        exact sha that will run, never the PR's file list, which follows whatever the head is when it is read).
         """
 
         def no(reason: str, branch: str = "") -> TrialCheck:
@@ -489,7 +493,11 @@ class GitHubForge:
             return no(f"PR #{pr_number} is {pr.state}", branch)
         if pr.head.sha != sha:
             return no(f"PR #{pr_number} head is {pr.head.sha}, not {sha}", branch)
-        changed = [f.filename for f in pr.get_files()]
+        comparison = self._repo.compare(self.base_branch, sha)  # the default branch: what the runner trusts
+        files = comparison.files
+        if len(files) >= COMPARE_FILE_LIMIT:
+            return no(f"PR #{pr_number} changes {len(files)} or more files; a step changes one recipe", branch)
+        changed = [f.filename for f in files]
         outside = [name for name in changed if not name.startswith(self.trial_paths) and not _is_data(name)]
         if outside:
             return no(

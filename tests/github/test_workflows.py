@@ -254,7 +254,6 @@ def test_campaign_workflow_triggers_and_handler() -> None:
     assert workflow["on"]["issues"]["types"] == ["opened", "labeled"]
     assert workflow["on"]["issue_comment"]["types"] == ["created"]
     assert "workflow_dispatch" in workflow["on"]
-    assert workflow["concurrency"]["cancel-in-progress"] is False
     (job,) = workflow["jobs"].values()
     scripts = [s.get("run", "") for s in job["steps"]]
     assert (
@@ -266,6 +265,45 @@ def test_campaign_workflow_triggers_and_handler() -> None:
         "issues": "write",
         "actions": "write",
     }
+
+
+def concurrency_problems(workflow: dict[str, Any]) -> list[str]:
+    """Why a workflow's concurrency could let an event the bot ignores cancel or replace a pending command: GitHub
+    claims a workflow-level group before it evaluates a job's ``if`` (a skipped run still replaces the pending one);
+    a job skipped by its ``if`` never joins a job-level group."""
+    problems = []
+    if "concurrency" in workflow:
+        problems.append("workflow-level concurrency: every event joins the group before the job's `if` filters it")
+    for name, job in workflow["jobs"].items():
+        group = job.get("concurrency")
+        if not isinstance(group, dict):
+            problems.append(f"{name}: no job-level concurrency group")
+            continue
+        if group.get("cancel-in-progress") is not False:
+            problems.append(f"{name}: cancel-in-progress must be false (a handler between two side effects)")
+        if "github.event.issue.number" not in group["group"] or "inputs.issue" not in group["group"]:
+            problems.append(f"{name}: the group must be the campaign issue's, for comments and the manual nudge alike")
+    return problems
+
+
+def test_a_comment_the_bot_ignores_cannot_cancel_a_pending_command() -> None:
+    """campaign.yml: the group is claimed by the filtered job only, per campaign issue (issue events, /attune comments
+    and the manual nudge of one issue share it), and a running handler is never cancelled."""
+    workflow = load(ROOT / ".github" / "workflows" / "campaign.yml")
+    assert concurrency_problems(workflow) == []
+    (job,) = workflow["jobs"].values()
+    assert "startsWith(github.event.comment.body, '/attune')" in job["if"]  # a "+1" is skipped, so never joins
+    assert job["concurrency"]["group"] == "attune-campaign-${{ github.event.issue.number || inputs.issue }}"
+
+
+def test_the_concurrency_rule_does_flag_a_workflow_level_group() -> None:
+    """Control: the previous campaign.yml (group at the workflow level) and a cancelling group are reported."""
+    workflow = load(ROOT / ".github" / "workflows" / "campaign.yml")
+    (name, job), = workflow["jobs"].items()
+    old = {**workflow, "concurrency": job["concurrency"], "jobs": {name: {k: v for k, v in job.items() if k != "concurrency"}}}
+    assert len(concurrency_problems(old)) == 2
+    cancelling = {**workflow, "jobs": {name: {**job, "concurrency": {**job["concurrency"], "cancel-in-progress": True}}}}
+    assert any("cancel-in-progress" in p for p in concurrency_problems(cancelling))
 
 
 def test_app_tokens_are_optional_and_scoped() -> None:

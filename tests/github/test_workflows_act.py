@@ -324,6 +324,26 @@ def test_a_redelivered_stop_comment_acts_once(act_repo: ActRepo) -> None:
     assert trace(campaign_state(fake, campaign.issue)) == trace(state)
 
 
+def test_a_comment_that_is_no_command_runs_no_job_and_so_joins_no_concurrency_group(act_repo: ActRepo) -> None:
+    """campaign.yml's concurrency group is the job's (tests/github/test_workflows.py checks the YAML): a "+1" on the
+    campaign issue is skipped by the job's ``if``, so it never claims the group a pending ``/attune stop`` waits in;
+    the stop that follows it still acts."""
+    fake = act_repo.fake
+    campaign = started_campaign(act_repo)
+    before = (len(fake.comments), len(fake.dispatches), dict(fake.refs))
+    _, plus_one = campaign.comment("+1")
+    assert plus_one.returncode == 0 and plus_one.jobs == {}, plus_one.tail()
+    assert "advance the campaign" not in "".join(job_lines(plus_one.log)), plus_one.tail()
+    assert (len(fake.comments) - 1, len(fake.dispatches), dict(fake.refs)) == before  # only the +1 itself was added
+    _, stop = campaign.comment("/attune stop")
+    assert stop.jobs == {"advance the campaign": "success"} and "stop: done" in stop.log, stop.tail()
+
+
+def job_lines(log: str) -> list[str]:
+    """act's lines that name a job (``[workflow/job] ...``)."""
+    return [line for line in log.splitlines() if re.match(r"^\[[^\]]+/[^\]]+\]", line)]
+
+
 @pytest.mark.parametrize("case", ["fork", "extra-files"])
 def test_check_refuses_a_fork_pr_and_a_step_branch_with_extra_files(act_repo: ActRepo, case: str) -> None:
     fake = act_repo.fake
