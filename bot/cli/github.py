@@ -27,7 +27,7 @@ def _forge(args: argparse.Namespace, issue: int | None = None) -> Any:
     return GitHubForge.from_env(env, campaign_issue=issue)
 
 
-RUN_JOB = "run the recipe on a GPU runner"  # trial.yml's run job (its `name:`)
+RUN_JOB = "run the recipe on a self-hosted runner (GPU box or Slurm login node)"  # trial.yml's run job (its `name:`; a test holds them equal)
 
 
 def _run_job_wall(forge: Any, run_id: str) -> float | None:
@@ -54,7 +54,7 @@ def cmd_handle(args: argparse.Namespace) -> int:
             forge = _forge(args, args.issue)
             print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
                                        issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
-                                       kind=args.kind or "", attempt=args.attempt or 0,
+                                       kind=args.kind or "", attempt=args.attempt or 0, check_refused=args.check_refused or "",
                                        job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
             return 0
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
@@ -124,6 +124,8 @@ def register(sub: Any) -> None:
     h.add_argument("--issue", type=int)
     h.add_argument("--pr", type=int)
     h.add_argument("--attempt", type=int)
+    h.add_argument("--check-refused", default="", help="trial.yml's check refused the run, for this reason: the campaign "
+                   "closes the step (a crashed run, or no loss band) instead of waiting for a record")
     h.add_argument("--run-id", default="", help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours")
     h.set_defaults(func=cmd_handle)
     c = gs.add_parser("check-trial", help="may a self-hosted runner execute this sha?")

@@ -907,9 +907,13 @@ class FakeGitHub:
     def _op_repos_compare_commits(self, params: dict[str, str], query: Any, body: Any) -> Any:
         """``GET /compare/{base}...{head}``: the commits and files on ``head`` since its merge base with ``base``
         (three dots; two dots are not served). GitHub lists at most 300 files."""
-        base_ref, dots, head_ref = params["basehead"].partition("...")
-        if not dots:
-            raise HTTPError(404, "Not Found")
+        if "basehead" in params:  # the description has both /compare/{basehead} and /compare/{base}...{head}
+            base_ref, dots, head_ref = params["basehead"].partition("...")
+            if not dots:
+                raise HTTPError(404, "Not Found")
+        else:
+            base_ref, head_ref = params["base"], params["head"]
+        basehead = f"{base_ref}...{head_ref}"
         base, head = self._resolve(base_ref), self._resolve(head_ref)
         point = self._merge_base(base, head)
         ahead = [c for c in self._ancestors(head) if c not in set(self._ancestors(base))]
@@ -924,17 +928,17 @@ class FakeGitHub:
             obj["commit"]["message"] = self.commits[sha].message
             return obj
 
-        url = self._api(f"/compare/{params['basehead']}")
-        out.update(url=url, html_url=f"{WEB_HOST}/{self.full_name}/compare/{params['basehead']}",
+        url = self._api(f"/compare/{basehead}")
+        out.update(url=url, html_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}",
                    permalink_url=f"{WEB_HOST}/{self.full_name}/compare/{base}...{head}",
-                   diff_url=f"{WEB_HOST}/{self.full_name}/compare/{params['basehead']}.diff",
-                   patch_url=f"{WEB_HOST}/{self.full_name}/compare/{params['basehead']}.patch",
+                   diff_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.diff",
+                   patch_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.patch",
                    base_commit=commit(base), merge_base_commit=commit(point),
                    status="identical" if base == head else "ahead" if not behind else "behind" if not ahead else "diverged",
                    ahead_by=len(ahead), behind_by=len(behind), total_commits=len(ahead),
                    commits=[commit(c) for c in reversed(ahead)],
                    files=self._tree_diff(self.commits[point].tree, head)[:300])
-        self.compares.append(params["basehead"])
+        self.compares.append(basehead)
         return 200, out
 
     def _op_issues_list_for_repo(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:

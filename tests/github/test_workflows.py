@@ -194,10 +194,16 @@ def test_the_self_hosted_job_is_guarded() -> None:
     assert "secrets." not in run_text and "github.token" not in run_text and "GITHUB_TOKEN" not in run_text
     checkout = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"] == {"ref": "${{ inputs.sha }}", "persist-credentials": False}
-    assert any('attune" run "$RECIPE" --json --out run/' in s.get("run", "") for s in run["steps"])
+    assert any('attune" run "$RECIPE" --json --out "$work/run"' in s.get("run", "") for s in run["steps"])
     # Writes happen only in the short hosted job after it.
     assert report["runs-on"] == "ubuntu-latest" and report["timeout-minutes"] <= 30
-    assert "needs.check.outputs.ok == 'true'" in report["if"]
+    # ...also when check refused (so the campaign closes the step with check's reason), never on a failed check job;
+    # the artifact is read only after an ok
+    assert report["if"] == "always() && needs.check.result == 'success'"
+    download = next(s for s in report["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["if"] == "needs.check.outputs.ok == 'true'"
+    assert not any(s.get("uses", "").startswith("actions/checkout@") and s["with"]["ref"] != "${{ github.event.repository.default_branch }}"
+                   for s in report["steps"])  # nothing of the (maybe refused) sha is checked out there
     assert set(trial["on"]["workflow_dispatch"]["inputs"]) == {
         "campaign",
         "issue",
@@ -228,10 +234,29 @@ def test_the_calibration_runs_on_the_gpu_runner_from_checked_records() -> None:
         "persist-credentials": False,
     }
     body = next(s["run"] for s in run["steps"] if "attune" in s.get("run", ""))
-    assert 'attune" github calibrate --out run/calibrated.json' in body
+    assert 'attune" github calibrate --out "$work/run/calibrated.json"' in body
     handler = next(s for s in report["steps"] if "attune github handle" in s.get("run", ""))
     assert '--kind "$KIND" --attempt "$ATTEMPT"' in handler["run"]
-    assert handler["env"]["KIND"] == "${{ needs.check.outputs.kind }}"
+    assert handler["env"]["KIND"] == "${{ needs.check.outputs.kind || inputs.kind }}"
+
+
+def test_a_refused_check_reaches_the_report_job_with_its_reason() -> None:
+    trial = load(ROOT / ".github" / "workflows" / "trial.yml")
+    check, report = trial["jobs"]["check"], trial["jobs"]["report"]
+    assert check["outputs"]["reason"] == "${{ steps.check.outputs.reason }}"
+    handler = next(s for s in report["steps"] if "attune github handle" in s.get("run", ""))
+    assert handler["env"]["CHECK_OK"] == "${{ needs.check.outputs.ok }}"
+    assert handler["env"]["CHECK_REASON"] == "${{ needs.check.outputs.reason }}"
+    assert 'if [ "$CHECK_OK" != true ]; then refused=(--check-refused' in handler["run"]
+    assert '"${refused[@]}"' in handler["run"]
+
+
+def test_the_bot_names_the_run_job_as_trial_yml_does() -> None:
+    """The report job reads the run job's wall time by its name (it bounds a real record's device-hours): a renamed
+    job would make every real record unbelievable."""
+    from bot.cli.github import RUN_JOB
+
+    assert load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]["name"] == RUN_JOB
 
 
 def test_the_bot_knows_its_own_login_when_the_app_writes() -> None:
@@ -350,5 +375,30 @@ def test_the_run_step_execs_attune_run_so_a_cancelled_workflow_reaches_it() -> N
     run = load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]
     body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
     line = next(ln.strip() for ln in body.splitlines() if 'attune" run "$RECIPE"' in ln)
-    assert line.startswith('exec "$RUNNER_TEMP/attune-venv/bin/attune" run "$RECIPE" --json --out run/')
+    assert line.startswith('exec "$work/venv/bin/attune" run "$RECIPE" --json --out "$work/run"')
     assert body.rstrip().splitlines()[-1].strip() == "fi"  # nothing after it in the step would run anyway
+
+
+def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
+    """Runner hygiene (issue #12 item 6): no implicit sys.path entry, and every file the job writes or reads back
+    (venv, run, calibration runs, TMPDIR, compiler caches that hold loaded code) in a folder of its own under
+    $RUNNER_TEMP, which the runner empties around every job; a lasting calibration cache only when the runner's
+    operator asks for one, kept per repository; the artifact uploaded from that folder."""
+    run = load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]
+    assert run["env"] == {"PYTHONSAFEPATH": "1"}
+    body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
+    lines = [ln.strip() for ln in body.splitlines()]
+    assert lines[0] == 'work="$RUNNER_TEMP/attune"'
+    exported = {m.group(1): m.group(2) for ln in lines if ln.startswith("export ")
+                for m in re.finditer(r'(\w+)="([^"]*)"', ln)}
+    assert exported == {"TMPDIR": "$work/tmp", "XDG_CACHE_HOME": "$work/cache",
+                        "TORCHINDUCTOR_CACHE_DIR": "$work/cache/torchinductor", "TRITON_CACHE_DIR": "$work/cache/triton"}
+    assert "$HOME" not in body and "~/" not in body and not re.search(r"(?<![\w$])/tmp", body)
+    assert 'python3 -m venv --system-site-packages "$work/venv"' in lines
+    assert 'cache="$work/calibration"' in lines
+    assert 'if [ -n "${ATTUNE_CACHE_DIR:-}" ]; then cache="$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID"; fi' in lines
+    assert all(ref.startswith("$work/") or ref in ("$work", "$RUNNER_TEMP/attune", "$cache", "$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID")
+               for ref in re.findall(r'"(\$[^"]*)"', body) if "/" in ref), body
+    upload = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"] == "${{ runner.temp }}/attune/run/"
+
