@@ -402,3 +402,17 @@ def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
     upload = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["with"]["path"] == "${{ runner.temp }}/attune/run/"
 
+
+def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None:
+    """The App's private key is an environment secret (the README: environment ``attune``, deployment branches
+    ``main`` only); every job that mints an App token names that environment, and no other job does."""
+    minting = set()
+    for path in WORKFLOWS:
+        for name, job in jobs(path).items():
+            if "ATTUNE_APP_PRIVATE_KEY" in json.dumps(job):
+                minting.add((path.name, name))
+                assert job.get("environment") == "attune", f"{path.name}:{name}"
+            else:
+                assert "environment" not in job, f"{path.name}:{name} needs no environment"
+    assert minting == {("campaign.yml", "handle"), ("trial.yml", "report")}
+
