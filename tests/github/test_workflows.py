@@ -332,22 +332,25 @@ def test_the_concurrency_rule_does_flag_a_workflow_level_group() -> None:
 
 
 def test_app_tokens_are_optional_and_scoped() -> None:
-    for name in ("campaign.yml", "trial.yml"):
+    for name in ("campaign.yml", "trial.yml", "leaderboard.yml"):
         for step in uses(ROOT / ".github" / "workflows" / name):
             if step["uses"].startswith("actions/create-github-app-token@"):
                 assert step["if"] == "vars.ATTUNE_APP_ID != ''"
                 assert any(k.startswith("permission-") for k in step["with"])
 
 
-def test_leaderboard_pushes_with_retry_and_no_persisted_credentials() -> None:
+def test_leaderboard_lands_through_a_bot_pull_request_never_a_push() -> None:
+    """No bypass actor is needed on a protected main: the job has no push of its own (no credentials persisted, no
+    git push), it opens, gates and merges a pull request (bot/github/leaderboard_pr.py, tested against the fake)."""
     workflow = load(ROOT / ".github" / "workflows" / "leaderboard.yml")
     assert workflow["on"]["push"] == {"branches": ["main"], "paths": ["results/**"]}
     (job,) = workflow["jobs"].values()
-    assert job["permissions"] == {"contents": "write"}
-    assert any(
-        ".github/scripts/push-regenerated.sh leaderboard.md -- attune leaderboard" in s
-        for s in run_scripts(ROOT / ".github" / "workflows" / "leaderboard.yml")
-    )
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write", "statuses": "write"}
+    scripts = run_scripts(ROOT / ".github" / "workflows" / "leaderboard.yml")
+    assert 'attune github publish-leaderboard --run-id "$GITHUB_RUN_ID-$GITHUB_RUN_ATTEMPT"' in scripts
+    assert not any("git push" in s or "push-regenerated" in s or "extraheader" in s for s in scripts)
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0  # the commit column needs the history (a shallow clone has one commit)
 
 
 def test_the_readme_table_states_each_jobs_permissions_exactly() -> None:
@@ -414,5 +417,5 @@ def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None
                 assert job.get("environment") == "attune", f"{path.name}:{name}"
             else:
                 assert "environment" not in job, f"{path.name}:{name} needs no environment"
-    assert minting == {("campaign.yml", "handle"), ("trial.yml", "report")}
+    assert minting == {("campaign.yml", "handle"), ("trial.yml", "report"), ("leaderboard.yml", "regenerate")}
 
