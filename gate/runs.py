@@ -27,7 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from bot.core.recipe import parse_recipe_text
-from bot.core.records import RunRecord, read_record, write_record
+from bot.core.records import RunRecord, content_hash, read_record, write_record
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}  # idle OpenMP threads sleep: no effect on numerics
@@ -85,11 +85,16 @@ def cached_path(spec: RunSpec, cache_dir: Path) -> Path:
 
 
 def lookup(spec: RunSpec, cache_dir: Path) -> RunRecord | None:
+    """The cached ``ok`` record of ``spec``, or None. The file is named by the hash of what decides the run; its
+    content must describe that run too -- the recipe's content hash and the hook -- so a record copied or written
+    under another run's name (another recipe, another repository's runs in a shared cache) is never reused."""
     path = cached_path(spec, cache_dir)
     if path.exists():
         try:
             record = read_record(path)
         except (OSError, ValueError):
+            return None
+        if record.recipe_hash != content_hash(spec.recipe_text) or record.hook != spec.hook:
             return None
         return record if record.outcome == "ok" else None
     return None

@@ -200,11 +200,16 @@ def _trace(state: cm.Campaign) -> list[dict[str, Any]]:
     return rows
 
 
+def default_policies() -> list[str]:
+    """The policies compared when none are named: attune and every baseline (and claude when its key is set)."""
+    return DEFAULT_POLICIES + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") else [])
+
+
 def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None, progress=None, trace: str | None = None) -> dict[str, Any]:
     """Every policy on every task over ``seeds`` seeds (SIMULATED). ``trace``: a task (recipe id or model id) whose
     seed-0 campaigns are kept step by step (``result["traces"][task][policy]``)."""
     t0 = time.monotonic()
-    policies = policies or DEFAULT_POLICIES + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") else [])
+    policies = policies or default_policies()
     rows: list[dict[str, Any]] = []
     oracles: dict[str, dict[str, Any]] = {}
     traces: dict[str, dict[str, list[dict[str, Any]]]] = {}

@@ -11,10 +11,16 @@ from bot.cli.common import EXIT_OK, UsageError, emit_json
 
 def cmd_bench_gate(args: argparse.Namespace) -> int:
     from bot.bench.gate import render_bench, run_bench
+    from bot.cli.common import console
+    from bot.cli.progress import CountDisplay, wanted
 
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
-    report = run_bench(out_dir=Path(args.out), jobs=args.jobs)
+    if wanted(args.json):  # a live display on a terminal: the runs done of those to run, elapsed, ETA
+        with CountDisplay(console(), "bench gate", 0, "runs") as display:
+            report = run_bench(out_dir=Path(args.out), jobs=args.jobs, progress=display.message)
+    else:
+        report = run_bench(out_dir=Path(args.out), jobs=args.jobs)
     print(render_bench(report))
     if args.json:
         emit_json(report.summary())
@@ -23,7 +29,16 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
 
 def cmd_bench_tuners(args: argparse.Namespace) -> int:
     from bot.agent import POLICIES
-    from bot.bench.tuners import DEFAULT_POLICIES, bench, default_tasks, render, select_tasks
+    from bot.bench.tuners import (
+        DEFAULT_POLICIES,
+        bench,
+        default_policies,
+        default_tasks,
+        render,
+        select_tasks,
+    )
+    from bot.cli.common import console
+    from bot.cli.progress import CountDisplay, wanted
     from bot.core.recipe import load_recipe
 
     recipes = [Path(r) for r in args.recipe] if args.recipe else default_tasks()
@@ -44,7 +59,18 @@ def cmd_bench_tuners(args: argparse.Namespace) -> int:
         raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (default {','.join(DEFAULT_POLICIES)})")
     if args.trace and not select_tasks(chosen, [args.trace]):
         raise UsageError(f"--trace: {args.trace} is not one of the tasks run ({', '.join(sorted(load_recipe(p).name for p in chosen))})")
-    result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace)
+    if wanted(args.json):  # a live display on a terminal: campaigns done of all, simulated device-hours, elapsed, ETA
+        total = len(chosen) * len(policies or default_policies()) * args.seeds
+        spent = [0.0]
+        with CountDisplay(console(), "bench tuners", total, "campaigns") as display:
+            def finished(row: dict[str, Any]) -> None:
+                spent[0] += row["device_hours"]
+                display.finished(f"{row['task']} {row['policy']} seed {row['seed']}: {row['gain']:+.1%} "
+                                 f"({spent[0]:.4g} simulated device-hours in all)")
+
+            result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace, progress=finished)
+    else:
+        result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace)
     print(render(result))
     if args.json:
         emit_json({k: v for k, v in result.items() if k != "oracle"} | {"oracle": {t: {k: v for k, v in o.items() if k != "oracle_levers"} for t, o in result["oracle"].items()}})

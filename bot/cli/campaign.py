@@ -85,10 +85,12 @@ def _stored(repo: Path, cid: str):
 
 # ----------------------------------------------------------------------------- driving one campaign
 def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as_json: bool,
-           begin: Callable[[Any], Any]) -> int:
+           begin: Callable[[Any], Any], shown: Any = None) -> int:
     """Drive campaign ``cid`` with ``begin(executor)`` (start, resume or stop) under its lock, with Ctrl-C and
-    SIGTERM handled; report the result."""
+    SIGTERM handled; report the result. ``shown``: the campaign as it starts, for the live progress display on a
+    terminal (:mod:`bot.cli.progress`; none with ``--json`` or when stdout is not a terminal)."""
     from bot.campaign.report import render_campaign_summary, summary_json
+    from bot.cli.progress import CampaignDisplay, wanted
     from bot.drive import crashpoints
     from bot.drive.interrupt import GracefulStop, Interrupted
     from bot.drive.lifecycle import CampaignBusy, CampaignLock
@@ -100,11 +102,18 @@ def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as
         lock = CampaignLock(folder, cid).acquire()
     except CampaignBusy as exc:
         raise UsageError(f"{exc}; wait for it, or `attune campaign stop {cid} --repo {repo}`") from None
+    display = CampaignDisplay(out, shown) if shown is not None and wanted(as_json) else contextlib.nullcontext()
+    lines = None if as_json else _progress(out)
+    on_event = lines
+    if isinstance(display, CampaignDisplay) and lines is not None:
+        def on_event(state, action, event) -> None:  # the lines as before, and the display
+            lines(state, action, event)
+            display.on_event(state, action, event)
     try:
-        with GracefulStop() as stopper:
+        with GracefulStop() as stopper, display:
             facts.save(folder)
-            executor = build_executor(repo, recipe_rel, policy=policy, forge=facts.forge, seed=facts.seed,
-                                      on_event=None if as_json else _progress(out),
+            executor = build_executor(repo, recipe_rel, policy=policy, forge=facts.forge, seed=facts.seed, on_event=on_event,
+                                      progress=display.message if isinstance(display, CampaignDisplay) else None,
                                       cache_dir=Path(facts.cache_dir) if facts.cache_dir else None)
             stopper.guard(executor)
             crashpoints.arm(executor)
@@ -159,7 +168,8 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
         options["max_steps"] = max_steps
     state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, **options)
     facts = LaunchFacts(forge=forge, seed=seed, cache_dir=str(cache_dir) if cache_dir else None)
-    return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state))
+    return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state),
+                  shown=state)
 
 
 # ----------------------------------------------------------------------------- commands
@@ -236,7 +246,7 @@ def cmd_campaign_resume(args: argparse.Namespace) -> int:
         console().print(f"[bold]attune campaign resume[/] {args.id}: {state.phase}, {len(state.steps)} steps, "
                         f"spent {state.spent:.4f}/{state.budget:.4f} device-hours")
     return _drive(repo, state.recipe_path, args.id, policy=state.policy, facts=facts, as_json=args.json,
-                  begin=lambda ex: ex.resume(args.id))
+                  begin=lambda ex: ex.resume(args.id), shown=state)
 
 
 def cmd_campaign_stop(args: argparse.Namespace) -> int:

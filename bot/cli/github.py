@@ -1,4 +1,5 @@
-"""``attune github handle``, ``check-trial`` and ``calibrate`` (as .github/workflows/{campaign,trial}.yml call them).
+"""``attune github handle``, ``check-trial``, ``calibrate`` and ``publish-leaderboard`` (as
+.github/workflows/{campaign,trial,leaderboard}.yml call them).
 
 Register with ``from bot.cli.github import register_github``. Bad payloads or flags: one error line, exit 2.
 """
@@ -27,7 +28,7 @@ def _forge(args: argparse.Namespace, issue: int | None = None) -> Any:
     return GitHubForge.from_env(env, campaign_issue=issue)
 
 
-RUN_JOB = "run the recipe on a GPU runner"  # trial.yml's run job (its `name:`)
+RUN_JOB = "run the recipe on a self-hosted runner (GPU box or Slurm login node)"  # trial.yml's run job (its `name:`; a test holds them equal)
 
 
 def _run_job_wall(forge: Any, run_id: str) -> float | None:
@@ -54,7 +55,7 @@ def cmd_handle(args: argparse.Namespace) -> int:
             forge = _forge(args, args.issue)
             print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
                                        issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
-                                       kind=args.kind or "", attempt=args.attempt or 0,
+                                       kind=args.kind or "", attempt=args.attempt or 0, check_refused=args.check_refused or "",
                                        job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
             return 0
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
@@ -113,6 +114,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_publish_leaderboard(args: argparse.Namespace) -> int:
+    """leaderboard.yml: regenerate ``leaderboard.md`` from ``results/`` of this checkout and land it on the default
+    branch through a bot pull request (:mod:`bot.github.leaderboard_pr`), never a push to it."""
+    from bot.campaign.leaderboard import collect, render
+    from bot.core.repo import RepoError, find_repo
+    from bot.forge.github import GitHubForgeError
+    from bot.github.leaderboard_pr import publish
+
+    try:
+        text = render(collect(find_repo().root))
+        print(publish(_forge(args), text, run=args.run_id or os.environ.get("GITHUB_RUN_ID", "") or "0"))
+    except (GitHubForgeError, RepoError, ValueError) as exc:
+        return _fail(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+    return 0
+
+
 def register(sub: Any) -> None:
     g = sub.add_parser("github", help="GitHub event handlers (campaign.yml, trial.yml)")
     gs = g.add_subparsers(dest="github_cmd", required=True)
@@ -124,6 +141,8 @@ def register(sub: Any) -> None:
     h.add_argument("--issue", type=int)
     h.add_argument("--pr", type=int)
     h.add_argument("--attempt", type=int)
+    h.add_argument("--check-refused", default="", help="trial.yml's check refused the run, for this reason: the campaign "
+                   "closes the step (a crashed run, or no loss band) instead of waiting for a record")
     h.add_argument("--run-id", default="", help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours")
     h.set_defaults(func=cmd_handle)
     c = gs.add_parser("check-trial", help="may a self-hosted runner execute this sha?")
@@ -139,6 +158,11 @@ def register(sub: Any) -> None:
     c.add_argument("--repo")
     c.add_argument("--token-env", default="GITHUB_TOKEN")
     c.set_defaults(func=cmd_check_trial)
+    lp = gs.add_parser("publish-leaderboard", help="regenerate leaderboard.md and land it through a bot pull request (leaderboard.yml)")
+    lp.add_argument("--run-id", default="", help="names the branch attune/leaderboard/<run> (default $GITHUB_RUN_ID)")
+    lp.add_argument("--repo")
+    lp.add_argument("--token-env", default="GITHUB_TOKEN")
+    lp.set_defaults(func=cmd_publish_leaderboard)
     k = gs.add_parser("calibrate", help="run the gate's loss-band calibration for a campaign baseline (self-hosted job)")
     k.add_argument("--recipe", required=True, help="the recipe as the baseline ran it")
     k.add_argument("--reference", required=True, help="the campaign's first baseline record (JSON)")

@@ -68,6 +68,9 @@ class Labels(BaseModel):
     campaign: str = "attune:campaign"
 
 
+COMPARE_FILE_LIMIT = 300  # GET /compare lists at most 300 files: a list that long may be cut, so it is refused
+
+
 class TrialCheck(BaseModel):
     """Whether a self-hosted runner may execute the head of a step pull request, and why not."""
 
@@ -425,6 +428,34 @@ class GitHubForge:
         self._repo.get_issue(number).add_to_labels(self.labels.rejected)
         return step.model_copy(update={"state": "closed"})
 
+    # -- bot data pull requests (no step, no recipe: leaderboard.md) ---------------------------------------
+
+    def open_data_pr(self, branch: str, files: dict[str, str], title: str, body: str) -> StepRef:
+        """Branch ``branch`` (under ``attune/``) from the base head, commit ``files`` on it and open a pull request
+        to the base branch: how the bot lands its own data without pushing to the base branch (a protected one
+        then needs no bypass actor). The answer's ``head_sha`` is the bot's last commit; ``campaign`` is empty.
+
+        Calls ``GET /git/ref/heads/<base>``, ``POST /git/refs``, per file ``GET``/``PUT /contents/<path>``, then
+        ``POST /pulls``.
+        """
+        if not branch.startswith(BOT_BRANCH_PREFIX) or not re.fullmatch(r"[A-Za-z0-9._/-]+", branch) or ".." in branch:
+            raise GitHubForgeError(f"branch {branch!r}: expected a name under {BOT_BRANCH_PREFIX} of [A-Za-z0-9._/-]")
+        base_sha = self._branch_head(self.base_branch)
+        if base_sha is None:
+            raise GitHubForgeError(f"base branch {self.base_branch!r} not found in {self.full_name}")
+        try:
+            self._repo.create_git_ref(f"refs/heads/{branch}", base_sha)
+        except GithubException as exc:
+            if exc.status == 422:  # never build on a branch someone else may have filled
+                raise GitHubForgeError(f"branch {branch} exists already; not reusing it") from exc
+            raise
+        ref = StepRef(campaign="", n=0, branch=branch, head_sha=base_sha)
+        ref = self.add_files(ref, files, title)
+        pr = self._repo.create_pull(base=self.base_branch, head=branch, title=markers.one_line(title, markers.TITLE_LIMIT),
+                                    body=markers.cap(body, markers.GITHUB_BODY_LIMIT), draft=False)
+        self._repo.get_issue(pr.number).add_to_labels(self.labels.bot)
+        return ref.model_copy(update={"number": pr.number, "url": pr.html_url})
+
     # -- reading, permissions, dispatch, trust checks -----------------------------------------------------
 
     def read_file(self, path: str, ref: str | None = None) -> str:
@@ -470,7 +501,8 @@ class GitHubForge:
         Yes only if the PR is open, comes from a bot branch of this repository, its head is exactly ``sha``, it
         changes files only under ``trial_paths`` (recipes and results: no code) or bot data (``campaigns/…`` Markdown
         and JSON, which a stacked step carries from its parent) and exactly one recipe file, which the answer
-        names. ``GET /pulls/{n}`` and ``GET /pulls/{n}/files``.
+        names. ``GET /pulls/{n}``, then the files ``base...sha`` changes in one ``GET /compare/{base}...{sha}`` (the
+        exact sha that will run, never the PR's file list, which follows whatever the head is when it is read).
         """
 
         def no(reason: str, branch: str = "") -> TrialCheck:
@@ -489,7 +521,11 @@ class GitHubForge:
             return no(f"PR #{pr_number} is {pr.state}", branch)
         if pr.head.sha != sha:
             return no(f"PR #{pr_number} head is {pr.head.sha}, not {sha}", branch)
-        changed = [f.filename for f in pr.get_files()]
+        comparison = self._repo.compare(self.base_branch, sha)  # the default branch: what the runner trusts
+        files = comparison.files
+        if len(files) >= COMPARE_FILE_LIMIT:
+            return no(f"PR #{pr_number} changes {len(files)} or more files; a step changes one recipe", branch)
+        changed = [f.filename for f in files]
         outside = [name for name in changed if not name.startswith(self.trial_paths) and not _is_data(name)]
         if outside:
             return no(

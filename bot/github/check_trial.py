@@ -22,8 +22,8 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "", recipe: str = "", runner_labels: str = "",
                 limits: str = "{}", issue: int | None = None) -> tuple[list[str], str]:
-    """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below) and
-    the one-line reason (``ok`` when the run may go ahead)."""
+    """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below,
+    reason) and the one-line reason (``ok`` when the run may go ahead)."""
     kind = kind or ("baseline" if pr == 0 else "trial")
     records_sha = ""
     try:
@@ -60,7 +60,10 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
              f"recipe={check['recipe']}", f"runs_on={json.dumps(labels)}",
              f"campaign={campaign if ok else ''}", f"records_sha={records_sha}",
              f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}", f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}"]
-    return lines, check["reason"] or "ok"
+    reason = check["reason"] or "ok"
+    # the report job feeds a refusal back to the campaign with this reason: one line, printable, capped
+    lines.append("reason=" + "".join(c if c.isprintable() else " " for c in reason)[:500])
+    return lines, reason
 
 
 OBJECTIVE_FIELDS = ("workload", "cluster", "pinned", "env", "bench")

