@@ -102,14 +102,24 @@ class DispatchAnswerer:
         out.mkdir(parents=True)
         kind, pr, sha, recipe_path = inputs["kind"], int(inputs["pr"]), inputs["sha"], inputs["recipe"]
         limits = self._check(inputs)
+        base_sha = ""
         if kind == "calibrate":
             self._calibrate(inputs, out)
+        elif kind == "pair":  # both sides in one job, in the pair's order: the incumbent is the default branch head
+            base_sha = self.forge._branch_head(self.forge.base_branch)  # noqa: SLF001 - what check-trial emits
+            order = inputs.get("order", "")
+            assert order in ("AB", "BA"), f"a pair dispatch without its order: {inputs}"
+            sides = {"incumbent": base_sha, "candidate": sha}
+            for side in ("incumbent", "candidate") if order == "AB" else ("candidate", "incumbent"):
+                (out / side).mkdir()
+                self._run(recipe_path, sides[side], limits, out / side, tag=side)
         else:
             self._run(recipe_path, sha, limits, out)
         from bot.github import trial_results
 
         said = trial_results.handle(self.forge, out, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=pr, sha=sha,
-                                    kind=kind, attempt=int(inputs["attempt"]), run_job_result=self.run_job_result, **self.driver_kw)
+                                    kind=kind, attempt=int(inputs["attempt"]), run_job_result=self.run_job_result, base_sha=base_sha,
+                                    **self.driver_kw)
         self.log.append((dict(inputs), said))
         if self.on_answer:
             self.on_answer(inputs, out, said)
@@ -130,18 +140,18 @@ class DispatchAnswerer:
                 raise AssertionError(f"check-trial would refuse {inputs}: {tc.reason}")
         return limits
 
-    def _checkout(self, sha: str, recipe_path: str) -> Path:
+    def _checkout(self, sha: str, recipe_path: str, tag: str = "") -> Path:
         """The files of ``sha`` the run needs (the recipe), as ``actions/checkout`` would leave them."""
         text = self.gh.file(recipe_path, sha)
         if text is None:
             raise AssertionError(f"{recipe_path} is not in {sha}")
-        root = self.work / f"checkout-{self.answered}"
+        root = self.work / f"checkout-{self.answered}{tag}"
         (root / recipe_path).parent.mkdir(parents=True, exist_ok=True)
         (root / recipe_path).write_text(text)
         return root
 
-    def _run(self, recipe_path: str, sha: str, limits: dict[str, float], out: Path) -> None:
-        root = self._checkout(sha, recipe_path)
+    def _run(self, recipe_path: str, sha: str, limits: dict[str, float], out: Path, tag: str = "") -> None:
+        root = self._checkout(sha, recipe_path, tag)
         if self.mode == "attune-run":
             argv = ["run", recipe_path, "--json", "--out", str(out.resolve())]
             if "max_wall_s" in limits:

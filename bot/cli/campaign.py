@@ -32,13 +32,16 @@ def _progress(console):
 
     def on_event(state, action, event) -> None:
         kind = getattr(action, "type", "")
-        if kind in ("run_baseline", "run_trial", "confirm") and hasattr(event, "run"):
+        if kind in ("run_baseline", "run_trial", "measure_pair") and hasattr(event, "run"):
             r = event.run
-            label = f"step {r.n} {r.kind}"
+            label = f"step {r.n} {r.kind}" + (f" {r.attempt} ({r.order})" if r.kind == "pair" else "")
             if r.kind == "baseline":
                 label = f"baseline {r.attempt}" + (" (warm-up, not counted)" if r.attempt <= state.baseline_warmup_runs else "")
-            ab = "" if r.reference_tps is None else f" (A/B: incumbent re-measured {r.reference_tps:,.0f})"
+            ab = "" if r.reference_tps is None else f" vs incumbent {r.reference_tps:,.0f}"
             console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
+            m = state.step(r.n).measurement if r.kind == "pair" else None
+            if m is not None and m.lo is not None:
+                console.print(f"    estimate {m.estimate:+.1%} [{m.lo:+.1%}, {m.hi:+.1%}] ({m.confidence:.0%}, {m.pairs} pairs): {m.decision.replace('_', ' ')}")
         elif kind == "open_step":
             st = state.step(event.n)
             console.print(f"[bold]step {st.n}[/]: {escape(st.change.title())}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})")

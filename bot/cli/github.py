@@ -56,6 +56,7 @@ def cmd_handle(args: argparse.Namespace) -> int:
             print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
                                        issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
                                        kind=args.kind or "", attempt=args.attempt or 0, check_refused=args.check_refused or "",
+                                       base_sha=args.base_sha or "",
                                        job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
             return 0
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
@@ -84,7 +85,8 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
     from bot.github.check_trial import check_trial
 
     lines, reason = check_trial(_forge(args), pr=args.pr, sha=args.sha, campaign=args.campaign, kind=args.kind,
-                                recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits, issue=args.issue)
+                                recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits, issue=args.issue,
+                                order=args.order)
     if args.github_output:
         with open(args.github_output, "a") as fh:
             fh.write("\n".join(lines) + "\n")
@@ -141,6 +143,7 @@ def register(sub: Any) -> None:
     h.add_argument("--issue", type=int)
     h.add_argument("--pr", type=int)
     h.add_argument("--attempt", type=int)
+    h.add_argument("--base-sha", default="", help="a pair's incumbent sha, as trial.yml's check checked it")
     h.add_argument("--check-refused", default="", help="trial.yml's check refused the run, for this reason: the campaign "
                    "closes the step (a crashed run, or no loss band) instead of waiting for a record")
     h.add_argument("--run-id", default="", help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours")
@@ -152,7 +155,8 @@ def register(sub: Any) -> None:
     c.add_argument("--runner-labels", default="")
     c.add_argument("--github-output")
     c.add_argument("--recipe", default="", help="the recipe of a baseline or calibration run (no step PR)")
-    c.add_argument("--kind", default="", help="one of baseline, trial, confirm, calibrate (default: baseline without a PR, else trial)")
+    c.add_argument("--kind", default="", help="one of baseline, trial, pair, calibrate (default: baseline without a PR, else trial)")
+    c.add_argument("--order", default="", help="a pair's order: AB (incumbent first) or BA")
     c.add_argument("--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)')
     c.add_argument("--issue", type=int, help="the campaign issue: a step may change only the levers its state names")
     c.add_argument("--repo")

@@ -86,7 +86,7 @@ def action_label(action: Any) -> str:
         "open_step": f"opening step {n}",
         "check_config": f"step {n}: config gate",
         "run_trial": f"step {n}: trial run",
-        "confirm": f"step {n}: re-measure",
+        "measure_pair": f"step {n}: pair {getattr(action, 'k', '')} ({getattr(action, 'order', '')})",
         "check_convergence": f"step {n}: convergence gate",
         "merge": f"step {n}: merge",
         "close": f"step {n}: close",

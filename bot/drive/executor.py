@@ -229,8 +229,13 @@ class Executor:
         trial just run); a run port that measures a pair in one job elsewhere answers both runs at once."""
         n, k = action.n, action.k
         texts = {"incumbent": self.base_text(state), "candidate": self.step_recipe_text(state, n)}
-        if not action.with_trial and hasattr(self.runs, "run_pair"):
-            return self.runs.run_pair(state, action, texts)
+        if not action.with_trial and hasattr(self.runs, "run_pair"):  # both sides in one job elsewhere (GitHub)
+            stored = [self.records.find_run(state.id, run_key(f"pair-{side}", n, k)) for side in ("incumbent", "candidate")]
+            if any(x is None for x in stored):
+                self.runs.run_pair(state, action, texts)
+                return SUSPENDED
+            inc, cand = (cm.RunRef.of(rec, kind="pair", n=n, attempt=k, ref=where) for rec, where in stored)  # type: ignore[misc]
+            return cm.RunFinished(run=pair_ref(action, inc, cand, inc.device_hours + cand.device_hours))
         sides: dict[str, cm.RunRef] = {}
         if action.with_trial:
             sides["candidate"] = next(r for r in state.step(n).runs if r.kind == "trial")

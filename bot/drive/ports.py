@@ -60,8 +60,8 @@ class RecordStore(Protocol):
 class RunRequest(BaseModel):
     """One run the campaign asks for: what to run and the limits it runs under."""
 
-    key: str  # run key: baseline-2, step-3-trial, step-3-confirm, step-3-incumbent
-    kind: str  # baseline, trial, confirm, incumbent
+    key: str  # run key: baseline-2, step-3-trial, step-3-pair2-incumbent, step-3-pair2-candidate
+    kind: str  # baseline, trial, pair-incumbent, pair-candidate
     n: int = 0
     attempt: int = 1
     recipe_text: str

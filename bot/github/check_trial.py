@@ -1,6 +1,7 @@
 """``check-trial``: may a self-hosted runner execute this sha? (trial.yml's ``check`` job, on a hosted runner.)
 
-A step run (trial, confirm) needs the PR checks of ``GitHubForge.check_trial``; a run without a PR (baseline,
+A step run (trial, pair) needs the PR checks of ``GitHubForge.check_trial``; a pair also runs the incumbent, the
+default branch's head (``base_sha``), whose recipe must be a recipe file there and whose order must be AB or BA; a run without a PR (baseline,
 calibrate) needs ``sha`` to be the default branch head and ``recipe`` a recipe file there; a calibration also
 needs the campaign's records branch (the recipe as the baseline ran it and the baseline record), whose head
 becomes ``records_sha`` so the runner reads exactly what was checked. The ``limits`` input is checked here too:
@@ -16,16 +17,16 @@ from typing import Any
 from bot.github.ports import records_branch
 from bot.github.request import runs_on
 
-KINDS = ("baseline", "trial", "confirm", "calibrate")
+KINDS = ("baseline", "trial", "pair", "calibrate")
 _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "", recipe: str = "", runner_labels: str = "",
-                limits: str = "{}", issue: int | None = None) -> tuple[list[str], str]:
+                limits: str = "{}", issue: int | None = None, order: str = "") -> tuple[list[str], str]:
     """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below,
-    reason) and the one-line reason (``ok`` when the run may go ahead)."""
+    base_sha and order (pairs), reason) and the one-line reason (``ok`` when the run may go ahead)."""
     kind = kind or ("baseline" if pr == 0 else "trial")
-    records_sha = ""
+    records_sha = base_sha = ""
     try:
         labels = runs_on(runner_labels or "")
     except ValueError as exc:
@@ -52,6 +53,13 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
                                                 allowed_levers(forge, issue, campaign, pr))
                 if problem:
                     check = {"ok": False, "recipe": "", "reason": problem}
+            if check["ok"] and kind == "pair":  # the incumbent side: the default branch's head, as it is now
+                base_sha = forge._branch_head(forge.base_branch) or ""  # noqa: SLF001
+                bc = forge.check_default_run(base_sha, tc.recipe or "")
+                if order not in ("AB", "BA"):
+                    check = {"ok": False, "recipe": "", "reason": f"order {order[:10]!r}: a pair runs in order AB or BA"}
+                elif not bc.ok:
+                    check = {"ok": False, "recipe": "", "reason": f"the pair's incumbent: {bc.reason}"}
     limits_ok, problem = parse_limits(limits, kind)
     if problem and check["ok"]:
         check = {"ok": False, "recipe": "", "reason": problem}
@@ -59,7 +67,8 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
     lines = [f"ok={'true' if ok else 'false'}", f"kind={kind if ok else ''}",
              f"recipe={check['recipe']}", f"runs_on={json.dumps(labels)}",
              f"campaign={campaign if ok else ''}", f"records_sha={records_sha}",
-             f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}", f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}"]
+             f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}", f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}",
+             f"base_sha={base_sha if ok and kind == 'pair' else ''}", f"order={order if ok and kind == 'pair' else ''}"]
     reason = check["reason"] or "ok"
     # the report job feeds a refusal back to the campaign with this reason: one line, printable, capped
     lines.append("reason=" + "".join(c if c.isprintable() else " " for c in reason)[:500])

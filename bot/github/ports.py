@@ -44,7 +44,7 @@ LEADERBOARD_WORKFLOW = "leaderboard.yml"
 _FENCE = re.compile(r"```json\n(.*?)\n```", re.S)
 _FENCE_Z = re.compile(r"```attune-state-zlib-base64\n(.*?)\n```", re.S)
 INLINE_STATE_LIMIT = 40_000  # above this the state JSON is stored compressed (a comment holds 65,536 characters)
-RUN_ACTIONS = (cm.RunBaseline, cm.RunTrial, cm.Confirm)
+RUN_ACTIONS = (cm.RunBaseline, cm.RunTrial, cm.MeasurePair)
 RUNNER_ACTIONS = (*RUN_ACTIONS, cm.Calibrate)  # what a self-hosted runner may have to do
 
 
@@ -78,20 +78,26 @@ def records_branch(cid: str) -> str:
 
 
 def run_kind(action: Any) -> tuple[str, int, int]:
-    """(kind, step, attempt) of a runner action: kind is baseline, trial, confirm or calibrate."""
+    """(kind, step, attempt) of a runner action: kind is baseline, trial, pair (attempt: the pair's number) or
+    calibrate."""
     if isinstance(action, cm.RunBaseline):
         return "baseline", 0, action.attempt
     if isinstance(action, cm.Calibrate):
         return "calibrate", 0, 1
-    return ("trial" if isinstance(action, cm.RunTrial) else "confirm"), action.n, 1
+    if isinstance(action, cm.MeasurePair):
+        return "pair", action.n, action.k
+    return "trial", action.n, 1
 
 
 def run_key(action: Any) -> str:
-    """The name of a runner action's run: ``baseline-2``, ``step-3-trial``, ``step-3-confirm`` (the executor's
-    names, :func:`bot.drive.executor.run_key`), or ``calibrate``."""
+    """The name of a runner action's run: ``baseline-2``, ``step-3-trial``, ``step-3-pair2`` (the executor's
+    names, :func:`bot.drive.executor.run_key`; a pair's two records are ``step-3-pair2-incumbent`` and
+    ``-candidate``), or ``calibrate``."""
     from bot.drive.executor import run_key as executor_run_key
 
     kind, n, attempt = run_kind(action)
+    if kind == "pair":
+        return f"step-{n}-pair{attempt}"
     return "calibrate" if kind == "calibrate" else executor_run_key(kind, n, attempt)
 
 
@@ -351,6 +357,14 @@ class GitHubPorts:
         self._dispatch_once(state, request.kind, request.n, request.attempt, {k: v for k, v in limits.items() if v > 0})
         return None
 
+    def run_pair(self, state: cm.Campaign, action: cm.MeasurePair, texts: dict[str, str]) -> None:
+        """A pair runs in one job on one runner (a label names a pool of machines): trial.yml's ``pair`` kind checks
+        out the default branch head (the incumbent) beside the step's head and runs them in ``action.order``; its
+        report job feeds both records back. Answers None: suspended."""
+        limits = run_limits(state, "pair")
+        self._dispatch_once(state, "pair", action.n, action.k, limits, order=action.order)
+        return None
+
     def calibrate(self, state: cm.Campaign, recipe_text: str, reference: RunRecord | None) -> cm.Calibrated | None:
         """A simulated recipe's loss band is modelled right here, in the hosted job; a real one is measured on the
         self-hosted runner (a ``calibrate`` dispatch)."""
@@ -366,7 +380,7 @@ class GitHubPorts:
         with tempfile.TemporaryDirectory(prefix="attune-cal-") as cache:
             return calibrate_loss_band(recipe_text, reference, cache_dir=Path(cache))
 
-    def _dispatch_once(self, state: cm.Campaign, kind: str, n: int, attempt: int, limits: dict[str, float]) -> None:
+    def _dispatch_once(self, state: cm.Campaign, kind: str, n: int, attempt: int, limits: dict[str, float], order: str = "") -> None:
         key = run_key(state.pending[0])
         if not self.redispatch and self.stored.dispatched == key:
             return
@@ -381,6 +395,7 @@ class GitHubPorts:
         self.gh.dispatch(TRIAL_WORKFLOW, self.dispatch_ref, {
             "campaign": state.id, "issue": self.stored.issue, "pr": pr, "sha": sha, "kind": kind, "attempt": attempt,
             "recipe": state.recipe_path, "runner_labels": json.dumps(self.stored.runner_labels), "limits": json.dumps(limits),
+            **({"order": order} if order else {}),
         })
         self.stored = self.stored.model_copy(update={"dispatched": key})
         self.save(state)

@@ -31,7 +31,7 @@ from bot.core.recipe import parse_recipe_text
 from bot.core.records import RunRecord
 from bot.forge.github import GitHubForge
 from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
-from bot.github.uploads import Expected, record_problem
+from bot.github.uploads import WALL_SLACK, Expected, record_problem
 
 RECORD_FILE = "record.json"
 CALIBRATED_FILE = "calibrated.json"  # the runner's own summary: for its log, never read here
@@ -91,16 +91,17 @@ def calibration_problem(record: RunRecord, known: Expected, hook: str | None) ->
 
 def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str,
            run_job_result: str = "success", kind: str = "", attempt: int = 0, job_wall_s: float | None = None,
-           check_refused: str = "", **driver_kw: Any) -> str:
+           check_refused: str = "", base_sha: str = "", **driver_kw: Any) -> str:
     """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done. ``job_wall_s``: the run
     job's wall time from the Actions API (bounds the device-hours a real record may claim; None: unknown). Applied
     once to the state that wins a race with another workflow run (``settled``)."""
     return settled(lambda: _handle(forge, result_dir, campaign=campaign, issue=issue, pr=pr, sha=sha, run_job_result=run_job_result,
-                                   kind=kind, attempt=attempt, job_wall_s=job_wall_s, check_refused=check_refused, **driver_kw))
+                                   kind=kind, attempt=attempt, job_wall_s=job_wall_s, check_refused=check_refused,
+                                   base_sha=base_sha, **driver_kw))
 
 
 def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str, run_job_result: str,
-            kind: str, attempt: int, job_wall_s: float | None, check_refused: str, **driver_kw: Any) -> str:
+            kind: str, attempt: int, job_wall_s: float | None, check_refused: str, base_sha: str = "", **driver_kw: Any) -> str:
     try:
         stored = load_state(forge, issue)
     except UnknownObjectException:  # no such issue
@@ -118,7 +119,7 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     want_kind, n, want_attempt = run_kind(action)
     if (kind and kind != want_kind) or (attempt and attempt != want_attempt):
         return f"ignored: the campaign waits for {run_key(action)}, not this {kind or 'run'} (attempt {attempt or '?'})"
-    if want_kind in ("trial", "confirm"):
+    if want_kind in ("trial", "pair"):
         step = state.step(n)
         if step.number != pr:
             return f"ignored: the campaign waits for step {n}, not PR #{pr}"
@@ -141,6 +142,11 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
         ports.settle()
         band = "a loss band" if calibrated.band is not None else "no loss band"
         return f"campaign {state.id}: calibrated ({band}); phase {state.phase}"
+    if want_kind == "pair":
+        run = _pair_run(forge, ports, state, action, Path(result_dir), known, base_sha, job_wall_s, job)
+        state = executor.feed(state, cm.RunFinished(run=run))
+        ports.settle()
+        return f"campaign {state.id}: pair {want_attempt} of step {n} {run.outcome}; phase {state.phase}"
     record, why = _read(Path(result_dir) / RECORD_FILE, RunRecord)
     why = f"the run record was missing: {why}"
     problem = record_problem(record, known) if record is not None else None
@@ -154,6 +160,43 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     state = executor.feed(state, cm.RunFinished(run=run))
     ports.settle()
     return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"
+
+
+def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.MeasurePair, result_dir: Path, known: Expected,
+              base_sha: str, job_wall_s: float | None, job: str) -> cm.RunRef:
+    """A pair's two uploaded records (``incumbent/`` and ``candidate/``), each checked like a single run's against
+    the sha it should have measured (the incumbent: the default branch head check-trial checked, whose recipe must
+    still be the campaign's incumbent), their device-hours together bounded by the one run job's wall time."""
+    from bot.drive.executor import pair_ref
+    from bot.drive.executor import run_key as executor_run_key
+
+    def crash(why: str) -> cm.RunRef:
+        return cm.RunRef(kind="pair", n=action.n, attempt=action.k, order=action.order, outcome="crash", reason=f"{why} (run job: {job})")
+
+    if not base_sha:
+        return crash("the pair's incumbent sha is unknown")
+    inc_text = forge.read_file(state.recipe_path, base_sha)
+    if inc_text != forge.read_file(state.recipe_path):
+        return crash(f"the recipe at the pair's incumbent sha {base_sha} is not the default branch's now")
+    sides: dict[str, cm.RunRef] = {}
+    hours = 0.0
+    for side, exp in (("incumbent", Expected(sha=base_sha, recipe_text=inc_text, recipe=parse_recipe_text(inc_text, state.recipe_path))),
+                      ("candidate", known)):
+        record, why = _read(result_dir / side / RECORD_FILE, RunRecord)
+        if record is None:
+            return crash(f"the pair's {side} record was missing: {why}")
+        problem = record_problem(record, exp.model_copy(update={"job_wall_s": job_wall_s}), check_hours=False)
+        if problem:
+            return crash(f"the upload was refused: {side}: {problem}")
+        hours += record.summary.device_hours
+        where = ports.put_run(state.id, executor_run_key(f"pair-{side}", action.n, action.k), record)
+        sides[side] = cm.RunRef.of(record, kind="pair", n=action.n, attempt=action.k, ref=where)
+    real = known.recipe.cluster.launcher != "sim"
+    if real and job_wall_s is not None and hours > known.recipe.devices * job_wall_s / 3600.0 * WALL_SLACK:
+        return crash(f"the upload was refused: the pair's device_hours {hours:.6g} are more than the run job's wall time allows")
+    if real and job_wall_s is None and hours > 0:
+        return crash("the upload was refused: the run job's wall time is unknown, so its device-hours cannot be checked")
+    return pair_ref(action, sides["incumbent"], sides["candidate"], hours)
 
 
 REASON_CAP = 500  # characters of check's reason kept in the state (it names the sha, PR, files or field refused)

@@ -154,7 +154,7 @@ def test_convergence_gate_reject_closes_the_step(tmp_path: Path) -> None:
                                              gate_convergence=gate)
     step = state.step(1)
     assert kinds(actions, 1)[:4] == ["open_step", "check_config", "run_trial", "check_convergence"]
-    assert "confirm" not in kinds(actions) and "merge" not in kinds(actions)
+    assert "measure_pair" not in kinds(actions) and "merge" not in kinds(actions)
     assert step.state == "closed" and step.close_reason.startswith("gate (convergence)")
     assert step.verdict.stage == "convergence" and not step.verdict.ok
     assert state.incumbent_step == 0

@@ -54,13 +54,13 @@ SEEDS = (0, 1)
 LESSONS = load_lessons(ROOT / "lessons")  # the GitHub side loads lessons/ of the working directory: this checkout
 
 # Every measurement field of Campaign, one profile for both drivers. "github": what campaign_requests.handle sets
-# (early stop below twice the band, no decisive merge: every gain is re-measured); "sim": what `attune campaign run`
-# sets for a simulated recipe (local_campaign.measurement_options("sim")).
+# (early stop below twice the band; every pair in one job, never the trial against a later run elsewhere); "sim": what
+# `attune campaign run` sets for a simulated recipe (bot.campaign.setup.measurement_options("sim")).
 PROFILES: dict[str, dict[str, Any]] = {
-    "github": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "decisive_k": None,
-               "early_stop": True, "early_stop_k": 2.0, "max_steps": 50},
-    "sim": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "decisive_k": 3.0,
-            "early_stop": True, "early_stop_k": 1.0, "max_steps": 50},
+    "github": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
+               "early_stop_k": 2.0, "max_steps": 50, "min_gain": 0.02, "confidence": 0.9, "max_pairs": 4, "pair_with_trial": False},
+    "sim": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
+            "early_stop_k": 1.0, "max_steps": 50, "min_gain": 0.01, "confidence": 0.9, "max_pairs": 6, "pair_with_trial": True},
 }
 
 CASES = [pytest.param(recipe, budget, seed, "shared", "github", id=f"{Path(recipe).parent.name}-seed{seed}-shared-github")

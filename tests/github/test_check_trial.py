@@ -69,3 +69,36 @@ def test_check_trial_refuses_a_step_branch_whose_recipe_was_edited_beyond_its_le
     finally:
         gh.stop()
     gh.assert_contract_kept()
+
+
+def test_check_trial_for_a_pair_names_the_default_branch_head_and_the_order(contract) -> None:
+    """A pair runs the step's head and the incumbent (the default branch head now) in one job: check emits that head
+    as ``base_sha`` with the order, and refuses an order that is not AB or BA, or an early-stop bound (pairs run out)."""
+    from fake_github import FakeGitHub
+    from forge_helpers import TOKEN
+
+    from bot.forge.base import StepRequest
+    from bot.forge.github import GitHubForge
+    from bot.github.check_trial import check_trial
+
+    gh = FakeGitHub(contract).start()
+    try:
+        gh.seed({PATH: BASE})
+        forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
+                            bot_login=gh.actor)
+        ref = forge.open_step(StepRequest(campaign="c1", n=1, recipe_path=PATH, lever="training.local_batch_size", value="2",
+                                          title="attune step 1", body="step"))
+        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="BA", runner_labels='["gpu"]')
+        out = dict(line.split("=", 1) for line in lines)
+        assert reason == "ok" and out["ok"] == "true" and out["kind"] == "pair"
+        assert out["base_sha"] == gh.head("main") != ref.head_sha and out["order"] == "BA"
+        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="AA", runner_labels='["gpu"]')
+        assert "ok=false" in lines and "order 'AA'" in reason and "base_sha=" in lines
+        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="AB", runner_labels='["gpu"]',
+                                    limits='{"stop_below_tps": 10}')
+        assert "ok=false" in lines and "only a trial may stop early" in reason
+        lines, reason = check_trial(forge, pr=0, sha=gh.head("main"), campaign="c1", kind="pair", order="AB", recipe=PATH, runner_labels='["gpu"]')
+        assert "ok=false" in lines and "needs a step PR" in reason
+    finally:
+        gh.stop()
+    gh.assert_contract_kept()

@@ -46,7 +46,7 @@ def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **kw: object) -> d
     out = tmp_path / "github_output"
     out.unlink(missing_ok=True)
     args = {"pr": 0, "sha": "", "campaign": "llama3-tiny-cpu-i1", "runner_labels": '["gpu"]', "recipe": RECIPE, "kind": "",
-            "repo": None, "token_env": "GITHUB_TOKEN", "github_output": str(out), "limits": "{}", "issue": None} | kw
+            "repo": None, "token_env": "GITHUB_TOKEN", "github_output": str(out), "limits": "{}", "issue": None, "order": ""} | kw
     assert cli.cmd_check_trial(argparse.Namespace(**args)) == 0
     values = dict(line.split("=", 1) for line in out.read_text().splitlines())
     values["reason"] = capsys.readouterr().out.strip()

@@ -41,5 +41,5 @@ def test_a_state_too_large_even_compressed_is_a_clear_error() -> None:
 
 
 def test_run_keys() -> None:
-    assert [run_key(a) for a in (cm.RunBaseline(attempt=2), cm.RunTrial(n=3), cm.Confirm(n=3), cm.Calibrate())] == [
-        "baseline-2", "step-3-trial", "step-3-confirm", "calibrate"]
+    assert [run_key(a) for a in (cm.RunBaseline(attempt=2), cm.RunTrial(n=3), cm.MeasurePair(n=3, k=2, order="BA"), cm.Calibrate())] == [
+        "baseline-2", "step-3-trial", "step-3-pair2", "calibrate"]

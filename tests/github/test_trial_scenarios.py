@@ -123,7 +123,7 @@ class Flow:
     def last(self) -> dict[str, str]:
         return self.trials()[-1]
 
-    def answer(self, result: RunRecord | cm.Calibrated | str | None, dispatch: dict[str, str] | None = None,
+    def answer(self, result: RunRecord | tuple[RunRecord, RunRecord] | cm.Calibrated | str | None, dispatch: dict[str, str] | None = None,
                job: str = "success", *, as_runner: bool = True, job_wall_s: float | None = 3600.0) -> str:
         """What the report job does for ``dispatch`` (default: the latest) when the run job left ``result``.
 
@@ -134,7 +134,14 @@ class Flow:
         self.answered += 1
         out = self.tmp / f"artifact-{self.answered}"
         out.mkdir()
-        if isinstance(result, RunRecord):
+        base_sha = ""
+        if isinstance(result, tuple):  # a pair: (incumbent, candidate), each stamped as its own checkout stamps it
+            base_sha = self.gh.head(self.forge.base_branch)  # what check-trial emits: the default branch head
+            for side, sha, rec in (("incumbent", base_sha, result[0]), ("candidate", inputs["sha"], result[1])):
+                text = self.gh.file(inputs["recipe"], sha)
+                (out / side).mkdir()
+                (out / side / "record.json").write_text(rec.model_copy(update={"git_commit": sha, "recipe_hash": content_hash(text)}).model_dump_json())
+        elif isinstance(result, RunRecord):
             if as_runner and inputs["sha"] in self.gh.commits:  # (a result for a sha that does not exist stays as it is)
                 text = self.gh.file(inputs["recipe"], inputs["sha"])
                 result = result.model_copy(update={"git_commit": inputs["sha"], "recipe_hash": content_hash(text)})
@@ -146,7 +153,7 @@ class Flow:
             (out / "record.json").write_text(result)
         return trial_results.handle(self.forge, out, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=int(inputs["pr"]),
                                     sha=inputs["sha"], kind=inputs["kind"], attempt=int(inputs["attempt"]), run_job_result=job,
-                                    job_wall_s=job_wall_s, policy=self.policy, lessons=[])
+                                    job_wall_s=job_wall_s, base_sha=base_sha, policy=self.policy, lessons=[])
 
     def write_calibration(self, out: Path, device_hours: float) -> None:
         """The calibration runs' records as ``attune github calibrate`` uploads them (``calibration/``)."""
@@ -194,12 +201,13 @@ def test_a_passing_trial_is_reported_gated_merged_at_its_sha_and_the_next_step_d
     pr, measured = int(trial["pr"]), trial["sha"]
     assert gh.head_sha(gh.pulls[pr]) == measured
 
-    assert "trial run ok" in flow.answer(record(flow.recipe, 1200.0, run_id="t1"))  # +19%: re-measure it
-    confirm = flow.last
-    assert (confirm["kind"], confirm["pr"], confirm["sha"]) == ("confirm", str(pr), measured)
+    assert "trial run ok" in flow.answer(record(flow.recipe, 1200.0, run_id="t1"))  # +19%: measure it in pairs
+    pair = flow.last
+    assert (pair["kind"], pair["pr"], pair["sha"], pair["attempt"], pair["order"]) == ("pair", str(pr), measured, "1", "AB")
     assert flow.ops("pulls/merge") == []
 
-    flow.answer(record(flow.recipe, 1150.0, run_id="c1"))  # confirmed at the worse of the two: +14% > 5% band
+    # one pair in one job: incumbent 1005, candidate 1150: +14.4%, its interval above the 2% minimum gain
+    assert "pair 1 of step 1 ok" in flow.answer((record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1")))
     pull = gh.pulls[pr]
     assert pull.merged_at is not None
     # merged through PUT /pulls/{n}/merge with the exact head it checked: the measured commit plus the bot's own
@@ -208,7 +216,7 @@ def test_a_passing_trial_is_reported_gated_merged_at_its_sha_and_the_next_step_d
     assert merge.body["sha"] == pull.frozen_head_sha and measured in gh._ancestors(merge.body["sha"])
     own = gh._ancestors(merge.body["sha"])[: gh._ancestors(merge.body["sha"]).index(measured)]
     assert all(gh.commits[c].message.startswith("attune:") for c in own)
-    assert gh.file("results/llama3-tiny/cpu/c1.json") is not None  # the confirmed (slower) measurement lands
+    assert gh.file("results/llama3-tiny/cpu/c1.json") is not None  # the low median of the candidate's runs lands
     assert gh.file(f"campaigns/{flow.state().id}/step-1/report.md") is not None
 
     # attune/gate success on the measured sha, and on the merged head (what branch protection looks at)
@@ -269,16 +277,17 @@ def test_a_redelivered_trial_result_changes_nothing(gh, forge, tmp_path) -> None
     assert len(gh.dispatches) == dispatched
     flow.answer(record(flow.recipe, 1200.0, run_id="t1"), trial)
     confirm = flow.last
-    # the trial's report job runs again (a re-run of the workflow): the campaign now waits for the re-measure
+    # the trial's report job runs again (a re-run of the workflow): the campaign now waits for the pair
     before = (len(gh.dispatches), len(gh.comments), len(gh.statuses))
     assert flow.answer(record(flow.recipe, 1200.0, run_id="t1"), trial).startswith("ignored")
     assert (len(gh.dispatches), len(gh.comments), len(gh.statuses)) == before
 
-    flow.answer(record(flow.recipe, 1150.0, run_id="c1"), confirm)
+    pair = (record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1"))
+    flow.answer(pair, confirm)
     merged = len(flow.ops("pulls/merge"))
     after = (len(gh.dispatches), {c.id: c.body for c in gh.comments.values()}, len(gh.statuses), dict(gh.refs))
     for again in (confirm, trial):
-        assert flow.answer(record(flow.recipe, 1150.0, run_id="c1"), again).startswith("ignored")
+        assert flow.answer(pair if again is confirm else pair[1], again).startswith("ignored")
     assert len(flow.ops("pulls/merge")) == merged == 1
     assert (len(gh.dispatches), {c.id: c.body for c in gh.comments.values()}, len(gh.statuses), dict(gh.refs)) == after
 
@@ -330,7 +339,7 @@ def test_a_result_for_another_sha_or_kind_is_ignored(gh, forge, tmp_path) -> Non
     trial = flow.last
     rec = record(flow.recipe, 1200.0)
     assert "dispatched at" in flow.answer(rec, {**trial, "sha": "f" * 40})
-    assert "waits for step-1-trial" in flow.answer(rec, {**trial, "kind": "confirm"})
+    assert "waits for step-1-trial" in flow.answer(rec, {**trial, "kind": "pair"})
     assert "waits for step 1, not PR" in flow.answer(rec, {**trial, "pr": "999"})
     assert flow.state().pending[0].type == "run_trial"
 
@@ -453,7 +462,7 @@ def test_a_step_branch_moved_after_measuring_is_never_merged(gh, forge, tmp_path
     branch = gh.pulls[pr].head_ref
     pushed = gh.seed({RECIPE: gh.file(RECIPE, branch).replace("gc_freq: 100", "gc_freq: 7")}, "a person's edit", branch=branch)
     with pytest.raises(GitHubForgeError, match="not merging an unmeasured commit|not adding files"):
-        flow.answer(record(flow.recipe, 1150.0, run_id="c1"), confirm)
+        flow.answer((record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1")), confirm)
     assert flow.ops("pulls/merge") == [] and gh.pulls[pr].merged_at is None
     assert gh.head(branch) == pushed  # nothing committed on top of someone else's commit
     assert all(s.sha != pushed for s in gh.statuses)  # and no gate status on it
@@ -601,3 +610,23 @@ def test_a_refused_dispatch_of_no_campaign_is_ignored(gh, forge, tmp_path, issue
                                run_job_result="skipped", check_refused="PR #5 is not from an attune/ branch")
     assert out.startswith("ignored: check refused a run of no campaign")
     assert gh.dispatches == [] and gh.comments == {}
+
+
+def test_a_pair_is_believed_only_for_the_incumbent_check_trial_named(gh, forge, tmp_path) -> None:
+    """A pair's incumbent side must be the default branch head whose recipe is the campaign's incumbent: a report
+    that names another sha (here the candidate's own) is fed as a crashed pair, never as a measurement."""
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    flow.answer(record(flow.recipe, 1200.0, run_id="t1"))
+    pair = flow.last
+    out = tmp_path / "forged"
+    for side in ("incumbent", "candidate"):
+        (out / side).mkdir(parents=True)
+        text = gh.file(pair["recipe"], pair["sha"])
+        rec = record(flow.recipe, 900.0 if side == "incumbent" else 1300.0, run_id=side[0])
+        (out / side / "record.json").write_text(rec.model_copy(update={"git_commit": pair["sha"], "recipe_hash": content_hash(text)}).model_dump_json())
+    said = trial_results.handle(forge, out, campaign=pair["campaign"], issue=int(pair["issue"]), pr=int(pair["pr"]), sha=pair["sha"],
+                                kind="pair", attempt=1, job_wall_s=3600.0, base_sha=pair["sha"], policy=flow.policy, lessons=[])
+    assert "pair 1 of step 1 crash" in said
+    step = flow.state().step(1)
+    assert not step.kept and step.state == "closed" and "not the default branch's now" in step.close_reason

@@ -214,7 +214,12 @@ def test_the_self_hosted_job_is_guarded() -> None:
         "attempt",
         "recipe",
         "limits",
+        "order",
     }
+    # A pair's incumbent is the default branch head as `check` checked it, never an input.
+    incumbent = next(s for s in run["steps"] if s.get("with", {}).get("path") == "attune-incumbent")
+    assert incumbent["with"] == {"ref": "${{ needs.check.outputs.base_sha }}", "path": "attune-incumbent", "persist-credentials": False}
+    assert incumbent["if"] == "needs.check.outputs.kind == 'pair'"
     # The dispatcher's inputs reach the runner only as what `check` validated and emitted.
     run_env = [s.get("env", {}) for s in run["steps"] if "run" in s]
     assert all("inputs." not in json.dumps(env) for env in run_env)
