@@ -1,4 +1,4 @@
-"""``attune bench gate|tuners``: the published benchmarks (:mod:`bot.bench`)."""
+"""``attune bench gate|tuners|measure``: the published benchmarks (:mod:`bot.bench`)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,63 @@ def cmd_bench_tuners(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_bench_measure(args: argparse.Namespace) -> int:
+    """The campaign's A/B decisions benchmarked: real comparisons on this machine (idle and under a busy loop the
+    benchmark starts and stops) and simulated ones (:mod:`bot.bench.measure`)."""
+    from bot.bench.measure import render, run_bench
+    from bot.cli.common import console
+    from bot.cli.progress import CountDisplay, wanted
+    from bot.core.recipe import RecipeError, load_recipe
+
+    for name in ("repeats", "steps", "sim_trials"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: expected at least 1; got {getattr(args, name)}")
+    if args.warmup < 1 or args.warmup >= args.steps:
+        raise UsageError(f"--warmup: expected 1 to {args.steps - 1} (fewer than --steps); got {args.warmup}")
+    if args.remeasure:
+        return _remeasure(args)
+    path = Path(args.recipe)
+    if not path.is_file():
+        raise UsageError(f"{args.recipe}: no such recipe")
+    try:
+        recipe = load_recipe(path)
+    except RecipeError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from exc
+    if not args.sim_only and recipe.cluster.launcher != "local":
+        raise UsageError(f"{args.recipe}: cluster.launcher is {recipe.cluster.launcher!r}; real comparisons need a local recipe (or --sim-only)")
+    kw = {"repeats": args.repeats, "steps": args.steps, "warmup": args.warmup, "sim_trials": args.sim_trials, "real": not args.sim_only}
+    if wanted(args.json) and not args.sim_only:
+        with CountDisplay(console(), "bench measure", 0, "runs") as display:
+            report = run_bench(recipe, Path(args.out), progress=display.message, **kw)
+    else:
+        report = run_bench(recipe, Path(args.out), **kw)
+    print(render(report))
+    if args.json:
+        emit_json({k: v for k, v in report.items()})
+    return EXIT_OK
+
+
+def _remeasure(args: argparse.Namespace) -> int:
+    """``--remeasure ID``: every kept step of a finished local campaign, its incumbent against it, measured again."""
+    from bot.bench.measure import remeasure
+    from bot.core.recipe import load_recipe
+    from bot.core.repo import Repo
+    from bot.drive.ports import FileStateStore
+
+    root = Path(args.repo).resolve()
+    state = FileStateStore(Repo(root).work / "campaigns").load(args.remeasure)
+    if state is None:
+        raise UsageError(f"--remeasure: no campaign {args.remeasure!r} in {root}")
+    results = remeasure(state, load_recipe(root / state.recipe_path), Path(args.out) / args.remeasure, steps=args.steps, warmup=args.warmup)
+    for r in results:
+        ci = "—" if r["lo"] is None else f"[{r['lo']:+.1%}, {r['hi']:+.1%}]"
+        print(f"step {r['step']} {r['change']}: campaign {r['campaign_estimate']:+.1%}; re-measured {r['decision']} {r['estimate']:+.1%} {ci} "
+              f"in {r['runs']} runs, {r['wall_s']:.0f} s; interval above zero: {'yes' if r['above_zero'] else 'NO'}")
+    if args.json:
+        emit_json({"campaign": state.id, "steps": results})
+    return EXIT_OK
+
+
 def register(sub: Any) -> None:
     b = sub.add_parser("bench", help="benchmarks").add_subparsers(dest="bench_cmd", required=True)
     bg = b.add_parser("gate", help="fault-injection benchmark of the gate (real CPU torchtitan runs)")
@@ -92,3 +149,15 @@ def register(sub: Any) -> None:
     bt.add_argument("--trace", default="", help="a task whose seed-0 campaigns are printed step by step (change, why, measured, decision)")
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=cmd_bench_tuners)
+    bm = b.add_parser("measure", help="the A/B decisions themselves: false gains, detection, interval width, runs (real CPU + SIMULATED)")
+    bm.add_argument("--recipe", default="recipes/llama3-tiny/cpu.yaml")
+    bm.add_argument("--repeats", type=int, default=2, help="real comparisons per change and condition (idle, load)")
+    bm.add_argument("--steps", type=int, default=12, help="training steps per real run")
+    bm.add_argument("--warmup", type=int, default=3, help="warm-up steps per real run (not measured)")
+    bm.add_argument("--sim-trials", type=int, default=2000, help="simulated comparisons per true gain")
+    bm.add_argument("--sim-only", action="store_true", help="only the simulated comparisons (no real runs)")
+    bm.add_argument("--remeasure", default="", metavar="ID", help="instead: measure every kept step of local campaign ID again")
+    bm.add_argument("--repo", default=".", help="the repository of the --remeasure campaign")
+    bm.add_argument("--out", default=".attune/bench-measure")
+    bm.add_argument("--json", action="store_true")
+    bm.set_defaults(func=cmd_bench_measure)

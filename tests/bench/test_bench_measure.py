@@ -1,0 +1,81 @@
+"""bot/bench/measure.py and ``attune bench measure``: the protocol's decisions benchmarked (the simulated part here;
+the real part makes real CPU runs for minutes and is run as the benchmark, not in the default suite)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bot.bench.measure import decide, estimator_spread, simulated, summarise
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_simulated_comparisons_detect_large_gains_and_rarely_claim_a_false_one() -> None:
+    sim = simulated(300, seed=1)["by_gain"]
+    assert sim["+10%"]["gain_share"] > 0.95 and sim["+0%"]["gain_share"] < 0.08
+    assert sim["+0%"]["runs_mean"] > sim["+10%"]["runs_mean"]  # a null result costs more pairs than a clear win
+
+
+def test_decide_follows_the_protocol_run_by_run() -> None:
+    sides: list[str] = []
+
+    def run(side: str) -> float:
+        sides.append(side)
+        return 1500.0 if side == "B" else 1000.0 + len(sides)  # a clear +50%
+
+    res = decide({"min_gain": 0.05, "max_pairs": 4, "pair_with_trial": True}, [1000.0, 1003.0, 998.0], run)
+    assert res["decision"] == "gain" and res["pairs"] == 1 and res["runs"] == 2 and sides == ["B", "A"]
+
+
+def test_estimator_spread_ranks_a_statistic_that_ignores_outliers_first() -> None:
+    from campaign_fakes import make_record
+
+    from bot.core.recipe import parse_recipe_text
+
+    recipe = parse_recipe_text((ROOT / "recipes/llama3-tiny/cpu.yaml").read_text())
+    records = []
+    for i in range(6):
+        rec = make_record(recipe, "ok", 1000.0, 0.01, n_steps=10)
+        spikes = i % 4  # 0-3 steps on a fast path in each run: the mean moves with them, the median does not
+        steps = [s.model_copy(update={"tps": 1000.0 + (5000.0 if j < spikes else 0.0)}) for j, s in enumerate(rec.steps)]
+        records.append(rec.model_copy(update={"steps": steps}))
+    spread = estimator_spread(records, warmup=0)
+    assert spread["median"] < spread["mean"] and spread["max"] > spread["median"]
+
+
+def test_summarise_counts_every_decision() -> None:
+    s = summarise([{"decision": "gain", "estimate": 0.1, "lo": 0.05, "hi": 0.15, "runs": 2},
+                   {"decision": "undecided", "estimate": 0.0, "lo": -0.1, "hi": 0.1, "runs": 9}])
+    assert (s["gain_share"], s["undecided_share"], s["runs_max"]) == (0.5, 0.5, 9)
+
+
+def test_the_cli_prints_the_simulated_table_and_json_and_refuses_bad_options() -> None:
+    attune = [sys.executable, "-m", "bot.cli"]
+    done = subprocess.run([*attune, "bench", "measure", "--sim-only", "--sim-trials", "50", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "SIMULATED" in done.stdout and "| +3%" in done.stdout
+    payload = json.loads(done.stdout[done.stdout.index("\n{") + 1:])
+    assert payload["simulated"]["trials"] == 50
+    bad = subprocess.run([*attune, "bench", "measure", "--warmup", "20"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--warmup" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_remeasure_measures_each_kept_step_against_its_own_incumbent(tmp_path: Path) -> None:
+    from bot.bench.measure import remeasure
+    from bot.core.recipe import load_recipe
+    from bot.core.records import Change
+    from bot.core.state import Campaign, Step
+
+    recipe = load_recipe(ROOT / "recipes/llama3.1-405b/h200x128.yaml")  # simulated: instant runs
+    state = Campaign(id="c", recipe_path="r", recipe_id=recipe.name, budget=1.0, baseline_levers=dict(recipe.levers))
+    kept = {**recipe.levers, "parallelism.context_parallel_degree": 2}
+    state.steps = [Step(n=1, change=Change(lever="parallelism.context_parallel_degree", after=2), levers=kept, kept=True, gain=0.1),
+                   Step(n=2, change=Change(lever="training.gc_freq", after=7), levers={**kept, "training.gc_freq": 7}, kept=False)]
+    seen: list[str] = []
+    results = remeasure(state, recipe, tmp_path, steps=10, warmup=2, progress=seen.append)
+    assert [r["step"] for r in results] == [1]  # kept steps only
+    assert results[0]["decision"] in ("gain", "no_gain", "undecided") and results[0]["runs"] >= 1 and "above_zero" in results[0]
+    assert sum(s.startswith("step 1 baseline") for s in seen) == 3  # the incumbent measured first, as a campaign does

@@ -1,0 +1,134 @@
+"""bot/campaign/measure.py: the paired interval, the pooled variance, the sequential rule and the ABBA order, on
+synthetic data whose answers are known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from bot.campaign import measure as ms
+from bot.core.records import Change
+from bot.core.state import Campaign, RunRef, Step
+
+
+def campaign(baseline: list[float], **kw) -> Campaign:
+    state = Campaign(id="c", recipe_path="r", recipe_id="r", budget=1e9, **kw)
+    state.baseline = [RunRef(kind="baseline", attempt=i + 1, outcome="ok", tps=t, record=f"b{i}") for i, t in enumerate(baseline)]
+    state.incumbent_tps = float(np.median(baseline))
+    return state
+
+
+def with_pairs(state: Campaign, pairs: list[tuple[float, float]], trial: float | None = None) -> Step:
+    """A step whose trial ran at ``trial`` (default: pair 1's candidate) and then the (incumbent, candidate) pairs."""
+    st = Step(n=1, change=Change(lever="x", after=1))
+    st.runs.append(RunRef(kind="trial", n=1, outcome="ok", tps=trial or pairs[0][1], record="t"))
+    for k, (a, b) in enumerate(pairs, start=1):
+        st.runs.append(RunRef(kind="pair", n=1, attempt=k, outcome="ok", tps=b, reference_tps=a, record=f"p{k}b", reference_record=f"p{k}a"))
+    state.steps.append(st)
+    return st
+
+
+def test_abba_order_across_pairs_with_and_without_the_trial() -> None:
+    assert [ms.pair_order(k, with_trial=False) for k in range(1, 5)] == ["AB", "BA", "AB", "BA"]
+    # the trial (B) ran just before pair 1's incumbent run: B A | A B | B A | A B
+    assert [ms.pair_order(k, with_trial=True) for k in range(1, 5)] == ["BA", "AB", "BA", "AB"]
+
+
+def test_the_pooled_variance_is_the_within_group_variance_of_log_tps() -> None:
+    state = campaign([1000.0, 1100.0])
+    with_pairs(state, [(1000.0, 1200.0), (1050.0, 1250.0)], trial=1200.0)
+    groups = ms.run_groups(state)
+    assert sorted(len(v) for v in groups.values()) == [2, 2, 3]  # baseline 2; step incumbent 2; candidate 3 (trial + 2)
+    sd, df = ms.pooled_run_sd(groups.values())
+    logs = [np.log([1000, 1100]), np.log([1000, 1050]), np.log([1200, 1200, 1250])]
+    ss = sum(((g - g.mean()) ** 2).sum() for g in logs)
+    assert df == 1 + 1 + 2 and sd == pytest.approx(math.sqrt(ss / 4))
+
+
+def test_a_pair_that_reuses_the_trial_counts_the_trial_once() -> None:
+    state = campaign([1000.0, 1010.0])
+    st = with_pairs(state, [(1000.0, 1200.0)], trial=1200.0)
+    st.runs[1] = st.runs[1].model_copy(update={"record": "t"})  # pair 1's candidate run is the trial
+    assert sorted(len(v) for v in ms.run_groups(state).values()) == [1, 1, 2]
+
+
+def test_the_interval_is_students_t_on_the_mean_log_ratio() -> None:
+    est, lo, hi = ms.interval([0.1, 0.2], sd_pair=0.05, df=4, confidence=0.9)
+    half = 2.131846786 * 0.05 / math.sqrt(2)  # t(0.95, 4)
+    assert est == pytest.approx(math.exp(0.15) - 1) and lo == pytest.approx(math.exp(0.15 - half) - 1)
+    assert hi == pytest.approx(math.exp(0.15 + half) - 1)
+
+
+@pytest.mark.parametrize("n_pairs", [1, 2, 4])
+def test_the_interval_covers_the_true_gain_at_its_confidence(n_pairs: int) -> None:
+    """Coverage checked by simulation: log-normal run noise, the variance pooled from 3 baseline runs and the pairs."""
+    rng = np.random.default_rng(7)
+    true, sd_run, hits, trials = 0.08, 0.05, 0, 2000
+    for _ in range(trials):
+        state = campaign(list(np.exp(rng.normal(7.0, sd_run, 3))))
+        pairs = [(float(np.exp(rng.normal(7.0, sd_run))), float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run)))) for _ in range(n_pairs)]
+        st = with_pairs(state, pairs, trial=float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run))))
+        m = ms.measure(state, st)
+        hits += m.lo <= true <= m.hi
+    assert abs(hits / trials - 0.9) < 0.03, hits / trials  # 90% nominal, 2000 draws: +-1.3% one sd
+
+
+def test_the_sequential_rule_gain_no_gain_and_measuring() -> None:
+    quiet = [1000.0, 1002.0, 998.0]
+    state = campaign(quiet, min_gain=0.05, max_pairs=4)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1300.0)]))
+    assert m.decision == "gain" and m.lo > 0.05 and m.pairs == 1 and "lower end" in m.why
+    state = campaign(quiet, min_gain=0.05)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1001.0)]))
+    assert m.decision == "no_gain" and m.hi < 0.05 and "upper end" in m.why
+    noisy = [1000.0, 1200.0, 900.0]
+    state = campaign(noisy, min_gain=0.05, max_pairs=4)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1080.0)]))
+    assert m.decision == "measuring" and m.lo < 0.05 < m.hi and "straddles" in m.why
+
+
+def test_undecided_at_the_cap_and_without_any_repeat_run() -> None:
+    state = campaign([1000.0, 1200.0, 900.0], min_gain=0.05, max_pairs=2)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1080.0), (1100.0, 1150.0)]))
+    assert m.decision == "undecided" and m.pairs == 2 and "the cap" in m.why
+    # one baseline run and one pair: no repeat of any configuration, so no noise estimate -- never a decision from that
+    state = campaign([1000.0], min_gain=0.05, max_pairs=1)
+    st = with_pairs(state, [(1000.0, 2000.0)], trial=2000.0)
+    st.runs[1] = st.runs[1].model_copy(update={"record": "t"})  # pair 1's candidate run is the trial
+    m = ms.measure(state, st)
+    assert m.decision == "undecided" and m.sigma is None and m.df == 0 and "noise is unknown" in m.why
+
+
+def test_a_false_gain_is_rare_on_a_to_a_comparisons() -> None:
+    """A vs A through the whole sequential rule (up to 4 looks): the share decided *gain* stays under 5%."""
+    rng = np.random.default_rng(3)
+    gains, trials = 0, 1500
+    for _ in range(trials):
+        state = campaign(list(np.exp(rng.normal(7.0, 0.08, 3))), min_gain=0.05, max_pairs=4)
+        st = Step(n=1, change=Change(lever="x", after=1))
+        st.runs.append(RunRef(kind="trial", n=1, outcome="ok", tps=float(np.exp(rng.normal(7.0, 0.08))), record="t"))
+        state.steps.append(st)
+        if ms.screen(state, st) is not None:
+            continue
+        for k in range(1, 5):
+            a, b = (float(np.exp(rng.normal(7.0, 0.08))) for _ in range(2))
+            st.runs.append(RunRef(kind="pair", n=1, attempt=k, outcome="ok", tps=b, reference_tps=a, record=f"b{k}", reference_record=f"a{k}"))
+            m = ms.measure(state, st)
+            if m.decision != "measuring":
+                break
+        gains += m.decision == "gain"
+    assert gains / trials <= 0.05
+
+
+def test_the_screen_only_ever_says_no_gain() -> None:
+    state = campaign([1000.0, 1002.0, 998.0], min_gain=0.05)
+    slow = with_pairs(state, [(1000.0, 800.0)], trial=800.0)
+    slow.runs = slow.runs[:1]
+    m = ms.screen(state, slow)
+    assert m is not None and m.decision == "no_gain" and m.screened and m.hi < 0.05
+    state = campaign([1000.0, 1002.0, 998.0], min_gain=0.05)
+    fast = with_pairs(state, [(1000.0, 1500.0)], trial=1500.0)
+    fast.runs = fast.runs[:1]
+    assert ms.screen(state, fast) is None  # a fast trial is paired, never kept on its own
