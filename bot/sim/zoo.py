@@ -156,6 +156,15 @@ ZOO: dict[str, ModelSpec] = {
             n_dense_layers=0, n_experts=128, top_k=8, ffn_expert=1536, max_seq_len=40960,
             torchtitan="flavour only (qwen3 235B-A22B, no config function)",
         ),
+        ModelSpec(
+            id="moe-tiny",
+            name="ATTUNE moe-tiny (Qwen3-30B-A3B scaled down)",
+            source="https://github.com/pytorch/torchtitan/blob/release/0.3/torchtitan/models/qwen3/__init__.py",
+            n_layers=4, hidden=128, n_heads=4, n_kv_heads=2, head_dim=32, vocab=48,
+            n_dense_layers=0, n_experts=8, top_k=2, ffn_expert=96, max_seq_len=4096,
+            torchtitan="native: qwen3 MoE layers, config function bot.inrank.workloads.moe_tiny.moe_tiny_cpu",
+            notes="the CPU MoE workload; every number is a constant of bot/inrank/workloads/moe_tiny.py (a test holds them equal)",
+        ),
     ]
 }
 
