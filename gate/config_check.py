@@ -22,7 +22,9 @@ rule — when
 
 Fields beyond torchtitan's flat dict (``to_dict`` keeps no types and drops some callables):
 ``<node>.__type__`` for every config dataclass the workload's config function builds (a swapped
-loss, tokenizer or attention class is visible), callables the flat dict lacks, and recipe-level
+loss, tokenizer or attention class is visible), callables the flat dict lacks, private scalar
+fields of config dataclasses (``to_dict`` drops them: e.g. the MoE router's
+``_debug_force_load_balance``), and recipe-level
 fields (``env.*``, ``cluster.*``, ``workload.*``, ``bench.*``), classified by :data:`RECIPE_TIERS`
 before ``objective.yaml``. Object addresses (``<function f at 0x7f..>``) are stripped before the
 diff; a closure's captured values stay invisible (documented limit). ``Verdict.tier`` is the
@@ -154,7 +156,11 @@ def _walk(obj: Any, prefix: str, out: dict[str, Any], seen: set[int], depth: int
         for f in dataclasses.fields(obj):
             if depth == 0 and f.name in _SKIP_TYPES:
                 continue
-            _walk(getattr(obj, f.name, None), f"{prefix}{f.name}.", out, seen, depth + 1)
+            value = getattr(obj, f.name, None)
+            if f.name.startswith("_") and (value is None or isinstance(value, bool | int | float | str)):
+                out[f"{prefix}{f.name}"] = value  # private fields (``to_dict`` drops them), e.g. router._debug_force_load_balance
+                continue
+            _walk(value, f"{prefix}{f.name}.", out, seen, depth + 1)
     elif isinstance(obj, list | tuple):
         for i, item in enumerate(obj):
             _walk(item, f"{prefix}{i}.", out, seen, depth + 1)
@@ -352,7 +358,7 @@ def classify_change(field: str, before: Any, after: Any, tiers: Sequence[TierRul
     values = _scalars(before) + _scalars(after)
     rule = rules.classify(field, values=values, rules=[*RECIPE_TIERS, *tiers])
     return FieldChange(
-        field=field, before=before, after=after, tier=rule.tier, rule=rule.pattern, why=rule.why,
+        field=field, before=before, after=after, tier=rule.tier, rule=rule.name, why=rule.why,
         source=rule.source, precision=rule.precision, requires=list(rule.requires),
     )
 

@@ -35,6 +35,17 @@ but trains something different):
 - ``data_restart:S``       the data stream restarts after S global samples (torchtitan#3907).
 - ``dup_rank_data``        every data-parallel rank reads rank 0's samples (F14).
 
+MoE fault hooks (torchtitan's MoE code, ``torchtitan.models.common.moe``; gate.md §2.3):
+- ``moe_topk_reduced``     the router silently routes each token to its top-1 expert only (the second slot
+  carries the same expert with weight 0), as a top-k config bug would.
+- ``moe_capacity_drop:F``  tokens dropped as a capacity limit would: per expert, the routed tokens beyond
+  ``F x tokens x top_k / experts`` (in token order) get weight 0 (HybridEP's non-blocking capacity < 1).
+- ``moe_balance_off``      the load-balancing update adds nothing (torchtitan's aux-loss-free balancing: the
+  expert-bias update rate set to 0; torchtitan PR #3686: the hook returned early and biases went stale).
+- ``moe_unweighted_combine`` the combine sums expert outputs without the routing scores (the router then
+  gets no gradient).
+  (Expert weights not updated under EP is ``drop_grads:\.moe\.routed_experts\.`` on an EP 2 run.)
+
 Calibration hook (not a fault):
 - ``init_perturb:SEED``    every initial weight multiplied by (1 + 1e-6 * N(0, 1)) (a stand-in
   for kernel nondeterminism, gate.md §4.3).
@@ -492,6 +503,85 @@ def init_perturb(arg: str) -> None:
                     local.mul_(1 + 1e-6 * noise)
 
     _after_init(perturb)
+
+
+# ----------------------------------------------------------------------------- MoE faults
+
+
+def _wrap_router(change: Callable[[Any, tuple], tuple]) -> None:
+    from torchtitan.models.common.moe import TokenChoiceTopKRouter
+
+    def make(original):
+        def forward(self, x_BLD, expert_bias_E=None):
+            return change(self, original(self, x_BLD, expert_bias_E))
+
+        return forward
+
+    _wrap(TokenChoiceTopKRouter, "forward", make)
+
+
+@hook("moe_topk_reduced")
+def moe_topk_reduced(arg: str) -> None:
+    import torch
+
+    def change(router, out):
+        scores, ids, full = out
+        if ids.shape[-1] < 2:
+            return out
+        top = scores.argmax(dim=-1, keepdim=True)  # the token's best expert
+        ids = ids.gather(-1, top).expand_as(ids).contiguous()
+        scores = torch.cat([scores.gather(-1, top), torch.zeros_like(scores[..., 1:])], dim=-1)
+        return scores, ids, full
+
+    _wrap_router(change)
+
+
+@hook("moe_capacity_drop")
+def moe_capacity_drop(arg: str) -> None:
+    import torch
+
+    factor = float(arg or 1.0)
+
+    def change(router, out):
+        scores, ids, full = out
+        num_experts = full.shape[-1]
+        flat_ids = ids.reshape(-1)  # (T*K,), token-major order
+        capacity = int(factor * flat_ids.numel() / num_experts)
+        onehot = torch.nn.functional.one_hot(flat_ids, num_experts)
+        position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # the assignment's rank within its expert
+        kept = (position < capacity).reshape(ids.shape).to(scores.dtype)
+        return scores * kept, ids, full
+
+    _wrap_router(change)
+
+
+@hook("moe_balance_off")
+def moe_balance_off(arg: str) -> None:
+    def zero_rate(trainer) -> None:
+        for part in trainer.model_parts:
+            for module in part.modules():
+                if getattr(module, "load_balance_coeff", None) is not None and hasattr(module, "expert_bias_E"):
+                    module.load_balance_coeff = 0.0
+
+    _after_init(zero_rate)
+
+
+@hook("moe_unweighted_combine")
+def moe_unweighted_combine(arg: str) -> None:
+    import dataclasses
+
+    import torch
+    from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, LocalTokenDispatcher
+
+    def make(original):
+        def combine(self, routed_output_RD, metadata, x_TD):
+            ones = torch.ones_like(metadata.topk_scores_experts_sorted_N)
+            return original(self, routed_output_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones), x_TD)
+
+        return combine
+
+    for cls in (LocalTokenDispatcher, AllToAllTokenDispatcher):
+        _wrap(cls, "combine", make)
 
 
 def install(spec: str) -> None:

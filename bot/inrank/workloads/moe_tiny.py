@@ -35,6 +35,7 @@ from torchtitan.config import ParallelismConfig, TrainingConfig
 from torchtitan.distributed.activation_checkpoint import FullAC
 from torchtitan.models.common import CosSinRoPE, Embedding, Linear
 from torchtitan.models.common.config_utils import decoder_vocab_size
+from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 from torchtitan.models.qwen3 import _EMBEDDING_INIT, _LINEAR_INIT, _build_qwen3_moe_layers, _qwen3_norm, model_registry
 from torchtitan.models.qwen3.model import Qwen3Model
 from torchtitan.protocols.model_spec import ModelSpec
@@ -116,3 +117,16 @@ def moe_tiny_cpu() -> Trainer.Config:
         checkpoint=CheckpointManager.Config(interval=100000),
         activation_checkpoint=FullAC.Config(),
     )
+
+
+def moe_tiny_cpu_local_dispatch() -> Trainer.Config:
+    """:func:`moe_tiny_cpu` with torchtitan's ``LocalTokenDispatcher`` in every MoE layer (EP 1 only).
+
+    The other token dispatcher torchtitan offers on the CPU (the default ``AllToAllTokenDispatcher`` falls back
+    to the same local reorder at EP 1; DeepEP, HybridEP and MinimalAsyncEP need CUDA:
+    ``bot.core.levers.MOE_CUDA_ONLY``). Same routing, same combine: a legitimate change the gate must pass.
+    """
+    config = moe_tiny_cpu()
+    for layer in config.model_spec.model.layers:
+        layer.moe.routed_experts.token_dispatcher = LocalTokenDispatcher.Config(num_experts=NUM_EXPERTS, top_k=TOP_K)
+    return config
