@@ -59,11 +59,11 @@ def resolve_args(args: list[str]) -> dict[str, Any]:
     return flat
 
 
-def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str = "./outputs") -> dict[str, Any]:
+def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str = "./outputs", extra: list[str] | None = None) -> dict[str, Any]:
     """The recipe's resolved torchtitan config; checks that pins hold and config-only levers match."""
     if recipe.cluster.launcher == "sim":
         raise ResolveError("a simulated recipe has no torchtitan config to resolve")
-    flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder))
+    flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra))
     problems = pin_mismatches(recipe.pinned, flat)
     if "quantize.linear" in recipe.levers and recipe.levers["quantize.linear"] != "none":
         problems.append("quantize.linear is set by a config function only in torchtitan 0.3.0; choose a config that applies it")
