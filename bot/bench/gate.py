@@ -313,6 +313,21 @@ def _bitwise_equal(a: RunRecord, b: RunRecord, steps: int) -> bool:
     return a.outcome == b.outcome == "ok" and pick(a) == pick(b) and len(pick(a)) == steps
 
 
+SUITES = ("dense", "moe")
+
+
+def suite(name: str) -> tuple[str, Callable[[], list[Case]], Callable[[str], dict[str, str]]]:
+    """A suite's baseline recipe (under recipes/), its cases and its baselines: ``dense`` (llama3-tiny, this
+    module) or ``moe`` (moe-tiny, :mod:`bot.bench.gate_moe`)."""
+    if name == "moe":
+        from bot.bench import gate_moe
+
+        return gate_moe.BASELINE_RECIPE, gate_moe.cases, gate_moe.baselines
+    if name != "dense":
+        raise ValueError(f"unknown gate benchmark suite {name!r}; expected one of {', '.join(SUITES)}")
+    return BASELINE_RECIPE, cases, baselines
+
+
 def run_bench(
     *,
     out_dir: str | Path,
@@ -322,8 +337,9 @@ def run_bench(
     cache_dir: str | Path | None = None,
     safety: float = DEFAULT_SAFETY,
     only: list[str] | None = None,
+    suite_name: str = "dense",
 ) -> BenchReport:
-    """Run the benchmark; write ``report.json`` and ``report.md`` under ``out_dir``."""
+    """Run the benchmark (``suite_name``: see :func:`suite`); write ``report.json`` and ``report.md`` under ``out_dir``."""
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
     out = Path(out_dir)
@@ -331,10 +347,11 @@ def run_bench(
     env = {"ATTUNE_TORCH_THREADS": "1"} if jobs > 1 else {}
     from bot.core.repo import find_repo
 
-    base_text = (find_repo().recipes / BASELINE_RECIPE).read_text()
-    bases = baselines(base_text)
+    baseline_recipe, suite_cases, suite_baselines = suite(suite_name)
+    base_text = (find_repo().recipes / baseline_recipe).read_text()
+    bases = suite_baselines(base_text)
     recipes = {k: parse_recipe_text(t, k) for k, t in bases.items()}
-    all_cases = [c for c in cases() if not only or c.name in only]
+    all_cases = [c for c in suite_cases() if not only or c.name in only]
 
     # 1. config stage for every case (in-process resolution, no runs)
     say(f"config stage for {len(all_cases)} cases")

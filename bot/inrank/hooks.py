@@ -1,4 +1,4 @@
-"""Test-only workload hooks, installed inside torchtitan ranks when ``ATTUNE_HOOK`` is set.
+r"""Test-only workload hooks, installed inside torchtitan ranks when ``ATTUNE_HOOK`` is set.
 
 A hook is ``name`` or ``name:arg``; several are comma-separated. They exist to make real
 failures and real faults happen in real torchtitan runs (runner tests, the gate's

@@ -36,7 +36,13 @@ from torchtitan.distributed.activation_checkpoint import FullAC
 from torchtitan.models.common import CosSinRoPE, Embedding, Linear
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
-from torchtitan.models.qwen3 import _EMBEDDING_INIT, _LINEAR_INIT, _build_qwen3_moe_layers, _qwen3_norm, model_registry
+from torchtitan.models.qwen3 import (
+    _EMBEDDING_INIT,
+    _LINEAR_INIT,
+    _build_qwen3_moe_layers,
+    _qwen3_norm,
+    model_registry,
+)
 from torchtitan.models.qwen3.model import Qwen3Model
 from torchtitan.protocols.model_spec import ModelSpec
 from torchtitan.trainer import Trainer
