@@ -36,8 +36,8 @@ but trains something different):
 - ``dup_rank_data``        every data-parallel rank reads rank 0's samples (F14).
 
 MoE fault hooks (torchtitan's MoE code, ``torchtitan.models.common.moe``; gate.md §2.3):
-- ``moe_topk_reduced``     the router silently routes each token to its top-1 expert only (the second slot
-  carries the same expert with weight 0), as a top-k config bug would.
+- ``moe_topk_reduced``     the router silently keeps only each token's top-1 expert: the others get weight 0
+  (their outputs and gradients vanish), as a top-k config bug would.
 - ``moe_capacity_drop:F``  tokens dropped as a capacity limit would: per expert, the routed tokens beyond
   ``F x tokens x top_k / experts`` (in token order) get weight 0 (HybridEP's non-blocking capacity < 1).
 - ``moe_balance_off``      the load-balancing update adds nothing (torchtitan's aux-loss-free balancing: the
@@ -528,10 +528,10 @@ def moe_topk_reduced(arg: str) -> None:
         scores, ids, full = out
         if ids.shape[-1] < 2:
             return out
-        top = scores.argmax(dim=-1, keepdim=True)  # the token's best expert
-        ids = ids.gather(-1, top).expand_as(ids).contiguous()
-        scores = torch.cat([scores.gather(-1, top), torch.zeros_like(scores[..., 1:])], dim=-1)
-        return scores, ids, full
+        # keep the ids (the dispatcher's token counts assume K distinct experts per token: duplicated ids would
+        # leave grouped_mm rows unwritten, torch#193633) and give every expert but the best weight 0
+        best = torch.nn.functional.one_hot(scores.argmax(dim=-1), ids.shape[-1]).to(scores.dtype)
+        return scores * best, ids, full
 
     _wrap_router(change)
 
