@@ -313,18 +313,12 @@ def _bitwise_equal(a: RunRecord, b: RunRecord, steps: int) -> bool:
     return a.outcome == b.outcome == "ok" and pick(a) == pick(b) and len(pick(a)) == steps
 
 
-SUITES = ("dense", "moe")
+Suite = tuple[str, Callable[[], list[Case]], Callable[[str], dict[str, str]]]
 
 
-def suite(name: str) -> tuple[str, Callable[[], list[Case]], Callable[[str], dict[str, str]]]:
-    """A suite's baseline recipe (under recipes/), its cases and its baselines: ``dense`` (llama3-tiny, this
-    module) or ``moe`` (moe-tiny, :mod:`bot.bench.gate_moe`)."""
-    if name == "moe":
-        from bot.bench import gate_moe
-
-        return gate_moe.BASELINE_RECIPE, gate_moe.cases, gate_moe.baselines
-    if name != "dense":
-        raise ValueError(f"unknown gate benchmark suite {name!r}; expected one of {', '.join(SUITES)}")
+def dense_suite() -> Suite:
+    """The default suite: its baseline recipe (under recipes/), its cases and its baselines (llama3-tiny).
+    ``bot.bench.gate_moe.SUITE`` is the MoE one."""
     return BASELINE_RECIPE, cases, baselines
 
 
@@ -337,9 +331,9 @@ def run_bench(
     cache_dir: str | Path | None = None,
     safety: float = DEFAULT_SAFETY,
     only: list[str] | None = None,
-    suite_name: str = "dense",
+    suite: Suite | None = None,
 ) -> BenchReport:
-    """Run the benchmark (``suite_name``: see :func:`suite`); write ``report.json`` and ``report.md`` under ``out_dir``."""
+    """Run the benchmark (``suite``: default :func:`dense_suite`); write ``report.json`` and ``report.md`` under ``out_dir``."""
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
     out = Path(out_dir)
@@ -347,7 +341,7 @@ def run_bench(
     env = {"ATTUNE_TORCH_THREADS": "1"} if jobs > 1 else {}
     from bot.core.repo import find_repo
 
-    baseline_recipe, suite_cases, suite_baselines = suite(suite_name)
+    baseline_recipe, suite_cases, suite_baselines = suite or dense_suite()
     base_text = (find_repo().recipes / baseline_recipe).read_text()
     bases = suite_baselines(base_text)
     recipes = {k: parse_recipe_text(t, k) for k, t in bases.items()}

@@ -73,3 +73,6 @@ def cases() -> list[Case]:
         Case(name="MoE GA 1 (lbs 8)", kind="legit", inject=cfg, what="local batch 2 -> 8, global batch pinned (GA 4 -> 1)", levers={"training.local_batch_size": 8}),
     ]
     return faults + legit
+
+
+SUITE = (BASELINE_RECIPE, cases, baselines)

@@ -14,7 +14,10 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
-    report = run_bench(out_dir=Path(args.out), jobs=args.jobs, suite_name=args.suite)
+    suite = None
+    if args.suite == "moe":
+        from bot.bench.gate_moe import SUITE as suite
+    report = run_bench(out_dir=Path(args.out), jobs=args.jobs, suite=suite)
     print(render_bench(report))
     if args.json:
         emit_json(report.summary())
