@@ -211,8 +211,11 @@ def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
     return {**DEFAULTS, **levers}
 
 
-def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None) -> list[str]:
-    """Every prerequisite a lever set violates (empty when the set is legal)."""
+def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None, hardware: str | None = None) -> list[str]:
+    """Every prerequisite a lever set violates (empty when the set is legal); with ``hardware``, also what torchtitan
+    0.3.0 cannot run on it (:func:`bot.core.layouts.layout_problems`)."""
+    from bot.core.layouts import layout_problems
+
     v = effective(levers)
     problems: list[str] = []
     tp, pp, ep = int(v["parallelism.tensor_parallel_degree"]), int(v["parallelism.pipeline_parallel_degree"]), int(v["parallelism.expert_parallel_degree"])
@@ -220,9 +223,10 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
         problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
     if v["activation_checkpoint"] == "memory_budget" and not (v["compile.enable"] and "model" in str(v["compile.components"])):
         problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
-    if pp > 1 and not v["training.disable_cuda_graphs"]:
+    graphs = not v["training.disable_cuda_graphs"] and hardware != "cpu"  # a CPU host has no CUDA graphs
+    if pp > 1 and graphs:
         problems.append("parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true")
-    if ep > 1 and not v["training.disable_cuda_graphs"]:
+    if ep > 1 and graphs:
         problems.append("parallelism.expert_parallel_degree > 1 with the standard dispatcher needs training.disable_cuda_graphs true")
     if pp > 1 and int(v["training.local_batch_size"]) % int(v["parallelism.pipeline_parallel_microbatch_size"]):
         problems.append("training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size")
@@ -237,6 +241,8 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
             problems.append("parallelism.expert_parallel_degree > 1 needs a MoE model")
         elif ep > 1 and model.num_experts and model.num_experts % ep:
             problems.append(f"parallelism.expert_parallel_degree {ep} must divide num_experts {model.num_experts}")
+    if hardware is not None:
+        problems += layout_problems(v, hardware, model.n_layers if model else None)
     return problems
 
 
