@@ -29,7 +29,7 @@ def lever_values(recipe: Recipe, name: str) -> list[Scalar]:
     if lever.precision or lever.tier == "X":
         return []
     if name == "training.disable_cuda_graphs" and recipe.cluster.hardware == "cpu":
-        return [True]  # CUDA graphs need CUDA (catalog.prerequisite_problems)
+        return [True]  # CUDA graphs need CUDA: never propose turning them on on a CPU host
     if lever.kind == "bool":
         return [False, True]
     if lever.kind == "choice":
@@ -84,7 +84,7 @@ def make_space(recipe: Recipe) -> LeverSpace:
     """The lever space a policy is handed for ``recipe``: its legal values, and the model's shape where the
     simulator's zoo knows the model (head and layer counts bound TP and PP)."""
     facts = None
-    where = {"devices": recipe.devices, "hardware": recipe.cluster.hardware}
+    where = {"devices": recipe.devices}
     if recipe.workload.model:
         try:
             m = get_model(recipe.workload.model)

@@ -217,15 +217,14 @@ MOE_CUDA_ONLY: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ModelFacts:
-    """What the prerequisite checks need to know about the model (heads, layers, experts) and where it runs
-    (``devices``: the world size; ``hardware``: the recipe's ``cluster.hardware``, e.g. ``cpu``)."""
+    """What the prerequisite checks need to know about the model (heads, layers, experts) and its world size
+    (``devices``: expert parallelism borrows ranks from dp_shard*cp*tp)."""
 
     n_heads: int | None = None
     n_kv_heads: int | None = None
     n_layers: int | None = None
     num_experts: int | None = None
     devices: int | None = None
-    hardware: str | None = None
 
 
 def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
@@ -233,8 +232,11 @@ def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
     return {**DEFAULTS, **levers}
 
 
-def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None) -> list[str]:
-    """Every prerequisite a lever set violates (empty when the set is legal)."""
+def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None, hardware: str | None = None) -> list[str]:
+    """Every prerequisite a lever set violates (empty when the set is legal); with ``hardware``, also what torchtitan
+    0.3.0 cannot run on it (:func:`bot.core.layouts.layout_problems`)."""
+    from bot.core.layouts import layout_problems
+
     v = effective(levers)
     problems: list[str] = []
     tp, pp, ep = int(v["parallelism.tensor_parallel_degree"]), int(v["parallelism.pipeline_parallel_degree"]), int(v["parallelism.expert_parallel_degree"])
@@ -242,9 +244,10 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
         problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
     if v["activation_checkpoint"] == "memory_budget" and not (v["compile.enable"] and "model" in str(v["compile.components"])):
         problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
-    if pp > 1 and not v["training.disable_cuda_graphs"]:
+    graphs = not v["training.disable_cuda_graphs"] and hardware != "cpu"  # a CPU host has no CUDA graphs
+    if pp > 1 and graphs:
         problems.append("parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true")
-    if ep > 1 and not v["training.disable_cuda_graphs"]:
+    if ep > 1 and graphs:
         problems.append("parallelism.expert_parallel_degree > 1 with the standard dispatcher needs training.disable_cuda_graphs true")
     if pp > 1 and int(v["training.local_batch_size"]) % int(v["parallelism.pipeline_parallel_microbatch_size"]):
         problems.append("training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size")
@@ -255,8 +258,6 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
                 problems.append(f"parallelism.tensor_parallel_degree {tp} must divide {attr} {heads}")
         if model.n_layers and pp > model.n_layers:
             problems.append(f"parallelism.pipeline_parallel_degree {pp} exceeds the {model.n_layers} layers")
-        if model.hardware == "cpu" and not v["training.disable_cuda_graphs"]:
-            problems.append("training.disable_cuda_graphs must be true on the CPU (CUDA graphs need CUDA)")
         if model.devices and ep > 1:
             rep, cp = int(v["parallelism.data_parallel_replicate_degree"]), int(v["parallelism.context_parallel_degree"])
             shard = int(v["parallelism.data_parallel_shard_degree"])
@@ -269,6 +270,8 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
             problems.append("parallelism.expert_parallel_degree > 1 needs a MoE model")
         elif ep > 1 and model.num_experts and model.num_experts % ep:
             problems.append(f"parallelism.expert_parallel_degree {ep} must divide num_experts {model.num_experts}")
+    if hardware is not None:
+        problems += layout_problems(v, hardware, model.n_layers if model else None)
     return problems
 
 

@@ -15,6 +15,7 @@ from bot.core import levers as lever_catalog
 from bot.core.recipe import PIN_ALIASES, Recipe
 from bot.core.records import Scalar
 
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 AC_TOKEN = {"none": "none", "selective": "selective", "full": "full", "memory_budget": "memory-budget"}
 
 
@@ -70,6 +71,8 @@ def metrics_rank(recipe: Recipe) -> int:
     the outermost mesh dimension, so the last stage holds the last ``world / pp`` ranks; torchtitan warns "Pipeline
     Parallel loss is not visible" otherwise, ``torchtitan/distributed/pipeline_parallel.py`` ``ensure_pp_loss_visible``)."""
     pp = int(recipe.levers.get("parallelism.pipeline_parallel_degree", 1))
+    if str(recipe.levers.get("parallelism.pipeline_parallel_schedule", "")) in V_SCHEDULES:
+        return 0  # V-shaped schedules put the last stage back on the first PP rank (measured: ZBVZeroBubble)
     nproc = recipe.cluster.devices_per_node
     return nproc - nproc // pp if pp > 1 and nproc % pp == 0 else 0
 

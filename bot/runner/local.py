@@ -48,11 +48,13 @@ class LocalRunner:
         extra_env: dict[str, str] | None = None,
         on_step=None,
         seed_cache: Path | None = None,
+        check_layout: bool = True,
     ) -> None:
         """``seed_cache``: where seed checkpoints are cached; when given, every run loads its objective's seed
         checkpoint (:mod:`bot.runner.seed`, made on first use), so that layouts start from the same weights."""
         self.hang_s, self.startup_s, self.timeout_s = hang_s, startup_s, timeout_s
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
+        self.check_layout = check_layout  # False: launch what the catalog would refuse (the real-run matrix measures it)
         self.hook = hook
         self.extra_env = extra_env or {}
         self.on_step = on_step
@@ -69,7 +71,7 @@ class LocalRunner:
         seed_error = ""
         if self.seed_cache is not None and wants_seed(recipe):
             try:
-                resolve_recipe(recipe, steps=steps, dump_folder=str(dump))  # a refused config costs no seed run either
+                resolve_recipe(recipe, steps=steps, dump_folder=str(dump), check_layout=self.check_layout)  # a refused config costs no seed run either
                 seed = ensure_seed_checkpoint(recipe, self.seed_cache)
             except ResolveError:
                 pass  # reported as invalid below, with the launch it would have made
@@ -108,7 +110,8 @@ class LocalRunner:
         if recipe.cluster.nodes != 1:
             return RunRecord(**base, launch=shape, outcome="invalid", reason="the local launcher runs one node; use launcher slurm for more")
         try:
-            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), extra=load_args(seed) if seed else None)
+            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), extra=load_args(seed) if seed else None,
+                                  check_layout=self.check_layout)
         except ResolveError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         if seed_error:

@@ -21,8 +21,8 @@ MOE = get_model("moe-tiny")
 PINNED = {"training.global_batch_size": 8, "training.seq_len": 256}
 
 
-def facts(devices: int, hardware: str = "cpu") -> catalog.ModelFacts:
-    return catalog.ModelFacts(n_heads=MOE.n_heads, n_kv_heads=MOE.n_kv_heads, n_layers=MOE.n_layers, num_experts=MOE.n_experts, devices=devices, hardware=hardware)
+def facts(devices: int) -> catalog.ModelFacts:
+    return catalog.ModelFacts(n_heads=MOE.n_heads, n_kv_heads=MOE.n_kv_heads, n_layers=MOE.n_layers, num_experts=MOE.n_experts, devices=devices)
 
 
 OFF = {"training.disable_cuda_graphs": True}
@@ -36,11 +36,10 @@ def test_ep_two_needs_two_ranks_and_a_divisor_of_the_experts() -> None:
     assert three == ["parallelism.expert_parallel_degree 3 must divide num_experts 8"]
 
 
-def test_cuda_graphs_are_illegal_on_the_cpu_and_ep_needs_them_off() -> None:
-    problems = catalog.prerequisite_problems({"parallelism.expert_parallel_degree": 2}, facts(2))
-    assert "training.disable_cuda_graphs must be true on the CPU (CUDA graphs need CUDA)" in problems
+def test_on_a_gpu_ep_needs_cuda_graphs_off_and_on_the_cpu_there_are_none() -> None:
+    problems = catalog.prerequisite_problems({"parallelism.expert_parallel_degree": 2}, facts(2), "h200")
     assert any(p.startswith("parallelism.expert_parallel_degree > 1 with the standard dispatcher") for p in problems)
-    assert catalog.prerequisite_problems({"parallelism.expert_parallel_degree": 1}, facts(1, hardware="h200")) == []
+    assert catalog.prerequisite_problems({"parallelism.expert_parallel_degree": 2}, facts(2), "cpu") == []
 
 
 def test_the_cpu_space_never_turns_cuda_graphs_on_and_knows_the_experts() -> None:
@@ -53,12 +52,12 @@ def test_the_cpu_space_never_turns_cuda_graphs_on_and_knows_the_experts() -> Non
 
 
 @pytest.mark.parametrize("ep", [1, 2, 4])
-@pytest.mark.parametrize("devices", [1, 2, 4])
-def test_the_simulator_agrees_with_the_catalog_on_ep_legality(ep: int, devices: int) -> None:
+@pytest.mark.parametrize("devices", [1, 2])
+def test_the_simulator_agrees_with_the_catalog_on_ep_legality_on_the_cpu(ep: int, devices: int) -> None:
     levers = {**OFF, "parallelism.expert_parallel_degree": ep, "training.local_batch_size": 1}
-    legal = not catalog.prerequisite_problems(levers, facts(devices, hardware="h200"))
+    legal = not catalog.prerequisite_problems(levers, facts(devices), "cpu")
     try:
-        resolve_layout(MOE, get_hardware("h200"), 1, devices, levers, PINNED)
+        resolve_layout(MOE, get_hardware("cpu"), 1, devices, levers, PINNED)
         sim_legal = True
     except LayoutError:
         sim_legal = False

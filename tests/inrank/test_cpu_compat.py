@@ -109,7 +109,7 @@ def test_device_patch_is_needed_and_works(applied: dict) -> None:
 
 
 def test_apply_applies_every_patch_once(applied: dict) -> None:
-    assert applied["applied"] == ["device", "set_timeout", "attention", "gloo_premul_sum", "grouped_experts_dtype"]
+    assert applied["applied"] == ["device", "set_timeout", "attention", "gloo_premul_sum", "pp_microbatch_step", "grouped_experts_dtype"]
     assert applied["grouped_experts_patched"]
     assert applied["applied_again"] == applied["applied"]
 
@@ -144,6 +144,29 @@ def test_apply_is_a_no_op_when_disabled() -> None:
 
 
 # ---------------------------------------------------------------- the shapes the patches rely on
+def test_torch_pipeline_step_still_lacks_microbatch_keywords() -> None:
+    """Fails when torch's schedules accept ``arg_mbs=`` themselves: then drop the ``pp_microbatch_step`` patch."""
+    import inspect
+
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
+
+    for cls in (PipelineScheduleSingle, PipelineScheduleMulti):
+        step = cls.step
+        if not getattr(step, "_attune_patched", False):
+            assert "arg_mbs" not in inspect.signature(step).parameters, "torch takes arg_mbs now: drop the pp patch"
+            assert hasattr(cls, "_step_microbatches"), "torch renamed _step_microbatches: the pp patch calls it"
+    assert not cpu_compat.torch_step_takes_microbatches()
+
+
+def test_torchtitan_still_passes_ready_microbatches_to_the_schedule() -> None:
+    """Fails when torchtitan stops calling ``pp_schedule.step(arg_mbs=...)`` (the patch is then unused)."""
+    import inspect
+
+    from torchtitan.trainer import Trainer
+
+    assert "arg_mbs=" in inspect.getsource(Trainer.pp_forward_backward_step)
+
+
 def test_flex_attention_has_no_cpu_backward() -> None:
     q = torch.randn(1, 2, 16, 8, requires_grad=True)
     with pytest.raises(NotImplementedError, match="FlexAttention does not support backward on CPU"):

@@ -31,7 +31,7 @@ def layout(path: Path, levers: dict, workload: dict | None = None):
 
 
 def legal(recipe) -> list[str]:
-    return catalog.prerequisite_problems(dict(recipe.levers), make_space(recipe).model)
+    return catalog.prerequisite_problems(dict(recipe.levers), make_space(recipe).model, recipe.cluster.hardware)
 
 
 def train(recipe, tmp_path: Path):
