@@ -352,6 +352,8 @@ def _bitwise_equal(a: RunRecord, b: RunRecord, steps: int) -> bool:
 
 
 Suite = tuple[str, Callable[[], list[Case]], Callable[[str], dict[str, str]]]
+# a suite's 2-rank baseline that joins the calibration set (dense: DDP; moe: EP 1 over 2 ranks)
+TWO_RANK_CALIBRATION = {"ddp2": "DDP, replicate 2", "ep1x2": "FSDP 2, EP 1"}
 
 
 def dense_suite() -> Suite:
@@ -393,7 +395,9 @@ def run_bench(
     # 2. the runs: baselines, calibration, every case that passed the config stage
     specs: dict[str, RunSpec] = {"base:base": RunSpec(label="baseline", recipe_text=base_text, steps=steps, env=env)}
     cal = calibration_specs(base_text, steps=steps, env=env)
-    cal["cal:ddp2"] = RunSpec(label="baseline on 2 ranks, DDP (replicate 2)", recipe_text=bases["ddp2"], steps=steps, env=env)
+    two = next((k for k in TWO_RANK_CALIBRATION if k in bases), None)  # the suite's 2-rank baseline joins the band
+    if two is not None:
+        cal[f"cal:{two}"] = RunSpec(label=f"baseline on 2 ranks ({TWO_RANK_CALIBRATION[two]})", recipe_text=bases[two], steps=steps, env=env)
     specs.update(cal)
     for c in all_cases:
         if verdicts[c.name].ok:
