@@ -403,6 +403,10 @@ def run_bench(
         if verdicts[c.name].ok:
             specs[f"base:{c.baseline}"] = RunSpec(label=f"baseline {c.baseline}", recipe_text=bases[c.baseline], steps=steps, env=env)
             specs[f"case:{c.name}"] = RunSpec(label=c.name, recipe_text=texts[c.name], steps=steps, env=env, hook=c.hook)
+    # a layout fault (a hook on a layout) is a no-op when it leaves the same layout's clean run bitwise unchanged
+    for c in all_cases:
+        if verdicts[c.name].ok and c.hook and (c.levers or c.cluster):
+            specs[f"clean:{c.name}"] = RunSpec(label=f"{c.name} (no hook)", recipe_text=texts[c.name], steps=steps, env=env)
     # a case identical to its baseline (no hook) is the baseline run itself
     for c in all_cases:
         sid = f"case:{c.name}"
@@ -435,6 +439,9 @@ def run_bench(
         verdict = conv.verdict
         if c.kind == "fault" and c.inject == "code" and _bitwise_equal(base, cand, steps):
             verdict, evidence = "no-op", "candidate curves bitwise identical to the baseline: the fault did not change the update"
+        clean = records.get(f"clean:{c.name}")
+        if c.kind == "fault" and clean is not None and _bitwise_equal(clean, cand, steps):
+            verdict, evidence = "no-op", "curves bitwise identical to the same layout without the fault: it did not change the update"
         ratio = _band_ratio(base, cand, band, steps) if c.baseline == "base" else None
         results.append(_result(c, verdict, conv, decided, evidence, runs=[base.run_id, cand.run_id], band_ratio=ratio))
 
