@@ -22,7 +22,9 @@ rule — when
 
 Fields beyond torchtitan's flat dict (``to_dict`` keeps no types and drops some callables):
 ``<node>.__type__`` for every config dataclass the workload's config function builds (a swapped
-loss, tokenizer or attention class is visible), callables the flat dict lacks, and recipe-level
+loss, tokenizer or attention class is visible), callables the flat dict lacks, private scalar
+fields of config dataclasses (``to_dict`` drops them: e.g. the MoE router's
+``_debug_force_load_balance``), and recipe-level
 fields (``env.*``, ``cluster.*``, ``workload.*``, ``bench.*``), classified by :data:`RECIPE_TIERS`
 before ``objective.yaml``. Object addresses (``<function f at 0x7f..>``) are stripped before the
 diff; a closure's captured values stay invisible (documented limit). ``Verdict.tier`` is the
@@ -154,7 +156,11 @@ def _walk(obj: Any, prefix: str, out: dict[str, Any], seen: set[int], depth: int
         for f in dataclasses.fields(obj):
             if depth == 0 and f.name in _SKIP_TYPES:
                 continue
-            _walk(getattr(obj, f.name, None), f"{prefix}{f.name}.", out, seen, depth + 1)
+            value = getattr(obj, f.name, None)
+            if f.name.startswith("_") and (value is None or isinstance(value, bool | int | float | str)):
+                out[f"{prefix}{f.name}"] = value  # private fields (``to_dict`` drops them), e.g. router._debug_force_load_balance
+                continue
+            _walk(value, f"{prefix}{f.name}.", out, seen, depth + 1)
     elif isinstance(obj, list | tuple):
         for i, item in enumerate(obj):
             _walk(item, f"{prefix}{i}.", out, seen, depth + 1)
@@ -250,6 +256,14 @@ def derived_values(flat: Mapping[str, Any], world_size: int) -> dict[str, Any]:
     }
 
 
+def runs_load_seed(recipe: Recipe) -> bool:
+    """True when the runs that compare this recipe load a seed checkpoint: local runs of the gate (``gate.runs``) and
+    of campaigns do (``bot/runner/seed.py``); Slurm runs do not yet."""
+    from bot.runner.seed import wants_seed
+
+    return recipe.cluster.launcher == "local" and wants_seed(recipe)
+
+
 def local_stack() -> dict[str, Any]:
     """This machine's stack (the one the gate's runs would use)."""
     from bot.runner.base import stack_fingerprint
@@ -303,6 +317,8 @@ def describe(recipe: Recipe, *, stack: Mapping[str, Any]) -> ResolvedRecipe:
     fields.update(structure_fields(config, flat))
     fields.update(recipe_fields(recipe))
     derived = derived_values(flat, recipe.devices)
+    # a local run made by the gate or a campaign loads its objective's seed checkpoint (bot/runner/seed.py)
+    derived["derived.seed_checkpoint"] = bool(derived["derived.seed_checkpoint"]) or runs_load_seed(recipe)
     context = {k: v for k, v in fields.items()}
     context.update(derived)
     context.update({f"stack.{k}": v for k, v in stack.items()})
@@ -352,7 +368,7 @@ def classify_change(field: str, before: Any, after: Any, tiers: Sequence[TierRul
     values = _scalars(before) + _scalars(after)
     rule = rules.classify(field, values=values, rules=[*RECIPE_TIERS, *tiers])
     return FieldChange(
-        field=field, before=before, after=after, tier=rule.tier, rule=rule.pattern, why=rule.why,
+        field=field, before=before, after=after, tier=rule.tier, rule=rule.name, why=rule.why,
         source=rule.source, precision=rule.precision, requires=list(rule.requires),
     )
 

@@ -112,6 +112,7 @@ class TierRule(BaseModel):
 
     pattern: Text
     tier: Tier
+    id: RuleId | None = None  # a name for the rule (reasons say it); default: the pattern
     why: Text
     source: str
     precision: bool = False
@@ -128,6 +129,11 @@ class TierRule(BaseModel):
         if self.precision and self.tier not in ("N", "X"):
             raise ValueError(f"a precision field must be tier N or X; got tier {self.tier!r}")
         return self
+
+    @property
+    def name(self) -> str:
+        """What a reason calls this rule: its ``id``, else its pattern."""
+        return self.id or self.pattern
 
     def applies(self, field: str, values: Sequence[Any] = ()) -> bool:
         """True when the pattern covers ``field`` and (if restricted) a value is in ``values``."""

@@ -4,7 +4,9 @@ A run is keyed by everything that decides its numbers: the recipe's parsed conte
 not count), the test hook, the step count, the runner's extra environment, a fingerprint of the
 code that runs inside the ranks (``bot/inrank/workloads``, the CPU compatibility layer, the launch
 command) and the stack key. Only ``ok`` records are cached (a crash or hang may be transient);
-they live in ``<cache_dir>/runs/<key>.json``, the run's logs in ``<cache_dir>/work/<key>/``.
+they live in ``<cache_dir>/runs/<key>.json``, the run's logs in ``<cache_dir>/work/<key>/``. A local run loads its
+objective's seed checkpoint (``<cache_dir>/seed/``, :mod:`bot.runner.seed`) unless its spec says ``seed=False``, so
+every layout of a comparison starts from the same weights.
 
 With ``jobs > 1`` (``run_many``) runs execute in ``python -m gate.runs`` worker *processes*:
 ``bot.runner.resolve`` redirects the process-wide stderr while torchtitan parses, which is not
@@ -43,6 +45,7 @@ class RunSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # runner extra environment (not the recipe's)
     repeat: int = 0  # a deliberate repeat of an otherwise identical run gets its own key
     recipe_path: str | None = None
+    seed: bool = True  # load the objective's seed checkpoint (bot/runner/seed.py, cached in the cache dir)
 
 
 def code_fingerprint() -> str:
@@ -66,6 +69,7 @@ def run_key(spec: RunSpec, stack_key: str) -> str:
         "steps": spec.steps,
         "env": {**RUN_ENV, **spec.env},
         "repeat": spec.repeat,
+        "seed": spec.seed,
         "code": code_fingerprint(),
         "stack": stack_key,
     }
@@ -114,7 +118,9 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
         return found
     path = cached_path(spec, cache_dir)
     recipe = parse_recipe_text(spec.recipe_text, spec.label)
-    runner = get_runner("slurm" if recipe.cluster.launcher == "slurm" else "local", hook=spec.hook, extra_env={**RUN_ENV, **spec.env})
+    launcher = "slurm" if recipe.cluster.launcher == "slurm" else "local"
+    seed = {"seed_cache": Path(cache_dir)} if spec.seed and launcher == "local" else {}
+    runner = get_runner(launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, **seed)
     record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text)
     write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))
     return record

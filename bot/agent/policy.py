@@ -81,7 +81,8 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
         return "this configuration is the baseline's"
     if not check_prerequisites:
         return None
-    new_problems = set(catalog.prerequisite_problems(effective, space.model)) - set(catalog.prerequisite_problems(base, space.model))
+    hw = space.recipe.cluster.hardware
+    new_problems = set(catalog.prerequisite_problems(effective, space.model, hw)) - set(catalog.prerequisite_problems(base, space.model, hw))
     if new_problems:
         return "prerequisite missing: " + "; ".join(sorted(new_problems))
     return None

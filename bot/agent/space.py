@@ -28,6 +28,8 @@ def lever_values(recipe: Recipe, name: str) -> list[Scalar]:
     devices = recipe.devices
     if lever.precision or lever.tier == "X":
         return []
+    if name == "training.disable_cuda_graphs" and recipe.cluster.hardware == "cpu":
+        return [True]  # CUDA graphs need CUDA: never propose turning them on on a CPU host
     if lever.kind == "bool":
         return [False, True]
     if lever.kind == "choice":
@@ -82,10 +84,11 @@ def make_space(recipe: Recipe) -> LeverSpace:
     """The lever space a policy is handed for ``recipe``: its legal values, and the model's shape where the
     simulator's zoo knows the model (head and layer counts bound TP and PP)."""
     facts = None
+    where = {"devices": recipe.devices}
     if recipe.workload.model:
         try:
             m = get_model(recipe.workload.model)
-            facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None)
+            facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None, **where)
         except (KeyError, ValueError):
             facts = None
     return LeverSpace(recipe=recipe, values=search_space(recipe), model=facts)

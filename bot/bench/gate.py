@@ -16,14 +16,16 @@ the convergence stage on real ~20-step runs):
   (:func:`gate.calibration.calibration_specs`: a baseline repeat, an init perturbation, a
   grad-accumulation split, another ``loss.num_chunks``) builds the noise band; false rejects are
   counted on the *held-out* set only (AC modes, GC cadence, FSDP reshard policy, structured
-  logging, optimizer implementations, unchunked loss, two more GA splits, DDP over 2 ranks,
+  logging, optimizer implementations, unchunked loss, two more GA splits, the 2-rank layouts,
   compile).
 
-FSDP over 2 ranks is *not* a legitimate change on this stack: DTensor RNG is unsupported on a
-CPU mesh, so both ranks initialise identical shards (cpu-torchtitan.md §3). Without a seed
-checkpoint it is a different initialisation, and the benchmark lists it as a config fault (the
-``seed_checkpoint`` invariant and the ``cpu-dtensor-rng-identical-shards`` defect catch it). The
-2-rank legitimate layout is DDP (replicate), whose init equals the 1-rank init.
+Every run loads the objective's seed checkpoint (``bot/runner/seed.py``; made once on one rank with all degrees 1),
+so 2-rank layouts start from the 1-rank baseline's weights and are legitimate tier-R changes: FSDP (also with
+reshard never), TP with and without SP, PP with 1F1B, GPipe and Interleaved1F1B. DDP over 2 ranks (replicate 2) is
+in the *calibration* set (a layout's reduction-order drift), the other layouts are held out and counted. Layout
+faults are hooks on those layouts (``bot/inrank/hooks.py``: a TP plan that shards the norms or leaves a projection
+unsharded, a PP split that drops or duplicates a layer, PP microbatch losses scaled by the microbatch count, the seed
+checkpoint not loaded); CP cannot run on the CPU (``bot/core/layouts.py``) and is a config-stage reject.
 
 Runs go through the content-keyed run cache (``gate/runs.py``) and the band is saved in the band
 cache, so a rerun only redoes what changed. At most ``jobs`` runs at a time (use 2 at most on a
@@ -76,6 +78,25 @@ class Case(BaseModel):
 
 
 DDP2 = {"cluster": {"devices_per_node": 2}, "levers": {"parallelism.data_parallel_replicate_degree": 2}}
+# 2-rank layouts over the 1-rank baseline (every run loads the objective's seed checkpoint, bot/runner/seed.py)
+_ONE = {"parallelism.data_parallel_shard_degree": 1}
+LAYOUT2: dict[str, dict[str, Any]] = {
+    "fsdp2": {"levers": {"parallelism.data_parallel_shard_degree": 2}},
+    "fsdp2_reshard_never": {"levers": {"parallelism.data_parallel_shard_degree": 2, "parallelism.fsdp_reshard_after_forward": "never"}},
+    "tp2": {"levers": {**_ONE, "parallelism.tensor_parallel_degree": 2}},
+    "tp2_nosp": {"levers": {**_ONE, "parallelism.tensor_parallel_degree": 2, "parallelism.enable_sequence_parallel": False}},
+    "pp2": {"levers": {**_ONE, "parallelism.pipeline_parallel_degree": 2, "training.local_batch_size": 2}},
+    "pp2_gpipe": {"levers": {**_ONE, "parallelism.pipeline_parallel_degree": 2, "training.local_batch_size": 2,
+                             "parallelism.pipeline_parallel_schedule": "GPipe"}},
+    "pp2_interleaved": {"levers": {**_ONE, "parallelism.pipeline_parallel_degree": 2, "training.local_batch_size": 4,
+                                   "parallelism.pipeline_parallel_schedule": "Interleaved1F1B"}},
+    "cp2": {"levers": {**_ONE, "parallelism.context_parallel_degree": 2}},
+}
+
+
+def _layout(name: str) -> dict[str, Any]:
+    spec = LAYOUT2[name]
+    return {"cluster": {"devices_per_node": 2}, "levers": dict(spec["levers"])}
 
 
 def _variant(config: str) -> dict[str, str]:
@@ -112,7 +133,7 @@ def cases() -> list[Case]:
         Case(name="3 layers", kind="fault", inject=cfg, what="one transformer block fewer (config function)", workload=_variant("three_layers")),
         Case(name="rope theta 5e5", kind="fault", inject=cfg, what="RoPE theta 1e4 -> 5e5 (config function)", workload=_variant("rope_theta_500k")),
         Case(name="lbs 4, global batch unpinned", kind="fault", inject="layout", what="local batch 8 -> 4 while global_batch_size is -1 (follows lbs x DP)", baseline="gbs_unpinned", levers={"training.local_batch_size": 4}),
-        Case(name="FSDP 2 ranks, no seed ckpt", kind="fault", inject="layout", what="2 ranks, dp_shard 2: sharded init differs on a CPU mesh", cluster={"devices_per_node": 2}),
+        Case(name="CP 2 ranks (cannot run on CPU)", kind="fault", inject="layout", what="context parallel 2: needs FlexAttention's backward, absent on the CPU (rejected before any run)", **_layout("cp2")),
         Case(name="DDP 2 ranks, spmd_types", kind="fault", inject="layout", what="DDP over 2 ranks with the spmd_types backend (torch 2.13 defect)", workload=_variant("spmd_types_backend"), **DDP2),
     ]
     code = [
@@ -138,6 +159,17 @@ def cases() -> list[Case]:
         ("biases frozen (model has none)", r"drop_grads:\.bias$", "bias gradients dropped; no-op by construction: the model has no biases"),
     ]
     faults += [Case(name=n, kind="fault", inject="code", what=w, hook=h) for n, h, w in code]
+    layout_code = [
+        ("TP plan shards the norms", "tp2", "tp_norm_sharded", "TP 2: per-layer norm weights sharded S(0) instead of replicated"),
+        ("TP plan leaves w3 unsharded", "tp2", "tp_proj_unsharded", "TP 2: FFN w3 replicated while w1 is column-sharded"),
+        ("PP split drops layer 1", "pp2", "pp_drop_layer:1", "PP 2: layer 1 in no stage (the model runs without it)"),
+        ("PP split duplicates layer 1", "pp2", "pp_dup_layer:1", "PP 2: layer 1 in both stages (runs twice)"),
+        ("PP loss / microbatch count", "pp2", "pp_mb_loss_scale", "PP 2: each microbatch loss divided again by the microbatch count (torchtitan#1733)"),
+        ("FSDP without the seed checkpoint", "fsdp2", "seed_not_loaded", "FSDP 2: seed checkpoint not loaded (identical shards on a CPU mesh)"),
+        ("TP without the seed checkpoint", "tp2", "seed_not_loaded", "TP 2: seed checkpoint not loaded (sharded init)"),
+        ("PP without the seed checkpoint", "pp2", "seed_not_loaded", "PP 2: seed checkpoint not loaded (per-stage init seeds)"),
+    ]
+    faults += [Case(name=n, kind="fault", inject="code", what=w, hook=h, **_layout(lay)) for n, lay, h, w in layout_code]
     faults += [
         Case(name="rank 1 reads rank 0's data", kind="fault", inject="code", what="DDP 2 ranks: both ranks read the same samples", baseline="ddp2", hook="dup_rank_data"),
         Case(name="step skipped on rank 1", kind="fault", inject="code", what="DDP 2 ranks: rank 1 skips the optimizer step at step 3", baseline="ddp2", hook="skip_step:3@1"),
@@ -154,7 +186,13 @@ def cases() -> list[Case]:
         Case(name="loss unchunked", kind="legit", inject=cfg, what="loss.num_chunks 8 -> 1", levers={"loss.num_chunks": 1}),
         Case(name="GA 2 (lbs 4)", kind="legit", inject=cfg, what="local batch 1 -> 4, global batch pinned (GA 8 -> 2)", levers={"training.local_batch_size": 4}),
         Case(name="GA 1 (lbs 8)", kind="legit", inject=cfg, what="local batch 1 -> 8, global batch pinned (GA 8 -> 1)", levers={"training.local_batch_size": 8}),
-        Case(name="DDP 2 ranks", kind="legit", inject="layout", what="2 ranks, replicate degree 2, global batch pinned (GA 8 -> 4 per rank)", **DDP2),
+        Case(name="FSDP 2 ranks", kind="legit", inject="layout", what="2 ranks, dp_shard 2, seed checkpoint, global batch pinned (GA 8 -> 4 per rank)", **_layout("fsdp2")),
+        Case(name="FSDP 2 ranks, reshard never", kind="legit", inject="layout", what="as FSDP 2 ranks, fsdp_reshard_after_forward never", **_layout("fsdp2_reshard_never")),
+        Case(name="TP 2 (+SP)", kind="legit", inject="layout", what="tensor parallel 2 with sequence parallel, seed checkpoint", **_layout("tp2")),
+        Case(name="TP 2 (no SP)", kind="legit", inject="layout", what="tensor parallel 2 without sequence parallel, seed checkpoint", **_layout("tp2_nosp")),
+        Case(name="PP 2 (1F1B)", kind="legit", inject="layout", what="pipeline parallel 2, 1F1B, local batch 2 = 2 microbatches, seed checkpoint", **_layout("pp2")),
+        Case(name="PP 2 (GPipe)", kind="legit", inject="layout", what="pipeline parallel 2, GPipe, 2 microbatches, seed checkpoint", **_layout("pp2_gpipe")),
+        Case(name="PP 2 (Interleaved1F1B)", kind="legit", inject="layout", what="pipeline parallel 2, Interleaved1F1B (4 stages), 4 microbatches, seed checkpoint", **_layout("pp2_interleaved")),
         Case(name="compile", kind="legit", inject=cfg, what="compile.enable false -> true (inductor on CPU)", levers={"compile.enable": True}),
     ]
     return faults + legit
@@ -313,6 +351,17 @@ def _bitwise_equal(a: RunRecord, b: RunRecord, steps: int) -> bool:
     return a.outcome == b.outcome == "ok" and pick(a) == pick(b) and len(pick(a)) == steps
 
 
+Suite = tuple[str, Callable[[], list[Case]], Callable[[str], dict[str, str]]]
+# a suite's 2-rank baseline that joins the calibration set (dense: DDP; moe: EP 1 over 2 ranks)
+TWO_RANK_CALIBRATION = {"ddp2": "DDP, replicate 2", "ep1x2": "FSDP 2, EP 1"}
+
+
+def dense_suite() -> Suite:
+    """The default suite: its baseline recipe (under recipes/), its cases and its baselines (llama3-tiny).
+    ``bot.bench.gate_moe.SUITE`` is the MoE one."""
+    return BASELINE_RECIPE, cases, baselines
+
+
 def run_bench(
     *,
     out_dir: str | Path,
@@ -322,8 +371,9 @@ def run_bench(
     cache_dir: str | Path | None = None,
     safety: float = DEFAULT_SAFETY,
     only: list[str] | None = None,
+    suite: Suite | None = None,
 ) -> BenchReport:
-    """Run the benchmark; write ``report.json`` and ``report.md`` under ``out_dir``."""
+    """Run the benchmark (``suite``: default :func:`dense_suite`); write ``report.json`` and ``report.md`` under ``out_dir``."""
     t0 = time.monotonic()
     say = progress or (lambda _msg: None)
     out = Path(out_dir)
@@ -331,10 +381,11 @@ def run_bench(
     env = {"ATTUNE_TORCH_THREADS": "1"} if jobs > 1 else {}
     from bot.core.repo import find_repo
 
-    base_text = (find_repo().recipes / BASELINE_RECIPE).read_text()
-    bases = baselines(base_text)
+    baseline_recipe, suite_cases, suite_baselines = suite or dense_suite()
+    base_text = (find_repo().recipes / baseline_recipe).read_text()
+    bases = suite_baselines(base_text)
     recipes = {k: parse_recipe_text(t, k) for k, t in bases.items()}
-    all_cases = [c for c in cases() if not only or c.name in only]
+    all_cases = [c for c in suite_cases() if not only or c.name in only]
 
     # 1. config stage for every case (in-process resolution, no runs)
     say(f"config stage for {len(all_cases)} cases")
@@ -344,11 +395,18 @@ def run_bench(
     # 2. the runs: baselines, calibration, every case that passed the config stage
     specs: dict[str, RunSpec] = {"base:base": RunSpec(label="baseline", recipe_text=base_text, steps=steps, env=env)}
     cal = calibration_specs(base_text, steps=steps, env=env)
+    two = next((k for k in TWO_RANK_CALIBRATION if k in bases), None)  # the suite's 2-rank baseline joins the band
+    if two is not None:
+        cal[f"cal:{two}"] = RunSpec(label=f"baseline on 2 ranks ({TWO_RANK_CALIBRATION[two]})", recipe_text=bases[two], steps=steps, env=env)
     specs.update(cal)
     for c in all_cases:
         if verdicts[c.name].ok:
             specs[f"base:{c.baseline}"] = RunSpec(label=f"baseline {c.baseline}", recipe_text=bases[c.baseline], steps=steps, env=env)
             specs[f"case:{c.name}"] = RunSpec(label=c.name, recipe_text=texts[c.name], steps=steps, env=env, hook=c.hook)
+    # a layout fault (a hook on a layout) is a no-op when it leaves the same layout's clean run bitwise unchanged
+    for c in all_cases:
+        if verdicts[c.name].ok and c.hook and (c.levers or c.cluster):
+            specs[f"clean:{c.name}"] = RunSpec(label=f"{c.name} (no hook)", recipe_text=texts[c.name], steps=steps, env=env)
     # a case identical to its baseline (no hook) is the baseline run itself
     for c in all_cases:
         sid = f"case:{c.name}"
@@ -381,6 +439,9 @@ def run_bench(
         verdict = conv.verdict
         if c.kind == "fault" and c.inject == "code" and _bitwise_equal(base, cand, steps):
             verdict, evidence = "no-op", "candidate curves bitwise identical to the baseline: the fault did not change the update"
+        clean = records.get(f"clean:{c.name}")
+        if c.kind == "fault" and clean is not None and _bitwise_equal(clean, cand, steps):
+            verdict, evidence = "no-op", "curves bitwise identical to the same layout without the fault: it did not change the update"
         ratio = _band_ratio(base, cand, band, steps) if c.baseline == "base" else None
         results.append(_result(c, verdict, conv, decided, evidence, runs=[base.run_id, cand.run_id], band_ratio=ratio))
 

@@ -16,11 +16,14 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
+    suite = None
+    if args.suite == "moe":
+        from bot.bench.gate_moe import SUITE as suite
     if wanted(args.json):  # a live display on a terminal: the runs done of those to run, elapsed, ETA
         with CountDisplay(console(), "bench gate", 0, "runs") as display:
-            report = run_bench(out_dir=Path(args.out), jobs=args.jobs, progress=display.message)
+            report = run_bench(out_dir=Path(args.out), jobs=args.jobs, progress=display.message, suite=suite)
     else:
-        report = run_bench(out_dir=Path(args.out), jobs=args.jobs)
+        report = run_bench(out_dir=Path(args.out), jobs=args.jobs, suite=suite)
     print(render_bench(report))
     if args.json:
         emit_json(report.summary())
@@ -140,6 +143,8 @@ def register(sub: Any) -> None:
     bg.add_argument("--out", default=".attune/bench-gate")
     bg.add_argument("--jobs", type=int, default=2, help="real runs at a time (default 2: one per core of a 2-core box)")
     bg.add_argument("--json", action="store_true")
+    bg.add_argument("--suite", choices=("dense", "moe"), default="dense",
+                    help="dense: the llama3-tiny cases (default); moe: the moe-tiny MoE cases (bot/bench/gate_moe.py)")
     bg.set_defaults(func=cmd_bench_gate)
     bt = b.add_parser("tuners", help="every policy under the same budget in the simulator (SIMULATED)")
     bt.add_argument("--recipe", action="append", default=[])

@@ -23,6 +23,7 @@ from typing import Any
 from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, console, emit_json
 
 DEMO_RECIPE = "llama3-tiny/cpu.yaml"
+DEMO_RECIPES = (DEMO_RECIPE, "moe-tiny/cpu.yaml")  # the embedded examples: dense llama3, MoE (qwen3)
 CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # a folder name and a git branch component
 STOP_WAIT_S = 120.0  # how long `stop` waits for the running process to let go (a run's kill, a worker's grace)
 
@@ -192,11 +193,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from bot.drive.local import scratch_clone
 
     home = find_repo()  # the working directory's repository: the demo tunes a scratch clone of it
-    if not (home.recipes / DEMO_RECIPE).is_file():
-        raise UsageError(f"{home.recipes / DEMO_RECIPE}: no such recipe (run the demo from a checkout of ATTUNE)")
+    rel = (args.recipe or DEMO_RECIPE).removeprefix("recipes/")
+    if not rel.endswith(".yaml") or ".." in Path(rel).parts or Path(rel).is_absolute():
+        raise UsageError(f"--recipe: expected a recipe under recipes/ such as {', '.join(DEMO_RECIPES)}; got {args.recipe!r}")
+    if not (home.recipes / rel).is_file():
+        raise UsageError(f"{home.recipes / rel}: no such recipe (run the demo from a checkout of ATTUNE)")
     repo = scratch_clone(home.root)
     # the gate's calibration runs are cached in this checkout's .attune/, so a second demo reuses them
-    return _run_campaign(repo, f"recipes/{DEMO_RECIPE}", budget=args.budget, policy=args.policy, forge="local", as_json=args.json,
+    return _run_campaign(repo, f"recipes/{rel}", budget=args.budget, policy=args.policy, forge="local", as_json=args.json,
                          cache_dir=home.work)
 
 
@@ -309,6 +313,8 @@ def register(sub: Any) -> None:
         p.set_defaults(func=func)
 
     d = sub.add_parser("demo", help="a real local campaign on the CPU recipe, in a scratch clone")
+    d.add_argument("--recipe", default=None, metavar="RECIPE",
+                   help=f"a recipe under recipes/ (default {DEMO_RECIPE}; the MoE example: {DEMO_RECIPES[1]})")
     d.add_argument("--budget", type=float, default=0.12, help="device-hours (default 0.12: about 7 minutes of runs)")
     d.add_argument("--policy", choices=POLICIES, default="heuristic")
     d.add_argument("--json", action="store_true")

@@ -30,7 +30,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.stop_below > 0 or args.stop_after < 2:
             raise UsageError(f"--stop-below/--stop-after: expected a positive tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
         limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
-    runner = get_runner(recipe.cluster.launcher, **({"hook": args.hook} if args.hook else {}))
+    options: dict[str, Any] = {"hook": args.hook} if args.hook else {}
+    if recipe.cluster.launcher == "local" and recipe.devices > 1:
+        # more than one rank: sharded init differs per layout, so the run loads its objective's seed checkpoint
+        # (bot/runner/seed.py), cached where the gate caches its runs
+        options["seed_cache"] = Path(".attune")
+    runner = get_runner(recipe.cluster.launcher, **options)
     if con:
         con.print(f"[bold]attune run[/] {args.recipe} ({recipe.cluster.launcher}, {steps} steps) -> {out}")
     record = runner.run(recipe, steps=steps, out_dir=out, recipe_path=str(args.recipe), **limits)

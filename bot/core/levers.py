@@ -125,7 +125,10 @@ def _levers() -> dict[str, Lever]:
         Lever("parallelism.pipeline_parallel_schedule", "choice", "R", "Pipeline schedule.", choices=tuple(PP_SCHEDULES)),
         Lever("parallelism.pipeline_parallel_microbatch_size", "int", "R", "PP microbatch size; must divide local batch.", minimum=1),
         Lever("parallelism.context_parallel_degree", "int", "R", "Context parallel degree.", minimum=1),
-        Lever("parallelism.expert_parallel_degree", "int", "R", "Expert parallel degree (MoE); standard dispatcher needs CUDA graphs off.", minimum=1),
+        Lever("parallelism.expert_parallel_degree", "int", "R",
+              "Expert parallel degree (MoE): routed experts sharded over EP ranks borrowed from dp_shard*cp*tp, all-to-all "
+              "dispatch/combine; the standard (all-to-all, host-synced) dispatcher needs CUDA graphs off. On the CPU the "
+              "standard dispatcher runs over gloo (the only one there: MOE_CUDA_ONLY).", minimum=1),
         # --- activation checkpointing (§1b) ---
         Lever("activation_checkpoint", "choice", "B", "Activation checkpointing mode (tyro subcommand).",
               choices=("none", "selective", "full", "memory_budget"), tier_by_value={"memory_budget": "R"}),
@@ -196,14 +199,32 @@ def parse_value(name: str, raw: Scalar | str) -> Scalar:
     return get(name).parse(raw)
 
 
+# MoE features of torchtitan 0.3.0 that exist only on CUDA (none is a lever on the CPU). The dispatcher is a
+# config-function choice (``model_registry(moe_comm_backend=...)``; the CLI is frozen), so on the CPU the only
+# token dispatcher is "standard": ``AllToAllTokenDispatcher`` over gloo at EP > 1, its local fallback at EP 1
+# (``LocalTokenDispatcher``). Each claim is checked against the installed torchtitan by tests/core/test_moe_levers.py.
+_TT = "https://github.com/pytorch/torchtitan/blob/release/0.3/torchtitan/"
+MOE_CUDA_ONLY: dict[str, str] = {
+    "moe_comm_backend=deepep": _TT + "distributed/deepep/deepep.py (DeepEP kernels: NVLink/RDMA, CUDA only)",
+    "moe_comm_backend=hybridep": _TT + "distributed/deepep/hybridep.py (HybridEP: TMA kernels for GB200/NVL72)",
+    "moe_comm_backend=minimal_async_ep": _TT + "distributed/minimal_async_ep/api.py (symmetric memory + Triton; ops registered for device_types='cuda')",
+    "override fused_grouped_experts": _TT + "overrides/fused_swiglu.py (Triton silu_and_mul kernel, device_types='cuda')",
+    "Float8/MXFP8 grouped experts": _TT + "components/quantization/float8.py (torchao, SM89+ / SM100+)",
+    "CUDA graphs (training.disable_cuda_graphs false)": _TT + "distributed/cudagraph.py",
+    "parallelism.enable_fsdp_symm_mem": _TT + "config/configs.py (checks the CUDA capability at parse time)",
+}
+
+
 @dataclass(frozen=True)
 class ModelFacts:
-    """What the prerequisite checks need to know about the model (heads, layers, experts)."""
+    """What the prerequisite checks need to know about the model (heads, layers, experts) and its world size
+    (``devices``: expert parallelism borrows ranks from dp_shard*cp*tp)."""
 
     n_heads: int | None = None
     n_kv_heads: int | None = None
     n_layers: int | None = None
     num_experts: int | None = None
+    devices: int | None = None
 
 
 def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
@@ -211,8 +232,11 @@ def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
     return {**DEFAULTS, **levers}
 
 
-def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None) -> list[str]:
-    """Every prerequisite a lever set violates (empty when the set is legal)."""
+def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None, hardware: str | None = None) -> list[str]:
+    """Every prerequisite a lever set violates (empty when the set is legal); with ``hardware``, also what torchtitan
+    0.3.0 cannot run on it (:func:`bot.core.layouts.layout_problems`)."""
+    from bot.core.layouts import layout_problems
+
     v = effective(levers)
     problems: list[str] = []
     tp, pp, ep = int(v["parallelism.tensor_parallel_degree"]), int(v["parallelism.pipeline_parallel_degree"]), int(v["parallelism.expert_parallel_degree"])
@@ -220,9 +244,10 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
         problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
     if v["activation_checkpoint"] == "memory_budget" and not (v["compile.enable"] and "model" in str(v["compile.components"])):
         problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
-    if pp > 1 and not v["training.disable_cuda_graphs"]:
+    graphs = not v["training.disable_cuda_graphs"] and hardware != "cpu"  # a CPU host has no CUDA graphs
+    if pp > 1 and graphs:
         problems.append("parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true")
-    if ep > 1 and not v["training.disable_cuda_graphs"]:
+    if ep > 1 and graphs:
         problems.append("parallelism.expert_parallel_degree > 1 with the standard dispatcher needs training.disable_cuda_graphs true")
     if pp > 1 and int(v["training.local_batch_size"]) % int(v["parallelism.pipeline_parallel_microbatch_size"]):
         problems.append("training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size")
@@ -233,10 +258,20 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
                 problems.append(f"parallelism.tensor_parallel_degree {tp} must divide {attr} {heads}")
         if model.n_layers and pp > model.n_layers:
             problems.append(f"parallelism.pipeline_parallel_degree {pp} exceeds the {model.n_layers} layers")
+        if model.devices and ep > 1:
+            rep, cp = int(v["parallelism.data_parallel_replicate_degree"]), int(v["parallelism.context_parallel_degree"])
+            shard = int(v["parallelism.data_parallel_shard_degree"])
+            if shard == -1:
+                shard = max(model.devices // max(rep * tp * pp * cp, 1), 1)
+            if (shard * cp * tp) % ep:
+                # torchtitan parallel_dims.py: EP borrows ranks from FSDP/CP/TP (dp_shard*cp*tp = efsdp*ep)
+                problems.append(f"parallelism.expert_parallel_degree {ep} must divide dp_shard*cp*tp = {shard * cp * tp}")
         if ep > 1 and not model.num_experts:
             problems.append("parallelism.expert_parallel_degree > 1 needs a MoE model")
         elif ep > 1 and model.num_experts and model.num_experts % ep:
             problems.append(f"parallelism.expert_parallel_degree {ep} must divide num_experts {model.num_experts}")
+    if hardware is not None:
+        problems += layout_problems(v, hardware, model.n_layers if model else None)
     return problems
 
 

@@ -108,6 +108,7 @@ class RunRecord(BaseModel):
     usd_per_device_hour: float = 0.0
     simulated: bool = False
     hook: str | None = None  # test-only workload hook, if any
+    seed_checkpoint: str | None = None  # key of the seed checkpoint the run loaded (bot/runner/seed.py), if any
     log_tail: str = ""
 
     @property

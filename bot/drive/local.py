@@ -78,7 +78,7 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
         forge=forge_obj,
         states=FileStateStore(work / "campaigns"),
         records=records,
-        runs=LocalRunPort(get_runner(recipe.cluster.launcher, **(runner_options or {})), records,
+        runs=LocalRunPort(get_runner(recipe.cluster.launcher, **_with_seed(recipe.cluster.launcher, runner_options, cache_dir or work)), records,
                           calibrate=make_calibrator(cache_dir or work, progress=progress)),
         policy=get_policy(policy, **options),
         lessons=load_lessons(Repo(repo).lessons) if lessons is None else lessons,
@@ -88,6 +88,15 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
         on_event=on_event,
         finish_hook=finish_local if forge == "local" else None,
     )
+
+
+def _with_seed(launcher: str, options: dict[str, Any] | None, cache: Path) -> dict[str, Any]:
+    """Runner options with the campaign's seed-checkpoint cache: every local run of a campaign loads its objective's
+    seed checkpoint (``bot/runner/seed.py``), the same one the gate's calibration runs load."""
+    out = dict(options or {})
+    if launcher == "local":
+        out.setdefault("seed_cache", cache)
+    return out
 
 
 def scratch_clone(src: Path) -> Path:

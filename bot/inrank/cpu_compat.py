@@ -20,6 +20,27 @@ Patches:
    by ``Decoder.get_attention_masks`` from ``positions``.
 4. ``gloo_premul_sum``: gloo has no ``ReduceOp.PREMUL_SUM``, which FSDP2 picks when torchtitan
    sets the gradient divide factor to 1.0; force sum reduction (numerically the same).
+5. ``pp_microbatch_step``: torchtitan 0.3.0 hands the pipeline schedule ready-made microbatches
+   (``pp_schedule.step(arg_mbs=…, kwarg_mbs=…, target_mbs=…)``, ``torchtitan/trainer.py`` L856), an API of the
+   torch nightlies it pins; torch 2.13's ``PipelineSchedule{Single,Multi}.step(*args, target=, **kwargs)`` has none
+   and every PP run dies with ``ValueError: Expecting 2 arg_mbs but got 1`` (measured, 2 CPU ranks). The patch
+   accepts those keywords and runs torch 2.13's own ``_step_microbatches`` on them after the per-iteration set-up
+   ``step`` does (stage ``has_backward`` flags, ``clear_runtime_states``). A version skew, not a CPU defect: a
+   GPU host with the pinned nightly does not need it (the layer is active only on CPU-only hosts).
+
+6. ``grouped_experts_dtype``: torchtitan's MoE ``GroupedExperts.forward`` casts tokens and expert weights
+   to bfloat16 for ``torch._grouped_mm`` whatever the parameter dtype. On this AVX2-only CPU a bf16
+   ``_grouped_mm`` forward+backward is ~15x slower than fp32 (measured: 2048x128 @ 8 experts x 256,
+   91 ms vs 6 ms), which made a 512-token step of the tiny MoE take 4.5 s. The patch computes the
+   experts in the parameters' dtype (fp32 in the CPU workloads, which already run fp32 params for the
+   same reason: ``training.mixed_precision_param float32``); bf16 parameters still compute in bf16.
+   Numerics: fp32 experts are *more* precise than torchtitan's GPU path; every CPU run (baseline and
+   candidate alike) runs the same code, so the gate compares like with like.
+
+CP cannot be patched the same way: torchtitan's CP shards the FlexAttention ``BlockMask``
+(``torchtitan/distributed/context_parallel/api.py`` ``cp_shard`` asserts ``isinstance(attention_masks, (BlockMask,
+dict))``), and FlexAttention has no CPU backward in torch 2.13, so the dense SDPA mask of patch 3 is what a CPU run
+has. The lever catalog rejects CP on the CPU for that reason (``bot/core/layouts.py``).
 """
 
 from __future__ import annotations
@@ -178,11 +199,89 @@ def patch_gloo_premul_sum() -> None:
     tt_fsdp.disable_fsdp_gradient_division = disable_fsdp_gradient_division
 
 
+def _microbatch_step(original: Callable) -> Callable:
+    def step(self, *args, target=None, losses=None, return_outputs=True, loss_kwargs=None, arg_mbs=None, kwarg_mbs=None,
+             target_mbs=None, **kwargs):
+        if arg_mbs is None and kwarg_mbs is None and target_mbs is None:
+            return original(self, *args, target=target, losses=losses, return_outputs=return_outputs, loss_kwargs=loss_kwargs, **kwargs)
+        stages = getattr(self, "_stages", None) or [self._stage]
+        for stage in stages:  # what torch 2.13's step() does before it splits a whole batch
+            stage.has_backward = self._has_backward
+            stage.clear_runtime_states()
+        n = self._n_microbatches
+        self._step_microbatches(
+            arg_mbs if arg_mbs is not None else [()] * n,
+            kwarg_mbs if kwarg_mbs is not None else [{}] * n,
+            target_mbs,
+            losses,
+            return_outputs,
+            loss_kwargs=loss_kwargs,
+        )
+        if return_outputs and any(stage.is_last for stage in stages):
+            return self._merge_outputs(next(s for s in stages if s.is_last).output_chunks)
+        return None
+
+    step._attune_patched = True  # type: ignore[attr-defined]
+    return step
+
+
+def torch_step_takes_microbatches() -> bool:
+    """True when this torch's pipeline schedules accept ``arg_mbs=`` (then patch 5 is not needed)."""
+    import inspect
+
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+
+    step = PipelineScheduleSingle.step
+    if getattr(step, "_attune_patched", False):
+        return False
+    return "arg_mbs" in inspect.signature(step).parameters
+
+
+def patch_pp_microbatch_step() -> None:
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
+
+    if torch_step_takes_microbatches():
+        return
+    for cls in (PipelineScheduleSingle, PipelineScheduleMulti):
+        if not getattr(cls.step, "_attune_patched", False):
+            cls.step = _microbatch_step(cls.step)
+
+
+def _grouped_experts_forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
+    """torchtitan 0.3.0's ``GroupedExperts.forward`` computing in the weights' dtype instead of bf16."""
+    from torch.distributed.tensor import DTensor
+
+    w1, w2, w3 = (w.to_local() if isinstance(w, DTensor) else w for w in (self.w1_EFD, self.w2_EDF, self.w3_EFD))
+    dtype = w1.dtype
+    offsets_E = torch.cumsum(num_tokens_per_expert_E, dim=0, dtype=torch.int32)
+    from torchtitan.distributed.spmd_types import spmd_mesh_size
+    from torchtitan.distributed.utils import get_spmd_backend
+
+    if get_spmd_backend() == "spmd_types":
+        import spmd_types as spmd
+
+        if spmd.is_type_checking() and spmd_mesh_size("ep") == 1:
+            for axis in ("dp", "cp"):  # as the stock forward: offsets P -> V for grouped_mm without EP
+                spmd.mutate_type(offsets_E, axis, src=spmd.P, dst=spmd.V)
+    x = x_RD.to(dtype)
+    h_RF = torch.nn.functional.silu(self._grouped_mm(A=x, B_t=w1.transpose(-2, -1), offs=offsets_E))
+    h_RF = h_RF * self._grouped_mm(A=x, B_t=w3.transpose(-2, -1), offs=offsets_E)
+    return self._grouped_mm(A=h_RF, B_t=w2.transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+
+
+def patch_grouped_experts_dtype() -> None:
+    from torchtitan.models.common.moe import GroupedExperts
+
+    GroupedExperts.forward = _grouped_experts_forward
+
+
 PATCHES: dict[str, Callable[[], None]] = {
     "device": patch_device,
     "set_timeout": patch_set_timeout,
     "attention": patch_attention,
     "gloo_premul_sum": patch_gloo_premul_sum,
+    "pp_microbatch_step": patch_pp_microbatch_step,
+    "grouped_experts_dtype": patch_grouped_experts_dtype,
 }
 
 

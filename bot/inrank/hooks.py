@@ -1,4 +1,4 @@
-"""Test-only workload hooks, installed inside torchtitan ranks when ``ATTUNE_HOOK`` is set.
+r"""Test-only workload hooks, installed inside torchtitan ranks when ``ATTUNE_HOOK`` is set.
 
 A hook is ``name`` or ``name:arg``; several are comma-separated. They exist to make real
 failures and real faults happen in real torchtitan runs (runner tests, the gate's
@@ -34,6 +34,29 @@ but trains something different):
 - ``label_smoothing:E``    cross-entropy with label smoothing E (F24).
 - ``data_restart:S``       the data stream restarts after S global samples (torchtitan#3907).
 - ``dup_rank_data``        every data-parallel rank reads rank 0's samples (F14).
+
+Layout fault hooks (parallel-layout bugs; the run finishes but trains something different):
+- ``tp_norm_sharded``      the TP plan shards every per-layer norm weight (``S(0)`` on the TP mesh) instead of
+  replicating it (``torchtitan/models/common/decoder_sharding.py`` ``norm_config``).
+- ``tp_proj_unsharded``    the TP plan leaves each FFN's ``w3`` projection unsharded (replicated) while ``w1`` stays
+  column-sharded (``set_dense_ffn_sharding``).
+- ``pp_drop_layer:L``      the PP split leaves layer L (default 1) out of every stage: the model runs without it.
+- ``pp_dup_layer:L``       the PP split puts layer L (default 1) in two stages: it runs twice, as two copies.
+- ``pp_mb_loss_scale``     each PP microbatch's loss is divided once more by the microbatch count (the
+  ``scale_grads=True`` bug, torchtitan#1733).
+- ``seed_not_loaded``      the checkpoint load at start-up is skipped: the layout draws its own initial weights
+  instead of the seed checkpoint's.
+
+MoE fault hooks (torchtitan's MoE code, ``torchtitan.models.common.moe``; gate.md §2.3):
+- ``moe_topk_reduced``     the router silently keeps only each token's top-1 expert: the others get weight 0
+  (their outputs and gradients vanish), as a top-k config bug would.
+- ``moe_capacity_drop:F``  tokens dropped as a capacity limit would: per expert, the routed tokens beyond
+  ``F x tokens x top_k / experts`` (in token order) get weight 0 (HybridEP's non-blocking capacity < 1).
+- ``moe_balance_off``      the load-balancing update adds nothing (torchtitan's aux-loss-free balancing: the
+  expert-bias update rate set to 0; torchtitan PR #3686: the hook returned early and biases went stale).
+- ``moe_unweighted_combine`` the combine sums expert outputs without the routing scores (the router then
+  gets no gradient).
+  (Expert weights not updated under EP is ``drop_grads:\.moe\.routed_experts\.`` on an EP 2 run.)
 
 Calibration hook (not a fault):
 - ``init_perturb:SEED``    every initial weight multiplied by (1 + 1e-6 * N(0, 1)) (a stand-in
@@ -473,6 +496,97 @@ def dup_rank_data(arg: str) -> None:
     _wrap(llama3_tiny, "sample_indices", make)
 
 
+# ----------------------------------------------------------------------------- parallel layouts
+
+
+def _wrap_layer_sharding(change: Callable[[Any], None]) -> None:
+    import torchtitan.models.llama3.sharding as sharding
+
+    def make(original):
+        def _set_llama3_layer_sharding(layer_cfg, *, enable_sp):
+            original(layer_cfg, enable_sp=enable_sp)
+            change(layer_cfg)
+
+        return _set_llama3_layer_sharding
+
+    _wrap(sharding, "_set_llama3_layer_sharding", make)
+
+
+@hook("tp_norm_sharded")
+def tp_norm_sharded(arg: str) -> None:
+    import spmd_types as spmd
+    from torchtitan.models.common.decoder_sharding import dense_param_placement
+    from torchtitan.protocols.sharding import ShardingConfig
+
+    def change(layer_cfg) -> None:
+        for norm in (layer_cfg.attention_norm, layer_cfg.ffn_norm):
+            old = norm.sharding_config
+            norm.sharding_config = ShardingConfig(
+                state_shardings={"weight": dense_param_placement(tp=spmd.S(0))},
+                in_src_shardings=old.in_src_shardings, out_src_shardings=old.out_src_shardings,
+            )
+
+    _wrap_layer_sharding(change)
+
+
+@hook("tp_proj_unsharded")
+def tp_proj_unsharded(arg: str) -> None:
+    def change(layer_cfg) -> None:
+        layer_cfg.feed_forward.w3.sharding_config = None
+
+    _wrap_layer_sharding(change)
+
+
+def _wrap_pp_split(change: Callable[[list[list[str]]], list[list[str]]]) -> None:
+    import torchtitan.distributed.pipeline_parallel as pp
+
+    def make(original):
+        def _generate_llm_fqn_per_model_part(*args, **kwargs):
+            return change([list(part) for part in original(*args, **kwargs)])
+
+        return _generate_llm_fqn_per_model_part
+
+    _wrap(pp, "_generate_llm_fqn_per_model_part", make)
+
+
+@hook("pp_drop_layer")
+def pp_drop_layer(arg: str) -> None:
+    name = f"layers.{int(arg or 1)}"
+    _wrap_pp_split(lambda parts: [[m for m in part if m != name] for part in parts])
+
+
+@hook("pp_dup_layer")
+def pp_dup_layer(arg: str) -> None:
+    name = f"layers.{int(arg or 1)}"
+
+    def change(parts: list[list[str]]) -> list[list[str]]:
+        holder = next(i for i, part in enumerate(parts) if name in part)
+        other = holder + 1 if holder + 1 < len(parts) else holder - 1
+        parts[other].insert(0 if other > holder else len(parts[other]), name)
+        return parts
+
+    _wrap_pp_split(change)
+
+
+@hook("pp_mb_loss_scale")
+def pp_mb_loss_scale(arg: str) -> None:
+    def make(original):
+        def pp_forward_backward_step(self, *, input_dict_mbs, label_mbs, global_valid_tokens):
+            scaled = global_valid_tokens * len(input_dict_mbs)
+            return original(self, input_dict_mbs=input_dict_mbs, label_mbs=label_mbs, global_valid_tokens=scaled)
+
+        return pp_forward_backward_step
+
+    _wrap(_trainer_cls(), "pp_forward_backward_step", make)
+
+
+@hook("seed_not_loaded")
+def seed_not_loaded(arg: str) -> None:
+    from torchtitan.components.checkpointer.base import BaseCheckpointManager
+
+    _wrap(BaseCheckpointManager, "load", lambda original: (lambda self, step=-1: False))
+
+
 # ----------------------------------------------------------------------------- calibration
 
 
@@ -492,6 +606,85 @@ def init_perturb(arg: str) -> None:
                     local.mul_(1 + 1e-6 * noise)
 
     _after_init(perturb)
+
+
+# ----------------------------------------------------------------------------- MoE faults
+
+
+def _wrap_router(change: Callable[[Any, tuple], tuple]) -> None:
+    from torchtitan.models.common.moe import TokenChoiceTopKRouter
+
+    def make(original):
+        def forward(self, x_BLD, expert_bias_E=None):
+            return change(self, original(self, x_BLD, expert_bias_E))
+
+        return forward
+
+    _wrap(TokenChoiceTopKRouter, "forward", make)
+
+
+@hook("moe_topk_reduced")
+def moe_topk_reduced(arg: str) -> None:
+    import torch
+
+    def change(router, out):
+        scores, ids, full = out
+        if ids.shape[-1] < 2:
+            return out
+        # keep the ids (the dispatcher's token counts assume K distinct experts per token: duplicated ids would
+        # leave grouped_mm rows unwritten, torch#193633) and give every expert but the best weight 0
+        best = torch.nn.functional.one_hot(scores.argmax(dim=-1), ids.shape[-1]).to(scores.dtype)
+        return scores * best, ids, full
+
+    _wrap_router(change)
+
+
+@hook("moe_capacity_drop")
+def moe_capacity_drop(arg: str) -> None:
+    import torch
+
+    factor = float(arg or 1.0)
+
+    def change(router, out):
+        scores, ids, full = out
+        num_experts = full.shape[-1]
+        flat_ids = ids.reshape(-1)  # (T*K,), token-major order
+        capacity = int(factor * flat_ids.numel() / num_experts)
+        onehot = torch.nn.functional.one_hot(flat_ids, num_experts)
+        position = (onehot.cumsum(0) * onehot).sum(-1) - 1  # the assignment's rank within its expert
+        kept = (position < capacity).reshape(ids.shape).to(scores.dtype)
+        return scores * kept, ids, full
+
+    _wrap_router(change)
+
+
+@hook("moe_balance_off")
+def moe_balance_off(arg: str) -> None:
+    def zero_rate(trainer) -> None:
+        for part in trainer.model_parts:
+            for module in part.modules():
+                if getattr(module, "load_balance_coeff", None) is not None and hasattr(module, "expert_bias_E"):
+                    module.load_balance_coeff = 0.0
+
+    _after_init(zero_rate)
+
+
+@hook("moe_unweighted_combine")
+def moe_unweighted_combine(arg: str) -> None:
+    import dataclasses
+
+    import torch
+    from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, LocalTokenDispatcher
+
+    def make(original):
+        def combine(self, routed_output_RD, metadata, x_TD):
+            ones = torch.ones_like(metadata.topk_scores_experts_sorted_N)
+            return original(self, routed_output_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones), x_TD)
+
+        return combine
+
+    for cls in (LocalTokenDispatcher, AllToAllTokenDispatcher):
+        _wrap(cls, "combine", make)
 
 
 def install(spec: str) -> None:

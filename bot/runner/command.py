@@ -15,6 +15,7 @@ from bot.core import levers as lever_catalog
 from bot.core.recipe import PIN_ALIASES, Recipe
 from bot.core.records import Scalar
 
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 AC_TOKEN = {"none": "none", "selective": "selective", "full": "full", "memory_budget": "memory-budget"}
 
 
@@ -34,8 +35,9 @@ def flag(name: str, value: Scalar) -> list[str]:
     return [f"{prefix}{dashed}", str(value)]
 
 
-def titan_args(recipe: Recipe, *, steps: int, dump_folder: str) -> list[str]:
-    """torchtitan's arguments for this recipe (without the torchrun prefix)."""
+def titan_args(recipe: Recipe, *, steps: int, dump_folder: str, extra: list[str] | None = None) -> list[str]:
+    """torchtitan's arguments for this recipe (without the torchrun prefix); ``extra``: the runner's own global flags
+    (a seed checkpoint's, :mod:`bot.runner.seed`), placed before the activation-checkpoint subcommand."""
     args = ["--module", recipe.workload.module, "--config", recipe.workload.config]
     for key, value in recipe.pinned.items():
         if key not in PIN_ALIASES:
@@ -56,6 +58,7 @@ def titan_args(recipe: Recipe, *, steps: int, dump_folder: str) -> list[str]:
     args += flag("dump_folder", dump_folder)
     if "metrics.log_freq" not in recipe.levers:
         args += flag("metrics.log_freq", 1)  # the loss curve needs every step
+    args += list(extra or [])
     if ac_mode is not None:
         args.append(f"activation-checkpoint:{AC_TOKEN[ac_mode]}")
     # AC flags without an AC mode are still passed (never dropped): torchtitan then refuses them
@@ -63,16 +66,28 @@ def titan_args(recipe: Recipe, *, steps: int, dump_folder: str) -> list[str]:
     return args
 
 
-def build_launch(recipe: Recipe, *, steps: int, dump_folder: str, torchrun: str | list[str] = "torchrun") -> Launch:
+def metrics_rank(recipe: Recipe) -> int:
+    """The local rank whose log carries the loss: rank 0, or with PP the first rank of the last pipeline stage (PP is
+    the outermost mesh dimension, so the last stage holds the last ``world / pp`` ranks; torchtitan warns "Pipeline
+    Parallel loss is not visible" otherwise, ``torchtitan/distributed/pipeline_parallel.py`` ``ensure_pp_loss_visible``)."""
+    pp = int(recipe.levers.get("parallelism.pipeline_parallel_degree", 1))
+    if str(recipe.levers.get("parallelism.pipeline_parallel_schedule", "")) in V_SCHEDULES:
+        return 0  # V-shaped schedules put the last stage back on the first PP rank (measured: ZBVZeroBubble)
+    nproc = recipe.cluster.devices_per_node
+    return nproc - nproc // pp if pp > 1 and nproc % pp == 0 else 0
+
+
+def build_launch(recipe: Recipe, *, steps: int, dump_folder: str, torchrun: str | list[str] = "torchrun",
+                 extra: list[str] | None = None) -> Launch:
     """``torchrun``: the launcher's command — a path, or a prefix such as ``[python, -m, torch.distributed.run]``."""
     nproc = recipe.cluster.devices_per_node
-    targs = titan_args(recipe, steps=steps, dump_folder=dump_folder)
+    targs = titan_args(recipe, steps=steps, dump_folder=dump_folder, extra=extra)
     argv = [
         *([torchrun] if isinstance(torchrun, str) else torchrun),
         "--standalone",
         "--nnodes=1",
         f"--nproc_per_node={nproc}",
-        "--local-ranks-filter=0",
+        f"--local-ranks-filter={metrics_rank(recipe)}",
         "--role=rank",
         "--tee=3",
         "-m",

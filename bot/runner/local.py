@@ -34,6 +34,7 @@ from bot.runner.procs import alive as _alive
 from bot.runner.procs import descendants as _descendants
 from bot.runner.procs import die_with_parent
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
+from bot.runner.seed import SeedError, ensure_seed_checkpoint, load_args, wants_seed
 
 
 class LocalRunner:
@@ -46,8 +47,14 @@ class LocalRunner:
         hook: str | None = None,
         extra_env: dict[str, str] | None = None,
         on_step=None,
+        seed_cache: Path | None = None,
+        check_layout: bool = True,
     ) -> None:
+        """``seed_cache``: where seed checkpoints are cached; when given, every run loads its objective's seed
+        checkpoint (:mod:`bot.runner.seed`, made on first use), so that layouts start from the same weights."""
         self.hang_s, self.startup_s, self.timeout_s = hang_s, startup_s, timeout_s
+        self.seed_cache = Path(seed_cache) if seed_cache is not None else None
+        self.check_layout = check_layout  # False: launch what the catalog would refuse (the real-run matrix measures it)
         self.hook = hook
         self.extra_env = extra_env or {}
         self.on_step = on_step
@@ -60,7 +67,18 @@ class LocalRunner:
         dump = out_dir / "titan"
         if dump.exists():  # left by a run that was interrupted here: its logs must not mix with this run's
             shutil.rmtree(dump, ignore_errors=True)
-        launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=[sys.executable, "-m", "torch.distributed.run"])
+        seed = None
+        seed_error = ""
+        if self.seed_cache is not None and wants_seed(recipe):
+            try:
+                resolve_recipe(recipe, steps=steps, dump_folder=str(dump), check_layout=self.check_layout)  # a refused config costs no seed run either
+                seed = ensure_seed_checkpoint(recipe, self.seed_cache)
+            except ResolveError:
+                pass  # reported as invalid below, with the launch it would have made
+            except (SeedError, OSError, subprocess.TimeoutExpired) as exc:
+                seed_error = f"seed checkpoint: {exc}"
+        launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=[sys.executable, "-m", "torch.distributed.run"],
+                              extra=load_args(seed) if seed else None)
         # torchrun is this Python's torch.distributed.run: a `--system-site-packages` venv (trial.yml's run job on a GPU
         # runner) has no torchrun script of its own beside its python
         text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
@@ -77,6 +95,7 @@ class LocalRunner:
             stack=stack_fingerprint(),
             usd_per_device_hour=recipe.cluster.usd_per_device_hour,
             hook=self.hook,
+            seed_checkpoint=seed.key if seed else None,
         )
         from bot.core.records import LaunchShape
 
@@ -91,9 +110,12 @@ class LocalRunner:
         if recipe.cluster.nodes != 1:
             return RunRecord(**base, launch=shape, outcome="invalid", reason="the local launcher runs one node; use launcher slurm for more")
         try:
-            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump))
+            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), extra=load_args(seed) if seed else None,
+                                  check_layout=self.check_layout)
         except ResolveError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
+        if seed_error:
+            return RunRecord(**base, launch=shape, outcome="crash", reason=seed_error)
         tokens_per_step = int(flat["training.seq_len"]) * (
             int(flat["training.global_batch_size"]) if int(flat["training.global_batch_size"]) > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
         )

@@ -13,6 +13,7 @@ import io
 import math
 from typing import Any
 
+from bot.core.layouts import layout_problems
 from bot.core.recipe import PIN_ALIASES, Recipe
 from bot.core.records import Scalar
 from bot.runner.command import titan_args
@@ -59,18 +60,30 @@ def resolve_args(args: list[str]) -> dict[str, Any]:
     return flat
 
 
-def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str = "./outputs") -> dict[str, Any]:
-    """The recipe's resolved torchtitan config; checks that pins hold and config-only levers match."""
+def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str = "./outputs", extra: list[str] | None = None,
+                   check_layout: bool = True) -> dict[str, Any]:
+    """The recipe's resolved torchtitan config; checks that pins hold, config-only levers match and (``check_layout``)
+    that torchtitan 0.3.0 can run the parallel layout on the recipe's hardware (``bot.core.layouts``)."""
     if recipe.cluster.launcher == "sim":
         raise ResolveError("a simulated recipe has no torchtitan config to resolve")
-    flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder))
+    flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra))
     problems = pin_mismatches(recipe.pinned, flat)
     if "quantize.linear" in recipe.levers and recipe.levers["quantize.linear"] != "none":
         problems.append("quantize.linear is set by a config function only in torchtitan 0.3.0; choose a config that applies it")
     problems += batch_problems(recipe, flat)
+    if check_layout and not problems:
+        problems += layout_problems(_layout_values(flat), recipe.cluster.hardware)
     if problems:
         raise ResolveError("; ".join(problems))
     return flat
+
+
+LAYOUT_FIELDS = ("parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
+                 "parallelism.pipeline_parallel_microbatch_size", "training.local_batch_size")
+
+
+def _layout_values(flat: dict[str, Any]) -> dict[str, Any]:
+    return {k: flat[k] for k in LAYOUT_FIELDS if k in flat}
 
 
 def dp_degree(flat: dict[str, Any], world_size: int) -> int:

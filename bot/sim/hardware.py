@@ -7,6 +7,8 @@ peak is achieved is not a hardware fact: that lives in ``bot.sim.efficiency`` (f
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -26,6 +28,7 @@ class HardwareSpec(BaseModel):
     gpus_per_node: int = Field(description="GPUs in one NVLink domain / node")
     tdp_w: int
     sources: list[str]
+    kind: Literal["gpu", "cpu"] = "gpu"  # a CPU host: one rank per core, gloo, no CUDA graphs, no FlexAttention backward
     notes: str = ""
 
 
@@ -73,6 +76,17 @@ HARDWARE: dict[str, HardwareSpec] = {
             sources=[_DATASHEET, "https://glennklockwood.com/garden/processors/B200", _TT_PEAKS],
             notes="NVLink5 1.8 TB/s bidirectional = 900 GB/s per direction; 400 Gb/s per GPU scale-out. "
             "hbm_gib: 183,359 MiB per nvidia-smi for the 180 GB part [derived].",
+        ),
+        HardwareSpec(
+            id="cpu",
+            name="2-core AMD EPYC VM (AVX2 + FMA; no AVX-512, AVX512-BF16 or AMX), 24 GB; one gloo rank per core",
+            bf16_tflops=0.0012, fp8_tflops=0.0, hbm_gib=11.0, hbm_tbs=0.02,
+            nvlink_gbs=2.0, internode_gbs=0.1, gpus_per_node=2, tdp_w=0, kind="cpu",
+            sources=["shared/reference/cpu-torchtitan.md"],
+            notes="bf16_tflops: a [512x256]@[256x768] bf16 matmul ran at 1.2 GFLOP/s (fp32: 65.5 GFLOP/s per core), "
+            "measured (cpu-torchtitan.md section 1); the CPU recipes train in fp32. hbm_gib: half the host's 24 GB per "
+            "rank [derived]. hbm_tbs, nvlink_gbs (gloo over loopback), internode_gbs and tdp_w are [assumed] placeholders: "
+            "the simulator is used on this profile for layout legality, not for speed.",
         ),
     ]
 }

@@ -28,6 +28,7 @@ AcMode = Literal["none", "selective", "full", "memory_budget"]
 SINGLE_STAGE_SCHEDULES = ("1F1B", "GPipe")
 MULTI_STAGE_SCHEDULES = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+MB_GE_STAGES = ("1F1B", "DualPipeV")  # torch refuses fewer microbatches than stages (schedules.py L1020, L3439)
 _SCHEDULES = {s.lower(): s for s in SINGLE_STAGE_SCHEDULES + MULTI_STAGE_SCHEDULES}
 
 # name -> (kind, default). Defaults are torchtitan 0.3.0 framework defaults (torchtitan.md §1).
@@ -315,11 +316,15 @@ def resolve_layout(
         raise LayoutError(f"training.seq_len {seq} must be divisible by 2*cp*tp = {2 * cp * tp} with context parallel")
     if sp and seq % tp:
         raise LayoutError(f"training.seq_len {seq} must be divisible by tp={tp} with sequence parallel")
+    if cp > 1 and hw.kind == "cpu":
+        # torchtitan's CP shards a FlexAttention BlockMask (distributed/context_parallel/api.py cp_shard asserts one);
+        # FlexAttention has no CPU backward in torch 2.13, so CPU runs use SDPA with a dense mask
+        raise LayoutError("context_parallel_degree > 1 needs FlexAttention's backward, which torch 2.13 lacks on the CPU")
 
     components = s["compile.components"]
     compile_on = s["compile.enable"] and "model" in components
     compile_loss = s["compile.enable"] and "loss" in components
-    cuda_graphs = not s["training.disable_cuda_graphs"]
+    cuda_graphs = not s["training.disable_cuda_graphs"] and hw.kind == "gpu"  # a CPU host has no CUDA graphs
     async_tp = s["compile.enable_async_tensor_parallel"]
     if async_tp and not compile_on:
         raise LayoutError("compile.enable_async_tensor_parallel requires compile.enable with 'model' in compile.components")
@@ -406,6 +411,9 @@ def resolve_layout(
             raise LayoutError(f"{schedule} needs exactly 2 stages per rank (V shape), got {v}")
         if schedule in V_SCHEDULES and compile_on:
             raise LayoutError(f"{schedule} fails with torch.compile (pytorch#161904)")
+        if schedule in MB_GE_STAGES and n_mb < n_stages:
+            # torch/distributed/pipelining/schedules.py: Schedule1F1B and ScheduleDualPipeV refuse fewer microbatches
+            raise LayoutError(f"{schedule} needs at least as many microbatches ({n_mb}) as stages ({n_stages})")
         if schedule in ("Interleaved1F1B", "InterleavedZeroBubble"):
             rounds = max(1, n_mb // pp)
             if n_mb % rounds:

@@ -101,6 +101,16 @@ ZOO: dict[str, ModelSpec] = {
             notes="Also Llama 3 paper (arXiv 2407.21783) Table 3.",
         ),
         ModelSpec(
+            id="llama3-tiny",
+            name="ATTUNE's tiny llama3 (torchtitan Llama3Model, ~0.8M parameters)",
+            source="https://github.com/pytorch/torchtitan/blob/release/0.3/torchtitan/models/llama3/__init__.py",
+            n_layers=4, hidden=128, n_heads=4, n_kv_heads=2, head_dim=32, vocab=48,
+            ffn_dense=384, n_dense_layers=4, max_seq_len=4096,
+            torchtitan="native model code with tiny sizes: bot/inrank/workloads/llama3_tiny.py (module bot.inrank.workloads.llama3_tiny)",
+            notes="Sizes from bot/inrank/workloads/llama3_tiny.py (DIM 128, 4 heads, 2 KV heads, 4 layers); vocab = the "
+            "48-symbol character tokenizer of bot/inrank/workloads/text.py; ffn 384 = compute_ffn_hidden_dim(128, multiple_of=64).",
+        ),
+        ModelSpec(
             id="mixtral-8x22b",
             name="Mixtral-8x22B-v0.1",
             source=f"{_HF}/mistralai/Mixtral-8x22B-v0.1/blob/main/config.json",
@@ -155,6 +165,15 @@ ZOO: dict[str, ModelSpec] = {
             n_layers=94, hidden=4096, n_heads=64, n_kv_heads=4, head_dim=128, vocab=151936,
             n_dense_layers=0, n_experts=128, top_k=8, ffn_expert=1536, max_seq_len=40960,
             torchtitan="flavour only (qwen3 235B-A22B, no config function)",
+        ),
+        ModelSpec(
+            id="moe-tiny",
+            name="ATTUNE moe-tiny (Qwen3-30B-A3B scaled down)",
+            source="https://github.com/pytorch/torchtitan/blob/release/0.3/torchtitan/models/qwen3/__init__.py",
+            n_layers=4, hidden=128, n_heads=4, n_kv_heads=2, head_dim=32, vocab=48,
+            n_dense_layers=0, n_experts=8, top_k=2, ffn_expert=96, max_seq_len=4096,
+            torchtitan="native: qwen3 MoE layers, config function bot.inrank.workloads.moe_tiny.moe_tiny_cpu",
+            notes="the CPU MoE workload; every number is a constant of bot/inrank/workloads/moe_tiny.py (a test holds them equal)",
         ),
     ]
 }

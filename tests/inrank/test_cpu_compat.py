@@ -88,6 +88,8 @@ APPLY_SCRIPT = """
     logits.float().pow(2).mean().backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     out["backward_ok"] = all(g is not None and bool(torch.isfinite(g).all()) for g in grads)
+    from torchtitan.models.common.moe import GroupedExperts
+    out["grouped_experts_patched"] = GroupedExperts.forward is cpu_compat._grouped_experts_forward
     print(json.dumps(out))
 """
 
@@ -107,7 +109,8 @@ def test_device_patch_is_needed_and_works(applied: dict) -> None:
 
 
 def test_apply_applies_every_patch_once(applied: dict) -> None:
-    assert applied["applied"] == ["device", "set_timeout", "attention", "gloo_premul_sum"]
+    assert applied["applied"] == ["device", "set_timeout", "attention", "gloo_premul_sum", "pp_microbatch_step", "grouped_experts_dtype"]
+    assert applied["grouped_experts_patched"]
     assert applied["applied_again"] == applied["applied"]
 
 
@@ -141,6 +144,29 @@ def test_apply_is_a_no_op_when_disabled() -> None:
 
 
 # ---------------------------------------------------------------- the shapes the patches rely on
+def test_torch_pipeline_step_still_lacks_microbatch_keywords() -> None:
+    """Fails when torch's schedules accept ``arg_mbs=`` themselves: then drop the ``pp_microbatch_step`` patch."""
+    import inspect
+
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, PipelineScheduleSingle
+
+    for cls in (PipelineScheduleSingle, PipelineScheduleMulti):
+        step = cls.step
+        if not getattr(step, "_attune_patched", False):
+            assert "arg_mbs" not in inspect.signature(step).parameters, "torch takes arg_mbs now: drop the pp patch"
+            assert hasattr(cls, "_step_microbatches"), "torch renamed _step_microbatches: the pp patch calls it"
+    assert not cpu_compat.torch_step_takes_microbatches()
+
+
+def test_torchtitan_still_passes_ready_microbatches_to_the_schedule() -> None:
+    """Fails when torchtitan stops calling ``pp_schedule.step(arg_mbs=...)`` (the patch is then unused)."""
+    import inspect
+
+    from torchtitan.trainer import Trainer
+
+    assert "arg_mbs=" in inspect.getsource(Trainer.pp_forward_backward_step)
+
+
 def test_flex_attention_has_no_cpu_backward() -> None:
     q = torch.randn(1, 2, 16, 8, requires_grad=True)
     with pytest.raises(NotImplementedError, match="FlexAttention does not support backward on CPU"):
@@ -301,3 +327,54 @@ def test_gloo_fsdp_patch_is_needed_and_fixes_two_rank_fsdp() -> None:
     for out in results:
         assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in out["stock"], "gloo FSDP works without the patch now: drop it"
         assert out["patched"] == "ok"
+
+
+# ---------------------------------------------------------------- MoE: GroupedExperts in the parameters' dtype
+def test_torchtitan_still_computes_grouped_experts_in_bf16() -> None:
+    """The patch exists because torchtitan casts tokens and expert weights to bf16 whatever the param dtype."""
+    from torchtitan.models.common.moe import GroupedExperts
+
+    source = inspect.getsource(GroupedExperts.forward)
+    assert source.count(".bfloat16()") >= 4, "GroupedExperts.forward no longer casts to bf16: drop the grouped_experts_dtype patch"
+    assert "self._grouped_mm(" in source and list(inspect.signature(GroupedExperts.forward).parameters) == ["self", "x_RD", "num_tokens_per_expert_E"]
+
+
+def _experts(dtype: torch.dtype):
+    from torchtitan.models.common.moe import GroupedExperts
+
+    torch.manual_seed(0)
+    experts = GroupedExperts(GroupedExperts.Config(dim=16, hidden_dim=24, num_experts=4))
+    with torch.no_grad():
+        for w in (experts.w1_EFD, experts.w2_EDF, experts.w3_EFD):
+            w.copy_(torch.randn_like(w) * 0.1)
+    return experts.to(dtype)
+
+
+def test_grouped_experts_patch_equals_a_per_expert_loop_in_fp32() -> None:
+    experts = _experts(torch.float32)
+    counts = torch.tensor([3, 0, 5, 8])
+    x = torch.randn(int(counts.sum()), 16, requires_grad=True)
+    got = cpu_compat._grouped_experts_forward(experts, x, counts)
+    assert got.dtype == torch.float32
+    rows, start = [], 0
+    for e, n in enumerate(counts.tolist()):
+        xe = x[start : start + n]
+        h = torch.nn.functional.silu(xe @ experts.w1_EFD[e].T) * (xe @ experts.w3_EFD[e].T)
+        rows.append(h @ experts.w2_EDF[e].T)
+        start += n
+    torch.testing.assert_close(got, torch.cat(rows), atol=1e-5, rtol=1e-5)
+    got.backward(torch.randn_like(got))
+    assert x.grad is not None and experts.w1_EFD.grad is not None and bool(torch.isfinite(experts.w2_EDF.grad).all())
+    # the stock forward (bf16) is further from the fp32 loop than the patched one
+    stock = type(experts).forward(experts, x.detach(), counts)
+    assert (stock - torch.cat(rows)).abs().max() > (got - torch.cat(rows)).abs().max()
+
+
+def test_grouped_experts_patch_keeps_bf16_params_in_bf16() -> None:
+    experts = _experts(torch.bfloat16)
+    counts = torch.tensor([8, 8, 0, 0])
+    x = torch.randn(16, 16)
+    got = cpu_compat._grouped_experts_forward(experts, x, counts)
+    want = type(experts).forward(experts, x, counts)  # the stock bf16 path
+    assert got.dtype == x.dtype
+    torch.testing.assert_close(got, want)

@@ -47,3 +47,12 @@ def slurm_cluster():
         yield cluster
     finally:
         cluster.stop()
+
+
+CPU2_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu-2rank.yaml"
+
+
+@pytest.fixture(scope="session")
+def seed_cache(tmp_path_factory) -> Path:
+    """One seed-checkpoint cache for the session's real runs (a seed costs ~15 s to make; the tests share it)."""
+    return tmp_path_factory.mktemp("seed-cache")
