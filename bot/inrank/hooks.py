@@ -37,9 +37,11 @@ but trains something different):
 
 Layout fault hooks (parallel-layout bugs; the run finishes but trains something different):
 - ``tp_norm_sharded``      the TP plan shards every per-layer norm weight (``S(0)`` on the TP mesh) instead of
-  replicating it (``torchtitan/models/common/decoder_sharding.py`` ``norm_config``).
+  replicating it (``torchtitan/models/common/decoder_sharding.py`` ``norm_config``). Measured on 2 CPU ranks
+  (partial_dtensor backend): a no-op, bitwise equal to the clean TP run — DTensor gathers the sharded weight.
 - ``tp_proj_unsharded``    the TP plan leaves each FFN's ``w3`` projection unsharded (replicated) while ``w1`` stays
-  column-sharded (``set_dense_ffn_sharding``).
+  column-sharded (``set_dense_ffn_sharding``). Measured: the run crashes ("aten.mm.default got mixed torch.Tensor
+  and DTensor"), so the gate rejects it as a crashed candidate, not a silent one.
 - ``pp_drop_layer:L``      the PP split leaves layer L (default 1) out of every stage: the model runs without it.
 - ``pp_dup_layer:L``       the PP split puts layer L (default 1) in two stages: it runs twice, as two copies.
 - ``pp_mb_loss_scale``     each PP microbatch's loss is divided once more by the microbatch count (the

@@ -13,6 +13,7 @@ from bot.bench.gate import (
     baselines,
     candidate_text,
     cases,
+    edit_recipe_text,
     render_bench,
 )
 from bot.core.recipe import parse_recipe_text
@@ -40,14 +41,16 @@ def test_code_faults_keep_the_recipe_and_use_known_hooks(bases: dict[str, str]) 
     for case in cases():
         text = candidate_text(case, bases)
         parse_recipe_text(text, case.name)
-        if case.inject == "code":
-            assert text == bases[case.baseline], case.name
+        if case.inject == "code":  # a hook on the baseline, or on a 2-rank layout of it (levers and cluster only)
+            layout = edit_recipe_text(bases[case.baseline], levers=case.levers, cluster=case.cluster, source=case.name)
+            assert text == layout and not case.pinned and not case.workload, case.name
             for part in case.hook.split(","):
                 assert part.partition(":")[0] in hooks.HOOKS, case.name
 
 
 SAMPLE = ["lr +10%", "eps 1e-6", "warm-up removed", "bf16 params (mixed precision)", "lbs 4, global batch unpinned",
-          "FSDP 2 ranks, no seed ckpt", "grads x2", "rank 1 reads rank 0's data", "DDP 2 ranks", "GA 2 (lbs 4)", "compile"]
+          "CP 2 ranks (cannot run on CPU)", "grads x2", "rank 1 reads rank 0's data", "FSDP 2 ranks", "TP 2 (+SP)",
+          "PP 2 (1F1B)", "PP split drops layer 1", "GA 2 (lbs 4)", "compile"]
 
 
 def _config_half(bases: dict[str, str], names: list[str] | None) -> None:
@@ -61,7 +64,7 @@ def _config_half(bases: dict[str, str], names: list[str] | None) -> None:
         if verdict.ok != expect_ok:
             wrong.append((case.name, verdict.reasons[:1]))
         if case.inject == "code":
-            assert verdict.tier == "B"
+            assert verdict.tier == ("R" if case.cluster else "B"), case.name
     assert not wrong
 
 
