@@ -30,9 +30,7 @@ from bot.inrank import IMPORT_ROOT, SITE_DIR
 from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, stack_fingerprint, summarize
 from bot.runner.command import build_launch
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
-from bot.runner.procs import alive as _alive
-from bot.runner.procs import descendants as _descendants
-from bot.runner.procs import die_with_parent
+from bot.runner.procs import die_with_parent, end_tree
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
 from bot.runner.seed import SeedError, ensure_seed_checkpoint, load_args, wants_seed
 
@@ -233,29 +231,5 @@ def _first_error(log: str) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """Terminate torchrun and every rank, then kill what is left.
-
-    torchrun starts each rank in a session (process group) of its own, so killing torchrun's
-    group alone can orphan a rank that outlives the SIGTERM (torchrun is then SIGKILLed before
-    it reaps it). Every descendant's group is signalled, and the ranks are waited for.
-    """
-    pids = [proc.pid, *_descendants(proc.pid)]
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        pids += [p for p in _descendants(proc.pid) if p not in pids]  # while the tree is intact
-        groups = set()
-        for pid in pids:
-            try:
-                groups.add(os.getpgid(pid))
-            except ProcessLookupError:
-                continue
-        for pgid in groups:
-            try:
-                os.killpg(pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                continue
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()
-            if not any(_alive(pid) for pid in pids):
-                return
-            time.sleep(0.1)
+    """Terminate torchrun and every rank, then kill what is left (:func:`bot.runner.procs.end_tree`)."""
+    end_tree(proc)

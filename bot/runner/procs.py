@@ -6,6 +6,7 @@
   agent then terminates its ranks; a ``python -m gate.runs`` worker likewise. The signal is sent when the *thread*
   that forked the child exits (prctl(2)), so a child must be started from the thread that waits for it.
 - :func:`descendants`, :func:`alive`: the process tree under a pid, read from ``/proc``.
+- :func:`end_tree`: terminate a launched process and every descendant's process group, then kill what is left.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -79,3 +82,32 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return not os.path.isdir("/proc")  # /proc exists but has no entry: gone
+
+
+def end_tree(proc: subprocess.Popen) -> None:
+    """Terminate torchrun and every rank, then kill what is left.
+
+    torchrun starts each rank in a session (process group) of its own, so killing torchrun's
+    group alone can orphan a rank that outlives the SIGTERM (torchrun is then SIGKILLed before
+    it reaps it). Every descendant's group is signalled, and the ranks are waited for.
+    """
+    pids = [proc.pid, *descendants(proc.pid)]
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        pids += [p for p in descendants(proc.pid) if p not in pids]  # while the tree is intact
+        groups = set()
+        for pid in pids:
+            try:
+                groups.add(os.getpgid(pid))
+            except ProcessLookupError:
+                continue
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not any(alive(pid) for pid in pids):
+                return
+            time.sleep(0.1)

@@ -42,6 +42,7 @@ from pydantic import BaseModel
 from bot.core.recipe import Recipe
 from bot.inrank import HERE, IMPORT_ROOT, SITE_DIR, code_files
 from bot.runner.command import titan_args
+from bot.runner.procs import die_with_parent, end_tree
 
 SEED_LEVERS_ONE = (
     "parallelism.data_parallel_shard_degree",
@@ -135,7 +136,15 @@ def _create(recipe: Recipe, final: Path) -> SeedCheckpoint:
     env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.monotonic()
     with (work / "seed.log").open("w") as log:
-        proc = subprocess.run(argv, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT, timeout=CREATE_TIMEOUT_S, check=False)
+        # its own process group, ended with its caller: SIGKILL of attune (the kernel's parent-death signal) or a
+        # Ctrl-C / SIGTERM / timeout here (the group is terminated before the exception goes on) leaves no rank
+        proc = subprocess.Popen(argv, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=die_with_parent())
+        try:
+            proc.wait(timeout=CREATE_TIMEOUT_S)
+        except BaseException:
+            end_tree(proc)
+            raise
     wall = time.monotonic() - t0
     made = work / "ckpt" / "step-0"
     if proc.returncode != 0 or not made.is_dir():

@@ -44,8 +44,10 @@ def test_sigterm_during_the_first_real_run_ends_torchrun_and_every_rank_and_leav
     repo = cpu_repo(tmp_path, steps=400)  # a run far longer than the test: only the signal can end it
     log = tmp_path / "run.log"
     proc = start_attune(repo, "campaign", "run", RECIPE, "--budget", "1", "--id", "term", out=log)
+    first_log = repo / ".attune" / "campaigns" / "term" / "baseline-1" / "train.log"
     try:
-        wait_for("the first run's rank", lambda: ranks(proc.pid), 300, proc, log)
+        # the first baseline run's rank (the seed checkpoint's one-step run comes before it)
+        wait_for("the first run's rank", lambda: first_log.exists() and ranks(proc.pid), 300, proc, log)
         tree = descendants(proc.pid)  # attune's whole tree: torchrun, its ranks
         os.kill(proc.pid, signal.SIGTERM)
         rc = proc.wait(timeout=120)
@@ -75,7 +77,7 @@ def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_a
     first = start_attune(repo, "campaign", "run", RECIPE, "--budget", "1", "--id", "kill", out=log)
     resumed = None
     try:
-        wait_for("the first run's rank", lambda: ranks(first.pid), 300, first, log)
+        wait_for("the first run's rank", lambda: (folder / "baseline-1" / "train.log").exists() and ranks(first.pid), 300, first, log)
         tree = descendants(first.pid)
         os.kill(first.pid, signal.SIGKILL)
         assert first.wait(timeout=60) == -signal.SIGKILL

@@ -382,9 +382,14 @@ def test_the_run_step_execs_attune_run_so_a_cancelled_workflow_reaches_it() -> N
     (tests/runner/test_slurm.py proves the latter against a real Slurm)."""
     run = load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]
     body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
-    line = next(ln.strip() for ln in body.splitlines() if 'attune" run "$RECIPE"' in ln)
-    assert line.startswith('exec "$work/venv/bin/attune" run "$RECIPE" --json --out "$work/run"')
+    lines = [ln.strip() for ln in body.splitlines() if 'attune" run "$RECIPE"' in ln]
+    single = [ln for ln in lines if ln.startswith("exec ")]
+    assert single == ['exec "$work/venv/bin/attune" run "$RECIPE" --json --out "$work/run" "${limits[@]}"']
     assert body.rstrip().splitlines()[-1].strip() == "fi"  # nothing after it in the step would run anyway
+    # a pair runs two: each in the background, waited for, and a trap passes SIGTERM/SIGINT on to the one running
+    (pair,) = [ln for ln in lines if not ln.startswith("exec ")]
+    assert pair.startswith('(cd "$dir" && exec "$work/venv/bin/attune" run "$RECIPE"') and pair.endswith("& pid=$!")
+    assert """trap 'if [ -n "$pid" ]; then kill -TERM "$pid"; wait "$pid"; fi; exit 143' TERM INT""" in body
 
 
 def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:

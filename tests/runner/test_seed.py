@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
+import pytest
+
 from bot.bench.gate import edit_recipe_text
-from bot.core.recipe import parse_recipe_text
+from bot.core.recipe import load_recipe, parse_recipe_text
 from bot.runner.command import titan_args
 from bot.runner.seed import ensure_seed_checkpoint, load_args, seed_key, seed_recipe, wants_seed
 
@@ -56,3 +59,33 @@ def test_seed_checkpoint_is_made_once_then_found_in_the_cache(seed_cache: Path) 
     meta = json.loads((step0.parent / "seed.json").read_text())
     assert meta["key"] == first.key == seed_key(recipe)
     assert "--checkpoint.create-seed-checkpoint" in meta["command"] and "--nproc_per_node=1" in meta["command"]
+
+
+@pytest.mark.torchtitan
+def test_an_interrupted_seed_checkpoint_leaves_no_process(tmp_path: Path) -> None:
+    """Ctrl-C / SIGTERM (an exception in the waiting thread) while the seed is made ends its torchrun and rank."""
+    import threading
+
+    from bot.runner import seed as seed_mod
+    from bot.runner.procs import descendants
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml")
+    started: list[int] = []
+    real_popen = seed_mod.subprocess.Popen
+
+    def popen(*a, **kw):
+        proc = real_popen(*a, **kw)
+        started.append(proc.pid)
+        threading.Timer(3.0, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)).start()
+        return proc
+
+    seed_mod.subprocess.Popen = popen
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            seed_mod.ensure_seed_checkpoint(recipe, tmp_path / "fresh-cache")
+    finally:
+        seed_mod.subprocess.Popen = real_popen
+    assert started and descendants(started[0]) == []
+    from bot.runner.procs import alive
+
+    assert not any(alive(pid) for pid in started)  # torchrun ended (and was reaped), not orphaned
