@@ -22,9 +22,12 @@ configuration; grouping per step keeps the machine's slow drift over a campaign,
 
 **Sequential.** After every pair: *gain* when the interval's lower end clears ``min_gain``; *no gain* when its upper
 end is below ``min_gain``; otherwise another pair, up to ``max_pairs``; *undecided* at the cap, and not kept. A trial
-whose unpaired comparison with the incumbent's last estimate already has its upper end below ``min_gain`` is closed
-as *no gain* without pairs (screened): an unpaired look may only ever say no, since drift can fake a gain but a
-screen that misses a gain costs a gain, never a false one.
+whose unpaired comparison with the incumbent's last estimate already has its upper end below ``min_gain`` *and*
+that measured below the incumbent by more than the screen band (``k`` x the baseline runs' spread, with a floor) is
+closed as *no gain* without pairs (screened): an unpaired look may only ever say no (drift can fake a gain), and
+only when the trial is clearly slower -- a trial hit by a transient slowdown (per-step tokens/s ranged 5x inside one
+CPU run) must not close a real gain on its own, as it did before pairs (local batch 4 -> 8, -0.2% on one trial,
++7.5% to +10.9% paired in the other demo runs).
 
 **The per-run estimate** is the median of the post-warm-up steps' tokens/s (``Summary.tps_median``): of the
 statistics measured for it on this machine (``attune bench measure``; numbers in the issue note), it had the smallest
@@ -146,7 +149,8 @@ def screen(state: Campaign, st: Step) -> Measurement | None:
     if sd_run is None:
         return None
     est, lo, hi = interval([math.log(trial.tps / state.incumbent_tps)], math.sqrt(2.0) * sd_run, df, state.confidence)
-    if hi >= state.min_gain:
+    band = state.band.band if state.band is not None else 0.0
+    if hi >= state.min_gain or est > -band:  # and clearly slower: one trial hit by a transient slowdown decides nothing
         return None
     return Measurement(estimate=est, lo=lo, hi=hi, confidence=state.confidence, min_gain=state.min_gain, pairs=0, sigma=math.sqrt(2.0) * sd_run,
                        df=df, decision="no_gain", screened=True, rule=rule_text(state),

@@ -132,3 +132,19 @@ def test_the_screen_only_ever_says_no_gain() -> None:
     fast = with_pairs(state, [(1000.0, 1500.0)], trial=1500.0)
     fast.runs = fast.runs[:1]
     assert ms.screen(state, fast) is None  # a fast trial is paired, never kept on its own
+
+
+def test_a_trial_only_a_little_slower_is_paired_not_screened() -> None:
+    """One trial can be hit by a transient slowdown: inside the screen band it is paired even when the unpaired
+    interval already lies below the minimum gain."""
+    from bot.core.state import NoiseBand
+
+    state = campaign([1000.0, 1002.0, 998.0], min_gain=0.05)
+    state.band = NoiseBand.from_runs([1000.0, 1002.0, 998.0], k=2.0, floor=0.05)
+    st = with_pairs(state, [(1000.0, 970.0)], trial=970.0)
+    st.runs = st.runs[:1]
+    est, _, hi = ms.interval([math.log(0.97)], math.sqrt(2) * ms.pooled_run_sd(ms.run_groups(state).values())[0], 2, 0.9)
+    assert hi < 0.05 and est > -state.band.band  # the unpaired look alone would say no gain
+    assert ms.screen(state, st) is None
+    st.runs[0] = st.runs[0].model_copy(update={"tps": 900.0})  # -10%: clearly slower, beyond the 5% band
+    assert ms.screen(state, st) is not None
