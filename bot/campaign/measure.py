@@ -58,12 +58,12 @@ def log_ratio(run: RunRef) -> float | None:
     return math.log(run.tps / run.reference_tps)
 
 
-def run_groups(state: Campaign) -> dict[tuple[int, str], list[float]]:
+def run_groups(state: Campaign, exclude: frozenset[str] = frozenset()) -> dict[tuple[int, str], list[float]]:
     """``log tps`` of every measured run of the campaign, grouped by (step, configuration): the baseline's runs, and
     per step its incumbent runs and its candidate runs. Runs of one group ran close together in time, so their spread
     is the machine's run-to-run noise, not its drift over the campaign (which the pairs cancel)."""
     groups: dict[tuple[int, str], list[float]] = defaultdict(list)
-    seen: set[str] = set()  # a run is counted once (pair 1's candidate run may be the trial)
+    seen: set[str] = set(exclude)  # a run is counted once (pair 1's candidate run may be the trial); outliers never
 
     def add(key: tuple[int, str], tps: float | None, record: str) -> None:
         if tps and (not record or record not in seen):
@@ -106,11 +106,60 @@ def rule_text(state: Campaign) -> str:
             f"else another pair (at most {state.max_pairs}; undecided then, not kept)")
 
 
+# a run farther than this (relative), and than twice the screen band, from its side's median is an outlier: on this CPU
+# run-to-run noise is 2-4% (the baseline runs' spread in the demos), so 10% is 3+ sd of a pair's difference; a small-df
+# estimate of the noise is not used for it (three runs that happen to agree would make every fourth run an outlier)
+OUTLIER_FLOOR = 0.10
+
+
+def outliers(state: Campaign, st: Step) -> dict[int, str]:
+    """Pairs with a run hit by a transient slowdown (or speed-up), by pair number, with why: a side's run far from the
+    median of everything measured of that side in this step (the incumbent: its last estimate and this step's
+    incumbent runs; the candidate: its trial and pair runs). A machine that drifts moves every later run with it, so
+    the median follows and no pair is excluded; one run hit by another process stands alone (a demo's incumbent run
+    measured 2,036 tok/s between runs of 5,974 and 7,746: +280% claimed for a +30% change)."""
+    pairs = [r for r in st.runs if log_ratio(r) is not None]
+    if not pairs:
+        return {}
+    tol = max(2.0 * (state.band.band if state.band is not None else 0.0), OUTLIER_FLOOR)
+    inc = [math.log(state.incumbent_tps)] if state.incumbent_tps else []
+    inc += [math.log(r.reference_tps) for r in pairs]  # type: ignore[arg-type]
+    cand = {r.record: math.log(r.tps) for r in st.runs if r.kind in ("trial", "pair") and r.outcome == "ok" and r.tps}
+    out: dict[int, str] = {}
+    for r in pairs:
+        a, b = math.log(r.reference_tps), math.log(r.tps)  # type: ignore[arg-type]
+        if len(inc) > 1 and abs(a - _median(inc)) > tol:
+            out[r.attempt] = f"pair {r.attempt}'s incumbent run ({r.reference_tps:,.0f} tok/s) is {math.exp(a - _median(inc)) - 1:+.0%} off the incumbent's other measurements"
+        elif len(cand) > 2 and abs(b - _median(list(cand.values()))) > tol:
+            out[r.attempt] = f"pair {r.attempt}'s candidate run ({r.tps:,.0f} tok/s) is {math.exp(b - _median(list(cand.values()))) - 1:+.0%} off the candidate's other runs"
+    return out
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
+
+
 def measure(state: Campaign, st: Step) -> Measurement:
-    """The step's measurement after its latest pair, with the decision the sequential rule takes."""
-    ds = [d for d in (log_ratio(r) for r in st.runs) if d is not None]
-    sd_run, df = pooled_run_sd(run_groups(state).values())
+    """The step's measurement after its latest pair, with the decision the sequential rule takes. A pair with an
+    outlier run (:func:`outliers`) is left out of the estimate and of the noise, and another pair is measured."""
+    bad = outliers(state, st)
+    kept = [r for r in st.runs if log_ratio(r) is not None and r.attempt not in bad]
+    ds = [d for d in (log_ratio(r) for r in kept) if d is not None]
+    exclude = frozenset(x for r in st.runs if r.kind == "pair" and r.attempt in bad for x in (r.reference_record, r.record if r.record != _trial_record(st) else ""))
+    sd_run, df = pooled_run_sd(run_groups(state, exclude - {""}).values())
+    note = "; ".join(f"left out: {why}" for why in bad.values())
     m = Measurement(confidence=state.confidence, min_gain=state.min_gain, pairs=len(ds), log_ratios=ds, df=df, rule=rule_text(state))
+    m = _decide(state, st, m, ds, sd_run, df)
+    return m.model_copy(update={"why": f"{m.why}; {note}"}) if note else m
+
+
+def _trial_record(st: Step) -> str:
+    return next((r.record for r in st.runs if r.kind == "trial"), "")
+
+
+def _decide(state: Campaign, st: Step, m: Measurement, ds: list[float], sd_run: float | None, df: int) -> Measurement:
     if not ds:
         return m.model_copy(update={"decision": "undecided" if _at_cap(state, st) else "measuring", "why": "no pair measured yet"})
     if sd_run is None:

@@ -344,5 +344,6 @@ def test_with_no_gain_in_hand_no_new_move_starts_past_the_no_gain_share_of_the_b
     assert state.incumbent_step == 0 and state.steps
     assert state.finish_reason.startswith("policy stopped: no gain found")
     probes = sum(r.device_hours for st in state.steps for r in st.runs)
-    assert NO_GAIN_SHARE <= probes <= NO_GAIN_SHARE + 0.05  # the steps' own spend, at most one step past the share
+    one_step = max(sum(r.device_hours for r in st.runs) for st in state.steps)  # a trial and its pairs
+    assert NO_GAIN_SHARE <= probes <= NO_GAIN_SHARE + one_step  # the steps' own spend, at most one step past the share
     assert state.spent > probes  # the baseline (the set-up) is not counted against it
