@@ -47,6 +47,7 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     git(repo, "commit", "-q", "-m", "e2e: an 8-step copy of the CPU recipe")
     base = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
     landed = set((repo / "results").rglob("*.json"))  # results already on main (real campaigns landed there)
+    start = git(repo, "rev-parse", "HEAD").strip()  # main's history holds landed campaigns' step commits too
     recipe = load_recipe(repo / RECIPE_REL)
     assert (recipe.bench.steps, recipe.bench.warmup_steps) == (8, 3)
 
@@ -70,7 +71,7 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
         assert step.state in ("merged", "closed") and step.branch == git(repo, "for-each-ref", "--format=%(refname:short)",
                                                                           f"refs/heads/attune/e2e/{step.n}-*").strip()
         # the step's own commit changes exactly one line of the recipe, and nothing else
-        (sha,) = git(repo, "log", "--format=%H", f"--grep=^attune step {step.n}:", step.branch).split()
+        (sha,) = git(repo, "log", "--format=%H", f"--grep=^attune step {step.n}:", f"{start}..{step.branch}").split()
         assert git(repo, "diff", "--numstat", f"{sha}~1", sha).split() == ["1", "1", RECIPE_REL]
         files = git(repo, "ls-tree", "-r", "--name-only", step.branch).split()
         assert f"campaigns/e2e/step-{step.n}/report.md" in files
