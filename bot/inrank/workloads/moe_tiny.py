@@ -27,14 +27,7 @@ the CPU the experts compute in float32 (``bot.inrank.cpu_compat`` patch ``groupe
 
 from __future__ import annotations
 
-from torchtitan.components.checkpoint import CheckpointManager
-from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
-from torchtitan.components.metrics import MetricsProcessor
-from torchtitan.components.optimizer import LRSchedulersContainer, default_adamw
-from torchtitan.config import ParallelismConfig, TrainingConfig
-from torchtitan.distributed.activation_checkpoint import FullAC
 from torchtitan.models.common import CosSinRoPE, Embedding, Linear
-from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 from torchtitan.models.qwen3 import (
     _EMBEDDING_INIT,
@@ -47,7 +40,7 @@ from torchtitan.models.qwen3.model import Qwen3Model
 from torchtitan.protocols.model_spec import ModelSpec
 from torchtitan.trainer import Trainer
 
-from bot.inrank.workloads.llama3_tiny import CharTokenizer, SyntheticQADataLoader
+from bot.inrank.workloads.llama3_tiny import cpu_trainer_config
 from bot.inrank.workloads.text import CharTokenizerCore
 
 DIM, N_LAYERS, N_HEADS, N_KV_HEADS, HEAD_DIM = 128, 4, 4, 2, 32
@@ -102,27 +95,7 @@ def moe_tiny_cpu() -> Trainer.Config:
     slower on AVX2-only CPUs), CUDA graphs off, ``partial_dtensor`` (torch 2.13's FSDP2 cannot convert
     spmd_types params for dp > 1). Activation checkpointing full as ``qwen3_30b_a3b``.
     """
-    spec = moe_model_spec()
-    return Trainer.Config(
-        loss=ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config(global_vocab_size=decoder_vocab_size(spec))),
-        hf_assets_path="./unused-tokenizer-path",
-        model_spec=spec,
-        tokenizer=CharTokenizer.Config(),
-        optimizer=default_adamw(lr=3e-3),
-        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=5, decay_ratio=None, decay_type="linear", min_lr_factor=0.1),
-        training=TrainingConfig(
-            local_batch_size=2,
-            seq_len=256,
-            steps=30,
-            mixed_precision_param="float32",
-            disable_cuda_graphs=True,
-        ),
-        dataloader=SyntheticQADataLoader.Config(),
-        metrics=MetricsProcessor.Config(log_freq=1, disable_color_printing=True),
-        parallelism=ParallelismConfig(spmd_backend="partial_dtensor"),
-        checkpoint=CheckpointManager.Config(interval=100000),
-        activation_checkpoint=FullAC.Config(),
-    )
+    return cpu_trainer_config(moe_model_spec(), local_batch_size=2, steps=30)
 
 
 def moe_tiny_cpu_local_dispatch() -> Trainer.Config:
