@@ -158,7 +158,7 @@ def register(sub: Any) -> None:
     c.add_argument("--kind", default="", help="one of baseline, trial, pair, calibrate (default: baseline without a PR, else trial)")
     c.add_argument("--order", default="", help="a pair's order: AB (incumbent first) or BA")
     c.add_argument("--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)')
-    c.add_argument("--issue", type=int, help="the campaign issue: a step may change only the levers its state names")
+    c.add_argument("--issue", help="the campaign issue: a step may change only the levers its state names")
     c.add_argument("--repo")
     c.add_argument("--token-env", default="GITHUB_TOKEN")
     c.set_defaults(func=cmd_check_trial)

@@ -584,6 +584,14 @@ class GitHubForge:
 
     # -- helpers ------------------------------------------------------------------------------------------
 
+    def commit_signer(self, sha: str) -> tuple[str | None, bool]:
+        """The GitHub login commit ``sha`` is linked to (None: none) and whether GitHub verified its signature.
+        ``GET /commits/{sha}``; read-only. A push may name any author e-mail, so the login alone proves nothing:
+        the commits GitHub's API makes for a token are signed by GitHub, a pushed one naming the bot is not."""
+        data = self._repo.get_commit(sha).raw_data  # one call (``.commit`` would fetch the git commit again)
+        verified = bool(((data.get("commit") or {}).get("verification") or {}).get("verified"))
+        return ((data.get("author") or {}).get("login")), verified
+
     def _branch_head(self, branch: str) -> str | None:
         try:
             return self._repo.get_git_ref(f"heads/{branch}").object.sha

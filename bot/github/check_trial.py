@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any
 
+from bot.drive.executor import BASELINE_RECIPE
+from bot.forge.github import GitHubForgeError
 from bot.github.ports import records_branch
 from bot.github.request import runs_on
 
@@ -22,9 +24,12 @@ _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "", recipe: str = "", runner_labels: str = "",
-                limits: str = "{}", issue: int | None = None, order: str = "") -> tuple[list[str], str]:
+                limits: str = "{}", issue: int | str | None = None, order: str = "") -> tuple[list[str], str]:
     """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below,
-    base_sha and order (pairs), reason) and the one-line reason (``ok`` when the run may go ahead)."""
+    base_sha and order (pairs), reason) and the one-line reason (``ok`` when the run may go ahead).
+
+    ``issue`` (trial.yml passes its input as given): a step run may then change only the levers the campaign's
+    state on that issue names; an issue that is not a number refuses a step run. None: no state is read."""
     kind = kind or ("baseline" if pr == 0 else "trial")
     records_sha = base_sha = ""
     try:
@@ -43,14 +48,24 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
             if tc.ok and kind == "calibrate":
                 records_sha = forge._branch_head(records_branch(campaign)) or ""  # noqa: SLF001
-                if not records_sha:
-                    check = {"ok": False, "recipe": "", "reason": f"no records branch {records_branch(campaign)}"}
+                problem = (records_problem(forge, campaign, records_sha, tc.recipe or "", sha) if records_sha
+                           else f"no records branch {records_branch(campaign)}")
+                if problem:
+                    check = {"ok": False, "recipe": "", "reason": problem}
+        elif issue is not None and not str(issue).isdigit():
+            check = {"ok": False, "recipe": "", "reason": f"issue {str(issue)[:20]!r}: expected the campaign issue's number"}
         else:
             tc = forge.check_trial(pr, sha)
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
             if tc.ok:  # the paths are a step's: now what the recipe says
-                problem = recipe_change_problem(forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha), tc.recipe,
-                                                allowed_levers(forge, issue, campaign, pr))
+                try:
+                    allowed = allowed_levers(forge, int(issue) if issue is not None else None, campaign, pr)
+                except GitHubForgeError as exc:  # the bot's login unknown: no state is trusted, so nothing may run
+                    allowed, problem = set(), f"the campaign state cannot be trusted: {exc}"
+                else:
+                    problem = None
+                problem = problem or recipe_change_problem(forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha),
+                                                           tc.recipe, allowed)
                 if problem:
                     check = {"ok": False, "recipe": "", "reason": problem}
             if check["ok"] and kind == "pair":  # the incumbent side: the default branch's head, as it is now
@@ -73,6 +88,24 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
     # the report job feeds a refusal back to the campaign with this reason: one line, printable, capped
     lines.append("reason=" + "".join(c if c.isprintable() else " " for c in reason)[:500])
     return lines, reason
+
+
+def records_problem(forge: Any, campaign: str, records_sha: str, recipe: str, sha: str) -> str | None:
+    """Why a calibration may not read the records branch at ``records_sha`` (None: it may): its head must be a
+    commit the bot made (linked to the bot's login and signed by GitHub, as the API signs the bot's writes), and the
+    recipe the baseline ran, kept there, must be the default branch's ``recipe`` at ``sha``."""
+    branch = records_branch(campaign)
+    login, verified = forge.commit_signer(records_sha)
+    if not forge.bot_login or login != forge.bot_login or not verified:
+        return (f"{branch} head {records_sha[:12]} is not the bot's commit (linked to {login or 'no account'}, "
+                f"{'signature verified' if verified else 'unsigned'}; the bot is {forge.bot_login or 'unknown'})")
+    try:
+        ran = forge.read_file(f"campaigns/{campaign}/{BASELINE_RECIPE}", records_sha)
+    except GitHubForgeError:
+        return f"{branch} has no campaigns/{campaign}/{BASELINE_RECIPE} (the recipe the baseline ran)"
+    if ran != forge.read_file(recipe, sha):
+        return f"{branch}: the recipe the baseline ran differs from {recipe} on the default branch"
+    return None
 
 
 OBJECTIVE_FIELDS = ("workload", "cluster", "pinned", "env", "bench")

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from bot import campaign as cm
 from bot.core.recipe import parse_recipe_text
 from bot.core.records import RunRecord
+from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import GitHubForge
 from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
 from bot.github.uploads import WALL_SLACK, Expected, record_problem
@@ -136,7 +137,7 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     known = expected(forge, state, sha, job_wall_s)
     if want_kind == "calibrate":
         reference = ports.read(state.baseline[0].record) if state.baseline else None
-        calibrated = recompute_calibration(result_dir, reference, ports.get(state.id, "baseline-recipe.yaml"), known, job)
+        calibrated = recompute_calibration(result_dir, reference, ports.get(state.id, BASELINE_RECIPE), known, job)
         ports.put(state.id, "calibration.json", calibrated.model_dump_json(indent=1) + "\n")
         state = executor.feed(state, calibrated)
         ports.settle()

@@ -35,7 +35,12 @@ Patches:
    experts in the parameters' dtype (fp32 in the CPU workloads, which already run fp32 params for the
    same reason: ``training.mixed_precision_param float32``); bf16 parameters still compute in bf16.
    Numerics: fp32 experts are *more* precise than torchtitan's GPU path; every CPU run (baseline and
-   candidate alike) runs the same code, so the gate compares like with like.
+   candidate alike) runs the same code, so the gate compares like with like. Under ``torch.compile`` the
+   eager fp32 kernel cannot be traced: ``_grouped_mm``'s fake (meta) kernel admits only bf16 ("Expected
+   inputs of BF16 type", ``torch/_meta_registrations.py``; a real MoE campaign's compile trial crashed on
+   it), so a non-bf16 grouped GEMM goes through the custom ops ``attune::grouped_mm`` (2-D tokens x 3-D
+   experts) and ``attune::grouped_mm_wgrad`` (its weight gradient, 2-D x 2-D -> 3-D), each with its own
+   shape function and the first with its backward; eager they call the same ``torch._grouped_mm``.
 
 CP cannot be patched the same way: torchtitan's CP shards the FlexAttention ``BlockMask``
 (``torchtitan/distributed/context_parallel/api.py`` ``cp_shard`` asserts ``isinstance(attention_masks, (BlockMask,
@@ -247,6 +252,44 @@ def patch_pp_microbatch_step() -> None:
             cls.step = _microbatch_step(cls.step)
 
 
+@torch.library.custom_op("attune::grouped_mm", mutates_args=())
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """``torch._grouped_mm(a, b, offs=offs)`` for 2-D ``a`` (tokens grouped by ``offs``) and 3-D ``b`` (one matrix per
+    group), in any dtype the eager CPU kernel takes, traceable by ``torch.compile`` (patch 6)."""
+    return torch._grouped_mm(a, b, offs=offs)
+
+
+@grouped_mm.register_fake
+def _grouped_mm_shape(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    return a.new_empty(a.shape[0], b.shape[-1])
+
+
+@torch.library.custom_op("attune::grouped_mm_wgrad", mutates_args=())
+def grouped_mm_wgrad(a_t: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """The per-group ``a_gᵀ @ grad_g`` (2-D x 2-D grouped along the shared dimension by ``offs``): ``b``'s gradient."""
+    return torch._grouped_mm(a_t, grad, offs=offs)
+
+
+@grouped_mm_wgrad.register_fake
+def _grouped_mm_wgrad_shape(a_t: torch.Tensor, grad: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    return a_t.new_empty(offs.shape[0], a_t.shape[0], grad.shape[-1])
+
+
+def _grouped_mm_setup(ctx, inputs, output) -> None:  # noqa: ANN001 - torch.library's signature
+    a, b, offs = inputs
+    ctx.save_for_backward(a, b, offs)
+
+
+def _grouped_mm_backward(ctx, grad: torch.Tensor):  # noqa: ANN001, ANN202 - torch.library's signature
+    a, b, offs = ctx.saved_tensors
+    grad_a = grouped_mm(grad, b.transpose(-2, -1), offs) if ctx.needs_input_grad[0] else None
+    grad_b = grouped_mm_wgrad(a.transpose(0, 1), grad, offs) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b, None
+
+
+grouped_mm.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
+
+
 def _grouped_experts_forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: torch.Tensor) -> torch.Tensor:
     """torchtitan 0.3.0's ``GroupedExperts.forward`` computing in the weights' dtype instead of bf16."""
     from torch.distributed.tensor import DTensor
@@ -264,9 +307,15 @@ def _grouped_experts_forward(self, x_RD: torch.Tensor, num_tokens_per_expert_E: 
             for axis in ("dp", "cp"):  # as the stock forward: offsets P -> V for grouped_mm without EP
                 spmd.mutate_type(offsets_E, axis, src=spmd.P, dst=spmd.V)
     x = x_RD.to(dtype)
-    h_RF = torch.nn.functional.silu(self._grouped_mm(A=x, B_t=w1.transpose(-2, -1), offs=offsets_E))
-    h_RF = h_RF * self._grouped_mm(A=x, B_t=w3.transpose(-2, -1), offs=offsets_E)
-    return self._grouped_mm(A=h_RF, B_t=w2.transpose(-2, -1), offs=offsets_E).type_as(x_RD)
+    if dtype == torch.bfloat16:  # the stock seam (what torchtitan's converters override)
+        def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return self._grouped_mm(A=a, B_t=b, offs=offsets_E)
+    else:  # compile-traceable where the stock fake kernel admits only bf16
+        def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return grouped_mm(a, b, offsets_E)
+    h_RF = torch.nn.functional.silu(mm(x, w1.transpose(-2, -1)))
+    h_RF = h_RF * mm(x, w3.transpose(-2, -1))
+    return mm(h_RF, w2.transpose(-2, -1)).type_as(x_RD)
 
 
 def patch_grouped_experts_dtype() -> None:

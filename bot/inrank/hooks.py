@@ -139,6 +139,22 @@ def _after_init(action: Callable[[Any], None]) -> None:
     _wrap(_trainer_cls(), "__init__", make)
 
 
+def _after_load(action: Callable[[Any], None]) -> None:
+    """Run ``action(trainer)`` on the weights a run trains from: after ``Trainer.train`` has called
+    ``checkpointer.load`` (a seed checkpoint, when the run has one, replaces the weights ``__init__`` drew)."""
+    def wrap(trainer) -> None:
+        original = trainer.checkpointer.load
+
+        def load(*args, **kwargs):
+            out = original(*args, **kwargs)
+            action(trainer)
+            return out
+
+        trainer.checkpointer.load = load
+
+    _after_init(wrap)
+
+
 def _clean_name(name: str) -> str:
     return name.replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
 
@@ -607,7 +623,8 @@ def init_perturb(arg: str) -> None:
                     noise = torch.randn(local.shape, generator=gen, dtype=local.dtype)
                     local.mul_(1 + 1e-6 * noise)
 
-    _after_init(perturb)
+    # after the seed checkpoint's load: perturbing the drawn weights that the load then replaces would be a no-op
+    _after_load(perturb)
 
 
 # ----------------------------------------------------------------------------- MoE faults

@@ -64,6 +64,8 @@ class Commit:
     tree: dict[str, str]
     parents: list[str]
     message: str
+    author: str | None = None  # the GitHub login the commit is linked to (None: an e-mail GitHub knows no account of)
+    verified: bool = False  # GitHub verified its signature (it signs the commits its API makes)
 
 
 @dataclass
@@ -195,12 +197,17 @@ class FakeGitHub:
 
     # -- seeding and acting as people ---------------------------------------------------------------------
 
-    def seed(self, files: dict[str, str], message: str = "seed", branch: str | None = None) -> str:
-        """Commit ``files`` on ``branch`` (default branch by default), as a person pushing would."""
+    def seed(self, files: dict[str, str], message: str = "seed", branch: str | None = None, author: str | None = None,
+             *, by_bot: bool = False) -> str:
+        """Commit ``files`` on ``branch`` (default branch by default), as a person pushing would: unsigned, linked to
+        ``author``'s account (a push may name any author e-mail, so any login; only its signature is GitHub's).
+        ``by_bot``: as the bot's API write would have made it instead (linked to the bot's login, signed by GitHub)."""
         branch = branch or self.default_branch
         parent = self.refs[f"heads/{branch}"]
         tree = dict(self.commits[parent].tree) | files
-        return self._commit(tree, [parent], message, branch=branch)
+        sha = self._commit(tree, [parent], message, branch=branch)
+        self.commits[sha].author, self.commits[sha].verified = (self.actor, True) if by_bot else (author, False)
+        return sha
 
     def create_branch(self, branch: str, from_branch: str | None = None) -> str:
         sha = self.refs[f"heads/{from_branch or self.default_branch}"]
@@ -788,6 +795,7 @@ class FakeGitHub:
                 raise HTTPError(409, f"{path} does not match {body['sha']}")
         tree[path] = text
         sha = self._commit(tree, [parent], body["message"], branch=branch)
+        self.commits[sha].author, self.commits[sha].verified = self.actor, True  # made and signed by GitHub for the token
         return (200 if existing is not None else 201), self._file_commit_obj(
             path, text, self.commits[sha], branch
         )
@@ -893,6 +901,7 @@ class FakeGitHub:
             message += "\n\n" + body["commit_message"]
         parents = [base_head, head] if method == "merge" else [base_head]
         sha = self._commit(tree, parents, message)
+        self.commits[sha].author, self.commits[sha].verified = self.actor, True
         self.refs[base_name] = sha
         pull.frozen_head_sha = head
         pull.state = self.issues[pull.number].state = "closed"
@@ -903,6 +912,29 @@ class FakeGitHub:
     def _op_pulls_list_files(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         pull = self._pull(params)
         return self._page(self._diff(pull), query, f"/repos/{self.full_name}/pulls/{pull.number}/files")
+
+    def _op_repos_get_commit(self, params: dict[str, str], query: Any, body: Any) -> Any:
+        """``GET /commits/{ref}``: the commit, the account it is linked to (``author``) and GitHub's verdict on its
+        signature (``commit.verification``)."""
+        sha = self._resolve(params["ref"])
+        commit = self.commits[sha]
+        out = self._rewrite(self.contract.example("commit"))
+        out.update(sha=sha, url=self._api(f"/commits/{sha}"), html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
+                   comments_url=self._api(f"/commits/{sha}/comments"),
+                   parents=[{"sha": p, "url": self._api(f"/commits/{p}"), "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}"}
+                            for p in commit.parents],
+                   # no linked account: GitHub sends null, which the description's nullable oneOf does not admit here;
+                   # its empty-object branch stands for it (the bot reads both as "no login")
+                   author=self._user(commit.author) if commit.author else {},
+                   committer=self._user("web-flow") if commit.verified else self._user(commit.author) if commit.author else {})
+        out["commit"].update(message=commit.message, url=self._api(f"/git/commits/{sha}"), verification={
+            "verified": commit.verified, "reason": "valid" if commit.verified else "unsigned",
+            "signature": "-----BEGIN PGP SIGNATURE-----" if commit.verified else None,
+            "payload": f"tree {sha}" if commit.verified else None, "verified_at": self._now() if commit.verified else None})
+        out["files"] = self._tree_diff(self.commits[commit.parents[0]].tree if commit.parents else {}, sha)[:300]
+        out["stats"] = {"total": sum(f["changes"] for f in out["files"]), "additions": sum(f["additions"] for f in out["files"]),
+                        "deletions": sum(f["deletions"] for f in out["files"])}
+        return 200, out
 
     def _op_repos_compare_commits(self, params: dict[str, str], query: Any, body: Any) -> Any:
         """``GET /compare/{base}...{head}``: the commits and files on ``head`` since its merge base with ``base``

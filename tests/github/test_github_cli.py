@@ -69,14 +69,20 @@ def test_check_trial_passes_only_checked_numbers_to_the_runner(gh, tmp_path, cap
     assert got["ok"] == "true" and got["max_wall_s"] == "" and got["stop_below"] == ""  # a manual dispatch: no limits
 
 
-def test_check_trial_for_a_calibration_pins_the_records_branch(gh, tmp_path, capsys) -> None:
+def test_check_trial_for_a_calibration_pins_the_records_branch(gh, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("ATTUNE_BOT_LOGIN", gh.actor)
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
     assert got["ok"] == "false" and "no records branch attune/llama3-tiny-cpu-i1/records" in got["reason"]
     gh.create_branch("attune/llama3-tiny-cpu-i1/records")
-    records = gh.seed({"campaigns/llama3-tiny-cpu-i1/baseline-1.json": "{}"}, "attune: record",
-                      branch="attune/llama3-tiny-cpu-i1/records")
+    records = gh.seed({"campaigns/llama3-tiny-cpu-i1/baseline-1.json": "{}",
+                       "campaigns/llama3-tiny-cpu-i1/baseline-recipe.yaml": (ROOT / RECIPE).read_text()}, "attune: record",
+                      branch="attune/llama3-tiny-cpu-i1/records", by_bot=True)
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
     assert got["ok"] == "true" and got["kind"] == "calibrate" and got["records_sha"] == records
+    # the same check without the bot's login trusts no records commit
+    monkeypatch.delenv("ATTUNE_BOT_LOGIN")
+    got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
+    assert got["ok"] == "false" and "is not the bot's commit" in got["reason"] and "the bot is unknown" in got["reason"]
 
 
 @pytest.mark.parametrize(

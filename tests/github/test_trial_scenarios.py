@@ -553,7 +553,7 @@ def check_then_report(flow: Flow, inputs: dict[str, str]) -> tuple[str, str]:
 
     lines, reason = check_trial(flow.forge, pr=int(inputs["pr"]), sha=inputs["sha"], campaign=inputs["campaign"],
                                 kind=inputs["kind"], recipe=inputs["recipe"], runner_labels=inputs["runner_labels"],
-                                limits=inputs["limits"])
+                                limits=inputs["limits"], issue=inputs["issue"])
     assert "ok=false" in lines and f"reason={reason}" in lines
     empty = flow.tmp / f"refused-{len(flow.trials())}"
     empty.mkdir()
@@ -584,6 +584,72 @@ def test_a_trial_check_refused_closes_the_step_with_the_reason_instead_of_waitin
     dispatches = len(gh.dispatches)
     assert check_then_report(flow, trial)[1].startswith("ignored")
     assert len(gh.dispatches) == dispatches
+
+
+def test_the_check_reads_the_levers_a_step_may_change_from_the_campaign_state_on_its_issue(gh, forge, tmp_path) -> None:
+    """trial.yml's check passes the dispatched issue: the step's trial runs when its recipe changes the lever the
+    bot's state comment names; a lever pushed onto the branch besides it, a wrong or malformed issue, or a forge
+    that does not know the bot's login (so no comment can be trusted) each refuse the run."""
+    from bot.core.recipe import set_lever_text
+    from bot.github.check_trial import check_trial
+
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.through_calibration()
+    trial = flow.last
+
+    def check(inputs: dict[str, str], on: GitHubForge = forge, **over: str) -> tuple[list[str], str]:
+        args = {**inputs, **over}
+        return check_trial(on, pr=int(args["pr"]), sha=args["sha"], campaign=args["campaign"], kind=args["kind"],
+                           recipe=args["recipe"], runner_labels=args["runner_labels"], limits=args["limits"], issue=args["issue"])
+
+    lines, reason = check(trial)
+    assert reason == "ok" and "ok=true" in lines
+    other = gh.add_issue("another", "not a campaign", user="alice")
+    assert "not the levers of this step ([])" in check(trial, issue=str(other))[1]
+    assert "expected the campaign issue's number" in check(trial, issue="7; rm -rf /")[1]
+    blind = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None)
+    lines, reason = check(trial, on=blind)
+    assert "ok=false" in lines and "cannot be trusted" in reason and "bot's own login is unknown" in reason
+    branch = gh.pulls[int(trial["pr"])].head_ref
+    text = set_lever_text(gh.file(trial["recipe"], branch), "activation_checkpoint", "none", source=trial["recipe"])
+    pushed = gh.seed({trial["recipe"]: text}, "a second lever on the step", branch=branch)
+    lines, reason = check(trial, sha=pushed)
+    assert "ok=false" in lines and "['activation_checkpoint']" in reason and "not the levers of this step" in reason
+
+
+def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_default_branchs_recipe(gh, forge, tmp_path) -> None:
+    """The calibration's runner reads the baseline's recipe and record from the records branch at ``records_sha``:
+    check lets it only when that head is the bot's own commit (its login and GitHub's signature: a push may name the
+    bot as its author, but only the API's commits are signed) and the recipe kept there is the default branch's."""
+    from bot.github.check_trial import check_trial
+
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.start()
+    flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
+    flow.answer(record(flow.recipe, 1010.0, run_id="b2"))
+    cal = flow.last
+    assert cal["kind"] == "calibrate"
+
+    def check() -> tuple[dict[str, str], str]:
+        lines, reason = check_trial(forge, pr=0, sha=cal["sha"], campaign=cal["campaign"], kind="calibrate", recipe=cal["recipe"],
+                                    runner_labels=cal["runner_labels"], limits=cal["limits"], issue=cal["issue"])
+        return dict(line.split("=", 1) for line in lines), reason
+
+    out, reason = check()
+    branch = records_branch(cal["campaign"])
+    assert reason == "ok" and out["records_sha"] == gh.head(branch)
+    kept = f"campaigns/{cal['campaign']}/baseline-recipe.yaml"
+    # a person pushes onto the records branch, naming the bot as the author: linked to the bot's login, but unsigned
+    forged = gh.seed({kept: gh.file(kept, branch).replace("local_batch_size: 1", "local_batch_size: 2")}, "a push", branch=branch,
+                     author=gh.actor)
+    out, reason = check()
+    assert out["ok"] == "false" and out["records_sha"] == forged and f"{branch} head {forged[:12]} is not the bot's commit" in reason
+    assert "unsigned" in reason
+    # the bot's own commit, but the recipe kept there is not the default branch's
+    repo_file = forge._repo.get_contents(kept, ref=branch)  # noqa: SLF001 - writes as the bot writes
+    forge._repo.update_file(kept, "attune: a stale recipe", gh.file(kept, branch) + "# stale\n", repo_file.sha, branch=branch)  # noqa: SLF001
+    out, reason = check()
+    assert out["ok"] == "false" and "the recipe the baseline ran differs from" in reason
 
 
 def test_a_calibration_check_refused_gives_no_band_and_goes_on(gh, forge, tmp_path) -> None:

@@ -427,5 +427,12 @@ def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None
                 assert job.get("environment") == "attune", f"{path.name}:{name}"
             else:
                 assert "environment" not in job, f"{path.name}:{name} needs no environment"
-    assert minting == {("campaign.yml", "handle"), ("trial.yml", "report"), ("leaderboard.yml", "regenerate")}
+    assert minting == {("campaign.yml", "handle"), ("trial.yml", "check"), ("trial.yml", "report"), ("leaderboard.yml", "regenerate")}
+    # check mints a token only to learn the App's login (whose state comment names the step's levers): read-only
+    check = jobs(ROOT / ".github" / "workflows" / "trial.yml")["check"]
+    token = next(s for s in check["steps"] if s.get("uses", "").startswith("actions/create-github-app-token@"))
+    assert {v for k, v in token["with"].items() if k.startswith("permission-")} == {"read"}
+    step = next(s for s in check["steps"] if s.get("id") == "check")
+    assert '--issue "$ISSUE"' in step["run"] and step["env"]["ISSUE"] == "${{ inputs.issue }}"
+    assert step["env"]["ATTUNE_BOT_LOGIN"] == jobs(ROOT / ".github" / "workflows" / "trial.yml")["report"]["steps"][-1]["env"]["ATTUNE_BOT_LOGIN"]
 

@@ -378,3 +378,31 @@ def test_grouped_experts_patch_keeps_bf16_params_in_bf16() -> None:
     want = type(experts).forward(experts, x, counts)  # the stock bf16 path
     assert got.dtype == x.dtype
     torch.testing.assert_close(got, want)
+
+
+def test_torch_still_traces_grouped_mm_only_in_bf16() -> None:
+    """Why the fp32 path is a custom op: the stock op's fake kernel refuses fp32 (drop the ops when this fails)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(RuntimeError, match="BF16"):
+        torch._grouped_mm(torch.empty(16, 8), torch.empty(2, 8, 4), offs=torch.tensor([8, 16], dtype=torch.int32))
+
+
+def test_grouped_experts_patch_compiles_in_fp32_and_equals_eager() -> None:
+    """A compiled fp32 MoE block (torchtitan compiles each block with fullgraph=True) traces the custom op and gives
+    eager's output and gradients."""
+    experts = _experts(torch.float32)
+    counts = torch.tensor([3, 0, 5, 8])
+    x = torch.randn(int(counts.sum()), 16)
+
+    def run(fn) -> tuple[torch.Tensor, ...]:
+        experts.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        out = fn(experts, xi, counts)
+        out.backward(torch.ones_like(out))
+        return out.detach(), xi.grad, experts.w1_EFD.grad.clone(), experts.w2_EDF.grad.clone()
+
+    eager = run(cpu_compat._grouped_experts_forward)
+    compiled = run(torch.compile(cpu_compat._grouped_experts_forward, fullgraph=True, backend="aot_eager"))
+    for want, got in zip(eager, compiled, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
