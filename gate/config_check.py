@@ -257,11 +257,11 @@ def derived_values(flat: Mapping[str, Any], world_size: int) -> dict[str, Any]:
 
 
 def runs_load_seed(recipe: Recipe) -> bool:
-    """True when the runs that compare this recipe load a seed checkpoint: local runs of the gate (``gate.runs``) and
-    of campaigns do (``bot/runner/seed.py``); Slurm runs do not yet."""
+    """True when the runs that compare this recipe load a seed checkpoint: local and Slurm runs of the gate
+    (``gate.runs``) and of campaigns do (``bot/runner/seed.py``)."""
     from bot.runner.seed import wants_seed
 
-    return recipe.cluster.launcher == "local" and wants_seed(recipe)
+    return recipe.cluster.launcher in ("local", "slurm") and wants_seed(recipe)
 
 
 def local_stack() -> dict[str, Any]:
@@ -317,7 +317,7 @@ def describe(recipe: Recipe, *, stack: Mapping[str, Any]) -> ResolvedRecipe:
     fields.update(structure_fields(config, flat))
     fields.update(recipe_fields(recipe))
     derived = derived_values(flat, recipe.devices)
-    # a local run made by the gate or a campaign loads its objective's seed checkpoint (bot/runner/seed.py)
+    # a local or Slurm run made by the gate or a campaign loads its objective's seed checkpoint (bot/runner/seed.py)
     derived["derived.seed_checkpoint"] = bool(derived["derived.seed_checkpoint"]) or runs_load_seed(recipe)
     context = {k: v for k, v in fields.items()}
     context.update(derived)

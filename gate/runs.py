@@ -119,7 +119,7 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     path = cached_path(spec, cache_dir)
     recipe = parse_recipe_text(spec.recipe_text, spec.label)
     launcher = "slurm" if recipe.cluster.launcher == "slurm" else "local"
-    seed = {"seed_cache": Path(cache_dir)} if spec.seed and launcher == "local" else {}
+    seed = {"seed_cache": Path(cache_dir)} if spec.seed else {}
     runner = get_runner(launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, **seed)
     record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text)
     write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))

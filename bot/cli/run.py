@@ -31,9 +31,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--stop-below/--stop-after: expected a positive tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
         limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
     options: dict[str, Any] = {"hook": args.hook} if args.hook else {}
-    if recipe.cluster.launcher == "local" and recipe.devices > 1:
+    if recipe.cluster.launcher in ("local", "slurm") and recipe.devices > 1:
         # more than one rank: sharded init differs per layout, so the run loads its objective's seed checkpoint
-        # (bot/runner/seed.py), cached where the gate caches its runs
+        # (bot/runner/seed.py), cached where the gate caches its runs (under Slurm: made on this login node, one rank)
         options["seed_cache"] = Path(".attune")
     runner = get_runner(recipe.cluster.launcher, **options)
     if con:

@@ -91,10 +91,10 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
 
 
 def _with_seed(launcher: str, options: dict[str, Any] | None, cache: Path) -> dict[str, Any]:
-    """Runner options with the campaign's seed-checkpoint cache: every local run of a campaign loads its objective's
-    seed checkpoint (``bot/runner/seed.py``), the same one the gate's calibration runs load."""
+    """Runner options with the campaign's seed-checkpoint cache: every run of a campaign (local or under Slurm) loads
+    its objective's seed checkpoint (``bot/runner/seed.py``), the same one the gate's calibration runs load."""
     out = dict(options or {})
-    if launcher == "local":
+    if launcher in ("local", "slurm"):
         out.setdefault("seed_cache", cache)
     return out
 

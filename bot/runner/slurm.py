@@ -48,6 +48,7 @@ from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id
 from bot.runner.command import titan_args
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
+from bot.runner.seed import SeedCheckpoint, SeedError, ensure_seed_checkpoint, load_args, wants_seed
 from bot.runner.slurmtext import (
     REQUEUED,
     SACCT_FIELDS,
@@ -177,11 +178,13 @@ def torchrun_command(settings: SlurmSettings) -> list[str]:
 
 
 def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float | None = None, hook: str | None = None,
-                 extra_env: dict[str, str] | None = None, payload: list[str] | None = None) -> tuple[str, str | None]:
+                 extra_env: dict[str, str] | None = None, payload: list[str] | None = None,
+                 seed: SeedCheckpoint | None = None) -> tuple[str, str | None]:
     """The batch script of a run (see :mod:`.slurmscript`) and, when the campaign's budget cap is the tighter limit,
-    the job's time limit in minutes set from it (a backstop should this runner die; else None)."""
+    the job's time limit in minutes set from it (a backstop should this runner die; else None). ``seed``: the
+    checkpoint every rank loads its initial weights from (its folder is mounted into a container as well)."""
     settings = recipe.cluster.slurm or SlurmSettings()
-    targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"))
+    targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"), extra=load_args(seed) if seed else None)
     command = payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun_command(settings))
     env = {**recipe.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT)]),
            "ATTUNE_STACK_FILE": str(out_dir / STACK_FILE)}
@@ -196,18 +199,21 @@ def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float
     else:
         backstop = None
     body = slurmscript.render(recipe, settings, command=command, env=env, time_limit=limit,
-                              mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT)])
+                              mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT, *([Path(seed.path).parent] if seed else []))])
     return body, backstop
 
 
 class SlurmRunner:
     """``hang_s``/``startup_s``: no new rank-0 step line for that long (from the job's start) cancels the job as a
     hang. ``poll_s``: how often squeue is asked. ``payload``: test-only, replaces torchrun on every node (a sleep
-    job for the classification tests); it is recorded as the run's hook."""
+    job for the classification tests); it is recorded as the run's hook. ``seed_cache``: where seed
+    checkpoints are cached (on the filesystem the nodes share); when given, every run loads its objective's seed
+    checkpoint (:mod:`bot.runner.seed`), made on first use on this (login) node with one rank, as the local runner makes it."""
 
     def __init__(self, *, hang_s: float = 300.0, startup_s: float = 900.0, poll_s: float = 2.0, hook: str | None = None,
                  extra_env: dict[str, str] | None = None, on_step: Callable[[StepMetric], None] | None = None,
-                 payload: list[str] | None = None, slurm_env: dict[str, str] | None = None) -> None:
+                 payload: list[str] | None = None, slurm_env: dict[str, str] | None = None, seed_cache: Path | None = None) -> None:
+        self.seed_cache = Path(seed_cache) if seed_cache is not None else None
         self.hang_s, self.startup_s, self.poll_s = hang_s, startup_s, poll_s
         self.hook, self.extra_env, self.on_step, self.payload = hook, extra_env or {}, on_step, payload
         self.slurm_env = {**os.environ, **(slurm_env or {})}  # what Slurm's commands run with (SLURM_CONF, PATH)
@@ -266,13 +272,20 @@ class SlurmRunner:
         shape = LaunchShape(launcher="slurm", nodes=recipe.cluster.nodes, devices_per_node=recipe.cluster.devices_per_node,
                             world_size=recipe.devices, command=sbatch, env=dict(recipe.env))
         try:
-            body, backstop = batch_script(recipe, steps=steps, out_dir=out_dir, max_wall_s=max_wall_s, hook=self.hook,
-                                          extra_env=self.extra_env, payload=self.payload)
-        except ValueError as exc:
-            return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
-        try:
             flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump))
         except ResolveError as exc:
+            return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
+        seed = None
+        if self.seed_cache is not None and self.payload is None and wants_seed(recipe):
+            try:  # after the free pre-flight: a refused config costs no seed run
+                seed = ensure_seed_checkpoint(recipe, self.seed_cache)
+            except (SeedError, OSError, subprocess.TimeoutExpired) as exc:
+                return RunRecord(**base, launch=shape, outcome="crash", reason=f"seed checkpoint: {exc}")
+            base["seed_checkpoint"] = seed.key
+        try:
+            body, backstop = batch_script(recipe, steps=steps, out_dir=out_dir, max_wall_s=max_wall_s, hook=self.hook,
+                                          extra_env=self.extra_env, payload=self.payload, seed=seed)
+        except ValueError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         gbs = int(flat["training.global_batch_size"])
         tokens_per_step = int(flat["training.seq_len"]) * (gbs if gbs > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices))

@@ -162,11 +162,14 @@ def test_device_hours_are_allocated_devices_times_the_running_time(e2e: tuple[Ru
 def test_two_nodes_match_two_local_ranks_of_the_same_layout(e2e: tuple[RunRecord, Path, float], tmp_path: Path) -> None:
     """Same layout (2 ranks, replicate 2), one machine: the losses agree (gloo's sum of two addends is the same
     whichever process adds them)."""
-    record, _, _ = e2e
+    record, out, _ = e2e
     recipe = load_recipe(SLURM_RECIPE)
     local = recipe.model_copy(update={"cluster": recipe.cluster.model_copy(update={"launcher": "local", "nodes": 1, "devices_per_node": 2})})
-    twin = LocalRunner().run(local, out_dir=tmp_path / "local", recipe_text=SLURM_RECIPE.read_text())
+    # the Slurm run loaded the seed checkpoint `attune run` made on the login node; the twin loads the same one
+    assert record.seed_checkpoint, "the two-node run loaded no seed checkpoint"
+    twin = LocalRunner(seed_cache=out.parent / ".attune").run(local, out_dir=tmp_path / "local", recipe_text=SLURM_RECIPE.read_text())
     assert twin.outcome == "ok", f"{twin.reason}\n{twin.log_tail}"
+    assert twin.seed_checkpoint == record.seed_checkpoint
     diff = max(abs(a - b) for a, b in zip(record.losses(), twin.losses(), strict=True))
     print(f"\nslurm 2x1 vs local 1x2 losses: max abs difference {diff:.3g}; local {twin.summary.tps_median} tokens/s/device")
     assert diff <= 1e-5, (record.losses(), twin.losses())

@@ -175,3 +175,16 @@ def test_log_tail_returns_whole_lines_as_they_arrive(tmp_path: Path) -> None:
         fh.write(b"o\nthree")
     assert tail.lines() == ["two"]
     assert tail.flush() == ["three"] and tail.flush() == []
+
+
+def test_every_rank_loads_the_seed_checkpoint_which_a_container_sees(tmp_path: Path) -> None:
+    from bot.runner.seed import SeedCheckpoint
+
+    seed = SeedCheckpoint(key="k1", path=str(tmp_path / "seed" / "step-0"))
+    r = recipe_with(slurm=SlurmSettings(container_image="img", container_mounts=[]))
+    body, _ = batch_script(r, steps=4, out_dir=tmp_path / "run", seed=seed)
+    srun = next(ln for ln in body.splitlines() if ln.startswith("srun ")).replace("'", "").replace('"', "")
+    assert f" --checkpoint.initial-load-path {seed.path} " in srun and " --checkpoint.load-only" in srun
+    assert f"{tmp_path}/seed:{tmp_path}/seed" in srun
+    plain, _ = batch_script(r, steps=4, out_dir=tmp_path / "run")
+    assert "initial-load-path" not in plain
