@@ -140,17 +140,22 @@ def _fmt(value: Any, spec: str) -> str:
     return "—" if value is None else format(value, spec)
 
 
+def _system(row: dict[str, Any]) -> str:
+    """``2× cpu (2 nodes × 1)``: the hardware, the device count and the launch shape (a row's key)."""
+    nodes = row["nodes"]
+    return f"{row['devices']}× {row['hardware']} ({nodes} node{'s' if nodes > 1 else ''} × {row['devices_per_node']})"
+
 def render(rows: list[dict]) -> str:
     if not rows:
         return HEADER + "\nNo measured result has landed yet.\n"
-    table = [[r["model"] + (" (MoE)" if r["moe"] else ""), f"{r['devices']}× {r['hardware']} ({r['nodes']} node{'s' if r['nodes'] > 1 else ''} × {r['devices_per_node']})",
+    table = [[r["model"] + (" (MoE)" if r["moe"] else ""), _system(r),
               r["precision"], _fmt(r["gbs"], "d"), _fmt(r["mbs"], "d"), _fmt(r["seq"], "d"), r["layout"], r["recompute"],
               "yes" if r["compile"] else "no", f"{r['tps_per_device']:,.0f}", _fmt(r["tflops"], ".2f"), _fmt(r["mfu"], ".1f") + ("%" if r["mfu"] is not None else ""),
               "—" if r["usd_per_mtok"] is None else f"${r['usd_per_mtok']:.3f}",
               _fmt(r["gain"], "+.1%"), f"[passed]({r['gate']})" if r["gate"] else "passed", r["stack"], r["date"], r["commit"],
               f"[record]({r['record']})"] for r in rows]
     text = tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
-    details = "\n".join(f"- **{r['model']} on {r['devices']}× {r['hardware']}**: `{json.dumps(r['levers'], sort_keys=True)}`" for r in rows)
+    details = "\n".join(f"- **{r['model']} on {_system(r)}**: `{json.dumps(r['levers'], sort_keys=True)}`" for r in rows)
     return f"{HEADER}\n{text}\n\n## Full recipes (levers)\n\n{details}\n"
 
 
