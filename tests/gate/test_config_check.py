@@ -118,10 +118,18 @@ def test_fsdp_over_two_ranks_passes_where_the_runs_load_a_seed_checkpoint(base: 
     assert v.ok and v.tier == "R", v.reasons  # local runs load the objective's seed checkpoint (bot/runner/seed.py)
 
 
-def test_fsdp_over_two_ranks_without_seed_checkpoint_is_rejected(base: Recipe) -> None:
-    # Slurm runs load no seed checkpoint yet: the sharded init on a CPU mesh would differ
-    v = check_config(base.model_copy(update={"cluster": base.cluster.model_copy(update={"launcher": "slurm"})}),
-                     recipe(cluster={"devices_per_node": 2, "launcher": "slurm"}), stack=STACK_213)
+def test_fsdp_over_two_slurm_nodes_is_legal_because_slurm_runs_load_the_seed_checkpoint(base: Recipe) -> None:
+    slurm = base.model_copy(update={"cluster": base.cluster.model_copy(update={"launcher": "slurm"})})
+    v = check_config(slurm, recipe(cluster={"devices_per_node": 2, "launcher": "slurm"}), stack=STACK_213)
+    assert v.ok and v.tier == "R", v.reasons
+
+
+def test_fsdp_over_two_ranks_without_seed_checkpoint_is_rejected(base: Recipe, monkeypatch: pytest.MonkeyPatch) -> None:
+    # runs that load no seed checkpoint (made by no ATTUNE runner): the sharded init on a CPU mesh would differ
+    import gate.config_check as cc
+
+    monkeypatch.setattr(cc, "runs_load_seed", lambda r: False)
+    v = check_config(base, recipe(cluster={"devices_per_node": 2}), stack=STACK_213)
     assert not v.ok
     assert any("without a seed checkpoint" in r and "requires seed_checkpoint" in r for r in v.reasons)
     assert any("cpu-dtensor-rng-identical-shards" in r for r in v.reasons)
