@@ -61,11 +61,9 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
                 try:
                     allowed = allowed_levers(forge, int(issue) if issue is not None else None, campaign, pr)
                 except GitHubForgeError as exc:  # the bot's login unknown: no state is trusted, so nothing may run
-                    allowed, problem = set(), f"the campaign state cannot be trusted: {exc}"
+                    problem = f"the campaign state cannot be trusted: {exc}"
                 else:
-                    problem = None
-                problem = problem or recipe_change_problem(forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha),
-                                                           tc.recipe, allowed)
+                    problem = recipe_change_problem(forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha), tc.recipe, allowed)
                 if problem:
                     check = {"ok": False, "recipe": "", "reason": problem}
             if check["ok"] and kind == "pair":  # the incumbent side: the default branch's head, as it is now
