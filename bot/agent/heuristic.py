@@ -2,8 +2,8 @@
 
 0. **No gain in hand** (``_no_gain_stop``): stop before the first step when the incumbent's addressable share
    (exposed communication + bubble + recompute with memory to spare) could not clear the noise band even if all
-   of it were removed; and, while no step has been kept, start nothing once NO_GAIN_SHARE of the budget is spent
-   (a recipe already at its optimum costs little).
+   of it were removed; and, while no step has been kept, the steps together may spend NO_GAIN_SHARE of the budget,
+   each proposal carrying what is left as its step's cap (a recipe already at its optimum costs little).
 1. **OOM -> recompute** (the rule that made the published campaigns): when the last trial ran
    out of memory, retry that same layout with more activation recomputation (a step stacked on
    the failed one) before the layout is abandoned; when it already recomputes everything, retry
@@ -70,6 +70,14 @@ class HeuristicPolicy:
         flat = _no_gain_stop(campaign, _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis)
         if flat is not None:
             return Stop(why=flat, policy=self.name)
+        decision = self._propose(campaign, diagnosis, lessons, levers, records)
+        left = no_gain_allowance_left(campaign, _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis)
+        if isinstance(decision, Change) and left:  # a probe with no gain in hand spends what is left of it
+            return decision.model_copy(update={"max_device_hours": left})
+        return decision
+
+    def _propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                 records: RecordReader) -> Change | Stop:
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
@@ -441,21 +449,44 @@ def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None
     before the first step. (2) Otherwise, while no step has been kept, no new move starts once the campaign has
     spent NO_GAIN_SHARE of its budget on its steps (the baseline and calibration, its set-up, are not counted; failed
     starts, OOM retries, early-stopped trials and the pairs of undecided steps add up): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
-    and each further probe only delays the verdict. Checked before every proposal (coupled retries included), so a
-    flat recipe costs about NO_GAIN_SHARE plus one step (issue 15's flat-task target: at most 30% of the budget)."""
+    and each further probe only delays the verdict. Checked before every proposal (coupled retries included), and each
+    proposal may spend only what is left of that allowance (:func:`no_gain_allowance_left`), so a flat recipe costs its
+    set-up plus at most NO_GAIN_SHARE (issue 15's flat-task target: at most 30% of the budget; issue 14's flat CPU
+    campaigns: at most 40%, the set-up there being a warm-up, 3 baseline runs and, once per recipe, 4 calibration runs)."""
     if campaign.incumbent_step != 0 or campaign.band is None:
         return None
     share = addressable_share(incumbent)
     if share is not None and share / max(1.0 - share, 1e-9) < campaign.min_gain:
         return (f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
                 f"{share:.1%} of its step, less than the {campaign.min_gain:.1%} minimum worthwhile gain even if all were removed")
-    # what the probes themselves spent (their trials and pairs): the baseline and the gate's calibration are the
-    # campaign's set-up (on a real cluster they are a large share of a small budget)
-    counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
-    if campaign.steps and campaign.budget > 0 and counted >= NO_GAIN_SHARE * campaign.budget:
+    left = no_gain_allowance_left(campaign, incumbent)
+    if campaign.steps and left is not None and left < campaign.expected_run_cost():
+        allowed = no_gain_share(incumbent)
+        counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
         return (f"no gain found: {len(campaign.steps)} steps spent {counted / campaign.budget:.0%} of the budget "
-                "and none beat the recipe; it is most likely at its optimum (keeping it rather than spend more on blind probes)")
+                f"(the {allowed:.0%} a recipe with no gain in hand may spend on probes) and none beat the recipe; "
+                "it is most likely at its optimum (keeping it rather than spend more on blind probes)")
     return None
+
+
+def no_gain_share(incumbent: Diagnosis | None) -> float:
+    """The share of the budget the steps may spend while no step has been kept: NO_GAIN_SHARE, or the incumbent's
+    addressable share when that is smaller -- a recipe whose measured breakdown says levers could remove 9% of its
+    step gets 9% of the budget to find it. Without a breakdown that names the costs (a CPU run), NO_GAIN_SHARE."""
+    share = addressable_share(incumbent)
+    return NO_GAIN_SHARE if share is None else min(NO_GAIN_SHARE, share)
+
+
+def no_gain_allowance_left(campaign: Campaign, incumbent: Diagnosis | None) -> float | None:
+    """Device-hours the steps may still spend while no step has been kept: :func:`no_gain_share` of the budget less
+    what the steps spent (their trials and pairs; the baseline and the gate's calibration are the campaign's set-up,
+    on a real cluster a large share of a small budget). None once a step was kept (or without a budget): then only
+    the budget and patience bound the steps. Each proposal carries what is left as its ``max_device_hours``, so a
+    futile last probe cannot overrun it by its pairs: a recipe already at its optimum costs its set-up plus that share."""
+    if campaign.incumbent_step != 0 or campaign.budget <= 0:
+        return None
+    counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
+    return max(no_gain_share(incumbent) * campaign.budget - counted, 0.0)
 
 
 # the one cost a lever exists to remove, as named in the step-time breakdown

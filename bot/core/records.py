@@ -140,6 +140,11 @@ class Change(BaseModel):
     # a configuration measured before and left *undecided* (its interval straddled the minimum gain) may be proposed
     # again only with a reason (e.g. a quieter machine, a larger pair cap); a decided one never
     retry_reason: str = ""
+    # the most device-hours this step's runs may spend while its estimate stays below the minimum worthwhile gain,
+    # set by the policy (None: only the campaign's budget bounds it): a run that does not fit is not started and the
+    # step closes *undecided*, not kept -- e.g. the default policy's no-gain allowance, so a futile probe of a recipe
+    # already at its optimum cannot overrun it by a step's pairs (``Campaign.step_run_fits``)
+    max_device_hours: float | None = Field(default=None, gt=0.0)
 
     model_config = {"populate_by_name": True}
 

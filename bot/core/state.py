@@ -343,6 +343,21 @@ class Campaign(BaseModel):
         expected = self.expected_run_cost()
         return self.spent + runs * expected <= self.budget and (expected > 0 or self.spent < self.budget)
 
+    def step_run_fits(self, st: Step, runs: int = 1) -> bool:
+        """Whether ``runs`` more runs of step ``st`` fit the allowance its policy gave it: always with none, and
+        always while its estimate so far (the paired one, or the trial's unpaired look before the first pair) clears
+        the minimum worthwhile gain -- the allowance stops a probe for futility, never a step on its way to a gain."""
+        cap = st.change.max_device_hours
+        if cap is None:
+            return True
+        est = st.measurement.estimate if st.measurement is not None else None
+        if est is None:
+            trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
+            est = trial.tps / self.incumbent_tps - 1.0 if trial is not None and trial.tps and self.incumbent_tps else None
+        if est is not None and est >= self.min_gain:
+            return True
+        return sum(r.device_hours for r in st.runs) + runs * self.expected_run_cost() <= cap
+
     def tried(self) -> set[tuple[str, str]]:
         return {(s.change.lever, repr(s.change.after)) for s in self.steps}
 

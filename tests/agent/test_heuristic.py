@@ -344,6 +344,43 @@ def test_with_no_gain_in_hand_no_new_move_starts_past_the_no_gain_share_of_the_b
     assert state.incumbent_step == 0 and state.steps
     assert state.finish_reason.startswith("policy stopped: no gain found")
     probes = sum(r.device_hours for st in state.steps for r in st.runs)
-    one_step = max(sum(r.device_hours for r in st.runs) for st in state.steps)  # a trial and its pairs
-    assert NO_GAIN_SHARE <= probes <= NO_GAIN_SHARE + one_step  # the steps' own spend, at most one step past the share
+    # the steps' own spend: never past the share (each proposal carries what is left of it as its cap), and stopped
+    # only once less than a run (the machine's estimate: 1.1 x the largest run record, a pair's two runs here) is left
+    assert NO_GAIN_SHARE - state.expected_run_cost() <= probes <= NO_GAIN_SHARE + 1e-9
     assert state.spent > probes  # the baseline (the set-up) is not counted against it
+    caps = [st.change.max_device_hours for st in state.steps]
+    assert caps[0] == pytest.approx(NO_GAIN_SHARE) and all(c is not None for c in caps)
+    assert caps == sorted(caps, reverse=True)  # what is left of the allowance, proposal after proposal
+
+
+def test_the_no_gain_allowance_is_the_incumbents_addressable_share_when_that_is_smaller(monkeypatch) -> None:
+    import bot.agent.heuristic as heuristic
+    from bot.agent.heuristic import NO_GAIN_SHARE, no_gain_share
+
+    small = Diagnosis(outcome="ok", breakdown={"compute": 0.91, "exposed_comm": 0.09, "bubble": 0.0, "recompute": 0.0}, mem_headroom_frac=0.5)
+    large = Diagnosis(outcome="ok", breakdown={"compute": 0.6, "exposed_comm": 0.2, "bubble": 0.0, "recompute": 0.2}, mem_headroom_frac=0.5)
+    assert no_gain_share(small) == pytest.approx(0.09)
+    assert no_gain_share(large) == NO_GAIN_SHARE
+    assert no_gain_share(Diagnosis(outcome="ok")) == NO_GAIN_SHARE  # a CPU run's spans name no such cost
+    # a recipe whose diagnosis says 9% is addressable: its first probe may spend 9% of the budget, and with less
+    # than a run of that left the agent stops
+    state = play(new_state(PP_RECIPE, budget=1.0), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]), cost=0.02)
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": "", "steps": []})
+    space = space_fn(parse_recipe_text(PP_RECIPE))
+    first = HeuristicPolicy().propose(state, small, LESSONS, space, RECORDS)
+    assert isinstance(first, Change) and first.max_device_hours == pytest.approx(0.09)
+    spent = cm.Step(n=1, change=first, state="closed", levers={**state.incumbent_levers, first.lever: first.after},
+                    runs=[cm.RunRef(kind="trial", n=1, outcome="ok", tps=1000.0, device_hours=0.075)])
+    monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: small)  # the baseline run's record
+    later = HeuristicPolicy().propose(state.model_copy(update={"steps": [spent]}), small, LESSONS, space, RECORDS)
+    assert isinstance(later, Stop) and later.why.startswith("no gain found") and "(the 9% a recipe" in later.why
+
+
+def test_once_a_step_is_kept_proposals_carry_no_allowance() -> None:
+    text = recipe_text()
+    state, space = _state_and_space(text)
+    kept = cm.Step(n=1, change=Change(lever="training.gc_freq", before=50, after=100, why="t"), state="merged", kept=True,
+                   levers={**state.incumbent_levers, "training.gc_freq": 100}, gain=0.1)
+    state = state.model_copy(update={"steps": [kept], "incumbent_step": 1})
+    proposal = HeuristicPolicy().propose(state, OK, LESSONS, space, RECORDS)
+    assert isinstance(proposal, Change) and proposal.max_device_hours is None

@@ -137,6 +137,34 @@ def test_undecided_at_the_pair_cap_is_not_kept_and_says_so(tmp_path: Path) -> No
     assert "undecided" in report and "2 pairs" in report and "90% CI" in report
 
 
+def test_a_futile_step_ends_at_the_allowance_its_policy_gave_it_and_the_campaign_goes_on(tmp_path: Path) -> None:
+    # the candidate measures like the incumbent (~0%): each run costs 0.01, the policy allows the step 0.035 --
+    # the trial and one pair (3 runs) fit, a second pair (2 more) does not
+    flat = [1000.0, 1012.0, 995.0, 1008.0]
+    script = [{"lever": "activation_checkpoint", "to": "none", "max_device_hours": 0.035},
+              {"lever": "training.local_batch_size", "to": 2}]
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: flat, LBS2: [1200.0, 1190.0]}, script=script,
+                                             base=[1000.0, 1010.0, 990.0, 1005.0])
+    step = state.step(1)
+    assert kinds(actions, 1).count("measure_pair") == 1 and not step.kept
+    assert sum(r.device_hours for r in step.runs) <= 0.035
+    assert step.close_reason.startswith("allowance: the 2 runs do not fit the 0.035 device-hours")
+    assert step.measurement.decision == "undecided" and "allowance ends the pairs" in step.measurement.why
+    assert state.step(2).kept  # the campaign went on to the next proposal, and its budget was not touched
+    assert state.finish_reason == "policy stopped: script exhausted"
+
+
+def test_a_step_on_its_way_to_a_gain_is_measured_past_its_allowance(tmp_path: Path) -> None:
+    # +5% to +7% against a 5% minimum gain: one pair leaves it undecided but its estimate clears the minimum gain,
+    # so the allowance (the trial's run) does not end it
+    gainish = [1060.0, 1070.0, 1065.0, 1068.0, 1062.0]
+    state, _, _, actions = run_campaign(tmp_path, {AC_NONE: gainish}, script=[{"lever": "activation_checkpoint", "to": "none", "max_device_hours": 0.015}],
+                                        base=[1000.0, 1010.0, 1002.0, 1006.0, 1004.0, 1001.0])
+    step = state.step(1)
+    assert sum(r.device_hours for r in step.runs) > 0.015
+    assert kinds(actions, 1).count("measure_pair") >= 2 and not step.close_reason.startswith("allowance")
+
+
 def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> None:
     gate = make_gate_config(reject=lambda recipe: recipe.levers.get("activation_checkpoint") == "none")
     state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}],
