@@ -94,7 +94,7 @@ class HeuristicPolicy:
             ctx.setdefault("recipe.seq_len", seq)
         current = catalog.effective(campaign.incumbent_levers)
         moot = _unmeasurable(campaign, diagnosis)
-        for lesson in relevant(lessons, ctx):
+        for lesson in dominant_cost_first(relevant(lessons, ctx), diagnosis):
             if not lesson.auto_propose:
                 continue
             for lc in lesson.try_:
@@ -387,6 +387,7 @@ RECOMPUTE_FRAC = 0.05
 PATIENCE = 2
 PATIENCE_RUNS = 1.0
 NO_GAIN_SHARE = 0.22  # of the budget, spent on steps before the first kept one (the set-up not counted)
+MIN_PROBE_RUNS = 2  # runs' device-hours the no-gain allowance is never below
 ADDRESSABLE = {"exposed_comm", "bubble", "recompute"}
 NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up asks for (_fix_for)
 OOM_BATCH_LESSON = "oom-halve-local-batch"
@@ -461,8 +462,8 @@ def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None
                 f"{share:.1%} of its step, less than the {campaign.min_gain:.1%} minimum worthwhile gain even if all were removed")
     left = no_gain_allowance_left(campaign, incumbent)
     if campaign.steps and left is not None and left < campaign.expected_run_cost():
-        allowed = no_gain_share(incumbent)
         counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
+        allowed = (counted + left) / campaign.budget
         return (f"no gain found: {len(campaign.steps)} steps spent {counted / campaign.budget:.0%} of the budget "
                 f"(the {allowed:.0%} a recipe with no gain in hand may spend on probes) and none beat the recipe; "
                 "it is most likely at its optimum (keeping it rather than spend more on blind probes)")
@@ -486,11 +487,34 @@ def no_gain_allowance_left(campaign: Campaign, incumbent: Diagnosis | None) -> f
     if campaign.incumbent_step != 0 or campaign.budget <= 0:
         return None
     counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
-    return max(no_gain_share(incumbent) * campaign.budget - counted, 0.0)
+    # never less than one probe measured to its first pair (a trial and an incumbent run): a small budget still tries
+    allowed = max(no_gain_share(incumbent) * campaign.budget, MIN_PROBE_RUNS * campaign.expected_run_cost())
+    return max(allowed - counted, 0.0)
 
 
 # the one cost a lever exists to remove, as named in the step-time breakdown
 ADDRESSES = {"parallelism.pipeline_parallel_schedule": "bubble", "activation_checkpoint": "recompute"}
+
+
+# what each lever's change can remove from the step, for putting first the lessons aimed at a cost that dominates it
+REMOVES = {"parallelism.fsdp_reshard_after_forward": "exposed_comm", "parallelism.expert_parallel_degree": "exposed_comm",
+           "parallelism.pipeline_parallel_schedule": "bubble", "parallelism.pipeline_parallel_microbatch_size": "bubble",
+           "activation_checkpoint": "recompute"}
+DOMINANT = 0.5  # of the step: a cost larger than everything else together
+
+
+def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Lesson]:
+    """The relevant lessons with those aimed at the incumbent's dominant cost first (a cost over DOMINANT of its
+    measured step), each group in priority order. A recipe that spends 89% of its step in exposed communication
+    gains nothing measurable from less recompute (2.5% of it) however high that lesson's priority: its first probe
+    is better spent on what dominates. Without a dominant cost (or a breakdown) the order is the lessons' own."""
+    if diagnosis.outcome != "ok" or not diagnosis.breakdown:
+        return lessons
+    cost, share = max(((k, v) for k, v in diagnosis.breakdown.items() if k in ADDRESSABLE), key=lambda kv: kv[1], default=("", 0.0))
+    if share <= DOMINANT:
+        return lessons
+    aimed = [ls for ls in lessons if any(REMOVES.get(lc.lever) == cost for lc in ls.try_)]
+    return aimed + [ls for ls in lessons if ls not in aimed]
 
 
 def _unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:

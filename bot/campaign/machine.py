@@ -115,6 +115,7 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
     if isinstance(ev, Calibrated):
         s.spent += ev.device_hours
         s.calibrated, s.loss_band, s.calibration_note = True, ev.band, ev.note
+        s.calibration_runs = s.calibration_runs or ev.device_hours > 0
         return [] if s.phase == "finished" else [Propose()]
     if isinstance(ev, Proposed):
         return _on_proposed(s, ev)
@@ -191,7 +192,14 @@ def _decide(s: Campaign, st: Step) -> list[Action]:
 def _next_pair(s: Campaign, st: Step) -> list[Action]:
     k = ms.st_pairs(st) + 1
     with_trial = s.pair_with_trial and k == 1
-    action = MeasurePair(n=st.n, k=k, order=ms.pair_order(k, with_trial=s.pair_with_trial), with_trial=with_trial)  # type: ignore[arg-type]
+    if with_trial:
+        reused = ms.pair_with_the_run_before(s, st)
+        if reused is not None:  # the incumbent ran right before the trial: that run is pair 1's incumbent side
+            st.runs.append(reused)
+            return _decide(s, st)
+    last = next((r.order for r in reversed(st.runs) if r.kind == "pair"), "")
+    order = ("BA" if last == "AB" else "AB") if last else ms.pair_order(k, with_trial=s.pair_with_trial)
+    action = MeasurePair(n=st.n, k=k, order=order, with_trial=with_trial)  # type: ignore[arg-type]
     return _run_or_close(s, st, action, runs=1 if with_trial else 2)
 
 

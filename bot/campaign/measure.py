@@ -3,6 +3,10 @@
 **Pairs, interleaved.** After a step's trial passes the gate, the incumbent and the candidate are run back to back on
 the same machine, pair after pair, in ABBA order across pairs (``A B | B A | A B ...``; where the trial itself is the
 first pair's candidate run: ``B A | A B | B A ...``), so a machine that slowly speeds up or slows down biases no side.
+Where the campaign's run right before the trial was the incumbent's (the last baseline run, or the last run of the
+step before when that was an incumbent run), that run and the trial are pair 1 (``A B | B A | ...``) and no incumbent
+run is made for it (:func:`pair_with_the_run_before`): the two ran back to back as any pair's do. Each pair is then
+run in the order opposite to the one before.
 
 **The estimate** is the mean paired log-ratio ``d = log(tps_B / tps_A)`` over the pairs, reported as the relative
 gain ``exp(mean d) - 1``. Log-ratios make run-to-run noise, which is multiplicative (a slower clock slows every
@@ -42,6 +46,7 @@ from collections.abc import Iterable
 
 from scipy import stats
 
+from bot.core.records import MEASURED_OUTCOMES
 from bot.core.state import Campaign, Measurement, RunRef, Step
 
 
@@ -49,6 +54,40 @@ def pair_order(k: int, *, with_trial: bool) -> str:
     """The order of pair ``k`` (1-based), ABBA across pairs. With the trial as pair 1's candidate run: BA, AB, BA..."""
     first = "BA" if with_trial else "AB"
     return first if k % 2 == 1 else ("AB" if first == "BA" else "BA")
+
+
+def pair_with_the_run_before(state: Campaign, st: Step) -> RunRef | None:
+    """Pair 1 of step ``st`` made from runs already made, or None: where the trial is pair 1's candidate (one machine,
+    runs back to back) and the campaign's run right before the trial was the incumbent's -- the last baseline run
+    (no calibration run in between), the incumbent side of a closed step's last pair (``BA``), or the candidate side
+    of the kept step's last pair (``AB``, now the incumbent) -- those two runs are a pair in ``AB`` order, as if the
+    incumbent had been run for it, and that run is not made again. Steps that made no run (config rejects, enablers)
+    or only failed starts (out of memory, a crash: seconds, nothing measured) do not stand between two runs; a
+    rejected candidate's trial does (it ran a whole run), and so does a fresh calibration."""
+    trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
+    if trial is None or any(r.kind == "pair" for r in st.runs):
+        return None
+    before = [p for p in state.steps if p.n < st.n and any(r.outcome in MEASURED_OUTCOMES for r in p.runs)]
+    if before:
+        prev = before[-1]
+        last = prev.runs[-1]
+        if last.kind != "pair" or last.outcome != "ok":
+            return None  # a trial (a rejected candidate) or a failed run ran last
+        if last.order == "BA" and not prev.kept and state.incumbent_step < prev.n:
+            tps, record = last.reference_tps, last.reference_record
+        elif last.order == "AB" and prev.kept and state.incumbent_step == prev.n:
+            tps, record = last.tps, last.record
+        else:
+            return None
+    else:
+        runs = state.measured_baseline()
+        if state.calibration_runs or state.incumbent_step != 0 or not runs or runs[-1].outcome != "ok":
+            return None
+        tps, record = runs[-1].tps, runs[-1].record
+    if not tps:
+        return None
+    return RunRef(kind="pair", n=st.n, attempt=1, order="AB", outcome="ok", tps=trial.tps, reference_tps=tps, record=trial.record,
+                  reference_record=record, device_hours=0.0, simulated=trial.simulated, reused=True)
 
 
 def log_ratio(run: RunRef) -> float | None:

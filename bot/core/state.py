@@ -37,6 +37,9 @@ class RunRef(BaseModel):
     reference_tps: float | None = None
     reference_record: str = ""
     order: Literal["", "AB", "BA"] = ""  # a pair's order: AB = incumbent first
+    # a pair whose incumbent run is the campaign's run right before the trial (nothing ran in between): no run was
+    # made for it (``measure.adjacent_incumbent_run``)
+    reused: bool = False
 
     @classmethod
     def of(cls, record: RunRecord, *, kind: str, n: int = 0, attempt: int = 1, ref: str = "") -> RunRef:
@@ -288,6 +291,7 @@ class Campaign(BaseModel):
     baseline: list[RunRef] = Field(default_factory=list)
     band: NoiseBand | None = None
     calibrated: bool = False
+    calibration_runs: bool = False  # the gate's calibration made fresh runs (between the baseline and step 1)
     loss_band: Band | None = None  # the gate's loss-curve band (tier R/N steps are compared within it)
     calibration_note: str = ""
     incumbent_levers: dict[str, Scalar] = Field(default_factory=dict)

@@ -369,11 +369,20 @@ def test_the_no_gain_allowance_is_the_incumbents_addressable_share_when_that_is_
     space = space_fn(parse_recipe_text(PP_RECIPE))
     first = HeuristicPolicy().propose(state, small, LESSONS, space, RECORDS)
     assert isinstance(first, Change) and first.max_device_hours == pytest.approx(0.09)
-    spent = cm.Step(n=1, change=first, state="closed", levers={**state.incumbent_levers, first.lever: first.after},
-                    runs=[cm.RunRef(kind="trial", n=1, outcome="ok", tps=1000.0, device_hours=0.075)])
+    spent = [cm.Step(n=n, change=first, state="closed", levers={**state.incumbent_levers, first.lever: first.after},
+                     runs=[cm.RunRef(kind="trial", n=n, outcome="ok", tps=1000.0, device_hours=0.035)]) for n in (1, 2)]
     monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: small)  # the baseline run's record
-    later = HeuristicPolicy().propose(state.model_copy(update={"steps": [spent]}), small, LESSONS, space, RECORDS)
+    later = HeuristicPolicy().propose(state.model_copy(update={"steps": spent}), small, LESSONS, space, RECORDS)
     assert isinstance(later, Stop) and later.why.startswith("no gain found") and "(the 9% a recipe" in later.why
+
+
+def test_the_no_gain_allowance_always_leaves_one_probe_measured_to_its_first_pair() -> None:
+    from bot.agent.heuristic import MIN_PROBE_RUNS, no_gain_allowance_left
+
+    # a budget of 3 runs: 22% of it is less than a trial and one incumbent run, which the allowance still gives
+    state = play(new_state(PP_RECIPE, budget=0.3), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]), cost=0.1)
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": "", "steps": []})
+    assert no_gain_allowance_left(state, None) == pytest.approx(MIN_PROBE_RUNS * state.expected_run_cost())
 
 
 def test_once_a_step_is_kept_proposals_carry_no_allowance() -> None:
@@ -384,3 +393,15 @@ def test_once_a_step_is_kept_proposals_carry_no_allowance() -> None:
     state = state.model_copy(update={"steps": [kept], "incumbent_step": 1})
     proposal = HeuristicPolicy().propose(state, OK, LESSONS, space, RECORDS)
     assert isinstance(proposal, Change) and proposal.max_device_hours is None
+
+
+# ----------------------------------------------------------------------------- the dominant cost first
+@pytest.mark.parametrize(("comm", "first"), [(0.89, "reshard-never-when-memory-allows"), (0.40, "ac-full-to-selective-with-headroom")])
+def test_lessons_aimed_at_a_cost_that_dominates_the_step_come_first(comm: float, first: str) -> None:
+    from bot.agent.heuristic import dominant_cost_first
+
+    by_id = {ls.id: ls for ls in LESSONS}
+    relevant = [by_id["ac-full-to-selective-with-headroom"], by_id["reshard-never-when-memory-allows"]]  # priority 60, 40
+    diagnosis = Diagnosis(outcome="ok", breakdown={"compute": 0.96 - comm, "exposed_comm": comm, "bubble": 0.0, "recompute": 0.04})
+    assert [ls.id for ls in dominant_cost_first(relevant, diagnosis)][0] == first
+    assert dominant_cost_first(relevant, Diagnosis(outcome="ok")) == relevant  # no breakdown: the lessons' own order

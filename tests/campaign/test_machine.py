@@ -486,12 +486,20 @@ def test_the_campaign_gain_compounds_the_paired_step_gains(tmp_path: Path) -> No
 
 
 # ----------------------------------------------------------------------------- measurement economy (per machine)
+WITH_TRIAL = {"pair_with_trial": True, "min_gain": 0.01, "max_pairs": 6}
+
+
+def _calibration_with_runs(recipe_text, reference):
+    return cm.Calibrated(note="test: calibration runs made", device_hours=0.001)
+
+
 def test_with_the_trial_as_pair_one_only_the_incumbent_runs_and_pairs_alternate_abba(tmp_path: Path) -> None:
-    # +4% +- 1%: pairs go on until the interval clears 1% (the sim's minimum gain)
+    # +4% +- 1%: pairs go on until the interval clears 1% (the sim's minimum gain); calibration runs ran between the
+    # baseline and the trial, so the last baseline run is not the run right before the trial
     cand = [1040.0, 1052.0, 1045.0, 1038.0, 1050.0, 1043.0, 1047.0, 1041.0, 1049.0]
     state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: cand}, script=[{"lever": "activation_checkpoint", "to": "none"}],
                                              base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0],
-                                             state_kw={"pair_with_trial": True, "min_gain": 0.01, "max_pairs": 6})
+                                             state_kw=WITH_TRIAL, calibrate=_calibration_with_runs)
     pairs = [a for a in actions if a.type == "measure_pair"]
     assert len(pairs) >= 2
     assert [(p.k, p.order, p.with_trial) for p in pairs] == [(k, "BA" if k % 2 else "AB", k == 1) for k in range(1, len(pairs) + 1)]
@@ -500,9 +508,65 @@ def test_with_the_trial_as_pair_one_only_the_incumbent_runs_and_pairs_alternate_
     assert levers[:4] == ["none", "full", "full", "none"]
     step = state.step(1)
     first = next(r for r in step.runs if r.kind == "pair")
-    assert first.record == step.runs[0].record and first.device_hours == pytest.approx(0.01)  # the trial is not paid twice
+    assert first.record == step.runs[0].record and first.device_hours == pytest.approx(0.01) and not first.reused  # the trial is not paid twice
     assert step.kept and step.measurement.decision == "gain" and step.measurement.lo > 0.01
     assert len(runner.calls) == 2 + 1 + 1 + 2 * (step.measurement.pairs - 1)
+
+
+def test_the_incumbent_run_right_before_a_trial_is_its_first_pair_and_the_pairs_go_on_abba(tmp_path: Path) -> None:
+    # nothing ran between the last baseline run and the trial: they are pair 1 (AB); no incumbent run is made for it
+    cand = [1040.0, 1052.0, 1045.0, 1038.0, 1050.0, 1043.0, 1047.0, 1041.0, 1049.0]
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: cand}, script=[{"lever": "activation_checkpoint", "to": "none"}],
+                                             base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0], state_kw=WITH_TRIAL)
+    step = state.step(1)
+    first = next(r for r in step.runs if r.kind == "pair")
+    assert first.reused and first.order == "AB" and first.device_hours == 0.0
+    assert first.record == step.runs[0].record and first.reference_record == state.baseline[-1].record
+    assert (first.tps, first.reference_tps) == (1040.0, 1008.0)
+    pairs = [a for a in actions if a.type == "measure_pair"]  # the pairs that made runs: 2, 3, ... in BA, AB, ... order
+    assert [(p.k, p.order, p.with_trial) for p in pairs] == [(k, "BA" if k % 2 == 0 else "AB", False) for k in range(2, len(pairs) + 2)]
+    levers = [c["levers"]["activation_checkpoint"] for c in runner.calls]
+    assert levers[:5] == ["full", "full", "none", "none", "full"]  # A A(last baseline) B(trial) | B A | ...
+    assert step.kept and len(runner.calls) == 2 + 1 + 2 * (step.measurement.pairs - 1)
+    assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))  # only the runs made are paid for
+
+
+def test_a_kept_steps_candidate_run_made_last_is_the_next_trials_first_pair(tmp_path: Path) -> None:
+    # step 1 (+20%) is decided on its reused pair 1 (AB: its trial, the candidate, ran last) and kept: that trial is
+    # a run of the new incumbent right before step 2's trial, so it is step 2's pair 1 incumbent side
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    both = (("activation_checkpoint", "none"), ("training.local_batch_size", 2))
+    state, _, runner, _ = run_campaign(tmp_path, {both: [1500.0, 1505.0, 1495.0], AC_NONE: [1200.0, 1205.0, 1195.0]},
+                                       script=script, base=[1000.0, 1008.0, 995.0, 1004.0], state_kw={**WITH_TRIAL, "baseline_runs_wanted": 4})
+    s1, s2 = state.step(1), state.step(2)
+    assert s1.kept and [(r.kind, r.order, r.reused) for r in s1.runs] == [("trial", "", False), ("pair", "AB", True)]
+    assert s2.kept and [(r.kind, r.order, r.reused) for r in s2.runs] == [("trial", "", False), ("pair", "AB", True)]
+    assert s2.runs[1].reference_record == s1.runs[0].record and s2.runs[1].reference_tps == 1200.0
+    assert len(runner.calls) == 4 + 1 + 1  # the baseline and two trials: nothing was run twice
+    assert state.gain == pytest.approx((1200 / 1004) * (1500 / 1200) - 1)
+
+
+def test_a_closed_steps_incumbent_run_made_last_is_the_next_trials_first_pair(tmp_path: Path) -> None:
+    # step 1 (~0%) ends after a fresh pair in BA order (its incumbent ran last) and is closed: that incumbent run is
+    # right before step 2's trial
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    # pair 1 (the reused baseline run, AB) leaves +0.5% undecided against 1%; pair 2 (BA) decides no gain
+    state, _, _, _ = run_campaign(tmp_path, {AC_NONE: [1007.0, 1000.0, 1001.0, 1000.0], LBS2: [1300.0, 1305.0]}, script=script,
+                                  base=[1000.0, 1004.0, 998.0, 1002.0, 1003.0, 1001.0], state_kw={**WITH_TRIAL, "baseline_runs_wanted": 4})
+    s1, s2 = state.step(1), state.step(2)
+    assert not s1.kept and s1.runs[-1].kind == "pair" and s1.runs[-1].order == "BA", s1.runs
+    first2 = next(r for r in s2.runs if r.kind == "pair")
+    assert first2.reused and first2.reference_record == s1.runs[-1].reference_record and s2.kept
+
+
+def test_a_rejected_trial_right_before_is_never_an_incumbent_run(tmp_path: Path) -> None:
+    # step 1's trial is screened out (clearly slower): it ran last, so step 2's pair 1 runs the incumbent afresh
+    script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
+    state, _, _, _ = run_campaign(tmp_path, {AC_NONE: [500.0], LBS2: [1040.0, 1052.0, 1045.0, 1038.0, 1050.0]}, script=script,
+                                  base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0], state_kw=WITH_TRIAL)
+    assert state.step(1).measurement.screened and [r.kind for r in state.step(1).runs] == ["trial"]
+    first2 = next(r for r in state.step(2).runs if r.kind == "pair")
+    assert not first2.reused and first2.order == "BA" and first2.device_hours > 0
 
 
 def test_a_clearly_slower_trial_is_stopped_early_and_closed_with_what_it_measured(tmp_path: Path) -> None:
