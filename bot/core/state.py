@@ -280,6 +280,8 @@ class Campaign(BaseModel):
     min_gain: float = Field(default=0.05, ge=0.0, lt=1.0)  # the smallest gain worth keeping
     confidence: float = Field(default=0.90, gt=0.5, lt=1.0)  # of the two-sided interval on the gain
     max_pairs: int = Field(default=4, ge=1, le=50)  # undecided after this many pairs: not kept
+    # a gain is decided only once this many pairs are in (2: one in each order, so the drift over a pair cancels)
+    min_pairs_for_gain: int = Field(default=1, ge=1, le=50)
     pair_with_trial: bool = False  # the trial is pair 1's candidate run (one machine, runs back to back)
     # a trial measuring clearly slower than the incumbent (below it by early_stop_k x the noise band) ends early
     early_stop: bool = False

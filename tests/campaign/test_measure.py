@@ -177,3 +177,21 @@ def test_a_machine_that_drifts_moves_every_run_so_no_pair_is_left_out() -> None:
     st = with_pairs(state, [(1300.0, 1302.0), (1298.0, 1301.0)], trial=1300.0)  # 30% faster since the baseline
     assert ms.outliers(state, st) == {}
     assert ms.measure(state, st).decision == "no_gain"
+
+
+def test_with_two_pairs_required_one_clear_pair_is_not_yet_a_gain() -> None:
+    from bot.campaign.setup import measurement_options
+
+    # on this CPU box a gain needs a pair in each order (the drift over one pair does not cancel); one clear pair
+    # leaves the step measuring, the second (its mirror) decides it; a clear *no* still needs only one pair
+    def fresh() -> Campaign:
+        return campaign([1000.0, 1004.0, 996.0], min_gain=0.05, max_pairs=4, min_pairs_for_gain=2)
+
+    state = fresh()
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1200.0)], trial=1200.0))
+    assert m.decision == "measuring" and m.lo > 0.05 and "2 pairs at least" in m.why
+    state = fresh()
+    assert ms.measure(state, with_pairs(state, [(1000.0, 1200.0), (1002.0, 1195.0)], trial=1200.0)).decision == "gain"
+    state = fresh()
+    assert ms.measure(state, with_pairs(state, [(1000.0, 900.0)], trial=900.0)).decision == "no_gain"
+    assert measurement_options("local")["min_pairs_for_gain"] == 2 and "min_pairs_for_gain" not in measurement_options("sim")
