@@ -67,11 +67,12 @@ class HeuristicPolicy:
 
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                 records: RecordReader) -> Change | Stop:
-        flat = _no_gain_stop(campaign, _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis)
+        incumbent = _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis
+        flat = _no_gain_stop(campaign, incumbent)
         if flat is not None:
             return Stop(why=flat, policy=self.name)
         decision = self._propose(campaign, diagnosis, lessons, levers, records)
-        left = no_gain_allowance_left(campaign, _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis)
+        left = no_gain_allowance_left(campaign, incumbent)
         if isinstance(decision, Change) and left:  # a probe with no gain in hand spends what is left of it
             return decision.model_copy(update={"max_device_hours": left})
         return decision

@@ -258,15 +258,19 @@ def _run_or_close(s: Campaign, st: Step, action: Action, runs: int = 1) -> list[
     if not s.step_run_fits(st, runs):  # the policy's allowance for this step ends it; the campaign goes on
         st.close_reason = (f"allowance: {'the run does' if runs == 1 else f'the {runs} runs do'} not fit the "
                            f"{st.change.max_device_hours:.4g} device-hours the policy gave this step")
-        if st.measurement is not None and st.measurement.decision == "measuring":
-            st.measurement = st.measurement.model_copy(update={"decision": "undecided", "why": st.measurement.why + "; the step's allowance ends the pairs"})
+        _end_undecided(st, "the step's allowance ends the pairs")
         return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="undecided: allowance spent"), Close(n=st.n, reason=st.close_reason)]
     if not s.next_run_fits(runs):
         st.close_reason = f"budget: {'the run does' if runs == 1 else f'the {runs} runs do'} not fit what is left"
-        if st.measurement is not None and st.measurement.decision == "measuring":
-            st.measurement = st.measurement.model_copy(update={"decision": "undecided", "why": st.measurement.why + "; the budget ends the pairs"})
+        _end_undecided(st, "the budget ends the pairs")
         return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
     return [action]
+
+
+def _end_undecided(st: Step, why: str) -> None:
+    """A step still measuring when no further pair may run is closed *undecided* (not kept), saying what ended it."""
+    if st.measurement is not None and st.measurement.decision == "measuring":
+        st.measurement = st.measurement.model_copy(update={"decision": "undecided", "why": f"{st.measurement.why}; {why}"})
 
 
 def _stop_now(s: Campaign) -> list[Action]:

@@ -38,7 +38,7 @@ class RunRef(BaseModel):
     reference_record: str = ""
     order: Literal["", "AB", "BA"] = ""  # a pair's order: AB = incumbent first
     # a pair whose incumbent run is the campaign's run right before the trial (nothing ran in between): no run was
-    # made for it (``measure.adjacent_incumbent_run``)
+    # made for it (``measure.pair_with_the_run_before``)
     reused: bool = False
 
     @classmethod
