@@ -11,8 +11,15 @@
 1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
    batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree) is
    preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, gated, not run), and
-   then proposed stacked on it. Legality (divisibility, batch arithmetic, stage split) is computed
+   then proposed stacked on it. A change that needs a prerequisite (expert or pipeline parallel with
+   CUDA graphs off) gets the prerequisite as its enabler the same way: alone it may cost throughput,
+   and it is worth only what it enables. Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
+1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
+   next notch the same way (a line search along the lever that paid), before the lessons.
+1d. **A bubble only fewer DP ranks can shrink** (from the breakdown): under PP, with the local batch
+   already the pinned global batch's share, twice the TP (then CP) degree as the enabler of twice the
+   local batch -- twice the microbatches per flush.
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
    missing proposes the prerequisite first.
@@ -82,7 +89,8 @@ class HeuristicPolicy:
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
-        follow = self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
+        follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
+                  or self._keep_going(campaign, levers))
         if follow is not None:
             return follow
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
@@ -147,11 +155,23 @@ class HeuristicPolicy:
         if problem.startswith("prerequisite missing"):
             fix = catalog.prerequisite_for(campaign.incumbent_levers, lever, value, space.model)
             if fix is not None:
-                pre = Change(lever=fix[0], before=current.get(fix[0]), after=fix[1],
-                             why=f"prerequisite of {lever}={value}: {problem}", lessons=lessons, policy=self.name)
-                if validate_change(campaign, pre, space) is None:
-                    return pre
+                return self._prerequisite(campaign, space, lever, value, fix, problem, lessons)
         return None
+
+    def _prerequisite(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, fix: tuple[str, Scalar],
+                      problem: str, lessons: list[str]) -> Change | None:
+        """``lever=value`` needs ``fix`` first (expert parallel with torchtitan's host-synced dispatcher needs CUDA
+        graphs off): that prerequisite as an enabler -- gated, not run on its own (alone it may well cost throughput,
+        and it is worth only what it enables) -- with the change it enables stacked on it and measured."""
+        current = catalog.effective(campaign.incumbent_levers)
+        enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
+        if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
+            return None  # the change it would enable was already measured (or refused)
+        if layout_problem(space.recipe, enabled) is not None or layout_problem(space.recipe, {**campaign.incumbent_levers, fix[0]: fix[1]}):
+            return None
+        pre = Change(lever=fix[0], before=current.get(fix[0]), after=fix[1], lessons=lessons, policy=self.name, enabler=True,
+                     why=f"enabler of {lever}={value}: its prerequisite ({problem.removeprefix('prerequisite missing: ')})")
+        return pre if validate_change(campaign, pre, space) is None else None
 
     def _enabler(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, illegal: str,
                  lessons: list[str]) -> Change | None:
@@ -198,7 +218,7 @@ class HeuristicPolicy:
             return None
         cur = catalog.effective(base_levers(campaign, last.change) if not last.kept else campaign.incumbent_levers)
         change = Change(lever=lever, before=cur.get(lever), after=value, lessons=last.change.lessons, policy=self.name,
-                        why=f"the change step {last.n} enabled ({last.change.title()} keeps the global batch split)",
+                        why=f"the change step {last.n} enabled ({last.change.title()}: {last.change.why.split(': ', 1)[-1]})",
                         stacked_on=None if last.kept else last.n)
         if validate_change(campaign, change, space) is not None:
             return None
@@ -318,6 +338,25 @@ class HeuristicPolicy:
                "along the same lever, for a larger effect to measure")
         return self._checked(campaign, space, last.change.lever, values[i], why, list(last.change.lessons))
 
+    def _keep_going(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+        """The last step was kept with a large gain (at least MOMENTUM_GAIN) on a numeric lever: the next notch the
+        same way is the most likely next gain (a line search along the lever that paid: expert parallel 1 -> 2
+        gained +83% on an all-to-all-bound MoE and 2 -> 4 -> 8 each gained again). Legality, prerequisites and the
+        global batch are checked as for any change; a notch that does not pay is closed like any other step."""
+        last, trial = _last_step_trial(campaign)
+        if last is None or not last.kept or campaign.incumbent_step != last.n or last.gain is None or last.gain < MOMENTUM_GAIN:
+            return None
+        lever = last.change.lever
+        values = space.values.get(lever, [])
+        before, after = last.change.before, last.change.after
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values or before == after:
+            return None
+        i = values.index(after) + (1 if after > before else -1)
+        if not 0 <= i < len(values) or (lever, str(values[i])) in _tried_from_incumbent(campaign):
+            return None
+        why = f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}: one notch further along the same lever (a line search along what paid)"
+        return self._checked(campaign, space, lever, values[i], why, list(last.change.lessons))
+
     def _follow_up(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
         names the cost the coupling left behind: stack the move that removes it (a large pipeline bubble -> fill the
@@ -372,15 +411,46 @@ class HeuristicPolicy:
         legal = [v for v in space.values.get(lbs_name, []) if isinstance(v, int) and v > int(eff[lbs_name])
                  and layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: v}) is None]
         if not legal:
-            return None
+            return self._fewer_dp_ranks(campaign, diagnosis, space)
         change = Change(lever=lbs_name, before=eff[lbs_name], after=max(legal), lessons=[BUBBLE_LESSON], policy=self.name,
                         why=f"the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step in the pipeline bubble: the "
                             "largest local batch the pinned global batch allows gives the most microbatches per flush and the fewest flushes")
         return change if validate_change(campaign, change, space) is None else None
 
 
+    def _fewer_dp_ranks(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> Change | None:
+        """A large pipeline bubble and the local batch already the whole global batch share (one flush per step): the
+        microbatches per flush can only grow if fewer ranks share the pinned global batch -- twice the tensor (then
+        context) parallel degree halves the DP degree and twice the local batch keeps one flush per step, so the
+        bubble (p-1)/m halves (Narayanan et al. 2021 §3.3: with the global batch fixed, a larger DP degree means fewer
+        microbatches and a larger bubble). The degree change alone would only add a gradient-accumulation step (a
+        second flush), so it is the enabler (gated, not run) and the doubled local batch is stacked on it and measured."""
+        eff = catalog.effective(campaign.incumbent_levers)
+        lbs_name = "training.local_batch_size"
+        lbs = int(eff[lbs_name])
+        if lbs_name not in space.values or 2 * lbs not in space.values[lbs_name]:
+            return None
+        for lever, name in (("parallelism.tensor_parallel_degree", "tensor parallel"), ("parallelism.context_parallel_degree", "context parallel")):
+            value = 2 * int(eff[lever])
+            if lever not in space.values or value not in space.values[lever]:
+                continue
+            enabled = {**campaign.incumbent_levers, lever: value, lbs_name: 2 * lbs}
+            if layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value}) or layout_problem(space.recipe, enabled):
+                continue
+            if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
+                continue
+            change = Change(lever=lever, before=eff[lever], after=value, lessons=[DP_BUBBLE_LESSON], policy=self.name, enabler=True,
+                            why=f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step "
+                                f"in the pipeline bubble and its local batch is already the global batch's share; twice the {name} "
+                                "degree halves the DP degree, so the local batch and the microbatches per flush can double ((p-1)/m halves)")
+            if validate_change(campaign, change, space) is None:
+                return change
+        return None
+
+
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
 LESS_RECOMPUTE = {"full": "selective", "selective": "none"}
+MOMENTUM_GAIN = 0.10  # a kept step that removed a tenth of the step time or more: worth one more notch the same way
 MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
 LONG_SEQ = 8192
 BUBBLE_FRAC = 0.15
@@ -396,7 +466,14 @@ CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
 SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
 PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 BUBBLE_LESSON = "pp-fill-the-pipeline"
+DP_BUBBLE_LESSON = "pp-bubble-fewer-dp-ranks"
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
+
+
+def _tried_from_incumbent(campaign: Campaign) -> set[tuple[str, str]]:
+    """(lever, value) of the one-lever steps already proposed from the current incumbent's levers."""
+    return {(s.change.lever, str(s.change.after)) for s in campaign.steps
+            if s.n > campaign.incumbent_step and s.stacked_on is None and not s.change.enabler}
 
 
 def _chain_depth(campaign: Campaign, step) -> int:

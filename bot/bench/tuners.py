@@ -39,8 +39,10 @@ SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seede
 DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
 # the tasks whose traces were read while the agent's rules were developed: the four tasks shipped before issue 15, and
 # deepseek-v3/h200x256 (added report-only in 4394aba; its bubble-bound campaign motivated the zero-bubble lesson, so
-# it moved here); every other task is report-only: run to report, its traces not used for rules
-DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256")
+# it moved here), and qwen3-30b-a3b/b200x16 (added report-only; its session-8 traces motivated the prerequisite-enabler
+# and keep-going rules, so it moved here); every other task is report-only: run to report, its traces not used for rules
+DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
+             "qwen3-30b-a3b/b200x16")
 GROUP_LABEL = {"dev": "dev: traces used while developing rules", "report": "report-only: run only to report"}
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
 
@@ -64,6 +66,22 @@ STRUCTURAL = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parall
 CORE = ("training.local_batch_size", "activation_checkpoint")
 
 
+def with_prerequisites(levers: dict[str, Any], model: Any, space: set[str]) -> dict[str, Any]:
+    """``levers`` with every missing prerequisite the catalog knows the fix of set (expert or pipeline parallel with
+    CUDA graphs off, async TP with compile on), where the fix's lever is in the search space: the point a policy
+    reaches through its prerequisite step, so the oracle's grid does not count such points as illegal."""
+    from bot.core import levers as catalog
+
+    out = dict(levers)
+    for _ in range(len(catalog.PREREQUISITE_FIX)):
+        fixes = [fix for problem in catalog.prerequisite_problems(out, model) for prefix, fix in catalog.PREREQUISITE_FIX.items()
+                 if problem.startswith(prefix) and fix[0] in space and out.get(fix[0]) != fix[1]]
+        if not fixes:
+            break
+        out[fixes[0][0]] = fixes[0][1]
+    return out
+
+
 def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, float] | None = None) -> tuple[float, dict[str, Any], float, int]:
     """The noiseless optimum of the shared legal search space: (best tps, its levers, device-hours, points).
 
@@ -72,13 +90,15 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
     with every local batch and recompute mode, other levers at the recipe's values; (2) from the ``top_k``
     best distinct points, coordinate descent over every lever of the space (one lever at a time, all its
     values, repeated until no move improves), also re-trying each pair of (local batch, recompute,
-    PP microbatch, schedule) moves. It is a search over the same space the policies use, not a proof of the
+    PP microbatch, schedule) moves. A point that misses a prerequisite is evaluated with it set
+    (:func:`with_prerequisites`). It is a search over the same space the policies use, not a proof of the
     global optimum; the benchmark also takes any better point a policy reaches as the oracle. device-hours
     is what running every evaluated legal point for real would cost.
     """
     from bot.sim.simulate import simulate
 
-    space = make_space(recipe).values
+    full_space = make_space(recipe)
+    space = full_space.values
     c = recipe.cluster
     cache: dict[tuple, float] = {} if seen is None else seen
     legal = 0
@@ -92,6 +112,9 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
             cache[key] = res.tokens_per_s_per_device if res.outcome == "ok" else (0.0 if res.outcome == "oom" else -1.0)
         return cache[key]
 
+    def fix(levers: dict[str, Any]) -> dict[str, Any]:
+        return with_prerequisites(levers, full_space.model, set(space))
+
     base = dict(recipe.levers)
     struct = [k for k in STRUCTURAL if k in space]
     core = [k for k in CORE if k in space]
@@ -101,7 +124,7 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
         if "parallelism.data_parallel_shard_degree" in space:
             shape["parallelism.data_parallel_shard_degree"] = -1
         for cv in itertools.product(*(space[k] for k in core)):
-            lv = {**shape, **dict(zip(core, cv, strict=True))}
+            lv = fix({**shape, **dict(zip(core, cv, strict=True))})
             v = tps(lv)
             if v > 0:
                 seeds.append((v, lv))
@@ -124,14 +147,14 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
             improved = False
             for k, values in space.items():
                 for val in values:
-                    cand = {**cur, k: val}
+                    cand = fix({**cur, k: val})
                     v = tps(cand)
                     if v > cur_v * (1 + 1e-9):
                         cur, cur_v, improved = cand, v, True
             if not improved:
                 for a, b in itertools.combinations(pair_levers, 2):
                     for va, vb in itertools.product(space[a], space[b]):
-                        cand = {**cur, a: va, b: vb}
+                        cand = fix({**cur, a: va, b: vb})
                         v = tps(cand)
                         if v > cur_v * (1 + 1e-9):
                             cur, cur_v, improved = cand, v, True

@@ -26,7 +26,7 @@ from bot.agent.policy import validate_change
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
 from bot.core.recipe import parse_recipe_text
-from bot.core.records import Change, FileRecords, Stop
+from bot.core.records import Change, FileRecords, Stop, Verdict
 from bot.forge.local import LocalForge
 from bot.forge.memory import MemoryForge
 
@@ -115,11 +115,14 @@ def test_a_whole_campaign_never_repeats_or_proposes_anything_illegal(tmp_path: P
     state = driver.start(new_state(text, policy="heuristic", budget=100.0))
     assert state.finish_reason == "policy stopped: no untried legal change is left in the search space"
     pairs = [(s.change.lever, s.change.after) for s in state.steps]
-    assert len(pairs) == len(set(pairs))  # never a value already tried
+    measured = [(s.change.lever, s.change.after) for s in state.steps if not s.change.enabler]
+    assert len(measured) == len(set(measured))  # never a value already tried (an enabler is gated, not run)
     untried = {(k, v) for k, values in space.values.items() for v in values if catalog.effective(recipe.levers)[k] != v}
-    # it explored everything legal, and nothing else — but memory_budget recompute, which needs compile: its
-    # prerequisite was proposed (and not kept), so with one lever per step it stays out of reach
-    assert set(pairs) == untried - {("activation_checkpoint", "memory_budget")}
+    # it explored everything legal, and nothing else -- memory_budget recompute, which needs compile, stacked on its
+    # prerequisite (compile on, an enabler); compile on alone is measured as a step of its own too
+    assert set(pairs) == untried == set(measured)
+    mb = next(s for s in state.steps if s.change.after == "memory_budget")
+    assert state.step(mb.stacked_on).change.enabler and state.step(mb.stacked_on).change.lever == "compile.enable"
     for lever, value in pairs:
         lv = catalog.get(lever)
         assert lever not in recipe.pinned and lv.tier_of(value) not in ("X", "N") and not lv.precision
@@ -200,7 +203,9 @@ ASYNC_TP_FIRST = _sim_recipe("async-tp", """\
 
 @pytest.mark.parametrize("lessons", [[], [_lesson("async", {"lever": "compile.enable_async_tensor_parallel", "value": True})]],
                          ids=["exploring", "from-a-lesson"])
-def test_a_missing_prerequisite_is_proposed_first(lessons: list[Lesson]) -> None:
+def test_a_missing_prerequisite_is_an_enabler_and_the_change_is_stacked_on_it(lessons: list[Lesson]) -> None:
+    """The prerequisite is gated, not run on its own (alone it may cost throughput: CUDA graphs off before expert
+    parallel), and the change it enables is then proposed stacked on it, to be measured against the incumbent."""
     recipe = parse_recipe_text(ASYNC_TP_FIRST)
     state = new_state(ASYNC_TP_FIRST).model_copy(update={"phase": "stepping", "incumbent_tps": 1000.0})
     space = space_fn(recipe)
@@ -209,10 +214,15 @@ def test_a_missing_prerequisite_is_proposed_first(lessons: list[Lesson]) -> None
     # only the async-TP lever and its prerequisite so the exploring case reaches it first
     space.values = {k: v for k, v in space.values.items() if k == "compile.enable_async_tensor_parallel"}
     proposal = HeuristicPolicy().propose(state, OK, lessons, space, RECORDS)
-    assert (proposal.lever, proposal.after) == ("compile.enable", True)
-    assert proposal.why.startswith("prerequisite of compile.enable_async_tensor_parallel=True")
+    assert (proposal.lever, proposal.after, proposal.enabler) == ("compile.enable", True, True)
+    assert proposal.why.startswith("enabler of compile.enable_async_tensor_parallel=True: its prerequisite")
     direct = Change(lever="compile.enable_async_tensor_parallel", before=False, after=True)
     assert validate_change(state, direct, space).startswith("prerequisite missing")
+    gated = cm.Step(n=1, change=proposal, state="closed", levers={**state.incumbent_levers, "compile.enable": True},
+                    config_verdict=Verdict(verdict="ok", stage="config"))
+    enabled = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), OK, lessons, space, RECORDS)
+    assert (enabled.lever, enabled.after, enabled.stacked_on, enabled.enabler) == ("compile.enable_async_tensor_parallel", True, 1, False)
+    assert validate_change(state.model_copy(update={"steps": [gated]}), enabled, space) is None
 
 
 def test_cpu_recipe_is_what_the_tests_assume() -> None:
@@ -405,3 +415,49 @@ def test_lessons_aimed_at_a_cost_that_dominates_the_step_come_first(comm: float,
     diagnosis = Diagnosis(outcome="ok", breakdown={"compute": 0.96 - comm, "exposed_comm": comm, "bubble": 0.0, "recompute": 0.04})
     assert [ls.id for ls in dominant_cost_first(relevant, diagnosis)][0] == first
     assert dominant_cost_first(relevant, Diagnosis(outcome="ok")) == relevant  # no breakdown: the lessons' own order
+
+
+# ----------------------------------------------------------------------------- a line search along what paid
+@pytest.mark.parametrize(("kept_tps", "goes_on"), [(2000.0, True), (1080.0, False)])
+def test_a_large_kept_gain_is_followed_one_notch_further_along_the_same_lever(kept_tps: float, goes_on: bool) -> None:
+    text = recipe_text()
+    space = space_fn(parse_recipe_text(text))
+    lbs2 = Change(lever="training.local_batch_size", before=1, after=2, why="t")
+    state = play(new_state(text, min_gain=0.02), lambda s: lbs2 if not s.steps else Stop(why="-"),
+                 table_rule({(("training.local_batch_size", 2),): [kept_tps]}, [1000.0, 1010.0]))
+    assert state.step(1).kept and (state.step(1).gain >= 0.10) == goes_on
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
+    proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
+    assert isinstance(proposal, Change)
+    further = (proposal.lever, proposal.before, proposal.after) == ("training.local_batch_size", 2, 4) and "one notch further" in proposal.why
+    assert further == goes_on
+
+
+# ----------------------------------------------------------------------------- a bubble that only fewer DP ranks can shrink
+BUBBLE_RECIPE = _sim_recipe("bubble", """\
+  training.disable_cuda_graphs: true
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.tensor_parallel_degree: 1
+  parallelism.pipeline_parallel_degree: 2
+  parallelism.pipeline_parallel_schedule: 1F1B
+  training.local_batch_size: 16
+  activation_checkpoint: full
+""")
+
+
+def test_a_bubble_with_the_local_batch_at_its_share_trades_dp_ranks_for_microbatches() -> None:
+    """PP 2 x DP 4 with the pinned global batch 64: local batch 16 is already 64 / 4, so only TP 2 (DP 2) lets it grow;
+    TP 2 alone would add an accumulation step (a second flush), so TP is the enabler and local batch 32 is measured."""
+    state, space = _state_and_space(BUBBLE_RECIPE)
+    bubble = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.6, "exposed_comm": 0.05, "bubble": 0.3, "recompute": 0.05})
+    proposal = HeuristicPolicy().propose(state, bubble, [], space, RECORDS)
+    assert (proposal.lever, proposal.before, proposal.after, proposal.enabler) == ("parallelism.tensor_parallel_degree", 1, 2, True)
+    assert proposal.lessons == ["pp-bubble-fewer-dp-ranks"] and proposal.why.startswith("enabler of training.local_batch_size=32:")
+    gated = cm.Step(n=1, change=proposal, state="closed", levers={**state.incumbent_levers, "parallelism.tensor_parallel_degree": 2},
+                    config_verdict=Verdict(verdict="ok", stage="config"))
+    enabled = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), bubble, [], space, RECORDS)
+    assert (enabled.lever, enabled.after, enabled.stacked_on) == ("training.local_batch_size", 32, 1)
+    # without a bubble worth removing, no such move
+    flat = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.9, "exposed_comm": 0.05, "bubble": 0.01, "recompute": 0.04})
+    other = HeuristicPolicy().propose(state, flat, [], space, RECORDS)
+    assert not (isinstance(other, Change) and "pp-bubble-fewer-dp-ranks" in other.lessons)

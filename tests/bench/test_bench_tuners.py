@@ -139,7 +139,7 @@ def test_the_agent_claims_nothing_and_stops_early_on_a_recipe_already_at_its_opt
     path = tmp_path / "recipes" / "llama3.1-8b" / "h100x8.yaml"
     path.parent.mkdir(parents=True)
     best_levers = oracle(load_recipe(_write(tmp_path / "s.yaml", SMALL)), 1.0)[1]
-    small["levers"] = {k: best_levers[k] for k in small["levers"]}
+    small["levers"] = dict(best_levers)  # every lever of the optimum (its prerequisites too: CUDA graphs off for PP)
     path.write_text(yaml.safe_dump(small, sort_keys=False))
     flat = load_recipe(path)
     run_cost = SimRunner(seed=0).run(flat, out_dir=None).summary.device_hours
@@ -168,3 +168,21 @@ def test_bad_bench_options_are_one_clear_line_and_exit_2(args: list[str], needle
     assert main(["bench", "tuners", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_the_oracle_evaluates_a_point_that_misses_a_prerequisite_with_it_set() -> None:
+    """Expert parallel with CUDA graphs on is refused by torchtitan 0.3.0; a policy gets there through the CUDA-graphs
+    prerequisite, so the oracle's grid sets it too rather than count the point illegal (qwen3-30b-a3b's EP and PP)."""
+    from bot.agent.space import make_space
+    from bot.bench.tuners import with_prerequisites
+    from bot.core import levers as catalog
+    from bot.core.repo import find_repo
+
+    recipe = load_recipe(find_repo().recipes / "qwen3-30b-a3b" / "b200x16.yaml")
+    space = make_space(recipe)
+    ep = {**recipe.levers, "parallelism.expert_parallel_degree": 8}
+    assert recipe.levers["training.disable_cuda_graphs"] is False and catalog.prerequisite_problems(ep, space.model)
+    fixed = with_prerequisites(ep, space.model, set(space.values))
+    assert fixed == {**ep, "training.disable_cuda_graphs": True} and not catalog.prerequisite_problems(fixed, space.model)
+    assert with_prerequisites(ep, space.model, set(space.values) - {"training.disable_cuda_graphs"}) == ep  # not the tuner's to set
+    assert with_prerequisites(dict(recipe.levers), space.model, set(space.values)) == dict(recipe.levers)
