@@ -17,9 +17,10 @@
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
    next notch the same way (a line search along the lever that paid), before the lessons.
-1d. **A bubble only fewer DP ranks can shrink** (from the breakdown): under PP, with the local batch
-   already the pinned global batch's share, twice the TP (then CP) degree as the enabler of twice the
-   local batch -- twice the microbatches per flush.
+1d. **Fewer DP ranks** (from the breakdown), with the local batch already the pinned global batch's
+   share: twice the TP degree (inside the node; then CP) as the enabler of twice the local batch -- under PP
+   for a bubble (twice the microbatches per flush), without PP for exposed communication of COMM_FRAC or
+   more with the FSDP group spread over nodes (half the FSDP ranks, each gathering half the weights).
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
    missing proposes the prerequisite first.
@@ -406,10 +407,14 @@ class HeuristicPolicy:
             return None
         eff = catalog.effective(campaign.incumbent_levers)
         lbs_name = "training.local_batch_size"
-        if int(eff["parallelism.pipeline_parallel_degree"]) <= 1 or diagnosis.breakdown.get("bubble", 0.0) < BUBBLE_FRAC / 3:
-            return None
         legal = [v for v in space.values.get(lbs_name, []) if isinstance(v, int) and v > int(eff[lbs_name])
                  and layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: v}) is None]
+        pp = int(eff["parallelism.pipeline_parallel_degree"])
+        comm = diagnosis.breakdown.get("exposed_comm", 0.0)
+        if pp <= 1 and not legal and comm >= COMM_FRAC and _dp_spans_nodes(space, eff):
+            return self._fewer_dp_ranks(campaign, diagnosis, space, cost="comm")
+        if pp <= 1 or diagnosis.breakdown.get("bubble", 0.0) < BUBBLE_FRAC / 3:
+            return None
         if not legal:
             return self._fewer_dp_ranks(campaign, diagnosis, space)
         change = Change(lever=lbs_name, before=eff[lbs_name], after=max(legal), lessons=[BUBBLE_LESSON], policy=self.name,
@@ -418,13 +423,18 @@ class HeuristicPolicy:
         return change if validate_change(campaign, change, space) is None else None
 
 
-    def _fewer_dp_ranks(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> Change | None:
-        """A large pipeline bubble and the local batch already the whole global batch share (one flush per step): the
-        microbatches per flush can only grow if fewer ranks share the pinned global batch -- twice the tensor (then
-        context) parallel degree halves the DP degree and twice the local batch keeps one flush per step, so the
-        bubble (p-1)/m halves (Narayanan et al. 2021 §3.3: with the global batch fixed, a larger DP degree means fewer
-        microbatches and a larger bubble). The degree change alone would only add a gradient-accumulation step (a
-        second flush), so it is the enabler (gated, not run) and the doubled local batch is stacked on it and measured."""
+    def _fewer_dp_ranks(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace, cost: str = "bubble") -> Change | None:
+        """Fewer DP ranks sharing the pinned global batch, each with twice the local batch: twice the tensor (then
+        context) parallel degree, inside the node, as the enabler of twice the local batch. The degree change alone
+        would only add a gradient-accumulation step (a second flush, a second round of FSDP all-gathers), so it is
+        the enabler (gated, not run) and the doubled local batch is stacked on it and measured. Two costs call for it:
+
+        - ``bubble``: under PP, with the local batch already the global batch's share (one flush per step), the
+          microbatches per flush can only grow this way, so the bubble (p-1)/m halves (Narayanan et al. 2021 §3.3:
+          with the global batch fixed, a larger DP degree means fewer microbatches and a larger bubble);
+        - ``comm``: without PP, exposed communication of COMM_FRAC or more with the FSDP group spread over nodes:
+          half the FSDP ranks, each all-gathering a TP-sharded half of the weights, for twice the tokens per rank
+          (lesson fsdp-comm-fewer-dp-ranks)."""
         eff = catalog.effective(campaign.incumbent_levers)
         lbs_name = "training.local_batch_size"
         lbs = int(eff[lbs_name])
@@ -432,17 +442,27 @@ class HeuristicPolicy:
             return None
         for lever, name in (("parallelism.tensor_parallel_degree", "tensor parallel"), ("parallelism.context_parallel_degree", "context parallel")):
             value = 2 * int(eff[lever])
-            if lever not in space.values or value not in space.values[lever]:
+            if lever not in space.values or value not in space.values[lever] or (cost == "comm" and lever.endswith("context_parallel_degree")):
                 continue
+            if lever.endswith("tensor_parallel_degree") and value > space.recipe.cluster.devices_per_node:
+                continue  # TP collectives run every layer: only inside the node's NVLink domain
             enabled = {**campaign.incumbent_levers, lever: value, lbs_name: 2 * lbs}
             if layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value}) or layout_problem(space.recipe, enabled):
                 continue
             if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
                 continue
-            change = Change(lever=lever, before=eff[lever], after=value, lessons=[DP_BUBBLE_LESSON], policy=self.name, enabler=True,
-                            why=f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step "
-                                f"in the pipeline bubble and its local batch is already the global batch's share; twice the {name} "
-                                "degree halves the DP degree, so the local batch and the microbatches per flush can double ((p-1)/m halves)")
+            if cost == "comm":
+                why = (f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['exposed_comm']:.0%} of its step in "
+                       "exposed communication with its FSDP group spread over nodes, and its local batch is already the global batch's "
+                       f"share; twice the {name} degree (inside the node) halves the FSDP group and the weight shard each all-gather "
+                       "moves, and each rank's local batch can double")
+                lesson = COMM_DP_LESSON
+            else:
+                why = (f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step "
+                       f"in the pipeline bubble and its local batch is already the global batch's share; twice the {name} "
+                       "degree halves the DP degree, so the local batch and the microbatches per flush can double ((p-1)/m halves)")
+                lesson = DP_BUBBLE_LESSON
+            change = Change(lever=lever, before=eff[lever], after=value, lessons=[lesson], policy=self.name, enabler=True, why=why)
             if validate_change(campaign, change, space) is None:
                 return change
         return None
@@ -467,7 +487,16 @@ SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
 PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 BUBBLE_LESSON = "pp-fill-the-pipeline"
 DP_BUBBLE_LESSON = "pp-bubble-fewer-dp-ranks"
+COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
+COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
+
+
+def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:
+    """Whether the data-parallel (FSDP) group of the layout ``eff`` spans more than one node."""
+    c = space.recipe.cluster
+    model_parallel = int(eff["parallelism.tensor_parallel_degree"]) * int(eff["parallelism.context_parallel_degree"]) * int(eff["parallelism.pipeline_parallel_degree"])
+    return c.nodes > 1 and c.nodes * c.devices_per_node // max(model_parallel, 1) > c.devices_per_node
 
 
 def _tried_from_incumbent(campaign: Campaign) -> set[tuple[str, str]]:

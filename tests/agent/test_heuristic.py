@@ -461,3 +461,28 @@ def test_a_bubble_with_the_local_batch_at_its_share_trades_dp_ranks_for_microbat
     flat = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.9, "exposed_comm": 0.05, "bubble": 0.01, "recompute": 0.04})
     other = HeuristicPolicy().propose(state, flat, [], space, RECORDS)
     assert not (isinstance(other, Change) and "pp-bubble-fewer-dp-ranks" in other.lessons)
+
+
+COMM_RECIPE = _sim_recipe("comm", """\
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.tensor_parallel_degree: 1
+  parallelism.pipeline_parallel_degree: 1
+  training.local_batch_size: 4
+  activation_checkpoint: full
+""").replace("nodes: 1,", "nodes: 2,")
+
+
+@pytest.mark.parametrize(("comm", "nodes", "fires"), [(0.40, 2, True), (0.10, 2, False), (0.40, 1, False)])
+def test_exposed_fsdp_communication_across_nodes_trades_dp_ranks_for_a_larger_local_batch(comm: float, nodes: int, fires: bool) -> None:
+    """No PP, 16 FSDP ranks over two nodes, global batch 64 = local batch 4 x 16: TP 2 (in the node) as the enabler of
+    local batch 8 -- only when exposed communication is large and the FSDP group crosses a node."""
+    text = COMM_RECIPE if nodes == 2 else COMM_RECIPE.replace("nodes: 2,", "nodes: 1,").replace("global_batch_size: 64", "global_batch_size: 32")
+    state, space = _state_and_space(text)
+    diagnosis = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.9 - comm, "exposed_comm": comm, "bubble": 0.0, "recompute": 0.1})
+    space.values = {k: v for k, v in space.values.items() if k in ("parallelism.tensor_parallel_degree", "training.local_batch_size")}
+    proposal = HeuristicPolicy().propose(state, diagnosis, [], space, RECORDS)
+    got = isinstance(proposal, Change) and proposal.lessons == ["fsdp-comm-fewer-dp-ranks"]
+    assert got == fires, proposal
+    if fires:
+        assert (proposal.lever, proposal.after, proposal.enabler) == ("parallelism.tensor_parallel_degree", 2, True)
+        assert proposal.why.startswith("enabler of training.local_batch_size=8:")
