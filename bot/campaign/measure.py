@@ -142,9 +142,14 @@ def interval(ds: list[float], sd_pair: float, df: int, confidence: float) -> tup
     return math.exp(mean) - 1.0, math.exp(mean - half) - 1.0, math.exp(mean + half) - 1.0
 
 
+def share(x: float) -> str:
+    """A setting as a percentage with no more digits than it has (0.0075 -> 0.75%, 0.05 -> 5%)."""
+    return f"{x * 100:.2f}".rstrip("0").rstrip(".") + "%"
+
+
 def rule_text(state: Campaign) -> str:
     return (f"paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs); "
-            f"gain when its lower end > {state.min_gain:.1%}, no gain when its upper end < {state.min_gain:.1%}, "
+            f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept)")
 
 
@@ -214,15 +219,15 @@ def _decide(state: Campaign, st: Step, m: Measurement, ds: list[float], sd_run: 
     m = m.model_copy(update={"estimate": est, "lo": lo, "hi": hi, "sigma": sd_pair})
     n = len(ds)
     if lo > state.min_gain and n >= state.min_pairs_for_gain:
-        return m.model_copy(update={"decision": "gain", "why": f"after {n} pair{'s' * (n > 1)} the lower end {lo:+.1%} clears the minimum gain {state.min_gain:.1%}"})
+        return m.model_copy(update={"decision": "gain", "why": f"after {n} pair{'s' * (n > 1)} the lower end {lo:+.1%} clears the minimum gain {share(state.min_gain)}"})
     if lo > state.min_gain and not _at_cap(state, st):
-        return m.model_copy(update={"decision": "measuring", "why": f"the lower end {lo:+.1%} clears the minimum gain {state.min_gain:.1%}, but a gain "
+        return m.model_copy(update={"decision": "measuring", "why": f"the lower end {lo:+.1%} clears the minimum gain {share(state.min_gain)}, but a gain "
                                                                     f"is decided on {state.min_pairs_for_gain} pairs at least (both orders)"})
     if hi < state.min_gain:
-        return m.model_copy(update={"decision": "no_gain", "why": f"after {n} pair{'s' * (n > 1)} the upper end {hi:+.1%} is below the minimum gain {state.min_gain:.1%}"})
+        return m.model_copy(update={"decision": "no_gain", "why": f"after {n} pair{'s' * (n > 1)} the upper end {hi:+.1%} is below the minimum gain {share(state.min_gain)}"})
     if _at_cap(state, st):
-        return m.model_copy(update={"decision": "undecided", "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {state.min_gain:.1%}"})
-    return m.model_copy(update={"decision": "measuring", "why": f"the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain {state.min_gain:.1%}"})
+        return m.model_copy(update={"decision": "undecided", "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {share(state.min_gain)}"})
+    return m.model_copy(update={"decision": "measuring", "why": f"the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain {share(state.min_gain)}"})
 
 
 def st_pairs(st: Step) -> int:
@@ -249,4 +254,4 @@ def screen(state: Campaign, st: Step) -> Measurement | None:
     return Measurement(estimate=est, lo=lo, hi=hi, confidence=state.confidence, min_gain=state.min_gain, pairs=0, sigma=math.sqrt(2.0) * sd_run,
                        df=df, decision="no_gain", screened=True, rule=rule_text(state),
                        why=f"screened on the trial (unpaired, against the incumbent's {state.incumbent_tps:,.0f} tok/s): upper end {hi:+.1%} "
-                           f"is below the minimum gain {state.min_gain:.1%}")
+                           f"is below the minimum gain {share(state.min_gain)}")

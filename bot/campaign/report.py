@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from bot.campaign.measure import share
 from bot.core.records import RunRecord
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def render_campaign_summary(state) -> str:
         ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
                                                                       + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
                                                                       + ")" if state.baseline else "")],
-        ["measurement", f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {state.min_gain:.1%}, at most {state.max_pairs} pairs a step"
+        ["measurement", f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {share(state.min_gain)}, at most {state.max_pairs} pairs a step"
                         + (f"; screen band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else "")],
         ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],

@@ -64,7 +64,7 @@ def test_two_baseline_runs_set_the_screen_band_from_the_floor_when_the_spread_is
     assert band.band == pytest.approx(0.05) == band.floor  # 2 x 1.0% < 5% floor
     summary = render_campaign_summary(state)
     assert "screen band 5.0% (baseline spread 1.0%)" in summary
-    assert "paired A/B, 90% interval, minimum worthwhile gain 5.0%, at most 4 pairs a step" in summary
+    assert "paired A/B, 90% interval, minimum worthwhile gain 5%, at most 4 pairs a step" in summary
 
 
 def test_band_is_k_times_the_spread_when_that_exceeds_the_floor(tmp_path: Path) -> None:
