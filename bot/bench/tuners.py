@@ -67,19 +67,11 @@ CORE = ("training.local_batch_size", "activation_checkpoint")
 
 
 def with_prerequisites(levers: dict[str, Any], model: Any, space: set[str]) -> dict[str, Any]:
-    """``levers`` with every missing prerequisite the catalog knows the fix of set (expert or pipeline parallel with
-    CUDA graphs off, async TP with compile on), where the fix's lever is in the search space: the point a policy
+    """``levers`` with every missing prerequisite set (:func:`bot.core.levers.with_prerequisites`): the point a policy
     reaches through its prerequisite step, so the oracle's grid does not count such points as illegal."""
     from bot.core import levers as catalog
 
-    out = dict(levers)
-    for _ in range(len(catalog.PREREQUISITE_FIX)):
-        fixes = [fix for problem in catalog.prerequisite_problems(out, model) for prefix, fix in catalog.PREREQUISITE_FIX.items()
-                 if problem.startswith(prefix) and fix[0] in space and out.get(fix[0]) != fix[1]]
-        if not fixes:
-            break
-        out[fixes[0][0]] = fixes[0][1]
-    return out
+    return catalog.with_prerequisites(levers, model, space)
 
 
 def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, float] | None = None) -> tuple[float, dict[str, Any], float, int]:

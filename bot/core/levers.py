@@ -284,6 +284,20 @@ PREREQUISITE_FIX: dict[str, tuple[str, Scalar]] = {
 }
 
 
+def with_prerequisites(levers: dict[str, Scalar], model: ModelFacts | None, space: set[str]) -> dict[str, Scalar]:
+    """``levers`` with every missing prerequisite whose fix is known (PREREQUISITE_FIX) set, where the fix's lever is
+    in ``space`` (the levers a tuner may change): expert or pipeline parallel with CUDA graphs off, async TP with
+    compile on."""
+    out = dict(levers)
+    for _ in range(len(PREREQUISITE_FIX)):
+        fixes = [fix for problem in prerequisite_problems(out, model) for prefix, fix in PREREQUISITE_FIX.items()
+                 if problem.startswith(prefix) and fix[0] in space and out.get(fix[0]) != fix[1]]
+        if not fixes:
+            break
+        out[fixes[0][0]] = fixes[0][1]
+    return out
+
+
 def prerequisite_for(levers: dict[str, Scalar], lever: str, value: Scalar, model: ModelFacts | None = None) -> tuple[str, Scalar] | None:
     """If setting ``lever=value`` needs another lever changed first, that (lever, value)."""
     before = set(prerequisite_problems(levers, model))
