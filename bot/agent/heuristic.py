@@ -40,6 +40,7 @@ from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_c
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis, diagnose
+from bot.core.matcher import fields
 from bot.core.records import MEASURED_OUTCOMES, Change, RecordReader, Scalar, Stop
 from bot.core.state import Campaign, RunRef, Step
 
@@ -620,8 +621,16 @@ def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Les
     cost, share = max(((k, v) for k, v in diagnosis.breakdown.items() if k in ADDRESSABLE), key=lambda kv: kv[1], default=("", 0.0))
     if share <= DOMINANT:
         return lessons
-    aimed = [ls for ls in lessons if any(REMOVES.get(lc.lever) == cost for lc in ls.try_)]
+    aimed = [ls for ls in lessons if _aims_at(ls, cost)]
     return aimed + [ls for ls in lessons if ls not in aimed]
+
+
+def _aims_at(lesson: Lesson, cost: str) -> bool:
+    """Whether ``lesson`` is aimed at ``cost``: a lever it tries exists to remove that cost (REMOVES), or it fires on
+    that cost's share of the measured step (its ``when`` reads ``diagnosis.breakdown.<cost>_frac``)."""
+    if any(REMOVES.get(lc.lever) == cost for lc in lesson.try_):
+        return True
+    return lesson.when is not None and f"diagnosis.breakdown.{cost}_frac" in fields(lesson.when)
 
 
 def _unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:

@@ -94,6 +94,7 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) 
         **diagnosis.context(),
         "recipe.hardware": recipe.cluster.hardware,
         "recipe.devices": recipe.devices,
+        "recipe.nodes": recipe.cluster.nodes,
         "recipe.model": recipe.workload.model,
         "recipe.moe": bool(space.model and space.model.num_experts),
         **{f"stack.{k}": v for k, v in space.stack.items()},

@@ -486,3 +486,25 @@ def test_exposed_fsdp_communication_across_nodes_trades_dp_ranks_for_a_larger_lo
     if fires:
         assert (proposal.lever, proposal.after, proposal.enabler) == ("parallelism.tensor_parallel_degree", 2, True)
         assert proposal.why.startswith("enabler of training.local_batch_size=8:")
+
+
+def test_a_lesson_that_fires_on_the_dominant_costs_share_is_aimed_at_it() -> None:
+    """A lesson is aimed at a cost when a lever it tries exists to remove it, or when it fires on that cost's share of
+    the step: pipeline stages across nodes (PP) fire on exposed communication, so they come first when it dominates."""
+    from bot.agent.heuristic import _aims_at, dominant_cost_first
+
+    by_id = {ls.id: ls for ls in LESSONS}
+    pp = by_id["pp-across-nodes-when-fsdp-comm-dominates"]
+    ac = by_id["ac-full-to-selective-with-headroom"]
+    assert _aims_at(pp, "exposed_comm") and not _aims_at(pp, "recompute") and not _aims_at(ac, "exposed_comm")
+    comm_bound = Diagnosis(outcome="ok", breakdown={"compute": 0.08, "exposed_comm": 0.89, "bubble": 0.0, "recompute": 0.03})
+    assert [ls.id for ls in dominant_cost_first([ac, pp], comm_bound)] == [pp.id, ac.id]
+
+
+@pytest.mark.parametrize(("nodes", "comm", "pp", "fires"), [(2, 0.9, 1, True), (1, 0.9, 1, False), (2, 0.3, 1, False), (2, 0.9, 2, False)])
+def test_pipeline_stages_across_nodes_are_tried_only_when_fsdp_communication_dominates_a_multi_node_step(nodes, comm, pp, fires) -> None:
+    from bot.agent.lessons import relevant
+
+    ctx = {"diagnosis.outcome": "ok", "diagnosis.breakdown.exposed_comm_frac": comm, "recipe.nodes": nodes, "recipe.hardware": "h100-sxm-80gb",
+           "levers.parallelism.pipeline_parallel_degree": pp}
+    assert ("pp-across-nodes-when-fsdp-comm-dominates" in {ls.id for ls in relevant(LESSONS, ctx)}) == fires
