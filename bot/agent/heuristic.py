@@ -23,7 +23,7 @@
    more with the FSDP group spread over nodes (half the FSDP ranks, each gathering half the weights).
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
-   missing proposes the prerequisite first.
+   missing proposes the prerequisite first, as its enabler (1b).
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
    noise band, never back to a value a kept step moved away from -- until patience runs out (PATIENCE
@@ -167,7 +167,7 @@ class HeuristicPolicy:
         and it is worth only what it enables) -- with the change it enables stacked on it and measured."""
         current = catalog.effective(campaign.incumbent_levers)
         enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
-        if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
+        if _already_stepped(campaign, enabled):
             return None  # the change it would enable was already measured (or refused)
         if layout_problem(space.recipe, enabled) is not None or layout_problem(space.recipe, {**campaign.incumbent_levers, fix[0]: fix[1]}):
             return None
@@ -193,7 +193,7 @@ class HeuristicPolicy:
         enabled = {**campaign.incumbent_levers, lbs_name: target, lever: value}
         if layout_problem(space.recipe, enabled) is not None:
             return None
-        if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
+        if _already_stepped(campaign, enabled):
             return None  # the change it would enable was already measured (or refused): nothing to enable
         change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name, enabler=True,
                         why=f"enabler of {lever}={value}: keeps local_batch x dp = the pinned global batch split "
@@ -327,18 +327,14 @@ class HeuristicPolicy:
                 or last.gain is None or last.gain <= 0 or last.verdict is None or not last.verdict.ok
                 or last.measurement is None or last.measurement.decision != "undecided"):
             return None
-        values = space.values.get(last.change.lever, [])
-        before, after = last.change.before, last.change.after
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values:
-            return None
-        if catalog.effective(campaign.incumbent_levers).get(last.change.lever) != before:
+        if catalog.effective(campaign.incumbent_levers).get(last.change.lever) != last.change.before:
             return None  # the incumbent moved on since
-        i = values.index(after) + (1 if after > before else -1)
-        if not 0 <= i < len(values):
+        notch = _next_notch(space.values.get(last.change.lever, []), last.change.before, last.change.after)
+        if notch is None:
             return None
         why = (f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}, undecided (its interval straddles the minimum gain): one notch further "
                "along the same lever, for a larger effect to measure")
-        return self._checked(campaign, space, last.change.lever, values[i], why, list(last.change.lessons))
+        return self._checked(campaign, space, last.change.lever, notch, why, list(last.change.lessons))
 
     def _keep_going(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last step was kept with a large gain (at least MOMENTUM_GAIN) on a numeric lever: the next notch the
@@ -349,15 +345,11 @@ class HeuristicPolicy:
         if last is None or not last.kept or campaign.incumbent_step != last.n or last.gain is None or last.gain < MOMENTUM_GAIN:
             return None
         lever = last.change.lever
-        values = space.values.get(lever, [])
-        before, after = last.change.before, last.change.after
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values or before == after:
-            return None
-        i = values.index(after) + (1 if after > before else -1)
-        if not 0 <= i < len(values) or (lever, str(values[i])) in _tried_from_incumbent(campaign):
+        notch = _next_notch(space.values.get(lever, []), last.change.before, last.change.after)
+        if notch is None or (lever, str(notch)) in _tried_from_incumbent(campaign):
             return None
         why = f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}: one notch further along the same lever (a line search along what paid)"
-        return self._checked(campaign, space, lever, values[i], why, list(last.change.lessons))
+        return self._checked(campaign, space, lever, notch, why, list(last.change.lessons))
 
     def _follow_up(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
@@ -403,7 +395,8 @@ class HeuristicPolicy:
         return None
 
     def _diagnosis_driven(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> Change | None:
-        """The incumbent's own breakdown: a large pipeline bubble with gradient accumulation -> fill the pipeline."""
+        """The incumbent's own breakdown: a large pipeline bubble with gradient accumulation -> fill the pipeline;
+        with none left to fill, or exposed FSDP communication across nodes without PP -> fewer DP ranks."""
         if diagnosis.outcome != "ok" or not diagnosis.breakdown:
             return None
         eff = catalog.effective(campaign.incumbent_levers)
@@ -422,7 +415,6 @@ class HeuristicPolicy:
                         why=f"the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step in the pipeline bubble: the "
                             "largest local batch the pinned global batch allows gives the most microbatches per flush and the fewest flushes")
         return change if validate_change(campaign, change, space) is None else None
-
 
     def _fewer_dp_ranks(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace, cost: str = "bubble") -> Change | None:
         """Fewer DP ranks sharing the pinned global batch, each with twice the local batch: twice the tensor (then
@@ -450,7 +442,7 @@ class HeuristicPolicy:
             enabled = {**campaign.incumbent_levers, lever: value, lbs_name: 2 * lbs}
             if layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value}) or layout_problem(space.recipe, enabled):
                 continue
-            if any(catalog.effective(s.levers) == catalog.effective(enabled) for s in campaign.steps):
+            if _already_stepped(campaign, enabled):
                 continue
             if cost == "comm":
                 why = (f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['exposed_comm']:.0%} of its step in "
@@ -498,6 +490,20 @@ def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:
     c = space.recipe.cluster
     model_parallel = int(eff["parallelism.tensor_parallel_degree"]) * int(eff["parallelism.context_parallel_degree"]) * int(eff["parallelism.pipeline_parallel_degree"])
     return c.nodes > 1 and c.nodes * c.devices_per_node // max(model_parallel, 1) > c.devices_per_node
+
+
+def _next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar | None:
+    """The value one step past ``after`` in the direction ``before -> after`` of an ordered numeric lever, or None."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values or before == after:
+        return None
+    i = values.index(after) + (1 if after > before else -1)  # type: ignore[operator]
+    return values[i] if 0 <= i < len(values) else None
+
+
+def _already_stepped(campaign: Campaign, levers: dict[str, Scalar]) -> bool:
+    """Whether some step of the campaign already has this configuration (measured, refused or gated)."""
+    target = catalog.effective(levers)
+    return any(catalog.effective(s.levers) == target for s in campaign.steps)
 
 
 def _tried_from_incumbent(campaign: Campaign) -> set[tuple[str, str]]:
