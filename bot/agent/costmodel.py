@@ -34,10 +34,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bot.sim.hardware import HardwareSpec
-from bot.sim.zoo import ModelSpec
+from bot.core import levers as catalog
+from bot.core.recipe import Recipe
+from bot.core.records import Scalar
+from bot.sim.hardware import HardwareSpec, get_hardware
+from bot.sim.zoo import ModelSpec, get_model
 
 GIB = 2.0**30
+TP, PP, CP, EP = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+                  "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
+                      "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
 GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (perfmodel.md §4.6)
 LINK_EFF = 0.8  # bus bandwidth reached by large NCCL collectives relative to the link (nccl-tests PERFORMANCE.md)
 ALPHA_S = 20e-6  # per-collective latency, order of NCCL ring latency at these scales (alpha of the α-β model)
@@ -183,3 +190,20 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     mem = (states + held + grads + acts + logits) * (1 + MEMORY_MARGIN) / GIB
     fits = mem <= hw.hbm_gib
     return Estimate(step_s=step, compute_s=compute, comm_s=comm, bubble_s=bubble, memory_gib=mem, fits=fits and math.isfinite(step))
+
+
+def shape_of(eff: dict[str, Scalar]) -> Shape:
+    """The cost model's view of a layout: its modelled levers, from effective lever values (defaults filled in)."""
+    return Shape(tp=int(eff[TP]), pp=int(eff[PP]), cp=int(eff[CP]), ep=int(eff[EP]), local_batch=int(eff[LBS]), microbatch=int(eff[MB]),
+                 schedule=str(eff[SCHED]), ac=str(eff[AC]), sp=bool(eff["parallelism.enable_sequence_parallel"]),
+                 async_tp=bool(eff["compile.enable_async_tensor_parallel"]), reshard=str(eff["parallelism.fsdp_reshard_after_forward"]),
+                 loss_chunks=int(eff["loss.num_chunks"]))
+
+
+def estimate_of(recipe: Recipe, levers: dict[str, Scalar]) -> Estimate:
+    """The cost model's estimate for ``recipe`` run with ``levers`` (KeyError: a model or hardware it does not know)."""
+    eff = catalog.effective(levers)
+    m, hw = get_model(recipe.workload.model or ""), get_hardware(recipe.cluster.hardware)
+    dp = recipe.devices // (int(eff[TP]) * int(eff[PP]) * int(eff[CP]))
+    gbs = int(recipe.pinned.get("training.global_batch_size", 0) or 0) or int(eff[LBS]) * max(dp, 1)
+    return estimate(m, hw, recipe.devices, gbs, int(recipe.pinned.get("training.seq_len", 2048)), shape_of(eff))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from bot.agent.costmodel import Estimate, Shape, estimate
+from bot.agent.costmodel import AC, CP, EP, LBS, MB, PP, SCHED, TP, Estimate, estimate, shape_of
 from bot.agent.lessons import Lesson
 from bot.agent.policy import LeverSpace, validate_change
 from bot.agent.samplers import _as_change
@@ -32,10 +32,6 @@ from bot.core.state import Campaign
 from bot.sim.hardware import get_hardware
 from bot.sim.zoo import get_model
 
-TP, PP, CP, EP = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-                  "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
-LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
-                      "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
 MODELLED = (TP, PP, CP, EP, LBS, MB, SCHED, AC)
 
 
@@ -81,9 +77,7 @@ def ranking(recipe_json: str) -> tuple[tuple[float, tuple[tuple[str, Scalar], ..
             for mb, sched, ac in itertools.product(mbs, scheds, _values(space, eff, AC)):
                 if pp > 1 and int(lbs) % int(mb):
                     continue
-                shape = Shape(tp=tp, pp=pp, cp=cp, ep=ep, local_batch=int(lbs), microbatch=int(mb), schedule=str(sched), ac=str(ac),
-                              sp=bool(eff["parallelism.enable_sequence_parallel"]), async_tp=bool(eff["compile.enable_async_tensor_parallel"]),
-                              reshard=str(eff["parallelism.fsdp_reshard_after_forward"]), loss_chunks=int(eff["loss.num_chunks"]))
+                shape = shape_of({**eff, TP: tp, PP: pp, CP: cp, EP: ep, LBS: lbs, MB: mb, SCHED: sched, AC: ac})
                 est: Estimate = estimate(m, hw, recipe.devices, gbs or int(lbs) * recipe.devices // (tp * pp * cp), seq, shape)
                 if not est.fits:
                     continue

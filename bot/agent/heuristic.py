@@ -8,6 +8,10 @@
    out of memory, retry that same layout with more activation recomputation (a step stacked on
    the failed one) before the layout is abandoned; when it already recomputes everything, retry
    it with the model sharded over twice the pipeline stages (``oom-raise-pipeline-parallel``).
+   A change the memory screen predicts to run out of memory (:mod:`bot.agent.memory_screen`: a measured peak
+   scaled by the analytic memory model, over the device by more than its margin) is proposed with that
+   prediction and not run: the campaign records it as an out-of-memory trial that cost nothing, and the
+   retries above follow from it as from a real one.
 1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
    batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree) is
    preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, gated, not run), and
@@ -36,6 +40,7 @@ from __future__ import annotations
 import re
 
 from bot.agent.lessons import Lesson, LeverChange, relevant
+from bot.agent.memory_screen import change_levers, predicted_oom
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
@@ -81,6 +86,10 @@ class HeuristicPolicy:
         if flat is not None:
             return Stop(why=flat, policy=self.name)
         decision = self._propose(campaign, diagnosis, lessons, levers, records)
+        if isinstance(decision, Change) and not decision.enabler:  # not run when it cannot fit: an OOM, for free
+            oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
+            if oom is not None:
+                decision = decision.model_copy(update={"predicted_oom": oom})
         left = no_gain_allowance_left(campaign, incumbent)
         if isinstance(decision, Change) and left:  # a probe with no gain in hand spends what is left of it
             return decision.model_copy(update={"max_device_hours": left})

@@ -214,12 +214,18 @@ def remeasure(state: Campaign, recipe: Recipe, out: Path, *, steps: int, warmup:
 
 
 # ----------------------------------------------------------------------------- simulated
-def simulated(trials: int, seed: int = 0) -> dict[str, Any]:
-    """Comparisons of true gains with the simulator's noise model and campaign settings (SIMULATED)."""
+SIM_STEPS, SIM_WARMUP = 20, 5  # the simulator tasks' bench: 20 steps, 5 of them warm-up
+
+
+def simulated(trials: int, seed: int = 0, **overrides: Any) -> dict[str, Any]:
+    """Comparisons of true gains with the simulator's noise model and campaign settings (SIMULATED). Every run's
+    estimate is the median of its ``measure_steps`` after the warm-up (all 15 when unset); ``steps`` counts the
+    steps the runs of a decision made: the trial all 20, every later run the warm-up and the window."""
     from bot.sim.noise import measured_throughput
 
-    settings = measurement_options("sim")
+    settings = {**measurement_options("sim"), **overrides}
     settings = {k: v for k, v in settings.items() if k not in ("early_stop",)}
+    window = settings.get("measure_steps") or SIM_STEPS - SIM_WARMUP
     out: dict[str, Any] = {}
     counter = [0]
     for gain in SIM_GAINS:
@@ -227,10 +233,12 @@ def simulated(trials: int, seed: int = 0) -> dict[str, Any]:
         for t in range(trials):
             def run(side: str, g: float = gain, t: int = t) -> float:
                 counter[0] += 1
-                return measured_throughput(1000.0 * (1.0 + g if side == "B" else 1.0), seed, f"bench-{t}-{counter[0]}")
+                return measured_throughput(1000.0 * (1.0 + g if side == "B" else 1.0), seed, f"bench-{t}-{counter[0]}",
+                                           steps=SIM_WARMUP + window, warmup=SIM_WARMUP)
 
             base = [run("A") for _ in range(settings.get("baseline_runs_wanted", 2))]
-            res.append(decide(settings, base, run))
+            r = decide(settings, base, run)
+            res.append({**r, "steps": SIM_STEPS + (r["runs"] - 1) * min(SIM_STEPS, SIM_WARMUP + window)})
         out[f"{gain:+.0%}"] = summarise(res)
     return {"settings": settings, "by_gain": out, "trials": trials}
 
@@ -242,7 +250,9 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
     count = {d: sum(r["decision"] == d for r in results) for d in ("gain", "no_gain", "undecided")}
     widths = [r["hi"] - r["lo"] for r in results if r.get("lo") is not None]
     return {"n": n, **{f"{d}_share": c / n for d, c in count.items()}, "runs_mean": statistics.fmean(r["runs"] for r in results),
-            "runs_max": max(r["runs"] for r in results), "width_median": statistics.median(widths) if widths else None,
+            "runs_max": max(r["runs"] for r in results),
+            **({"steps_mean": statistics.fmean(r["steps"] for r in results)} if all("steps" in r for r in results) else {}),
+            "width_median": statistics.median(widths) if widths else None,
             "estimate_median": statistics.median(r["estimate"] for r in results if r["estimate"] is not None)
             if any(r["estimate"] is not None for r in results) else None}
 
@@ -297,7 +307,7 @@ def render(report: dict[str, Any]) -> str:
     sim = report["simulated"]
     lines.append(f"## SIMULATED (the simulator's seeded noise; settings {sim['settings']}; {sim['trials']} comparisons per gain)\n")
     rows = [[g, _pct(s["gain_share"]), _pct(s["no_gain_share"]), _pct(s["undecided_share"]), f"{s['runs_mean']:.1f} (max {s['runs_max']})",
-             "—" if s["width_median"] is None else f"{s['width_median']:.1%}"] for g, s in sim["by_gain"].items()]
-    lines.append(tabulate(rows, headers=["true gain", "decided gain", "no gain", "undecided", "runs per decision", "median CI width"],
-                          tablefmt="github"))
+             f"{s.get('steps_mean', 0):.0f}", "—" if s["width_median"] is None else f"{s['width_median']:.1%}"] for g, s in sim["by_gain"].items()]
+    lines.append(tabulate(rows, headers=["true gain", "decided gain", "no gain", "undecided", "runs per decision", "steps per decision",
+                                         "median CI width"], tablefmt="github"))
     return "\n".join(lines) + "\n"

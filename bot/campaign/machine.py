@@ -241,6 +241,12 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
         if st.change.enabler:  # its own speed decides nothing: the change it enables is measured, stacked on it
             st.close_reason = "enabler: not run on its own; the change it enables is stacked on it and measured"
             return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="enabler (gated, not run)"), Close(n=st.n, reason=st.close_reason)]
+        if st.change.predicted_oom:  # not started: an out-of-memory trial at no cost (the policy retries from it)
+            st.runs.append(RunRef(kind="trial", n=st.n, outcome="oom", reason=f"not run: {st.change.predicted_oom}",
+                                  simulated=bool(s.baseline) and s.baseline[0].simulated))
+            st.close_reason = f"trial oom (predicted, not run): {st.change.predicted_oom}"
+            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="predicted out of memory (not run)"),
+                    Close(n=st.n, reason=st.close_reason)]
         return _run_or_close(s, st, RunTrial(n=st.n))
     st.verdict = v
     if not v.ok:

@@ -38,7 +38,10 @@ CPU run) must not close a real gain on its own, as it did before pairs (local ba
 
 **The per-run estimate** is the median of the post-warm-up steps' tokens/s (``Summary.tps_median``): of the
 statistics measured for it on this machine (``attune bench measure``; numbers in the issue note), it had the smallest
-run-to-run spread among the robust ones, under idle and under a background load.
+run-to-run spread among the robust ones, under idle and under a background load. Where the campaign sets a
+measurement window (``Campaign.measure_steps``: the simulator, see :func:`bot.campaign.setup.measurement_options`),
+it is the median of that many steps after the warm-up in every run -- a trial's too, so all runs measure alike and
+the pooled variance is one run's -- and the runs that are only measured stop there.
 """
 
 from __future__ import annotations
@@ -148,7 +151,8 @@ def share(x: float) -> str:
 
 
 def rule_text(state: Campaign) -> str:
-    return (f"paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs); "
+    window = f"each run's median of {state.measure_steps} steps after the warm-up; " if state.measure_steps else ""
+    return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs); "
             f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept)")
 

@@ -13,6 +13,9 @@ def new_campaign_id(recipe: Recipe) -> str:
     return f"{recipe.name.replace('/', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+SIM_MEASURE_STEPS = 4  # the simulator's measurement window (steps after the warm-up; see measurement_options)
+
+
 def measurement_options(launcher: str) -> dict[str, Any]:
     """How a campaign measures on this kind of machine (``Campaign`` fields; the protocol is :mod:`.measure`).
 
@@ -25,6 +28,19 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     ``slurm`` (GPU clusters, same 1-3 %) 2 %; ``local`` (this kind of shared CPU box: 5-20 % run-to-run, per-step
     tokens/s ranging 5x inside one run) 5 %. Confidence 90 % (two-sided: a one-sided 95 % bound decides) on all.
 
+    **The measurement window** (``measure_steps``): every run's tokens/s is the median of that many steps after the
+    warm-up, and a run that is only measured (a pair's runs, a repeat baseline run) stops there; the runs the gate
+    reads (the first baseline run, trials) still run the recipe's ``bench.steps``. On the simulator (a run draws one
+    offset of 1.2 %, perfmodel.md §5, and each step 1 % jitter with rare slow steps) a run's noise is mostly the
+    offset, so more steps buy little and cost every step: ``attune bench measure``'s simulated part (8,000
+    comparisons, seed 1; steps per decision counting the trial's 20 and each later run's warm-up and window) gave
+    all 15 steps: false gains 4.3 % (4,000), +3 % detected 92 %, 121 steps; 5: 5.1 % (4,000), 89 %, 73; **4: 4.9 %,
+    88.5 %, 68.5**; 3: 5.1 %, 86.9 %, 64.9; 1-2: 6.5-6.8 %, 76 % (a median of one or two steps keeps a slow step).
+    4 is the shortest window within the 5 % false-gain target; on the tuner benchmark (attune, 5 seeds) it cut
+    GLM-4.5's device-hours by a fifth at an unchanged oracle fraction. ``local`` keeps every step: there the
+    per-step spread inside one run (5x) is what a run's median averages away. ``slurm`` and GitHub runners keep
+    every step too (no evidence yet on those machines).
+
     ``sim`` and ``local`` run everything on one machine, so the trial is pair 1's candidate run (the incumbent runs
     right after it) and a clearly slower trial stops early. ``local`` starts with one warm-up run (the first run after
     an idle spell is slow: clocks, caches) and three measured baseline runs, so the first pair already has a noise
@@ -33,7 +49,7 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     are fresh runs.
     """
     if launcher == "sim":
-        return {"min_gain": 0.0075, "max_pairs": 6, "pair_with_trial": True, "early_stop": True}
+        return {"min_gain": 0.0075, "max_pairs": 6, "pair_with_trial": True, "early_stop": True, "measure_steps": SIM_MEASURE_STEPS}
     if launcher == "local":
         return {"min_gain": 0.05, "max_pairs": 4, "pair_with_trial": True, "baseline_warmup_runs": 1, "baseline_runs_wanted": 3,
                 "min_pairs_for_gain": 2}

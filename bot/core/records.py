@@ -145,6 +145,9 @@ class Change(BaseModel):
     # step closes *undecided*, not kept -- e.g. the default policy's no-gain allowance, so a futile probe of a recipe
     # already at its optimum cannot overrun it by a step's pairs (``Campaign.step_run_fits``)
     max_device_hours: float | None = Field(default=None, gt=0.0)
+    # the policy's prediction that this layout runs out of memory (why, with the figures): the trial is not run but
+    # recorded as out of memory at no cost, so the policy's out-of-memory retries follow as from a failed start
+    predicted_oom: str = ""
 
     model_config = {"populate_by_name": True}
 

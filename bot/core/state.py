@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from bot.core.band import Band
-from bot.core.records import Change, RunRecord, Scalar, Stop, Verdict
+from bot.core.records import Change, RunRecord, Scalar, StepMetric, Stop, Verdict
 
 Phase = Literal["baseline", "stepping", "finished"]
 
@@ -42,11 +42,21 @@ class RunRef(BaseModel):
     reused: bool = False
 
     @classmethod
-    def of(cls, record: RunRecord, *, kind: str, n: int = 0, attempt: int = 1, ref: str = "") -> RunRef:
-        """What the campaign keeps of ``record`` (stored at ``ref``): the one RunRecord -> RunRef conversion."""
+    def of(cls, record: RunRecord, *, kind: str, n: int = 0, attempt: int = 1, ref: str = "",
+           window: tuple[int, int] | None = None) -> RunRef:
+        """What the campaign keeps of ``record`` (stored at ``ref``): the one RunRecord -> RunRef conversion.
+        ``window`` ``(after, upto)``: ``tps`` is the median over steps ``after < step <= upto`` (the campaign's
+        measurement window, :attr:`Campaign.measure_steps`), not over every step after the warm-up."""
         s = record.summary
-        return cls(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=s.tps_median,  # type: ignore[arg-type]
+        tps = s.tps_median if window is None else window_median(record.steps, *window)
+        return cls(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=tps,  # type: ignore[arg-type]
                    tps_cv=s.tps_cv, device_hours=s.device_hours, record=ref, simulated=record.simulated)
+
+
+def window_median(steps: list[StepMetric], after: int, upto: int) -> float | None:
+    """The median tokens/s of the steps ``after < step <= upto`` (None when none of them measured)."""
+    tps = [s.tps for s in steps if after < s.step <= upto and s.tps is not None]
+    return statistics.median(tps) if tps else None
 
 
 class NoiseBand(BaseModel):
@@ -283,6 +293,9 @@ class Campaign(BaseModel):
     # a gain is decided only once this many pairs are in (2: one in each order, so the drift over a pair cancels)
     min_pairs_for_gain: int = Field(default=1, ge=1, le=50)
     pair_with_trial: bool = False  # the trial is pair 1's candidate run (one machine, runs back to back)
+    # every run's tokens/s is the median of this many steps after the warm-up (None: of all of them); a run that is
+    # only measured (a pair's runs, a repeat baseline run) stops there, one the gate reads (baseline 1, a trial) runs on
+    measure_steps: int | None = Field(default=None, ge=1)
     # a trial measuring clearly slower than the incumbent (below it by early_stop_k x the noise band) ends early
     early_stop: bool = False
     early_stop_k: float = Field(default=1.0, gt=0.0)

@@ -161,20 +161,21 @@ class Executor:
         """Run (or find stored) one run; None when the run port suspended. ``already``: device-hours this action
         spent before it (for the cap)."""
         key = run_key(kind, n, attempt)
+        recipe = parse_recipe_text(text, state.recipe_path)
         found = self.records.find_run(state.id, key)
         if found is not None:  # a resumed executor never repeats a finished run
             record, where = found
         else:
-            recipe = parse_recipe_text(text, state.recipe_path)
             # the hard budget cap: a run is stopped before it spends more than what is left of the budget
             max_wall_s = max(0.0, state.budget - state.spent - already) * 3600.0 / max(recipe.devices, 1)
             request = RunRequest(key=key, kind=kind, n=n, attempt=attempt, recipe_text=text, max_wall_s=max_wall_s,
-                                 early_stop=early_stop)
+                                 early_stop=early_stop, steps=measured_only_steps(state, recipe, kind, attempt))
             record = self.runs.run(state, request)
             if record is None:
                 return None
             where = self.records.put_run(state.id, key, record)
-        return cm.RunRef.of(record, kind="pair" if kind.startswith("pair-") else kind, n=n, attempt=attempt, ref=where)
+        return cm.RunRef.of(record, kind="pair" if kind.startswith("pair-") else kind, n=n, attempt=attempt, ref=where,
+                            window=measure_window(state, recipe))
 
     # ------------------------------------------------------------------ actions
     def execute(self, state: cm.Campaign, action: Any) -> Any:
@@ -234,7 +235,8 @@ class Executor:
             if any(x is None for x in stored):
                 self.runs.run_pair(state, action, texts)
                 return SUSPENDED
-            inc, cand = (cm.RunRef.of(rec, kind="pair", n=n, attempt=k, ref=where) for rec, where in stored)  # type: ignore[misc]
+            window = measure_window(state, parse_recipe_text(texts["incumbent"], state.recipe_path))
+            inc, cand = (cm.RunRef.of(rec, kind="pair", n=n, attempt=k, ref=where, window=window) for rec, where in stored)  # type: ignore[misc]
             return cm.RunFinished(run=pair_ref(action, inc, cand, inc.device_hours + cand.device_hours))
         sides: dict[str, cm.RunRef] = {}
         if action.with_trial:
@@ -376,6 +378,25 @@ HANDLERS: dict[type, Callable[[Executor, cm.Campaign, Any], Any]] = {
     cm.Close: Executor.on_close,
     cm.Finish: Executor.on_finish,
 }
+
+
+def measure_window(state: cm.Campaign, recipe: Recipe) -> tuple[int, int] | None:
+    """The steps every run's tokens/s is the median of, ``(after, upto)``: the ``measure_steps`` after the recipe's
+    warm-up (None: all the steps after it, the record's own median)."""
+    if state.measure_steps is None:
+        return None
+    warm = max(recipe.bench.warmup_steps, 1)
+    return warm, warm + state.measure_steps
+
+
+def measured_only_steps(state: cm.Campaign, recipe: Recipe, kind: str, attempt: int) -> int | None:
+    """How many steps a run that is only measured makes (a pair's run, a baseline run after the first): the warm-up
+    and the measurement window; None (the recipe's ``bench.steps``) for the runs the gate reads -- the first
+    baseline run (the loss-curve reference) and trials -- and when the campaign measures every step."""
+    window = measure_window(state, recipe)
+    if window is None or not (kind.startswith("pair-") or (kind == "baseline" and attempt > 1)):
+        return None
+    return min(window[1], recipe.bench.steps)
 
 
 def pair_ref(action: cm.MeasurePair, incumbent: cm.RunRef | None, candidate: cm.RunRef | None, device_hours: float) -> cm.RunRef:

@@ -67,6 +67,7 @@ class RunRequest(BaseModel):
     recipe_text: str
     max_wall_s: float  # the hard budget cap: what is left of the budget, in wall seconds on the recipe's devices
     early_stop: EarlyStop | None = None
+    steps: int | None = None  # a run that is only measured stops after this many steps (None: the recipe's bench.steps)
 
 
 class RunPort(Protocol):
@@ -158,6 +159,8 @@ class LocalRunPort:
     def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord:
         recipe = parse_recipe_text(request.recipe_text, state.recipe_path)
         extra: dict[str, object] = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
+        if request.steps is not None:
+            extra["steps"] = request.steps
         if _takes(self.runner.run, "run_index"):
             extra["run_index"] = self.records.count_runs(state.id)
         return self.runner.run(recipe, out_dir=self.records.run_dir(state.id, request.key), recipe_path=state.recipe_path,

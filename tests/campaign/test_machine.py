@@ -598,6 +598,23 @@ def test_an_enabler_is_gated_but_not_run_and_the_change_it_enables_is_measured_o
     assert "not run: an enabler" in render_step_report(state, one, None, None)
 
 
+def test_a_change_predicted_to_run_out_of_memory_is_an_oom_trial_that_costs_nothing(tmp_path: Path) -> None:
+    """The policy's memory screen proposes a layout it predicts cannot fit with that prediction: the step is gated,
+    recorded as an out-of-memory trial without a run (no device-hours), closed, and a retry stacked on it runs."""
+    why = "predicted to run out of memory: 120 GiB (the measured 60 GiB x the memory model's 2.00) is over the device's 80 GiB by more than 25%"
+    script = [{"lever": "activation_checkpoint", "to": "none", "predicted_oom": why},
+              {"lever": "training.local_batch_size", "to": 2, "stacked_on": 1}]
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE + LBS2: [1300.0, 1290.0]}, script=script)
+    one, two = state.step(1), state.step(2)
+    assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
+    assert [(r.kind, r.outcome, r.device_hours, r.record) for r in one.runs] == [("trial", "oom", 0.0, "")]
+    assert one.state == "closed" and not one.kept and one.close_reason == f"trial oom (predicted, not run): {why}"
+    assert len(runner.calls) == 2 + 3  # two baseline runs, then the retry's trial and one pair: nothing for step 1
+    assert two.kept and two.levers["activation_checkpoint"] == "none"
+    assert state.spent == pytest.approx(sum(r.device_hours for r in [*state.baseline, *two.runs]))
+    assert "predicted" in render_step_report(state, one, None, None)
+
+
 def test_measurement_options_are_validated_and_the_bound_is_never_negative() -> None:
     from pydantic import ValidationError
 

@@ -217,3 +217,46 @@ def test_step_records_and_reports_are_on_the_branches(reference, template: Path,
     assert len(results) == 1 and '"tps_median": 1190.0' in results[0].read_text()
     assert forge.status_of(git(repo, "rev-parse", state.step(1).branch).strip())["state"] == "success"
     assert (repo / "leaderboard.md").read_text().count("1,190") == 1
+
+
+def test_runs_that_are_only_measured_stop_after_the_measurement_window(tmp_path: Path) -> None:
+    """A simulated campaign measures every run over the same window (``measure_steps`` after the warm-up): a pair's
+    runs and the repeat baseline run stop there, the runs the gate reads (the first baseline run, trials) run the
+    recipe's ``bench.steps``, and every run's tokens/s is the window's median, a trial's included."""
+    from bot.bench.tuners import BUDGET_RUNS, run_campaign
+    from bot.campaign.setup import SIM_MEASURE_STEPS
+    from bot.core.recipe import load_recipe
+    from bot.core.state import window_median
+    from bot.drive.ports import FileRecordStore
+    from bot.runner.sim import SimRunner
+
+    path = Path(__file__).resolve().parents[2] / "recipes/llama3.1-8b/h100x8.yaml"
+    recipe = load_recipe(path)
+    cost = SimRunner(seed=0).run(recipe).summary.device_hours
+    state = run_campaign(path, "heuristic", 0, BUDGET_RUNS * cost, tmp_path)
+    records = FileRecordStore(tmp_path)
+    warm, full = recipe.bench.warmup_steps, recipe.bench.steps
+    assert state.measure_steps == SIM_MEASURE_STEPS
+    window = (warm, warm + SIM_MEASURE_STEPS)
+
+    def check(ref_record: str, tps: float | None, steps: int) -> None:
+        record = records.read(ref_record)
+        assert record is not None and len(record.steps) == steps
+        assert tps == window_median(record.steps, *window)
+        if steps == full:  # a full run's tokens/s is the window's, not the median of all its steps
+            assert tps != record.summary.tps_median
+
+    check(state.baseline[0].record, state.baseline[0].tps, full)
+    check(state.baseline[1].record, state.baseline[1].tps, warm + SIM_MEASURE_STEPS)
+    pairs = [r for st in state.steps for r in st.runs if r.kind == "pair" and r.outcome == "ok" and not r.reused]
+    trials = [r for st in state.steps for r in st.runs if r.kind == "trial" and r.outcome == "ok"]
+    assert pairs and trials
+    for r in trials:
+        check(r.record, r.tps, full)
+    for r in pairs:
+        check(r.reference_record, r.reference_tps, warm + SIM_MEASURE_STEPS)
+        if r.record not in {t.record for t in trials}:
+            check(r.record, r.tps, warm + SIM_MEASURE_STEPS)
+    # a measured-only run costs less than a full one: the start-up and fewer steps
+    full_cost = records.read(state.baseline[0].record).summary.device_hours
+    assert all(records.read(r.reference_record).summary.device_hours < full_cost for r in pairs)

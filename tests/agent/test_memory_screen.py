@@ -1,0 +1,108 @@
+"""The memory screen: a measured peak scaled by the analytic memory model predicts an out-of-memory before a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from campaign_fakes import new_state, space_fn
+
+from bot import campaign as cm
+from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.memory_screen import MARGIN, predicted_oom
+from bot.core.diagnosis import diagnose
+from bot.core.recipe import load_recipe
+from bot.core.records import Change, RunRecord
+from bot.runner.sim import SimRunner
+from bot.sim.simulate import evaluate
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes/llama3.1-70b/h100x64.yaml"
+
+
+class Records:
+    """A record store of in-memory records, by reference."""
+
+    def __init__(self, records: dict[str, RunRecord]) -> None:
+        self.records = records
+
+    def read(self, ref: str) -> RunRecord | None:
+        return self.records.get(ref)
+
+
+def _campaign(strip_peak: bool = False):
+    recipe = load_recipe(RECIPE)
+    record = SimRunner(seed=0).run(recipe)
+    if strip_peak:  # a machine that reports no memory (a CPU run)
+        record = record.model_copy(update={"summary": record.summary.model_copy(update={"peak_memory_gib": None})})
+    state = new_state(RECIPE.read_text()).model_copy(update={
+        "phase": "stepping", "incumbent_tps": record.summary.tps_median,
+        "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
+    return recipe, state, Records({"b1": record}), record
+
+
+def _sim_peak(recipe, levers: dict) -> float:
+    c = recipe.cluster
+    res = evaluate(recipe.workload.model, c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0, check_memory=False)
+    return res.peak_memory_gib
+
+
+def test_a_layout_far_over_the_device_is_predicted_to_run_out_and_one_that_fits_is_not() -> None:
+    recipe, state, records, record = _campaign()
+    space = space_fn(recipe)
+    capacity = record.summary.memory_capacity_gib
+    far = {**state.incumbent_levers, "activation_checkpoint": "none"}  # full recompute off on a 70B model
+    why = predicted_oom(state, far, None, space, records)
+    assert why is not None and why.startswith("predicted to run out of memory")
+    assert _sim_peak(recipe, far) > capacity * (1 + MARGIN)  # and the simulator agrees it cannot fit
+    fits = {**state.incumbent_levers, "compile.enable": True}
+    assert predicted_oom(state, fits, None, space, records) is None
+    assert _sim_peak(recipe, fits) <= capacity
+
+
+def test_nothing_is_screened_without_a_measured_peak_or_a_model_the_cost_model_knows() -> None:
+    recipe, state, records, _ = _campaign(strip_peak=True)
+    far = {**state.incumbent_levers, "activation_checkpoint": "none"}
+    assert predicted_oom(state, far, None, space_fn(recipe), records) is None
+    unknown = load_recipe(Path(__file__).resolve().parents[2] / "recipes/llama3-tiny/cpu.yaml")
+    _, state2, records2, _ = _campaign()
+    assert predicted_oom(state2, far, None, space_fn(unknown.model_copy(update={"workload": unknown.workload.model_copy(
+        update={"model": "no-such-model"})})), records2) is None
+
+
+def test_a_retry_is_anchored_on_the_peak_of_the_run_it_retries() -> None:
+    """Stacked on a failed trial, the prediction scales that trial's measured peak, not the incumbent's."""
+    recipe, state, records, record = _campaign()
+    space = space_fn(recipe)
+    oom_levers = {**state.incumbent_levers, "activation_checkpoint": "none"}
+    oom = SimRunner(seed=1).run(recipe.model_copy(update={"levers": oom_levers}))
+    assert oom.outcome == "oom" and oom.summary.peak_memory_gib
+    step = cm.Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="none"), state="closed", levers=oom_levers,
+                   runs=[cm.RunRef.of(oom, kind="trial", n=1, ref="t1")])
+    state = state.model_copy(update={"steps": [step]})
+    records.records["t1"] = oom
+    again = predicted_oom(state, oom_levers, 1, space, records)  # the failed layout itself: its own peak, x 1.00
+    assert again is not None and f"the measured {oom.summary.peak_memory_gib:.0f} GiB x the memory model's 1.00" in again
+    on_incumbent = predicted_oom(state, oom_levers, None, space, records)
+    assert on_incumbent is not None and f"the measured {record.summary.peak_memory_gib:.0f} GiB" in on_incumbent
+
+
+def test_the_policy_proposes_a_screened_change_with_its_prediction_and_then_retries_from_it() -> None:
+    recipe, state, records, record = _campaign()
+    space = space_fn(recipe)
+    space.values = {k: space.values[k] for k in ("activation_checkpoint", "parallelism.context_parallel_degree")}
+    first = HeuristicPolicy().propose(state, diagnose(record), [], space, records)
+    assert isinstance(first, Change) and first.lever == "activation_checkpoint"
+    assert first.predicted_oom.startswith("predicted to run out of memory")
+    step = cm.Step(n=1, change=first, state="closed", levers={**state.incumbent_levers, first.lever: first.after},
+                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason=f"not run: {first.predicted_oom}")])
+    retry = HeuristicPolicy().propose(state.model_copy(update={"steps": [step]}), diagnose(record), [], space, records)
+    assert isinstance(retry, Change) and retry.stacked_on == 1  # the out-of-memory retry, as after a failed start
+
+
+@pytest.mark.parametrize("lever, value", [("compile.enable", True)])
+def test_a_change_the_screen_lets_through_carries_no_prediction(lever: str, value: object) -> None:
+    recipe, state, records, record = _campaign()
+    space = space_fn(recipe)
+    space.values = {lever: [False, True]}
+    change = HeuristicPolicy().propose(state, diagnose(record), [], space, records)
+    assert isinstance(change, Change) and change.lever == lever and change.predicted_oom == ""
