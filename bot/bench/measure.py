@@ -258,8 +258,20 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- the benchmark
+def window_study(trials: int, seed: int, windows: list[int]) -> list[dict[str, Any]]:
+    """The simulated comparisons once per measurement window (``measure_steps``): the evidence for the simulator's
+    window (:func:`bot.campaign.setup.measurement_options`). SIMULATED."""
+    rows = []
+    for w in windows:
+        by = simulated(trials, seed, measure_steps=w)["by_gain"]
+        rows.append({"window": w, "false_gain": by["+0%"]["gain_share"], "detected_3pct": by["+3%"]["gain_share"],
+                     "runs_3pct": by["+3%"]["runs_mean"], "steps_3pct": by["+3%"]["steps_mean"], "steps_0pct": by["+0%"]["steps_mean"]})
+    return rows
+
+
 def run_bench(recipe: Recipe, out: Path, *, repeats: int = 2, steps: int = 12, warmup: int = 3, load_s: float = 1800.0,
-              sim_trials: int = 2000, real: bool = True, progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+              sim_trials: int = 2000, real: bool = True, progress: Callable[[str], None] = lambda s: None,
+              sim_seed: int = 0, sim_windows: list[int] | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"recipe": recipe.name, "steps": steps, "warmup": warmup, "repeats": repeats,
                               "settings": measurement_options("local"), "real": {}}
     if real:
@@ -272,7 +284,9 @@ def run_bench(recipe: Recipe, out: Path, *, repeats: int = 2, steps: int = 12, w
             settings = {k: v for k, v in measurement_options("local").items() if k != "baseline_warmup_runs"}
             cond["resampled_a_vs_a"] = resampled_false_gains(cond["base_tps"], settings, 2000)
         report["real_runs_of_the_recipe"] = len(pooled)
-    report["simulated"] = simulated(sim_trials)
+    report["simulated"] = simulated(sim_trials, sim_seed)
+    if sim_windows:
+        report["simulated_windows"] = window_study(sim_trials, sim_seed, sim_windows)
     return report
 
 
@@ -310,4 +324,11 @@ def render(report: dict[str, Any]) -> str:
              f"{s.get('steps_mean', 0):.0f}", "—" if s["width_median"] is None else f"{s['width_median']:.1%}"] for g, s in sim["by_gain"].items()]
     lines.append(tabulate(rows, headers=["true gain", "decided gain", "no gain", "undecided", "runs per decision", "steps per decision",
                                          "median CI width"], tablefmt="github"))
+    if report.get("simulated_windows"):
+        lines.append(f"\n### SIMULATED: measurement windows (steps after the warm-up each run's median uses; {sim['trials']} comparisons per "
+                     f"gain; steps per decision: the trial's {SIM_STEPS}, each later run's {SIM_WARMUP} warm-up and its window)\n")
+        rows = [[r["window"], f"{r['false_gain']:.1%}", f"{r['detected_3pct']:.1%}", f"{r['runs_3pct']:.1f}", f"{r['steps_3pct']:.1f}",
+                 f"{r['steps_0pct']:.1f}"] for r in report["simulated_windows"]]
+        lines.append(tabulate(rows, headers=["window", "false gains (A vs A)", "+3% detected", "runs per +3% decision",
+                                             "steps per +3% decision", "steps per A-vs-A decision"], tablefmt="github"))
     return "\n".join(lines) + "\n"

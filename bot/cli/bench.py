@@ -104,7 +104,9 @@ def cmd_bench_measure(args: argparse.Namespace) -> int:
         raise UsageError(str(exc).splitlines()[0]) from exc
     if not args.sim_only and recipe.cluster.launcher != "local":
         raise UsageError(f"{args.recipe}: cluster.launcher is {recipe.cluster.launcher!r}; real comparisons need a local recipe (or --sim-only)")
-    kw = {"repeats": args.repeats, "steps": args.steps, "warmup": args.warmup, "sim_trials": args.sim_trials, "real": not args.sim_only}
+    windows = _windows(args.sim_windows)
+    kw = {"repeats": args.repeats, "steps": args.steps, "warmup": args.warmup, "sim_trials": args.sim_trials, "real": not args.sim_only,
+          "sim_seed": args.sim_seed, "sim_windows": windows}
     if wanted(args.json) and not args.sim_only:
         with CountDisplay(console(), "bench measure", 0, "runs") as display:
             report = run_bench(recipe, Path(args.out), progress=display.message, **kw)
@@ -114,6 +116,19 @@ def cmd_bench_measure(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({k: v for k, v in report.items()})
     return EXIT_OK
+
+
+def _windows(text: str) -> list[int]:
+    """``--sim-windows 1,2,4,15``: positive step counts, or a usage error naming the flag."""
+    if not text:
+        return []
+    try:
+        windows = [int(x) for x in text.split(",")]
+    except ValueError:
+        windows = []
+    if not windows or any(not 1 <= w <= 15 for w in windows):
+        raise UsageError(f"--sim-windows: expected a comma list of step counts from 1 to 15 (e.g. 2,4,15); got {text!r}")
+    return windows
 
 
 def _remeasure(args: argparse.Namespace) -> int:
@@ -161,6 +176,9 @@ def register(sub: Any) -> None:
     bm.add_argument("--warmup", type=int, default=3, help="warm-up steps per real run (not measured)")
     bm.add_argument("--sim-trials", type=int, default=2000, help="simulated comparisons per true gain")
     bm.add_argument("--sim-only", action="store_true", help="only the simulated comparisons (no real runs)")
+    bm.add_argument("--sim-seed", type=int, default=0, help="seed of the simulated comparisons' noise")
+    bm.add_argument("--sim-windows", default="", metavar="W,W,...",
+                    help="also the simulated comparisons once per measurement window (steps after the warm-up a run's median uses)")
     bm.add_argument("--remeasure", default="", metavar="ID", help="instead: measure every kept step of local campaign ID again")
     bm.add_argument("--repo", default=".", help="the repository of the --remeasure campaign")
     bm.add_argument("--out", default=".attune/bench-measure")

@@ -8,7 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bot.bench.measure import decide, estimator_spread, simulated, summarise
+import pytest
+
+from bot.bench.measure import (
+    SIM_STEPS,
+    SIM_WARMUP,
+    decide,
+    estimator_spread,
+    simulated,
+    summarise,
+    window_study,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +62,15 @@ def test_summarise_counts_every_decision() -> None:
     assert (s["gain_share"], s["undecided_share"], s["runs_max"]) == (0.5, 0.5, 9)
 
 
+def test_a_shorter_measurement_window_costs_fewer_steps_per_decision() -> None:
+    """Every run after the trial makes the warm-up and the window only; the trial makes all the recipe's steps."""
+    short, full = window_study(200, 1, [2, SIM_STEPS - SIM_WARMUP])
+    assert short["window"] == 2 and full["window"] == SIM_STEPS - SIM_WARMUP
+    assert short["steps_3pct"] < full["steps_3pct"] and short["steps_0pct"] < full["steps_0pct"]
+    assert full["steps_3pct"] == pytest.approx(SIM_STEPS * full["runs_3pct"])  # a full window: every run is a whole run
+    assert 0.0 <= short["false_gain"] <= 1.0 and full["detected_3pct"] > 0.5
+
+
 def test_the_cli_prints_the_simulated_table_and_json_and_refuses_bad_options() -> None:
     attune = [sys.executable, "-m", "bot.cli"]
     done = subprocess.run([*attune, "bench", "measure", "--sim-only", "--sim-trials", "50", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -61,6 +80,11 @@ def test_the_cli_prints_the_simulated_table_and_json_and_refuses_bad_options() -
     assert payload["simulated"]["trials"] == 50
     bad = subprocess.run([*attune, "bench", "measure", "--warmup", "20"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--warmup" in bad.stderr and "Traceback" not in bad.stderr
+    windows = subprocess.run([*attune, "bench", "measure", "--sim-only", "--sim-trials", "20", "--sim-windows", "2,15"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert windows.returncode == 0 and "measurement windows" in windows.stdout, windows.stderr
+    bad = subprocess.run([*attune, "bench", "measure", "--sim-only", "--sim-windows", "0,x"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--sim-windows" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_remeasure_measures_each_kept_step_against_its_own_incumbent(tmp_path: Path) -> None:
