@@ -32,10 +32,11 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     warm-up, and a run that is only measured (a pair's runs, a repeat baseline run) stops there; the runs the gate
     reads (the first baseline run, trials) still run the recipe's ``bench.steps``. On the simulator (a run draws one
     offset of 1.2 %, perfmodel.md §5, and each step 1 % jitter with rare slow steps) a run's noise is mostly the
-    offset, so more steps buy little and cost every step: ``attune bench measure``'s simulated part (8,000
-    comparisons, seed 1; steps per decision counting the trial's 20 and each later run's warm-up and window) gave
-    all 15 steps: false gains 4.3 % (4,000), +3 % detected 92 %, 121 steps; 5: 5.1 % (4,000), 89 %, 73; **4: 4.9 %,
-    88.5 %, 68.5**; 3: 5.1 %, 86.9 %, 64.9; 1-2: 6.5-6.8 %, 76 % (a median of one or two steps keeps a slow step).
+    offset, so more steps buy little and cost every step. ``attune bench measure --sim-only --sim-trials 8000
+    --sim-seed 1 --sim-windows 1,2,3,4,5,15`` (steps per +3 % decision counting the trial's 20 and each later run's
+    warm-up and window) gave all 15 steps: false gains 4.5 %, +3 % detected 92.4 %, 121 steps; 5: 5.3 %, 89.8 %, 73;
+    **4: 4.9 %, 88.5 %, 68.5**; 3: 5.1 %, 86.9 %, 65; 1-2: 6.4-6.8 %, 77 % (a median of one or two steps keeps a
+    slow step).
     4 is the shortest window within the 5 % false-gain target; on the tuner benchmark (attune, 5 seeds) it cut
     GLM-4.5's device-hours by a fifth at an unchanged oracle fraction. ``local`` keeps every step: there the
     per-step spread inside one run (5x) is what a run's median averages away. ``slurm`` and GitHub runners keep
