@@ -39,10 +39,10 @@ SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seede
 DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
 # the tasks whose traces were read while the agent's rules were developed: the four tasks shipped before issue 15, and
 # deepseek-v3/h200x256 (added report-only in 4394aba; its bubble-bound campaign motivated the zero-bubble lesson, so
-# it moved here), and qwen3-30b-a3b/b200x16 (added report-only; its session-8 traces motivated the prerequisite-enabler
-# and keep-going rules, so it moved here); every other task is report-only: run to report, its traces not used for rules
-# llama3.1-70b/h100x64 joined when its seed-0 trace (a TP 8 -> 4 step the memory screen refused at a 10 % margin, and
-# that fit) set the screen's margin; qwen3-30b-a3b when its traces shaped the prerequisite-as-enabler rule
+# it moved here), qwen3-30b-a3b/b200x16 (added report-only; its session-8 traces motivated the prerequisite-enabler
+# and keep-going rules, so it moved here) and llama3.1-70b/h100x64 (added report-only; its seed-0 trace, a TP 8 -> 4
+# step that fit but the memory screen refused at a 10 % margin, set the screen's margin in session 9, so it moved
+# here); every other task is report-only: run to report, its traces not used for rules
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
              "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64")
 GROUP_LABEL = {"dev": "dev: traces used while developing rules", "report": "report-only: run only to report"}

@@ -52,6 +52,7 @@ from collections.abc import Iterable
 
 from scipy import stats
 
+from bot.core.recipe import Recipe
 from bot.core.records import MEASURED_OUTCOMES
 from bot.core.state import Campaign, Measurement, RunRef, Step
 
@@ -94,6 +95,25 @@ def pair_with_the_run_before(state: Campaign, st: Step) -> RunRef | None:
         return None
     return RunRef(kind="pair", n=st.n, attempt=1, order="AB", outcome="ok", tps=trial.tps, reference_tps=tps, record=trial.record,
                   reference_record=record, device_hours=0.0, simulated=trial.simulated, reused=True)
+
+
+def measure_window(state: Campaign, recipe: Recipe) -> tuple[int, int] | None:
+    """The steps every run's tokens/s is the median of, ``(after, upto)``: the ``measure_steps`` after the recipe's
+    warm-up (None: all the steps after it, the record's own median)."""
+    if state.measure_steps is None:
+        return None
+    warm = max(recipe.bench.warmup_steps, 1)
+    return warm, warm + state.measure_steps
+
+
+def measured_only_steps(state: Campaign, recipe: Recipe, kind: str, attempt: int) -> int | None:
+    """How many steps a run that is only measured makes (a pair's run, a baseline run after the first): the warm-up
+    and the measurement window; None (the recipe's ``bench.steps``) for the runs the gate reads -- the first
+    baseline run (the loss-curve reference) and trials -- and when the campaign measures every step."""
+    window = measure_window(state, recipe)
+    if window is None or not (kind.startswith("pair-") or (kind == "baseline" and attempt > 1)):
+        return None
+    return min(window[1], recipe.bench.steps)
 
 
 def log_ratio(run: RunRef) -> float | None:

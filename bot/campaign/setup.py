@@ -37,8 +37,9 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     warm-up and window) gave all 15 steps: false gains 4.5 %, +3 % detected 92.4 %, 121 steps; 5: 5.3 %, 89.8 %, 73;
     **4: 4.9 %, 88.5 %, 68.5**; 3: 5.1 %, 86.9 %, 65; 1-2: 6.4-6.8 %, 77 % (a median of one or two steps keeps a
     slow step).
-    4 is the shortest window within the 5 % false-gain target; on the tuner benchmark (attune, 5 seeds) it cut
-    GLM-4.5's device-hours by a fifth at an unchanged oracle fraction. ``local`` keeps every step: there the
+    4 is the shortest window within the 5 % false-gain target; on the tuner benchmark (attune, 8 seeds, before the
+    memory screen) the 3- and 5-step windows took GLM-4.5 from 1,056 device-hours to 799 and 928, at 98.7 % of the
+    oracle (98.0 % before). ``local`` keeps every step: there the
     per-step spread inside one run (5x) is what a run's median averages away. ``slurm`` and GitHub runners keep
     every step too (no evidence yet on those machines).
 

@@ -21,6 +21,7 @@ from typing import Any
 from bot import campaign as cm
 from bot.agent import LeverSpace, Policy
 from bot.agent.lessons import Lesson
+from bot.campaign.measure import measure_window, measured_only_steps
 from bot.campaign.report import render_campaign_summary, render_step_report
 from bot.core.diagnosis import Diagnosis, diagnose
 from bot.core.recipe import Recipe, set_lever_text
@@ -378,25 +379,6 @@ HANDLERS: dict[type, Callable[[Executor, cm.Campaign, Any], Any]] = {
     cm.Close: Executor.on_close,
     cm.Finish: Executor.on_finish,
 }
-
-
-def measure_window(state: cm.Campaign, recipe: Recipe) -> tuple[int, int] | None:
-    """The steps every run's tokens/s is the median of, ``(after, upto)``: the ``measure_steps`` after the recipe's
-    warm-up (None: all the steps after it, the record's own median)."""
-    if state.measure_steps is None:
-        return None
-    warm = max(recipe.bench.warmup_steps, 1)
-    return warm, warm + state.measure_steps
-
-
-def measured_only_steps(state: cm.Campaign, recipe: Recipe, kind: str, attempt: int) -> int | None:
-    """How many steps a run that is only measured makes (a pair's run, a baseline run after the first): the warm-up
-    and the measurement window; None (the recipe's ``bench.steps``) for the runs the gate reads -- the first
-    baseline run (the loss-curve reference) and trials -- and when the campaign measures every step."""
-    window = measure_window(state, recipe)
-    if window is None or not (kind.startswith("pair-") or (kind == "baseline" and attempt > 1)):
-        return None
-    return min(window[1], recipe.bench.steps)
 
 
 def pair_ref(action: cm.MeasurePair, incumbent: cm.RunRef | None, candidate: cm.RunRef | None, device_hours: float) -> cm.RunRef:
