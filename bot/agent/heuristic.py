@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 
 from bot.agent.lessons import Lesson, LeverChange, relevant
-from bot.agent.memory_screen import change_levers, predicted_oom
+from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
@@ -104,6 +104,9 @@ class HeuristicPolicy:
                   or self._keep_going(campaign, levers))
         if follow is not None:
             return follow
+        less = self._less_recompute_that_fits(campaign, levers, records)
+        if less is not None:
+            return less
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
             # that failure was a rejected candidate's (its layout is abandoned); the lessons are matched
             # against the incumbent, which ran fine — an OOM lesson must not fire on a recipe that fits
@@ -403,6 +406,37 @@ class HeuristicPolicy:
                 return change
         return None
 
+    def _less_recompute_that_fits(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
+        """Recomputation is the incumbent's largest removable cost (larger than its exposed communication and its
+        bubble) and worth a gain on its own (its share s of the step gives s / (1 - s) >= the minimum worthwhile
+        gain), and the memory screen predicts the next mode down fits the device -- the incumbent's measured peak
+        scaled by the analytic memory model (:func:`bot.agent.memory_screen.predicted_peak`), at most the device's
+        memory: less recompute, before the lessons. The headroom lessons ask for a fixed headroom (25 %, 35 %) since
+        they have no model of what the activations will take; with a measured peak and a model, the prediction is
+        the better test (recompute is pure overhead once the activations fit: Korthikanti et al. 2022). Nothing
+        fires without a prediction (a CPU run reports no device memory)."""
+        incumbent = _incumbent_diagnosis(campaign, records)
+        if incumbent is None or incumbent.outcome != "ok" or "activation_checkpoint" not in space.values:
+            return None
+        b = incumbent.breakdown
+        share = b.get("recompute", 0.0)
+        if share <= max(b.get("exposed_comm", 0.0), b.get("bubble", 0.0)) or share / max(1.0 - share, 1e-9) < campaign.min_gain:
+            return None
+        mode = str(catalog.effective(campaign.incumbent_levers)["activation_checkpoint"])
+        after = LESS_RECOMPUTE.get(mode)
+        if after is None or after not in space.values["activation_checkpoint"] or ("activation_checkpoint", after) in _tried_from_incumbent(campaign):
+            return None
+        levers = {**campaign.incumbent_levers, "activation_checkpoint": after}
+        if _already_stepped(campaign, levers):
+            return None
+        pred = predicted_peak(campaign, levers, None, space, records)
+        if pred is None or pred[0] > pred[1]:
+            return None
+        why = (f"the incumbent spends {share:.0%} of its step recomputing activations, its largest removable cost, and "
+               f"{after} recompute is predicted to fit: {pred[0]:.0f} GiB (its measured {pred[2]:.0f} GiB x the memory "
+               f"model's {pred[3]:.2f}) of the device's {pred[1]:.0f} GiB")
+        return self._checked(campaign, space, "activation_checkpoint", after, why, [LESS_RECOMPUTE_FITS_LESSON])
+
     def _diagnosis_driven(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> Change | None:
         """The incumbent's own breakdown: a large pipeline bubble with gradient accumulation -> fill the pipeline;
         with none left to fill, or exposed FSDP communication across nodes without PP -> fewer DP ranks."""
@@ -492,6 +526,7 @@ DP_BUBBLE_LESSON = "pp-bubble-fewer-dp-ranks"
 COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
 COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
+LESS_RECOMPUTE_FITS_LESSON = "ac-less-recompute-when-predicted-to-fit"
 
 
 def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:

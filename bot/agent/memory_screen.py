@@ -64,10 +64,11 @@ def reference_peak(campaign: Campaign, stacked_on: int | None, records: RecordRe
     return None
 
 
-def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
-                  records: RecordReader) -> str | None:
-    """Why a run with ``levers`` (stacked on step ``stacked_on``, or on the incumbent) would run out of memory --
-    the prediction, anchored on a measured peak -- or None (it may fit, or nothing can tell)."""
+def predicted_peak(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
+                   records: RecordReader) -> tuple[float, float, float, float] | None:
+    """The predicted peak of a run with ``levers`` (stacked on step ``stacked_on``, or on the incumbent), anchored on
+    a measured peak: (predicted GiB, device GiB, the measured peak it is anchored on, the model's ratio) -- or None
+    where nothing can tell (no measured peak, a model or layout the cost model does not know)."""
     ref = reference_peak(campaign, stacked_on, records)
     if ref is None:
         return None
@@ -79,8 +80,18 @@ def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int
         return None
     if not before > 0 or not math.isfinite(after):
         return None
-    predicted = peak * after / before
+    return peak * after / before, capacity, peak, after / before
+
+
+def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
+                  records: RecordReader) -> str | None:
+    """Why a run with ``levers`` (stacked on step ``stacked_on``, or on the incumbent) would run out of memory --
+    the prediction, anchored on a measured peak -- or None (it may fit, or nothing can tell)."""
+    pred = predicted_peak(campaign, levers, stacked_on, space, records)
+    if pred is None:
+        return None
+    predicted, capacity, peak, ratio = pred
     if predicted <= capacity * (1.0 + MARGIN):
         return None
     return (f"predicted to run out of memory: {predicted:.0f} GiB (the measured {peak:.0f} GiB x the memory model's "
-            f"{after / before:.2f}) is over the device's {capacity:.0f} GiB by more than {MARGIN:.0%}")
+            f"{ratio:.2f}) is over the device's {capacity:.0f} GiB by more than {MARGIN:.0%}")

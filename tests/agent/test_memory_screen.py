@@ -106,3 +106,47 @@ def test_a_change_the_screen_lets_through_carries_no_prediction(lever: str, valu
     space.values = {lever: [False, True]}
     change = HeuristicPolicy().propose(state, diagnose(record), [], space, records)
     assert isinstance(change, Change) and change.lever == lever and change.predicted_oom == ""
+
+
+QWEN = Path(__file__).resolve().parents[2] / "recipes/qwen3-30b-a3b/b200x16.yaml"
+# a pipelined layout of that recipe whose largest removable cost is selective recompute (19 % of the step, 30 % headroom)
+PIPELINED = {"parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_parallel_schedule": "ZBVZeroBubble",
+             "activation_checkpoint": "selective", "training.disable_cuda_graphs": True}
+
+
+def _pipelined(peak_scale: float = 1.0):
+    from bot.core.recipe import parse_recipe_text, set_lever_text
+
+    text = QWEN.read_text()
+    for k, v in PIPELINED.items():
+        text = set_lever_text(text, k, v)
+    recipe = parse_recipe_text(text, "recipes/qwen3-30b-a3b/b200x16.yaml")
+    record = SimRunner(seed=0).run(recipe)
+    if peak_scale != 1.0:  # the same run, as if its measured peak had been higher
+        record = record.model_copy(update={"summary": record.summary.model_copy(update={
+            "peak_memory_gib": record.summary.peak_memory_gib * peak_scale})})
+    state = new_state(text).model_copy(update={"phase": "stepping", "incumbent_tps": record.summary.tps_median,
+                                               "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
+    return recipe, state, Records({"b1": record}), record
+
+
+def test_less_recompute_comes_first_when_recompute_is_the_largest_cost_and_less_of_it_is_predicted_to_fit() -> None:
+    recipe, state, records, record = _pipelined()
+    d = diagnose(record)
+    assert d.breakdown["recompute"] > max(d.breakdown["exposed_comm"], d.breakdown["bubble"])
+    assert d.mem_headroom_frac < 0.35  # below what the headroom lesson asks for: only the prediction lets it through
+    change = HeuristicPolicy().propose(state, d, [], space_fn(recipe), records)
+    assert isinstance(change, Change) and (change.lever, change.after) == ("activation_checkpoint", "none")
+    assert change.lessons == ["ac-less-recompute-when-predicted-to-fit"] and "predicted to fit" in change.why
+    none = {**state.incumbent_levers, "activation_checkpoint": "none"}
+    assert _sim_peak(recipe, none) <= record.summary.memory_capacity_gib  # and the simulator agrees it fits
+
+
+def test_less_recompute_is_not_proposed_by_the_prediction_when_it_would_not_fit_or_nothing_can_tell() -> None:
+    for scale, strip in ((1.4, False), (1.0, True)):  # a peak that leaves no room for the activations; no peak at all
+        recipe, state, records, record = _pipelined(scale)
+        if strip:
+            record = record.model_copy(update={"summary": record.summary.model_copy(update={"peak_memory_gib": None})})
+            records = Records({"b1": record})
+        change = HeuristicPolicy().propose(state, diagnose(record), [], space_fn(recipe), records)
+        assert not (isinstance(change, Change) and "ac-less-recompute-when-predicted-to-fit" in change.lessons)
