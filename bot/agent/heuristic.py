@@ -30,7 +30,8 @@
    missing proposes the prerequisite first, as its enabler (1b).
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
-   noise band, never back to a value a kept step moved away from -- until patience runs out (PATIENCE
+   noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
+   microbatch size or schedule without PP, async TP or sequence parallel without TP), never back to a value a kept step moved away from -- until patience runs out (PATIENCE
    measured steps, or PATIENCE_RUNS baseline runs' device-hours, since the last kept step).
 4. Nothing left: stop (the campaign keeps the recipe it has).
 """
@@ -138,7 +139,7 @@ class HeuristicPolicy:
         if stop is not None:
             return Stop(why=stop, policy=self.name)
         order = sorted(levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER))
-        order = [k for k in order if k not in moot]
+        order = [k for k in order if k not in moot and catalog.inert(campaign.incumbent_levers, k) is None]
         for lever in order:  # first the nearest moves of each lever, most impactful levers first
             for value in _neighbours(campaign, levers, lever, current.get(lever)):
                 if _undoes_a_kept_step(campaign, lever, value):
@@ -147,7 +148,7 @@ class HeuristicPolicy:
                 if change is not None:
                     return change
         for lever, values in levers.values.items():  # then every other legal value, in the space's order
-            if lever in moot:
+            if lever in moot or catalog.inert(campaign.incumbent_levers, lever) is not None:
                 continue
             for value in values:
                 if _oom_dominated(campaign, lever, value) or _undoes_a_kept_step(campaign, lever, value):

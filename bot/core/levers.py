@@ -309,3 +309,27 @@ def prerequisite_for(levers: dict[str, Scalar], lever: str, value: Scalar, model
             if problem.startswith(prefix):
                 return fix
     return None
+
+
+# Levers that do nothing in some layouts: torchtitan reads them only when another lever enables the feature they
+# tune, so changing them there changes nothing a run can measure (a trial of one would only measure the noise).
+# (the lever, the lever it depends on, the value at which it is inert, where torchtitan reads it)
+INERT_UNLESS: tuple[tuple[str, str, Scalar, str], ...] = (
+    ("parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_degree", 1,
+     _TT + "distributed/pipeline_parallel.py (n_microbatches = local batch / microbatch size, read only under PP)"),
+    ("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree", 1,
+     _TT + "distributed/pipeline_parallel.py (read only when building the pipeline schedule)"),
+    ("compile.enable_async_tensor_parallel", "parallelism.tensor_parallel_degree", 1,
+     "shared/reference/torchtitan.md section 1, Async TP: micro-pipelines the TP collectives, does nothing unless TP>1"),
+    ("parallelism.enable_sequence_parallel", "parallelism.tensor_parallel_degree", 1,
+     "shared/reference/torchtitan.md section 1, Sequence parallel: shards along the sequence inside the TP plan, needs TP>1"),
+)
+
+
+def inert(levers: dict[str, Scalar], lever: str) -> str | None:
+    """Why changing ``lever`` does nothing in the layout ``levers`` (INERT_UNLESS), or None where it can matter."""
+    v = effective(levers)
+    for name, depends, value, source in INERT_UNLESS:
+        if name == lever and v.get(depends) == value:
+            return f"{lever} does nothing with {depends} = {value} ({source})"
+    return None

@@ -508,3 +508,18 @@ def test_pipeline_stages_across_nodes_are_tried_only_when_fsdp_communication_dom
     ctx = {"diagnosis.outcome": "ok", "diagnosis.breakdown.exposed_comm_frac": comm, "recipe.nodes": nodes, "recipe.hardware": "h100-sxm-80gb",
            "levers.parallelism.pipeline_parallel_degree": pp}
     assert ("pp-across-nodes-when-fsdp-comm-dominates" in {ls.id for ls in relevant(LESSONS, ctx)}) == fires
+
+
+def test_blind_exploration_skips_levers_that_do_nothing_in_the_incumbents_layout() -> None:
+    """Without PP the PP microbatch size and schedule are never read: exploring them would only measure noise."""
+    text = recipe_text()
+    space = space_fn(parse_recipe_text(text))
+    pp_levers = ("parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_schedule")
+    space.values = {"parallelism.pipeline_parallel_microbatch_size": [1, 2, 4], "parallelism.pipeline_parallel_schedule": ["1F1B", "GPipe"],
+                    "training.local_batch_size": space.values["training.local_batch_size"]}
+    state = new_state(text).model_copy(update={"phase": "stepping"})
+    proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
+    assert isinstance(proposal, Change) and proposal.lever == "training.local_batch_size"
+    space.values = {k: space.values[k] for k in pp_levers}  # nothing but inert levers left: stop, not a blind probe
+    proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
+    assert isinstance(proposal, Stop)

@@ -189,3 +189,14 @@ def test_effective_fills_defaults() -> None:
     eff = levers.effective({"training.local_batch_size": 2})
     assert eff["training.local_batch_size"] == 2
     assert eff["activation_checkpoint"] == "selective"
+
+
+@pytest.mark.parametrize("lever, depends", [("parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_degree"),
+                                            ("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree"),
+                                            ("compile.enable_async_tensor_parallel", "parallelism.tensor_parallel_degree"),
+                                            ("parallelism.enable_sequence_parallel", "parallelism.tensor_parallel_degree")])
+def test_a_lever_is_inert_only_while_the_feature_it_tunes_is_off(lever: str, depends: str) -> None:
+    why = levers.inert({depends: 1}, lever)
+    assert why is not None and depends in why and ("torchtitan" in why)
+    assert levers.inert({depends: 2}, lever) is None
+    assert levers.inert({depends: 1}, "training.local_batch_size") is None
