@@ -31,7 +31,8 @@
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
    noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
-   microbatch size or schedule without PP, async TP or sequence parallel without TP), never back to a value a kept step moved away from -- until patience runs out (PATIENCE
+   microbatch size or schedule without PP, async TP or sequence parallel without TP), never back to a value a
+   kept step moved away from -- until patience runs out (PATIENCE
    measured steps, or PATIENCE_RUNS baseline runs' device-hours, since the last kept step).
 4. Nothing left: stop (the campaign keeps the recipe it has).
 """
@@ -139,7 +140,9 @@ class HeuristicPolicy:
         if stop is not None:
             return Stop(why=stop, policy=self.name)
         order = sorted(levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER))
-        order = [k for k in order if k not in moot and catalog.inert(campaign.incumbent_levers, k) is None]
+        # blind probes skip, besides the moot levers, those that do nothing in the incumbent's layout
+        moot = moot | {k for k in levers.values if catalog.inert(campaign.incumbent_levers, k)}
+        order = [k for k in order if k not in moot]
         for lever in order:  # first the nearest moves of each lever, most impactful levers first
             for value in _neighbours(campaign, levers, lever, current.get(lever)):
                 if _undoes_a_kept_step(campaign, lever, value):
@@ -148,7 +151,7 @@ class HeuristicPolicy:
                 if change is not None:
                     return change
         for lever, values in levers.values.items():  # then every other legal value, in the space's order
-            if lever in moot or catalog.inert(campaign.incumbent_levers, lever) is not None:
+            if lever in moot:
                 continue
             for value in values:
                 if _oom_dominated(campaign, lever, value) or _undoes_a_kept_step(campaign, lever, value):
@@ -431,11 +434,11 @@ class HeuristicPolicy:
         if _already_stepped(campaign, levers):
             return None
         pred = predicted_peak(campaign, levers, None, space, records)
-        if pred is None or pred[0] > pred[1]:
+        if pred is None or pred.predicted > pred.capacity:
             return None
         why = (f"the incumbent spends {share:.0%} of its step recomputing activations, its largest removable cost, and "
-               f"{after} recompute is predicted to fit: {pred[0]:.0f} GiB (its measured {pred[2]:.0f} GiB x the memory "
-               f"model's {pred[3]:.2f}) of the device's {pred[1]:.0f} GiB")
+               f"{after} recompute is predicted to fit: {pred.predicted:.0f} GiB (its measured {pred.measured:.0f} GiB x "
+               f"the memory model's {pred.ratio:.2f}) of the device's {pred.capacity:.0f} GiB")
         return self._checked(campaign, space, "activation_checkpoint", after, why, [LESS_RECOMPUTE_FITS_LESSON])
 
     def _diagnosis_driven(self, campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> Change | None:

@@ -31,6 +31,7 @@ the cost model does not know, or a layout it cannot evaluate.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from bot.agent.costmodel import estimate_of
 from bot.agent.policy import LeverSpace, base_levers
@@ -64,11 +65,20 @@ def reference_peak(campaign: Campaign, stacked_on: int | None, records: RecordRe
     return None
 
 
+class PeakPrediction(NamedTuple):
+    """A predicted peak: the measured peak it is anchored on times the memory model's ratio (GiB)."""
+
+    predicted: float
+    capacity: float  # the device's memory
+    measured: float
+    ratio: float
+
+
 def predicted_peak(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
-                   records: RecordReader) -> tuple[float, float, float, float] | None:
+                   records: RecordReader) -> PeakPrediction | None:
     """The predicted peak of a run with ``levers`` (stacked on step ``stacked_on``, or on the incumbent), anchored on
-    a measured peak: (predicted GiB, device GiB, the measured peak it is anchored on, the model's ratio) -- or None
-    where nothing can tell (no measured peak, a model or layout the cost model does not know)."""
+    a measured peak -- or None where nothing can tell (no measured peak, a model or layout the cost model does not
+    know)."""
     ref = reference_peak(campaign, stacked_on, records)
     if ref is None:
         return None
@@ -80,7 +90,7 @@ def predicted_peak(campaign: Campaign, levers: dict[str, Scalar], stacked_on: in
         return None
     if not before > 0 or not math.isfinite(after):
         return None
-    return peak * after / before, capacity, peak, after / before
+    return PeakPrediction(peak * after / before, capacity, peak, after / before)
 
 
 def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
@@ -90,8 +100,7 @@ def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int
     pred = predicted_peak(campaign, levers, stacked_on, space, records)
     if pred is None:
         return None
-    predicted, capacity, peak, ratio = pred
-    if predicted <= capacity * (1.0 + MARGIN):
+    if pred.predicted <= pred.capacity * (1.0 + MARGIN):
         return None
-    return (f"predicted to run out of memory: {predicted:.0f} GiB (the measured {peak:.0f} GiB x the memory model's "
-            f"{ratio:.2f}) is over the device's {capacity:.0f} GiB by more than {MARGIN:.0%}")
+    return (f"predicted to run out of memory: {pred.predicted:.0f} GiB (the measured {pred.measured:.0f} GiB x the memory "
+            f"model's {pred.ratio:.2f}) is over the device's {pred.capacity:.0f} GiB by more than {MARGIN:.0%}")
