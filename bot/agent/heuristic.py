@@ -27,7 +27,12 @@
    more with the FSDP group spread over nodes (half the FSDP ranks, each gathering half the weights).
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
-   missing proposes the prerequisite first, as its enabler (1b).
+   missing proposes the prerequisite first, as its enabler (1b) -- compile over a V-shaped pipeline schedule
+   (which crashes under it) the zero-bubble schedule without the V, while the incumbent's bubble is small. A
+   lesson's change measured clearly slower on an earlier incumbent is not proposed again until a kept step
+   changes a parallel degree or a lever the lesson reads (``_refuted``). After the diagnosis-driven moves (1d),
+   the lessons held back only by their memory-headroom threshold, where the memory screen predicts their change
+   fits (the threshold stands in for a prediction the lesson cannot make).
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
    noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
@@ -40,6 +45,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from bot.agent.lessons import Lesson, LeverChange, relevant
 from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak
@@ -119,23 +125,20 @@ class HeuristicPolicy:
             ctx.setdefault("recipe.seq_len", seq)
         current = catalog.effective(campaign.incumbent_levers)
         moot = _unmeasurable(campaign, diagnosis)
-        for lesson in dominant_cost_first(relevant(lessons, ctx), diagnosis):
-            if not lesson.auto_propose:
-                continue
-            for lc in lesson.try_:
-                if lc.lever not in levers.values and lc.lever not in levers.recipe.levers:
-                    continue  # the recipe does not let the tuner change it
-                if lc.lever in moot:
-                    continue
-                value = _relative(levers, current.get(lc.lever), lc)
-                if value is None:
-                    continue
-                change = self._checked(campaign, levers, lc.lever, value, lesson.why, [lesson.id])
-                if change is not None:
-                    return change
+        hits = relevant(lessons, ctx)
+        incumbent = _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis
+        lesson_change = self._from_lessons(campaign, levers, dominant_cost_first(hits, diagnosis), current, moot, incumbent)
+        if lesson_change is not None:
+            return lesson_change
         driven = self._diagnosis_driven(campaign, diagnosis, levers)
         if driven is not None:
             return driven
+        # then the lessons held back only by their headroom threshold, where the memory screen predicts their change fits
+        held = dominant_cost_first(_held_back_by_headroom(lessons, ctx, hits), diagnosis)
+        lesson_change = self._from_lessons(campaign, levers, held, current, moot, incumbent,
+                                           fits=lambda c, lv: _if_predicted_to_fit(campaign, c, lv, levers, records))
+        if lesson_change is not None:
+            return lesson_change
         stop = _patience_stop(campaign)
         if stop is not None:
             return Stop(why=stop, policy=self.name)
@@ -147,7 +150,7 @@ class HeuristicPolicy:
             for value in _neighbours(campaign, levers, lever, current.get(lever)):
                 if _undoes_a_kept_step(campaign, lever, value):
                     continue
-                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [])
+                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [], incumbent)
                 if change is not None:
                     return change
         for lever, values in levers.values.items():  # then every other legal value, in the space's order
@@ -156,12 +159,39 @@ class HeuristicPolicy:
             for value in values:
                 if _oom_dominated(campaign, lever, value) or _undoes_a_kept_step(campaign, lever, value):
                     continue
-                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [])
+                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [], incumbent)
                 if change is not None:
                     return change
         return Stop(why="no untried legal change is left in the search space", policy=self.name)
 
-    def _checked(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, why: str, lessons: list[str]) -> Change | None:
+    def _from_lessons(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], current: dict[str, Scalar], moot: set[str],
+                      incumbent: Diagnosis | None = None, fits: Callable[[Change, dict[str, Scalar]], Change | None] | None = None) -> Change | None:
+        """The first legal, untried change of ``lessons`` (in order; each lesson's ``try`` list in order), passed
+        through ``fits`` when given, with the levers the lesson's change runs with (an enabler's too; None from it:
+        that change is passed over)."""
+        for lesson in lessons:
+            if not lesson.auto_propose:
+                continue
+            for lc in lesson.try_:
+                if lc.lever not in space.values and lc.lever not in space.recipe.levers:
+                    continue  # the recipe does not let the tuner change it
+                if lc.lever in moot:
+                    continue
+                value = _relative(space, current.get(lc.lever), lc)
+                if value is None or _refuted(campaign, lesson, lc.lever, value):
+                    continue
+                change = self._checked(campaign, space, lc.lever, value, lesson.why, [lesson.id], incumbent)
+                if change is not None and fits is not None:
+                    change = fits(change, {**change_levers(campaign, change), lc.lever: value})
+                if change is not None:
+                    return change
+        return None
+
+    def _checked(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, why: str, lessons: list[str],
+                 incumbent: Diagnosis | None = None) -> Change | None:
+        """``lever=value`` as a step from the incumbent if it may be one; else its enabler (a local batch that keeps the
+        pinned global batch, a missing prerequisite) when one exists; else None. ``incumbent``: the incumbent's
+        diagnosis, which a prerequisite that replaces its pipeline schedule needs (:meth:`_prerequisite`)."""
         current = catalog.effective(campaign.incumbent_levers)
         change = Change(lever=lever, before=current.get(lever), after=value, why=why, lessons=lessons, policy=self.name)
         problem = validate_change(campaign, change, space)
@@ -173,14 +203,21 @@ class HeuristicPolicy:
         if problem.startswith("prerequisite missing"):
             fix = catalog.prerequisite_for(campaign.incumbent_levers, lever, value, space.model)
             if fix is not None:
-                return self._prerequisite(campaign, space, lever, value, fix, problem, lessons)
+                return self._prerequisite(campaign, space, lever, value, fix, problem, lessons, incumbent)
         return None
 
     def _prerequisite(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, fix: tuple[str, Scalar],
-                      problem: str, lessons: list[str]) -> Change | None:
+                      problem: str, lessons: list[str], incumbent: Diagnosis | None = None) -> Change | None:
         """``lever=value`` needs ``fix`` first (expert parallel with torchtitan's host-synced dispatcher needs CUDA
         graphs off): that prerequisite as an enabler -- gated, not run on its own (alone it may well cost throughput,
-        and it is worth only what it enables) -- with the change it enables stacked on it and measured."""
+        and it is worth only what it enables) -- with the change it enables stacked on it and measured. A prerequisite
+        that replaces the incumbent's pipeline schedule (compile over a V-shaped schedule needs the zero-bubble one
+        without the V) is proposed only while the incumbent's bubble is under BUBBLE_FRAC / 3: there any zero-bubble
+        schedule leaves about as little, while a larger bubble means the schedule the campaign kept is still what
+        bounds the step, and swapping it risks more than the enabled change may pay."""
+        if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
+                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3):
+            return None
         current = catalog.effective(campaign.incumbent_levers)
         enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
         if _already_stepped(campaign, enabled):
@@ -382,13 +419,21 @@ class HeuristicPolicy:
         if record is None:
             return None
         d = diagnose(record)
-        return self._fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran")
+        return self._fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran",
+                             behind=last.gain)
 
     def _fix_for(self, campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
-                 why_prefix: str) -> Change | None:
+                 why_prefix: str, behind: float | None = None) -> Change | None:
+        """The stacked move that removes the cost ``d`` names: a large bubble -> the largest local batch (which also
+        buys bigger GEMMs and fewer flushes, so no bound is put on it); recompute -> less recompute, only where
+        removing all of it could lift a layout measured at ``behind`` (its gain over the incumbent) above the
+        incumbent by the minimum worthwhile gain (a share f of the step removed speeds it up by 1 / (1 - f) at most,
+        and less recompute removes nothing else)."""
         eff = catalog.effective(levers)
         bubble = d.breakdown.get("bubble", 0.0)
         recompute = d.breakdown.get("recompute", 0.0)
+        if behind is not None and (1.0 + behind) / max(1.0 - recompute, 1e-9) < 1.0 + campaign.min_gain:
+            recompute = 0.0
         lbs_name = "training.local_batch_size"
         if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC / 3 and lbs_name in space.values:
             legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > int(eff[lbs_name])
@@ -526,11 +571,57 @@ CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
 SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
 PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 BUBBLE_LESSON = "pp-fill-the-pipeline"
+SCHEDULE = "parallelism.pipeline_parallel_schedule"
 DP_BUBBLE_LESSON = "pp-bubble-fewer-dp-ranks"
 COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
 COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
 LESS_RECOMPUTE_FITS_LESSON = "ac-less-recompute-when-predicted-to-fit"
+
+
+def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bool:
+    """``lesson``'s ``lever=value`` was measured clearly slower on an earlier incumbent (screened out or stopped
+    early: below it by more than the noise band; or an interval wholly below zero) and no step kept since has
+    changed a parallel degree or a lever the lesson's condition reads: on such an incumbent it would measure the
+    same, so the lesson does not propose it again. (A kept change of one of those levers -- a new layout -- opens it
+    again: AC off may lose at microbatch 1 and win at 8.)"""
+    watched = set(DEGREES) | {f.removeprefix("levers.") for f in (fields(lesson.when) if lesson.when else set()) if f.startswith("levers.")}
+    now = catalog.effective(campaign.incumbent_levers)
+    for s in campaign.steps:
+        m = s.measurement
+        if (s.kept or s.stacked_on is not None or s.change.lever != lever or str(s.change.after) != str(value)
+                or lesson.id not in s.change.lessons or m is None or m.decision != "no_gain"
+                or not (m.screened or (m.hi is not None and m.hi < 0))):
+            continue
+        then = catalog.effective({**s.levers, lever: s.change.before})
+        if not any(now.get(k) != then.get(k) for k in watched if k != lever):
+            return True
+    return False
+
+
+def _held_back_by_headroom(lessons: list[Lesson], ctx: dict, hits: list[Lesson]) -> list[Lesson]:
+    """The lessons that match but for their memory-headroom condition: those ``relevant`` finds once the measured
+    headroom is taken as the whole device and not before. A lesson's fixed headroom threshold (25 %, 30 %, 35 %)
+    stands in for a prediction it has no model to make; where a measured peak and the memory model can predict the
+    lesson's own change (:func:`_if_predicted_to_fit`), the prediction decides instead."""
+    if ctx.get("diagnosis.mem_headroom_frac") is None:
+        return []
+    ids = {lesson.id for lesson in hits}
+    return [lesson for lesson in relevant(lessons, {**ctx, "diagnosis.mem_headroom_frac": 1.0}) if lesson.id not in ids]
+
+
+def _if_predicted_to_fit(campaign: Campaign, change: Change, target: dict[str, Scalar], space: LeverSpace,
+                         records: RecordReader) -> Change | None:
+    """``change`` (of a lesson held back only by its headroom threshold; an enabler of it included) when the memory
+    screen predicts the levers it leads to, ``target``, fit the device -- the incumbent's measured peak x the memory
+    model's ratio, at most the device's memory, no margin -- with the prediction added to its reasons; else None
+    (it does not fit, or nothing can tell)."""
+    pred = predicted_peak(campaign, target, change.stacked_on, space, records)
+    if pred is None or pred.predicted > pred.capacity:
+        return None
+    why = (f"{change.why} (below the lesson's memory headroom, but predicted to fit: {pred.predicted:.0f} GiB, the "
+           f"measured {pred.measured:.0f} GiB x the memory model's {pred.ratio:.2f}, of the device's {pred.capacity:.0f} GiB)")
+    return change.model_copy(update={"why": why})
 
 
 def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:

@@ -31,6 +31,12 @@ PP_SCHEDULES = [
     "DualPipeV",
 ]
 MULTI_STAGE_SCHEDULES = {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"}
+# the V-shaped schedules crash under torch.compile (https://github.com/pytorch/pytorch/issues/161904; the gate's
+# defect rule zbv-dualpipev-with-compile); InterleavedZeroBubble fills the bubble with the split backward the same
+# way, two stages per rank in a loop instead of a V (Qi et al., https://arxiv.org/abs/2401.10241, ZB-H2 vs ZB-V),
+# and runs under compile: the schedule a compiled pipeline keeps its zero-bubble property with
+V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
+COMPILE_SAFE_ZERO_BUBBLE = "InterleavedZeroBubble"
 
 
 class LeverError(ValueError):
@@ -244,6 +250,9 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
         problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
     if v["activation_checkpoint"] == "memory_budget" and not (v["compile.enable"] and "model" in str(v["compile.components"])):
         problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
+    if v["compile.enable"] and pp > 1 and str(v["parallelism.pipeline_parallel_schedule"]) in V_SCHEDULES:
+        problems.append(f"compile.enable with parallelism.pipeline_parallel_schedule {v['parallelism.pipeline_parallel_schedule']} "
+                        "crashes (pytorch#161904): needs a schedule that is not V-shaped")
     graphs = not v["training.disable_cuda_graphs"] and hardware != "cpu"  # a CPU host has no CUDA graphs
     if pp > 1 and graphs:
         problems.append("parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true")
@@ -281,6 +290,7 @@ PREREQUISITE_FIX: dict[str, tuple[str, Scalar]] = {
     "activation_checkpoint memory_budget": ("compile.enable", True),
     "parallelism.pipeline_parallel_degree > 1": ("training.disable_cuda_graphs", True),
     "parallelism.expert_parallel_degree > 1 with": ("training.disable_cuda_graphs", True),
+    "compile.enable with parallelism.pipeline_parallel_schedule": ("parallelism.pipeline_parallel_schedule", COMPILE_SAFE_ZERO_BUBBLE),
 }
 
 
@@ -299,14 +309,15 @@ def with_prerequisites(levers: dict[str, Scalar], model: ModelFacts | None, spac
 
 
 def prerequisite_for(levers: dict[str, Scalar], lever: str, value: Scalar, model: ModelFacts | None = None) -> tuple[str, Scalar] | None:
-    """If setting ``lever=value`` needs another lever changed first, that (lever, value)."""
+    """If setting ``lever=value`` needs another lever changed first, that (lever, value). A fix of the lever being
+    set is none (a V-shaped schedule under compile: the fix would undo the change itself)."""
     before = set(prerequisite_problems(levers, model))
     after = prerequisite_problems({**levers, lever: value}, model)
     for problem in after:
         if problem in before:
             continue
         for prefix, fix in PREREQUISITE_FIX.items():
-            if problem.startswith(prefix):
+            if problem.startswith(prefix) and fix[0] != lever:
                 return fix
     return None
 

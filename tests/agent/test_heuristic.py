@@ -523,3 +523,67 @@ def test_blind_exploration_skips_levers_that_do_nothing_in_the_incumbents_layout
     space.values = {k: space.values[k] for k in pp_levers}  # nothing but inert levers left: stop, not a blind probe
     proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
     assert isinstance(proposal, Stop)
+
+
+ZBV_RECIPE = _sim_recipe("zbv", """\
+  training.disable_cuda_graphs: true
+  parallelism.pipeline_parallel_degree: 2
+  parallelism.pipeline_parallel_schedule: ZBVZeroBubble
+  training.local_batch_size: 8
+  compile.enable: false
+""")
+
+
+@pytest.mark.parametrize(("bubble", "swaps"), [(0.02, True), (0.20, False)])
+def test_compile_over_a_v_shaped_schedule_is_stacked_on_the_compile_safe_zero_bubble_schedule(bubble: float, swaps: bool) -> None:
+    """compile-on-gpu over ZBVZeroBubble (which crashes under compile, pytorch#161904): the schedule swap to
+    InterleavedZeroBubble is the enabler (gated, not run: alone it may lose a little), compile is stacked on it --
+    while the incumbent's bubble is small; with a fifth of its step in the bubble the kept schedule still bounds
+    the step, and it is not swapped for compile."""
+    recipe = parse_recipe_text(ZBV_RECIPE)
+    state = new_state(ZBV_RECIPE).model_copy(update={"phase": "stepping", "incumbent_tps": 1000.0})
+    space = space_fn(recipe)
+    space.values = {k: v for k, v in space.values.items() if k in ("compile.enable", "parallelism.pipeline_parallel_schedule")}
+    compile_lesson = [lesson for lesson in LESSONS if lesson.id == "compile-on-gpu"]
+    d = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.9 - bubble, "bubble": bubble, "exposed_comm": 0.1})
+    proposal = HeuristicPolicy().propose(state, d, compile_lesson, space, RECORDS)
+    swap = ("parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble", True)
+    assert ((proposal.lever, proposal.after, proposal.enabler) == swap) == swaps
+    if not swaps:
+        assert not (isinstance(proposal, Change) and proposal.lever == "compile.enable")  # never compile on the V schedule itself
+        return
+    assert "pytorch#161904" in proposal.why and proposal.lessons == ["compile-on-gpu"]
+    gated = cm.Step(n=1, change=proposal, state="closed", config_verdict=Verdict(verdict="ok", stage="config"),
+                    levers={**state.incumbent_levers, "parallelism.pipeline_parallel_schedule": "InterleavedZeroBubble"})
+    enabled = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), d, compile_lesson, space, RECORDS)
+    assert (enabled.lever, enabled.after, enabled.stacked_on) == ("compile.enable", True, 1)
+
+
+def _rejected_then_kept(kept_lever: str, kept_value: object):
+    """A lesson's EP 1 -> 2 screened out as clearly slower (step 1), then an unrelated step kept (step 2)."""
+    from bot.core.recipe import set_lever_text
+
+    ep = _lesson("ep", {"lever": "parallelism.expert_parallel_degree", "op": "double"})
+    text = set_lever_text((CPU_RECIPE.parents[1] / "qwen3-30b-a3b/b200x16.yaml").read_text(), "training.disable_cuda_graphs", True)
+    state, space = _state_and_space(text)
+    base = dict(state.incumbent_levers)
+    fresh = HeuristicPolicy()._from_lessons(state, space, [ep], catalog.effective(base), set())
+    assert isinstance(fresh, Change) and (fresh.lever, fresh.after) == ("parallelism.expert_parallel_degree", 2)
+    slow = cm.Step(n=1, change=Change(lever="parallelism.expert_parallel_degree", before=1, after=2, lessons=["ep"], why="t"),
+                   state="closed", levers={**base, "parallelism.expert_parallel_degree": 2},
+                   measurement=cm.Measurement(estimate=-0.1, lo=-0.15, hi=-0.05, confidence=0.9, min_gain=0.05, decision="no_gain", screened=True))
+    kept_levers = {**base, kept_lever: kept_value}
+    kept = cm.Step(n=2, change=Change(lever=kept_lever, before=base.get(kept_lever), after=kept_value, why="t"), state="merged",
+                   levers=kept_levers, kept=True)
+    state = state.model_copy(update={"steps": [slow, kept], "incumbent_levers": kept_levers, "incumbent_step": 2})
+    return state, space, [ep]
+
+
+def test_a_lesson_change_measured_clearly_slower_is_not_proposed_again_after_an_unrelated_kept_step() -> None:
+    state, space, lessons = _rejected_then_kept("activation_checkpoint", "selective")
+    proposal = HeuristicPolicy()._from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
+    assert proposal is None  # less recompute does not change what EP costs: it would measure the same
+    # a kept change of a parallel degree is a new layout: the lesson may try it there
+    state, space, lessons = _rejected_then_kept("parallelism.tensor_parallel_degree", 2)
+    proposal = HeuristicPolicy()._from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
+    assert isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.expert_parallel_degree", 2)

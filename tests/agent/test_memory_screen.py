@@ -114,11 +114,11 @@ PIPELINED = {"parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_pa
              "activation_checkpoint": "selective", "training.disable_cuda_graphs": True}
 
 
-def _pipelined(peak_scale: float = 1.0):
+def _pipelined(peak_scale: float = 1.0, levers: dict | None = None):
     from bot.core.recipe import parse_recipe_text, set_lever_text
 
     text = QWEN.read_text()
-    for k, v in PIPELINED.items():
+    for k, v in (levers or PIPELINED).items():
         text = set_lever_text(text, k, v)
     recipe = parse_recipe_text(text, "recipes/qwen3-30b-a3b/b200x16.yaml")
     record = SimRunner(seed=0).run(recipe)
@@ -150,3 +150,37 @@ def test_less_recompute_is_not_proposed_by_the_prediction_when_it_would_not_fit_
             records = Records({"b1": record})
         change = HeuristicPolicy().propose(state, diagnose(record), [], space_fn(recipe), records)
         assert not (isinstance(change, Change) and "ac-less-recompute-when-predicted-to-fit" in change.lessons)
+
+
+def test_a_lesson_held_back_only_by_its_headroom_threshold_is_proposed_when_its_change_is_predicted_to_fit() -> None:
+    """local-batch-up-pinned-global asks for 30 % headroom; on the pipelined layout without recompute (19 % left) the
+    memory screen predicts the doubled local batch fits, so the lesson is tried -- and the simulator agrees it fits.
+    With a measured peak that leaves no room the prediction says no, and the lesson stays held back."""
+    from bot.agent.lessons import load_lessons
+
+    lesson = [x for x in load_lessons() if x.id == "local-batch-up-pinned-global"]
+    no_recompute = {**PIPELINED, "activation_checkpoint": "none"}
+    for scale, expected in ((1.0, True), (1.3, False)):
+        recipe, state, records, record = _pipelined(scale, no_recompute)
+        d = diagnose(record)
+        space = space_fn(recipe)
+        space.values = {k: v for k, v in space.values.items() if k == "training.local_batch_size"}
+        change = HeuristicPolicy().propose(state, d, lesson, space, records)
+        proposed = isinstance(change, Change) and change.lessons == ["local-batch-up-pinned-global"]
+        assert proposed == expected, (scale, change)
+        if expected:
+            assert d.mem_headroom_frac < 0.3 and (change.lever, change.after) == ("training.local_batch_size", 4)
+            assert "below the lesson's memory headroom, but predicted to fit" in change.why
+            assert _sim_peak(recipe, {**state.incumbent_levers, "training.local_batch_size": 4}) <= record.summary.memory_capacity_gib
+
+
+@pytest.mark.parametrize(("behind", "follows"), [(-0.02, True), (-0.30, False), (None, True)])
+def test_less_recompute_follows_a_coupled_step_only_where_removing_all_recompute_could_put_it_ahead(behind, follows) -> None:
+    """A step measured 30 % behind the incumbent with 19 % of its step recomputing cannot get ahead by dropping the
+    recompute (1 / (1 - 0.19) = +23 % at most); 2 % behind it can."""
+    from bot.core.diagnosis import Diagnosis
+
+    recipe, state, records, _ = _pipelined()
+    d = Diagnosis(outcome="ok", breakdown={"compute": 0.75, "recompute": 0.19, "bubble": 0.01, "exposed_comm": 0.05}, mem_headroom_frac=0.3)
+    change = HeuristicPolicy()._fix_for(state, space_fn(recipe), d, dict(state.incumbent_levers), stacked_on=None, why_prefix="t", behind=behind)
+    assert (isinstance(change, Change) and (change.lever, change.after) == ("activation_checkpoint", "none")) == follows

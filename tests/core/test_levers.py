@@ -200,3 +200,18 @@ def test_a_lever_is_inert_only_while_the_feature_it_tunes_is_off(lever: str, dep
     assert why is not None and depends in why and ("torchtitan" in why)
     assert levers.inert({depends: 2}, lever) is None
     assert levers.inert({depends: 1}, "training.local_batch_size") is None
+
+
+@pytest.mark.parametrize("schedule", ["ZBVZeroBubble", "DualPipeV"])
+def test_a_v_shaped_schedule_under_compile_is_a_problem_whose_fix_is_the_compile_safe_zero_bubble_schedule(schedule: str) -> None:
+    """pytorch#161904: the V-shaped schedules crash under torch.compile. Turning compile on over one of them needs the
+    zero-bubble schedule without the V first; choosing the V schedule under compile has no fix (it would undo itself)."""
+    pp = {"parallelism.pipeline_parallel_degree": 2, "training.disable_cuda_graphs": True, "parallelism.pipeline_parallel_schedule": schedule}
+    assert prerequisite_problems(pp) == []
+    problems = prerequisite_problems({**pp, "compile.enable": True})
+    assert len(problems) == 1 and "pytorch#161904" in problems[0]
+    assert prerequisite_for(pp, "compile.enable", True) == ("parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble")
+    assert prerequisite_problems({**pp, "compile.enable": True, "parallelism.pipeline_parallel_schedule": "InterleavedZeroBubble"}) == []
+    compiled = {**pp, "parallelism.pipeline_parallel_schedule": "1F1B", "compile.enable": True}
+    assert prerequisite_for(compiled, "parallelism.pipeline_parallel_schedule", schedule) is None
+    assert prerequisite_problems({**pp, "parallelism.pipeline_parallel_degree": 1, "compile.enable": True}) == []  # no pipeline: no schedule
