@@ -30,7 +30,8 @@
    missing proposes the prerequisite first, as its enabler (1b) -- compile over a V-shaped pipeline schedule
    (which crashes under it) the zero-bubble schedule without the V, while the incumbent's bubble is small. A
    lesson's change measured clearly slower on an earlier incumbent is not proposed again until a kept step
-   changes a parallel degree or a lever the lesson reads (``_refuted``). After the diagnosis-driven moves (1d),
+   changes a parallel degree or a lever the lesson reads (``_refuted``), nor one that moves a lever back across a
+   kept step that gained MOMENTUM_GAIN or more (``_undoes_a_large_gain``). After the diagnosis-driven moves (1d),
    the lessons held back only by their memory-headroom threshold, where the memory screen predicts their change
    fits (the threshold stands in for a prediction the lesson cannot make).
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
@@ -178,7 +179,7 @@ class HeuristicPolicy:
                 if lc.lever in moot:
                     continue
                 value = _relative(space, current.get(lc.lever), lc)
-                if value is None or _refuted(campaign, lesson, lc.lever, value):
+                if value is None or _refuted(campaign, lesson, lc.lever, value) or _undoes_a_large_gain(campaign, lc.lever, value):
                     continue
                 change = self._checked(campaign, space, lc.lever, value, lesson.why, [lesson.id], incumbent)
                 if change is not None and fits is not None:
@@ -822,6 +823,14 @@ def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar) -> bool:
     """Blind exploration never moves a lever back to the value a kept (A/B-confirmed or decisive) step moved it away
     from: that direction was measured as a gain beyond the noise band (lessons and coupled retries still may)."""
     return any(s.kept and s.change.lever == lever and s.change.before == value for s in campaign.steps)
+
+
+def _undoes_a_large_gain(campaign: Campaign, lever: str, value: Scalar) -> bool:
+    """A lesson does not move a lever back to the value a kept step moved it away from with a gain of MOMENTUM_GAIN
+    or more (PP 2 -> 1 right after PP 1 -> 2 was kept at +433 %): a move that removed a tenth of the step is not
+    undone on a lesson's general grounds. A smaller kept gain may be (what it traded may matter more later)."""
+    return any(s.kept and s.change.lever == lever and s.change.before == value and (s.gain or 0.0) >= MOMENTUM_GAIN
+               for s in campaign.steps)
 
 
 def _oom_values(campaign: Campaign, lever: str) -> list[Scalar]:

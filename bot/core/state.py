@@ -352,9 +352,18 @@ class Campaign(BaseModel):
         return bound if bound > 0 else None
 
     def expected_run_cost(self) -> float:
-        """Device-hours a run is expected to cost: the largest run so far, plus 10% (before any run: the estimate)."""
-        costs = [r.device_hours for r in self.baseline] + [r.device_hours for s in self.steps for r in s.runs]
+        """Device-hours a run is expected to cost: the largest run so far, plus 10% (before any run: the estimate).
+        A pair's record holds the runs made for it together -- two, or one where the trial was its candidate run,
+        none where it reused the run before -- so it counts per run: taken whole, one two-run pair made every later
+        run look twice its cost, and a campaign stopped with two runs' budget unused."""
+        costs = [r.device_hours for r in self.baseline] + [self.per_run(r) for s in self.steps for r in s.runs]
         return 1.1 * max(costs) if costs else self.run_cost_estimate
+
+    def per_run(self, ref: RunRef) -> float:
+        """The device-hours of one run of ``ref`` (a pair's shared among the runs made for it)."""
+        if ref.kind != "pair" or ref.reused:
+            return ref.device_hours
+        return ref.device_hours / (1 if self.pair_with_trial and ref.attempt == 1 else 2)
 
     def next_run_fits(self, runs: int = 1) -> bool:
         """Whether ``runs`` more runs may start: their expected cost fits what is left (with no estimate yet,

@@ -587,3 +587,20 @@ def test_a_lesson_change_measured_clearly_slower_is_not_proposed_again_after_an_
     state, space, lessons = _rejected_then_kept("parallelism.tensor_parallel_degree", 2)
     proposal = HeuristicPolicy()._from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
     assert isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.expert_parallel_degree", 2)
+
+
+@pytest.mark.parametrize(("kept_gain", "undone"), [(4.33, False), (0.03, True)])
+def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kept_gain: float, undone: bool) -> None:
+    """pp-off-when-fsdp-may-fit proposed PP 2 -> 1 right after PP 1 -> 2 was kept at +433 %; a kept gain of 3 % may be
+    revisited (what it traded may matter more later)."""
+    pp_off = _lesson("pp-off", {"lever": "parallelism.pipeline_parallel_degree", "value": 1})
+    text = recipe_text()
+    state, space = _state_and_space(text)
+    space.values["parallelism.pipeline_parallel_degree"] = [1, 2]
+    # (an earlier kept step changed the recompute mode: back at PP 1 it is not the baseline's configuration)
+    levers = {**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 2, "activation_checkpoint": "none"}
+    kept = cm.Step(n=1, change=Change(lever="parallelism.pipeline_parallel_degree", before=1, after=2, why="t"), state="merged",
+                   levers=levers, kept=True, gain=kept_gain)
+    state = state.model_copy(update={"steps": [kept], "incumbent_levers": levers, "incumbent_step": 1})
+    proposal = HeuristicPolicy()._from_lessons(state, space, [pp_off], catalog.effective(levers), set())
+    assert (isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 1)) == undone

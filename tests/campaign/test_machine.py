@@ -629,3 +629,19 @@ def test_measurement_options_are_validated_and_the_bound_is_never_negative() -> 
     narrow = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.NoiseBand.from_runs([1000.0, 1010.0], k=2.0, floor=0.05)})
     assert narrow.early_stop_bound() == pytest.approx(950.0)
     assert narrow.model_copy(update={"early_stop_k": 2.0}).early_stop_bound() == pytest.approx(900.0)
+
+
+@pytest.mark.parametrize("pair_with_trial", [True, False])
+def test_the_expected_run_cost_counts_a_pair_per_run_made_for_it(pair_with_trial: bool) -> None:
+    """Every run costs 1.0: a pair's record holds two runs (one where the trial was its candidate, none where it
+    reused the run before), so the next run is still expected at 1.1, not at the 2.0 of a whole pair."""
+    state = new_state(recipe_text(), pair_with_trial=pair_with_trial)
+    first = 1.0 if pair_with_trial else 2.0
+    runs = [cm.RunRef(kind="trial", n=1, outcome="ok", device_hours=1.0),
+            cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", device_hours=first),
+            cm.RunRef(kind="pair", n=1, attempt=2, outcome="ok", device_hours=2.0),
+            cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", device_hours=0.0, reused=True)]
+    step = cm.Step(n=1, change=Change(lever="training.local_batch_size", before=1, after=2), runs=runs)
+    state = state.model_copy(update={"baseline": [cm.RunRef(kind="baseline", outcome="ok", device_hours=1.0)], "steps": [step]})
+    assert state.expected_run_cost() == pytest.approx(1.1)
+    assert [state.per_run(r) for r in runs] == pytest.approx([1.0, 1.0, 1.0, 0.0])
