@@ -195,3 +195,27 @@ def test_with_two_pairs_required_one_clear_pair_is_not_yet_a_gain() -> None:
     state = fresh()
     assert ms.measure(state, with_pairs(state, [(1000.0, 900.0)], trial=900.0)).decision == "no_gain"
     assert measurement_options("local")["min_pairs_for_gain"] == 2 and "min_pairs_for_gain" not in measurement_options("sim")
+
+
+def test_pairs_to_decide_is_where_the_half_width_meets_the_distance_to_the_minimum_gain() -> None:
+    ds, sd, df = [0.02, 0.03], 0.04, 10
+    need = ms.pairs_to_decide(ds, sd, df, 0.9, 0.0075)
+    t = 1.812461123  # t(0.95, 10)
+    assert need == pytest.approx((t * sd / (0.025 - math.log1p(0.0075))) ** 2)
+    assert ms.pairs_to_decide([math.log1p(0.0075)] * 2, sd, df, 0.9, 0.0075) == math.inf
+
+
+def test_a_step_trending_below_the_minimum_gain_that_no_cap_of_pairs_could_decide_is_futile() -> None:
+    """Two pairs at about +2 % with 10 % run noise: deciding *no gain* below 5 % would take far more pairs than the
+    cap, so the step ends undecided now (conditional power under the current trend). Trending *above* the minimum
+    gain the same noise goes on measuring: futility never cuts a step on its way to a gain."""
+    noisy = [1000.0, 1100.0, 900.0]
+    state = campaign(noisy, min_gain=0.05, max_pairs=4)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1020.0), (1010.0, 1030.0)]))
+    assert m.decision == "undecided" and m.pairs == 2 and m.why.startswith("futile") and m.lo < 0.05 < m.hi
+    state = campaign(noisy, min_gain=0.05, max_pairs=4)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1080.0), (1010.0, 1090.0)]))
+    assert m.decision == "measuring" and m.estimate > 0.05
+    state = campaign(noisy, min_gain=0.05, max_pairs=4)  # one pair is too rough to project from
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1020.0)]))
+    assert m.decision == "measuring"
