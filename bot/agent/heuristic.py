@@ -304,7 +304,7 @@ class HeuristicPolicy:
             halve = self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
             if halve is not None and last.change.lever in DEGREES and _chain_depth(campaign, last) < MAX_CHAIN:
                 return halve
-            if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES or last.change.lever == pp_name:
+            if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES:
                 return None  # only a parallel-degree change that ran out of memory is worth re-sharding
             if 2 * pp not in space.values[pp_name] or layout_problem(space.recipe, {**last.levers, pp_name: 2 * pp}):
                 return None

@@ -604,3 +604,22 @@ def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kep
     state = state.model_copy(update={"steps": [kept], "incumbent_levers": levers, "incumbent_step": 1})
     proposal = HeuristicPolicy()._from_lessons(state, space, [pp_off], catalog.effective(levers), set())
     assert (isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 1)) == undone
+
+
+def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_retried_with_twice_as_many() -> None:
+    """PP 1 -> 2 out of memory under full recompute (FSDP over half the ranks keeps unsharded stage weights): the
+    retry is PP 4, stacked on it -- a quarter of the layers per rank. A failed change that is no parallel degree
+    (compile) is not re-sharded."""
+    text = (CPU_RECIPE.parents[1] / "minimax-m2/h200x64.yaml").read_text()
+    state, space = _state_and_space(text)
+    base = dict(state.incumbent_levers)
+    for lever, before, after, expected in (("parallelism.pipeline_parallel_degree", 1, 2, ("parallelism.pipeline_parallel_degree", 4, 1)),
+                                           ("compile.enable", False, True, None)):
+        levers = {**base, lever: after}
+        oom = cm.Step(n=1, change=Change(lever=lever, before=before, after=after, why="t"), state="closed", levers=levers,
+                      runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="not run: predicted to run out of memory")])
+        retry = HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [oom]}), space)
+        got = (retry.lever, retry.after, retry.stacked_on) if isinstance(retry, Change) else None
+        assert got == expected, (lever, retry)
+        if retry is not None:
+            assert retry.lessons == ["oom-raise-pipeline-parallel"]
