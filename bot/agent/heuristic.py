@@ -215,10 +215,13 @@ class HeuristicPolicy:
         that replaces the incumbent's pipeline schedule (compile over a V-shaped schedule needs the zero-bubble one
         without the V) is proposed only while the incumbent's bubble is under BUBBLE_FRAC / 3: there any zero-bubble
         schedule leaves about as little, while a larger bubble means the schedule the campaign kept is still what
-        bounds the step, and swapping it risks more than the enabled change may pay."""
+        bounds the step, and swapping it risks more than the enabled change may pay; and only without recompute
+        (InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B, torchtitan#773: the
+        gate's defect rule interleaved-zero-bubble-with-ac rejects it)."""
         if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
-                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3):
-            return None
+                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3
+                                   or catalog.effective(campaign.incumbent_levers)["activation_checkpoint"] != "none"):
+            return None  # (InterleavedZeroBubble under recompute replays it and crawls: torchtitan#773, the gate rejects it)
         current = catalog.effective(campaign.incumbent_levers)
         enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
         if _already_stepped(campaign, enabled):

@@ -531,17 +531,21 @@ ZBV_RECIPE = _sim_recipe("zbv", """\
   parallelism.pipeline_parallel_schedule: ZBVZeroBubble
   training.local_batch_size: 8
   compile.enable: false
+  activation_checkpoint: none
 """)
 
 
-@pytest.mark.parametrize(("bubble", "swaps"), [(0.02, True), (0.20, False)])
-def test_compile_over_a_v_shaped_schedule_is_stacked_on_the_compile_safe_zero_bubble_schedule(bubble: float, swaps: bool) -> None:
+@pytest.mark.parametrize(("bubble", "ac", "swaps"), [(0.02, "none", True), (0.20, "none", False), (0.02, "selective", False)])
+def test_compile_over_a_v_shaped_schedule_is_stacked_on_the_compile_safe_zero_bubble_schedule(bubble: float, ac: str, swaps: bool) -> None:
     """compile-on-gpu over ZBVZeroBubble (which crashes under compile, pytorch#161904): the schedule swap to
     InterleavedZeroBubble is the enabler (gated, not run: alone it may lose a little), compile is stacked on it --
-    while the incumbent's bubble is small; with a fifth of its step in the bubble the kept schedule still bounds
-    the step, and it is not swapped for compile."""
-    recipe = parse_recipe_text(ZBV_RECIPE)
-    state = new_state(ZBV_RECIPE).model_copy(update={"phase": "stepping", "incumbent_tps": 1000.0})
+    while the incumbent's bubble is small and it does not recompute; with a fifth of its step in the bubble the kept
+    schedule still bounds the step, and under recompute InterleavedZeroBubble crawls (torchtitan#773): no swap."""
+    from bot.core.recipe import set_lever_text
+
+    text = set_lever_text(ZBV_RECIPE, "activation_checkpoint", ac)
+    recipe = parse_recipe_text(text)
+    state = new_state(text).model_copy(update={"phase": "stepping", "incumbent_tps": 1000.0})
     space = space_fn(recipe)
     space.values = {k: v for k, v in space.values.items() if k in ("compile.enable", "parallelism.pipeline_parallel_schedule")}
     compile_lesson = [lesson for lesson in LESSONS if lesson.id == "compile-on-gpu"]
