@@ -31,7 +31,7 @@
    (which crashes under it) the zero-bubble schedule without the V, while the incumbent's bubble is small. A
    lesson's change measured clearly slower on an earlier incumbent is not proposed again until a kept step
    changes a parallel degree or a lever the lesson reads (``_refuted``), nor one that moves a lever back across a
-   kept step that gained MOMENTUM_GAIN or more (``_undoes_a_large_gain``). After the diagnosis-driven moves (1d),
+   kept step that gained MOMENTUM_GAIN or more (``_undoes_a_kept_step``). After the diagnosis-driven moves (1d),
    the lessons held back only by their memory-headroom threshold, where the memory screen predicts their change
    fits (the threshold stands in for a prediction the lesson cannot make).
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
@@ -94,7 +94,7 @@ class HeuristicPolicy:
         flat = _no_gain_stop(campaign, incumbent)
         if flat is not None:
             return Stop(why=flat, policy=self.name)
-        decision = self._propose(campaign, diagnosis, lessons, levers, records)
+        decision = self._propose(campaign, diagnosis, lessons, levers, records, incumbent)
         if isinstance(decision, Change) and not decision.enabler:  # not run when it cannot fit: an OOM, for free
             oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
             if oom is not None:
@@ -105,7 +105,7 @@ class HeuristicPolicy:
         return decision
 
     def _propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                 records: RecordReader) -> Change | Stop:
+                 records: RecordReader, incumbent: Diagnosis | None) -> Change | Stop:
         retry = self._oom_retry(campaign, levers)
         if retry is not None:
             return retry
@@ -127,7 +127,6 @@ class HeuristicPolicy:
         current = catalog.effective(campaign.incumbent_levers)
         moot = _unmeasurable(campaign, diagnosis)
         hits = relevant(lessons, ctx)
-        incumbent = _incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis
         lesson_change = self._from_lessons(campaign, levers, dominant_cost_first(hits, diagnosis), current, moot, incumbent)
         if lesson_change is not None:
             return lesson_change
@@ -179,7 +178,7 @@ class HeuristicPolicy:
                 if lc.lever in moot:
                     continue
                 value = _relative(space, current.get(lc.lever), lc)
-                if value is None or _refuted(campaign, lesson, lc.lever, value) or _undoes_a_large_gain(campaign, lc.lever, value):
+                if value is None or _refuted(campaign, lesson, lc.lever, value) or _undoes_a_kept_step(campaign, lc.lever, value, MOMENTUM_GAIN):
                     continue
                 change = self._checked(campaign, space, lc.lever, value, lesson.why, [lesson.id], incumbent)
                 if change is not None and fits is not None:
@@ -218,11 +217,10 @@ class HeuristicPolicy:
         bounds the step, and swapping it risks more than the enabled change may pay; and only without recompute
         (InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B, torchtitan#773: the
         gate's defect rule interleaved-zero-bubble-with-ac rejects it)."""
-        if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
-                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3
-                                   or catalog.effective(campaign.incumbent_levers)["activation_checkpoint"] != "none"):
-            return None  # (InterleavedZeroBubble under recompute replays it and crawls: torchtitan#773, the gate rejects it)
         current = catalog.effective(campaign.incumbent_levers)
+        if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
+                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3 or current["activation_checkpoint"] != "none"):
+            return None
         enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
         if _already_stepped(campaign, enabled):
             return None  # the change it would enable was already measured (or refused)
@@ -822,17 +820,13 @@ def _neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scal
     return out
 
 
-def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar) -> bool:
-    """Blind exploration never moves a lever back to the value a kept (A/B-confirmed or decisive) step moved it away
-    from: that direction was measured as a gain beyond the noise band (lessons and coupled retries still may)."""
-    return any(s.kept and s.change.lever == lever and s.change.before == value for s in campaign.steps)
-
-
-def _undoes_a_large_gain(campaign: Campaign, lever: str, value: Scalar) -> bool:
-    """A lesson does not move a lever back to the value a kept step moved it away from with a gain of MOMENTUM_GAIN
-    or more (PP 2 -> 1 right after PP 1 -> 2 was kept at +433 %): a move that removed a tenth of the step is not
-    undone on a lesson's general grounds. A smaller kept gain may be (what it traded may matter more later)."""
-    return any(s.kept and s.change.lever == lever and s.change.before == value and (s.gain or 0.0) >= MOMENTUM_GAIN
+def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar, min_gain: float | None = None) -> bool:
+    """Whether ``lever=value`` moves a lever back to the value a kept (A/B-confirmed or decisive) step moved it away
+    from -- with ``min_gain``, only a kept step that gained that much. Blind exploration never does (that direction
+    was measured as a gain beyond the noise band); a lesson never undoes a gain of MOMENTUM_GAIN or more (PP 2 -> 1
+    right after PP 1 -> 2 was kept at +433 %), while a smaller one may be revisited (what it traded may matter more
+    later); coupled retries still may."""
+    return any(s.kept and s.change.lever == lever and s.change.before == value and (min_gain is None or (s.gain or 0.0) >= min_gain)
                for s in campaign.steps)
 
 

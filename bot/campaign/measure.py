@@ -258,8 +258,8 @@ def _decide(state: Campaign, st: Step, m: Measurement, ds: list[float], sd_run: 
         return m.model_copy(update={"decision": "no_gain", "why": f"after {n} pair{'s' * (n > 1)} the upper end {hi:+.1%} is below the minimum gain {share(state.min_gain)}"})
     if _at_cap(state, st):
         return m.model_copy(update={"decision": "undecided", "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {share(state.min_gain)}"})
-    need = pairs_to_decide(ds, sd_pair, df, state.confidence, state.min_gain)
-    if n >= FUTILITY_AFTER and est < state.min_gain and need > state.max_pairs:
+    need = pairs_to_decide(ds, sd_pair, df, state.confidence, state.min_gain) if n >= FUTILITY_AFTER and est < state.min_gain else 0.0
+    if need > state.max_pairs:
         return m.model_copy(update={"decision": "undecided", "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
                                                                       f"{share(state.min_gain)} and at its estimate deciding would take about {need:.0f} pairs, "
                                                                       f"more than the cap of {state.max_pairs}"})
