@@ -39,7 +39,10 @@
    noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
    microbatch size or schedule without PP, async TP or sequence parallel without TP), never back to a value a
    kept step moved away from -- until patience runs out (PATIENCE
-   measured steps, or PATIENCE_RUNS baseline runs' device-hours, since the last kept step).
+   measured steps, or PATIENCE_RUNS baseline runs' device-hours, since the last kept step). A blind probe that ran
+   out of memory counts as one that found nothing, and its retry with more recompute is itself a blind probe: once
+   patience is spent it is not made (the retry pays only where the probe gains more than the recompute it adds,
+   which nothing measured suggests; a memory partner that keeps a recompute saving is still tried).
 4. Nothing left: stop (the campaign keeps the recipe it has).
 """
 
@@ -66,6 +69,7 @@ DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_
            "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
 # Generic exploration order once the lessons are spent: the levers with the largest effect on step
 # time first (recompute, batch split, pipeline schedule, parallel degrees), housekeeping last.
+EXPLORING = "exploring the search space one lever at a time"  # a blind probe's why
 EXPLORE_ORDER = ("activation_checkpoint", "training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
                  "parallelism.pipeline_parallel_schedule", "parallelism.tensor_parallel_degree",
                  "parallelism.pipeline_parallel_degree", "parallelism.expert_parallel_degree",
@@ -107,7 +111,8 @@ class HeuristicPolicy:
     def _propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                  records: RecordReader, incumbent: Diagnosis | None) -> Change | Stop:
         retry = self._oom_retry(campaign, levers)
-        if retry is not None:
+        if retry is not None and not (OOM_LESSON in retry.lessons and _from_a_blind_probe(campaign, retry.stacked_on)
+                                      and _patience_stop(campaign)):
             return retry
         follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
                   or self._keep_going(campaign, levers))
@@ -150,7 +155,7 @@ class HeuristicPolicy:
             for value in _neighbours(campaign, levers, lever, current.get(lever)):
                 if _undoes_a_kept_step(campaign, lever, value):
                     continue
-                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [], incumbent)
+                change = self._checked(campaign, levers, lever, value, EXPLORING, [], incumbent)
                 if change is not None:
                     return change
         for lever, values in levers.values.items():  # then every other legal value, in the space's order
@@ -159,7 +164,7 @@ class HeuristicPolicy:
             for value in values:
                 if _oom_dominated(campaign, lever, value) or _undoes_a_kept_step(campaign, lever, value):
                     continue
-                change = self._checked(campaign, levers, lever, value, "exploring the search space one lever at a time", [], incumbent)
+                change = self._checked(campaign, levers, lever, value, EXPLORING, [], incumbent)
                 if change is not None:
                     return change
         return Stop(why="no untried legal change is left in the search space", policy=self.name)
@@ -670,7 +675,9 @@ def _patience_stop(campaign: Campaign) -> str | None:
     if campaign.incumbent_step == 0:
         return None
     since = [s for s in campaign.steps if s.n > campaign.incumbent_step]
-    measured = [s for s in since if any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs)]
+    # a blind probe that ran and failed (a real out-of-memory start) found nothing too
+    measured = [s for s in since if any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES
+                                                                or (r.device_hours > 0 and _from_a_blind_probe(campaign, s.n))) for r in s.runs)]
     run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
     spent = sum(r.device_hours for s in since for r in s.runs)
     if len(measured) >= PATIENCE:
@@ -857,6 +864,17 @@ def _incumbent_diagnosis(campaign: Campaign, records: RecordReader) -> Diagnosis
             record = records.read(ref.record)
             return diagnose(record) if record is not None else None
     return None
+
+
+def _from_a_blind_probe(campaign: Campaign, n: int | None) -> bool:
+    """Whether step ``n`` is (or is stacked on) a blind probe of generic exploration: its retries are probes too,
+    which the patience stop bounds like any other."""
+    while n:
+        st = campaign.step(n)
+        if st.stacked_on is None:
+            return st.change.why == EXPLORING
+        n = st.stacked_on
+    return False
 
 
 def _last_step_trial(campaign: Campaign) -> tuple[Step | None, RunRef | None]:

@@ -315,6 +315,29 @@ def test_patience_counts_device_hours_too() -> None:
             assert "1.0 baseline runs' device-hours" in proposal.why
 
 
+@pytest.mark.parametrize("blind", [True, False])
+def test_a_blind_probe_that_ran_out_of_memory_gets_no_recompute_retry_once_patience_is_spent(blind: bool) -> None:
+    """A blind probe that measured nothing and one that ran out of memory (a real start) spend the patience: the
+    second's retry with more recompute is another blind probe, and the campaign stops instead. A lesson-driven
+    change that ran out of memory keeps its retry (the rule that made the published campaigns)."""
+    from bot.agent.heuristic import EXPLORING
+    text = recipe_text(activation_checkpoint="none")
+    space = space_fn(parse_recipe_text(text))
+    script = [Change(lever="training.local_batch_size", before=1, after=2, why="t"),
+              Change(lever="training.local_batch_size", before=2, after=4, why=EXPLORING),
+              Change(lever="compile.enable", before=False, after=True, why=EXPLORING if blind else "a lesson")]
+    table = {(("compile.enable", True),): "oom", (("training.local_batch_size", 2),): [2000.0, 2000.0],
+             (("training.local_batch_size", 4),): [1900.0, 1900.0]}
+    state = play(new_state(text, budget=100.0), lambda s: script[len(s.steps)] if len(s.steps) < len(script) else Stop(why="-"),
+                 table_rule(table, [1000.0, 1010.0]), cost=0.01)
+    assert state.incumbent_step == 1 and state.step(3).runs[0].outcome == "oom" and state.step(3).runs[0].device_hours > 0
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
+    proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
+    if blind:
+        assert isinstance(proposal, Stop) and "the last 2 measured steps gained nothing" in proposal.why, proposal
+    else:
+        assert isinstance(proposal, Change) and (proposal.lever, proposal.after, proposal.stacked_on) == ("activation_checkpoint", "selective", 3)
+
 def test_an_enabler_that_never_ran_leaves_its_configuration_open() -> None:
     text = recipe_text()
     state, space = _state_and_space(text)
