@@ -105,6 +105,16 @@ def counts(m: ModelSpec) -> tuple[float, float, float, float]:
     return dense, routed, active, float(m.n_layers)
 
 
+def bubble_fraction(pp: int, schedule: str, microbatches: int) -> float:
+    """The pipeline bubble as a fraction of the busy time (perfmodel.md §4.3): (p-1)/(v·m) for p stages, v stages
+    per rank (2 for the multi-stage schedules, torchtitan's default) and m microbatches per flush; a third of that
+    for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B); 0 without pipeline parallelism."""
+    if pp <= 1:
+        return 0.0
+    frac = (pp - 1) / ((2 if schedule in MULTI_STAGE else 1) * max(microbatches, 1))
+    return frac / 3 if schedule in ZERO_BUBBLE else frac
+
+
 def _coll(bytes_: float, n: int, bw_gbs: float) -> float:
     """One ring collective (all-gather / reduce-scatter / all-to-all) over n ranks: α + (n-1)/n·M / BW."""
     if n <= 1 or bytes_ <= 0:
@@ -166,12 +176,7 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
         pp_comm = n_mb * 2 * v * _coll(tokens_mb * m.hidden * 2 / (s.tp if s.sp else 1), 2, inter)
     comm = tp_comm + ep_comm + fsdp_exposed + cp_comm + pp_comm
     # ---- pipeline bubble
-    bubble = 0.0
-    if pp > 1:
-        frac = (pp - 1) / (v * m_flush)
-        if s.schedule in ZERO_BUBBLE:
-            frac /= 3
-        bubble = frac * (compute + tp_comm + ep_comm)
+    bubble = bubble_fraction(pp, s.schedule, m_flush) * (compute + tp_comm + ep_comm)
     step = compute + comm + bubble
     # ---- memory
     efsdp = max(dp * s.cp * s.tp // s.ep, 1) if moe else shard

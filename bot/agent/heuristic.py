@@ -17,7 +17,9 @@
    preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, gated, not run), and
    then proposed stacked on it. A change that needs a prerequisite (expert or pipeline parallel with
    CUDA graphs off) gets the prerequisite as its enabler the same way: alone it may cost throughput,
-   and it is worth only what it enables. Legality (divisibility, batch arithmetic, stage split) is computed
+   and it is worth only what it enables. More pipeline stages that would leave few microbatches per flush (an
+   analytic bubble of BUBBLE_FRAC or more) are gated the same way, as the enabler of the largest local batch
+   (``_fill_first``): run alone they would measure the bubble, not the layout. Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
    next notch the same way (a line search along the lever that paid), before the lessons.
@@ -51,6 +53,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from bot.agent.costmodel import bubble_fraction
 from bot.agent.lessons import Lesson, LeverChange, relevant
 from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
@@ -103,6 +106,8 @@ class HeuristicPolicy:
             oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
             if oom is not None:
                 decision = decision.model_copy(update={"predicted_oom": oom})
+            else:
+                decision = self._fill_first(campaign, levers, decision) or decision
         left = no_gain_allowance_left(campaign, incumbent)
         if isinstance(decision, Change) and left:  # a probe with no gain in hand spends what is left of it
             return decision.model_copy(update={"max_device_hours": left})
@@ -168,6 +173,31 @@ class HeuristicPolicy:
                 if change is not None:
                     return change
         return Stop(why="no untried legal change is left in the search space", policy=self.name)
+
+    def _fill_first(self, campaign: Campaign, space: LeverSpace, change: Change) -> Change | None:
+        """A change to more pipeline stages that would leave too few microbatches per flush -- an analytic bubble
+        ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC of the step or more -- is made the
+        enabler of the largest local batch the pinned global batch allows, the move a run of it would be followed by
+        (``_fix_for``): its run alone would measure the bubble, not the layout (minimax-m2: PP 2 -> 4 at 4
+        microbatches ran at -39 % before local batch 128 on it was kept at +17 %). None where it does not apply."""
+        pp_name, lbs_name = "parallelism.pipeline_parallel_degree", "training.local_batch_size"
+        if change.enabler or change.lever != pp_name or not isinstance(change.after, int) or change.after <= 1 or lbs_name not in space.values:
+            return None
+        levers = change_levers(campaign, change)
+        eff = catalog.effective(levers)
+        lbs, mbs = int(eff[lbs_name]), int(eff["parallelism.pipeline_parallel_microbatch_size"])
+        frac = bubble_fraction(change.after, str(eff[SCHEDULE]), lbs // max(mbs, 1))
+        if frac / (1.0 + frac) < BUBBLE_FRAC:
+            return None
+        legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > lbs and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
+        if not legal:
+            return None
+        enabler = change.model_copy(update={
+            "enabler": True, "lessons": [*change.lessons, BUBBLE_LESSON],
+            "why": f"enabler of {lbs_name}={max(legal)}: {change.why}; alone, {change.after} stages at {lbs // max(mbs, 1)} microbatches "
+                   f"per flush would idle about {frac / (1.0 + frac):.0%} of the step in the pipeline bubble ((p-1)/(v·m)), so the "
+                   "largest local batch the pinned global batch allows is stacked on it and measured with it"})
+        return enabler if validate_change(campaign, enabler, space) is None else None
 
     def _from_lessons(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], current: dict[str, Scalar], moot: set[str],
                       incumbent: Diagnosis | None = None, fits: Callable[[Change, dict[str, Scalar]], Change | None] | None = None) -> Change | None:
@@ -660,11 +690,7 @@ def _tried_from_incumbent(campaign: Campaign) -> set[tuple[str, str]]:
 
 def _chain_depth(campaign: Campaign, step) -> int:
     """How many stacked steps lead from the incumbent to ``step`` (1 for a step on the incumbent itself)."""
-    depth, cur = 1, step
-    while cur.stacked_on:
-        depth += 1
-        cur = campaign.step(cur.stacked_on)
-    return depth
+    return len(_chain_steps(campaign, step.n))
 
 
 def _patience_stop(campaign: Campaign) -> str | None:
@@ -832,9 +858,24 @@ def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar, min_gain:
     from -- with ``min_gain``, only a kept step that gained that much. Blind exploration never does (that direction
     was measured as a gain beyond the noise band); a lesson never undoes a gain of MOMENTUM_GAIN or more (PP 2 -> 1
     right after PP 1 -> 2 was kept at +433 %), while a smaller one may be revisited (what it traded may matter more
-    later); coupled retries still may."""
-    return any(s.kept and s.change.lever == lever and s.change.before == value and (min_gain is None or (s.gain or 0.0) >= min_gain)
-               for s in campaign.steps)
+    later); coupled retries still may. With ``min_gain`` every change of a kept chain counts (an enabler kept with
+    the change stacked on it: PP 1 -> 2 as the enabler of local batch 2 -> 4, kept together at +524 %)."""
+    for s in campaign.steps:
+        if not s.kept or (min_gain is not None and (s.gain or 0.0) < min_gain):
+            continue
+        moves = [s.change] if min_gain is None else [campaign.step(n).change for n in _chain_steps(campaign, s.n)]
+        if any(c.lever == lever and c.before == value for c in moves):
+            return True
+    return False
+
+
+def _chain_steps(campaign: Campaign, n: int) -> list[int]:
+    """Step ``n`` and the steps it is stacked on, down to the incumbent."""
+    out = []
+    while n:
+        out.append(n)
+        n = campaign.step(n).stacked_on or 0
+    return out
 
 
 def _oom_values(campaign: Campaign, lever: str) -> list[Scalar]:
@@ -869,12 +910,8 @@ def _incumbent_diagnosis(campaign: Campaign, records: RecordReader) -> Diagnosis
 def _from_a_blind_probe(campaign: Campaign, n: int | None) -> bool:
     """Whether step ``n`` is (or is stacked on) a blind probe of generic exploration: its retries are probes too,
     which the patience stop bounds like any other."""
-    while n:
-        st = campaign.step(n)
-        if st.stacked_on is None:
-            return st.change.why == EXPLORING
-        n = st.stacked_on
-    return False
+    chain = _chain_steps(campaign, n or 0)
+    return bool(chain) and campaign.step(chain[-1]).change.why == EXPLORING
 
 
 def _last_step_trial(campaign: Campaign) -> tuple[Step | None, RunRef | None]:

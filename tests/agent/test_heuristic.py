@@ -616,21 +616,63 @@ def test_a_lesson_change_measured_clearly_slower_is_not_proposed_again_after_an_
     assert isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.expert_parallel_degree", 2)
 
 
+@pytest.mark.parametrize("chained", [False, True], ids=["alone", "as-an-enabler"])
 @pytest.mark.parametrize(("kept_gain", "undone"), [(4.33, False), (0.03, True)])
-def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kept_gain: float, undone: bool) -> None:
+def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kept_gain: float, undone: bool, chained: bool) -> None:
     """pp-off-when-fsdp-may-fit proposed PP 2 -> 1 right after PP 1 -> 2 was kept at +433 %; a kept gain of 3 % may be
-    revisited (what it traded may matter more later)."""
+    revisited (what it traded may matter more later). PP 1 -> 2 kept as the enabler of a change stacked on it counts
+    the same."""
     pp_off = _lesson("pp-off", {"lever": "parallelism.pipeline_parallel_degree", "value": 1})
     text = recipe_text()
     state, space = _state_and_space(text)
     space.values["parallelism.pipeline_parallel_degree"] = [1, 2]
     # (an earlier kept step changed the recompute mode: back at PP 1 it is not the baseline's configuration)
     levers = {**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 2, "activation_checkpoint": "none"}
-    kept = cm.Step(n=1, change=Change(lever="parallelism.pipeline_parallel_degree", before=1, after=2, why="t"), state="merged",
-                   levers=levers, kept=True, gain=kept_gain)
-    state = state.model_copy(update={"steps": [kept], "incumbent_levers": levers, "incumbent_step": 1})
+    pp2 = Change(lever="parallelism.pipeline_parallel_degree", before=1, after=2, why="t")
+    if chained:
+        enabler = cm.Step(n=1, change=pp2.model_copy(update={"enabler": True}), state="closed", levers=levers)
+        levers = {**levers, "loss.num_chunks": 4}
+        kept = cm.Step(n=2, change=Change(lever="loss.num_chunks", before=8, after=4, why="t", stacked_on=1), stacked_on=1,
+                       state="merged", levers=levers, kept=True, gain=kept_gain)
+        steps = [enabler, kept]
+    else:
+        steps = [cm.Step(n=1, change=pp2, state="merged", levers=levers, kept=True, gain=kept_gain)]
+    state = state.model_copy(update={"steps": steps, "incumbent_levers": levers, "incumbent_step": len(steps)})
     proposal = HeuristicPolicy()._from_lessons(state, space, [pp_off], catalog.effective(levers), set())
     assert (isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 1)) == undone
+
+
+FEW_MICROBATCHES = _sim_recipe("few-microbatches", """\
+  training.disable_cuda_graphs: true
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.pipeline_parallel_degree: 2
+  parallelism.pipeline_parallel_schedule: 1F1B
+  training.local_batch_size: 4
+  activation_checkpoint: full
+""")
+
+
+@pytest.mark.parametrize(("local_batch", "filled"), [(4, True), (32, False)])
+def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest_local_batch(local_batch: int, filled: bool) -> None:
+    """PP 2 -> 4 on 8 devices with local batch 4 (4 microbatches per flush over 4 stages: (p-1)/m = 3/4, about 43 % of
+    the step idle) would measure the bubble, not the layout: it is gated, not run, and the largest local batch the
+    pinned global batch allows (64 over DP 2: 32) is stacked on it. At local batch 32 the bubble is small: a plain step."""
+    from bot.core.recipe import set_lever_text
+
+    text = set_lever_text(FEW_MICROBATCHES, "training.local_batch_size", local_batch)
+    state, space = _state_and_space(text)
+    pp_up = _lesson("pp-up", {"lever": "parallelism.pipeline_parallel_degree", "op": "double"})
+    proposal = HeuristicPolicy().propose(state, OK, [pp_up], space, RECORDS)
+    assert isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 4)
+    assert proposal.enabler == filled
+    if not filled:
+        return
+    assert proposal.why.startswith("enabler of training.local_batch_size=32:") and "(p-1)/(v·m)" in proposal.why
+    assert proposal.lessons == ["pp-up", "pp-fill-the-pipeline"]
+    gated = cm.Step(n=1, change=proposal, state="closed", levers={**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 4},
+                    config_verdict=Verdict(verdict="ok", stage="config"))
+    enabled = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), OK, [pp_up], space, RECORDS)
+    assert (enabled.lever, enabled.before, enabled.after, enabled.stacked_on) == ("training.local_batch_size", local_batch, 32, 1)
 
 
 def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_retried_with_twice_as_many() -> None:
