@@ -26,7 +26,8 @@
 1d. **Fewer DP ranks** (from the breakdown), with the local batch already the pinned global batch's
    share: twice the TP degree (inside the node; then CP) as the enabler of twice the local batch -- under PP
    for a bubble (twice the microbatches per flush), without PP for exposed communication of COMM_FRAC or
-   more with the FSDP group spread over nodes (half the FSDP ranks, each gathering half the weights).
+   more with the FSDP group spread over nodes (half the FSDP ranks, each gathering half the weights). One measured
+   try per incumbent: the other degree would buy the same halving.
 2. The relevant lessons, highest priority first; each lesson's ``try`` list in order; the first
    change that is legal, untried and not objective-changing wins. A change whose prerequisite is
    missing proposes the prerequisite first, as its enabler (1b) -- compile over a V-shaped pipeline schedule
@@ -562,6 +563,10 @@ class HeuristicPolicy:
         lbs = int(eff[lbs_name])
         if lbs_name not in space.values or 2 * lbs not in space.values[lbs_name]:
             return None
+        lesson = COMM_DP_LESSON if cost == "comm" else DP_BUBBLE_LESSON
+        if any(s.n > campaign.incumbent_step and lesson in s.change.lessons and not s.kept
+               and any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs) for s in campaign.steps):
+            return None  # one degree's try measured what halving the DP ranks buys this incumbent; the other buys the same
         for lever, name in (("parallelism.tensor_parallel_degree", "tensor parallel"), ("parallelism.context_parallel_degree", "context parallel")):
             value = 2 * int(eff[lever])
             if lever not in space.values or value not in space.values[lever] or (cost == "comm" and lever.endswith("context_parallel_degree")):
@@ -578,12 +583,10 @@ class HeuristicPolicy:
                        "exposed communication with its FSDP group spread over nodes, and its local batch is already the global batch's "
                        f"share; twice the {name} degree (inside the node) halves the FSDP group and the weight shard each all-gather "
                        "moves, and each rank's local batch can double")
-                lesson = COMM_DP_LESSON
             else:
                 why = (f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step "
                        f"in the pipeline bubble and its local batch is already the global batch's share; twice the {name} "
                        "degree halves the DP degree, so the local batch and the microbatches per flush can double ((p-1)/m halves)")
-                lesson = DP_BUBBLE_LESSON
             change = Change(lever=lever, before=eff[lever], after=value, lessons=[lesson], policy=self.name, enabler=True, why=why)
             if validate_change(campaign, change, space) is None:
                 return change

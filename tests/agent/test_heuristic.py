@@ -486,6 +486,28 @@ def test_a_bubble_with_the_local_batch_at_its_share_trades_dp_ranks_for_microbat
     assert not (isinstance(other, Change) and "pp-bubble-fewer-dp-ranks" in other.lessons)
 
 
+@pytest.mark.parametrize("measured", [True, False])
+def test_fewer_dp_ranks_get_one_measured_try_per_incumbent(measured: bool) -> None:
+    """TP 2 as the enabler of local batch 32 measured slower: CP 2 would buy the same halving of the bubble, so it is
+    not tried on that incumbent. A TP try that never ran (refused by the gate) leaves the CP one open."""
+    text = BUBBLE_RECIPE.replace("  activation_checkpoint: full\n", "  activation_checkpoint: full\n  parallelism.context_parallel_degree: 1\n")
+    state, space = _state_and_space(text)
+    bubble = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.6, "exposed_comm": 0.05, "bubble": 0.3, "recompute": 0.05})
+    tp = HeuristicPolicy().propose(state, bubble, [], space, RECORDS)
+    assert (tp.lever, tp.after, tp.enabler) == ("parallelism.tensor_parallel_degree", 2, True)
+    tp_levers = {**state.incumbent_levers, "parallelism.tensor_parallel_degree": 2}
+    gated = cm.Step(n=1, change=tp, state="closed", levers=tp_levers, config_verdict=Verdict(verdict="ok", stage="config"))
+    lbs = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), bubble, [], space, RECORDS)
+    runs = [cm.RunRef(kind="trial", n=2, outcome="stopped", tps=900.0)] if measured else []
+    slower = cm.Step(n=2, change=lbs, stacked_on=1, state="closed", levers={**tp_levers, "training.local_batch_size": 32}, runs=runs,
+                     gain=-0.1 if measured else None)
+    after = HeuristicPolicy()._fewer_dp_ranks(state.model_copy(update={"steps": [gated, slower]}), bubble, space)
+    if measured:
+        assert after is None
+    else:
+        assert (after.lever, after.after, after.enabler) == ("parallelism.context_parallel_degree", 2, True)
+
+
 COMM_RECIPE = _sim_recipe("comm", """\
   parallelism.data_parallel_shard_degree: -1
   parallelism.tensor_parallel_degree: 1
