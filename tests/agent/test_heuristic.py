@@ -533,6 +533,24 @@ def test_exposed_fsdp_communication_across_nodes_trades_dp_ranks_for_a_larger_lo
         assert proposal.why.startswith("enabler of training.local_batch_size=8:")
 
 
+@pytest.mark.parametrize(("comm", "recompute", "driven_first"), [(0.34, 0.07, True), (0.30, 0.35, False), (0.30, 0.20, False)])
+def test_the_diagnosis_driven_move_goes_before_a_lesson_aimed_at_a_smaller_cost(comm: float, recompute: float, driven_first: bool) -> None:
+    """FSDP over two nodes spending a third of the step in exposed communication: fewer DP ranks (aimed at it) is
+    measured before a less-recompute lesson aimed at 7 % of the step; where recompute is the larger cost, or not
+    less than half of it, the lesson keeps its turn."""
+    state, space = _state_and_space(COMM_RECIPE)
+    diagnosis = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 1 - comm - recompute, "exposed_comm": comm, "bubble": 0.0,
+                                                                "recompute": recompute})
+    space.values = {k: v for k, v in space.values.items() if k in ("parallelism.tensor_parallel_degree", "training.local_batch_size",
+                                                                   "activation_checkpoint")}
+    less_ac = _lesson("less-ac", {"lever": "activation_checkpoint", "value": "selective"})
+    proposal = HeuristicPolicy().propose(state, diagnosis, [less_ac], space, RECORDS)
+    if driven_first:
+        assert proposal.lessons == ["fsdp-comm-fewer-dp-ranks"] and proposal.enabler, proposal
+    else:
+        assert (proposal.lever, proposal.after, proposal.lessons) == ("activation_checkpoint", "selective", ["less-ac"])
+
+
 def test_a_lesson_that_fires_on_the_dominant_costs_share_is_aimed_at_it() -> None:
     """A lesson is aimed at a cost when a lever it tries exists to remove it, or when it fires on that cost's share of
     the step: pipeline stages across nodes (PP) fire on exposed communication, so they come first when it dominates."""
