@@ -183,22 +183,29 @@ class HeuristicPolicy:
         ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC of the step or more -- is made the
         enabler of the largest local batch the pinned global batch allows, the move a run of it would be followed by
         (``_fix_for``): its run alone would measure the bubble, not the layout (minimax-m2: PP 2 -> 4 at 4
-        microbatches ran at -39 % before local batch 128 on it was kept at +17 %). None where it does not apply."""
+        microbatches ran at -39 % before local batch 128 on it was kept at +17 %). It applies to an out-of-memory
+        retry too (the stacked local batch is then the chain's last retry). None where it does not apply: fewer
+        stages, a chain at MAX_CHAIN, no larger legal local batch, or that configuration already stepped (then the
+        change runs alone, as it would have)."""
         pp_name, lbs_name = "parallelism.pipeline_parallel_degree", "training.local_batch_size"
-        if change.enabler or change.lever != pp_name or not isinstance(change.after, int) or change.after <= 1 or lbs_name not in space.values:
+        if (change.enabler or change.lever != pp_name or not isinstance(change.after, int) or not isinstance(change.before, int)
+                or change.after <= max(change.before, 1) or lbs_name not in space.values):
+            return None
+        if change.stacked_on and len(_chain_steps(campaign, change.stacked_on)) + 2 > MAX_CHAIN:
             return None
         levers = change_levers(campaign, change)
         eff = catalog.effective(levers)
-        lbs, mbs = int(eff[lbs_name]), int(eff["parallelism.pipeline_parallel_microbatch_size"])
-        frac = bubble_fraction(change.after, str(eff[SCHEDULE]), lbs // max(mbs, 1))
+        lbs = int(eff[lbs_name])
+        m = max(lbs // max(int(eff["parallelism.pipeline_parallel_microbatch_size"]), 1), 1)
+        frac = bubble_fraction(change.after, str(eff[SCHEDULE]), m)
         if frac / (1.0 + frac) < BUBBLE_FRAC:
             return None
         legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > lbs and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
-        if not legal:
+        if not legal or _already_stepped(campaign, {**levers, lbs_name: max(legal)}):
             return None
         enabler = change.model_copy(update={
             "enabler": True, "lessons": [*change.lessons, BUBBLE_LESSON],
-            "why": f"enabler of {lbs_name}={max(legal)}: {change.why}; alone, {change.after} stages at {lbs // max(mbs, 1)} microbatches "
+            "why": f"enabler of {lbs_name}={max(legal)}: {change.why}; alone, {change.after} stages at {m} microbatches "
                    f"per flush would idle about {frac / (1.0 + frac):.0%} of the step in the pipeline bubble ((p-1)/(v·m)), so the "
                    "largest local batch the pinned global batch allows is stacked on it and measured with it"})
         return enabler if validate_change(campaign, enabler, space) is None else None
@@ -553,7 +560,8 @@ class HeuristicPolicy:
         """Fewer DP ranks sharing the pinned global batch, each with twice the local batch: twice the tensor (then
         context) parallel degree, inside the node, as the enabler of twice the local batch. The degree change alone
         would only add a gradient-accumulation step (a second flush, a second round of FSDP all-gathers), so it is
-        the enabler (gated, not run) and the doubled local batch is stacked on it and measured. Two costs call for it:
+        the enabler (gated, not run) and the doubled local batch is stacked on it and measured; one measured try per
+        incumbent (the other degree would buy the same halving). Two costs call for it:
 
         - ``bubble``: under PP, with the local batch already the global batch's share (one flush per step), the
           microbatches per flush can only grow this way, so the bubble (p-1)/m halves (Narayanan et al. 2021 §3.3:
@@ -707,7 +715,7 @@ def _patience_stop(campaign: Campaign) -> str | None:
     if campaign.incumbent_step == 0:
         return None
     since = [s for s in campaign.steps if s.n > campaign.incumbent_step]
-    # a blind probe that ran and failed (a real out-of-memory start) found nothing too
+    # a blind probe that ran and failed (a real start that ran out of memory or crashed) found nothing too
     measured = [s for s in since if any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES
                                                                 or (r.device_hours > 0 and _from_a_blind_probe(campaign, s.n))) for r in s.runs)]
     run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
@@ -802,10 +810,12 @@ LARGER_COST = 2.0  # (module docstring, 2.)
 
 
 def _aimed_cost(change: Change | None) -> str:
-    """The cost ``change`` is aimed at: its diagnosis-driven lesson's, or what its lever REMOVES ("" for none)."""
+    """The cost ``change`` is aimed at: its diagnosis-driven lesson's, or what its lever (an enabler's: the lever it
+    enables) REMOVES ("" for none)."""
     if change is None:
         return ""
-    return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(change.lever, "")
+    m = ENABLER.match(change.why) if change.enabler else None
+    return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(m.group("lever") if m else change.lever, "")
 
 
 def _aimed_at_a_larger_cost(driven: Change | None, lesson_change: Change, diagnosis: Diagnosis) -> bool:
@@ -884,7 +894,8 @@ def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar, min_gain:
     from -- with ``min_gain``, only a kept step that gained that much. Blind exploration never does (that direction
     was measured as a gain beyond the noise band); a lesson never undoes a gain of MOMENTUM_GAIN or more (PP 2 -> 1
     right after PP 1 -> 2 was kept at +433 %), while a smaller one may be revisited (what it traded may matter more
-    later); coupled retries still may. With ``min_gain`` every change of a kept chain counts (an enabler kept with
+    later); coupled retries still may. Blind exploration reads each kept step's own change; with ``min_gain`` every
+    change of a kept chain counts (an enabler kept with
     the change stacked on it: PP 1 -> 2 as the enabler of local batch 2 -> 4, kept together at +524 %)."""
     for s in campaign.steps:
         if not s.kept or (min_gain is not None and (s.gain or 0.0) < min_gain):
@@ -937,7 +948,7 @@ def _from_a_blind_probe(campaign: Campaign, n: int | None) -> bool:
     """Whether step ``n`` is (or is stacked on) a blind probe of generic exploration: its retries are probes too,
     which the patience stop bounds like any other."""
     chain = _chain_steps(campaign, n or 0)
-    return bool(chain) and campaign.step(chain[-1]).change.why == EXPLORING
+    return bool(chain) and EXPLORING in campaign.step(chain[-1]).change.why  # _fill_first keeps the probe's why
 
 
 def _last_step_trial(campaign: Campaign) -> tuple[Step | None, RunRef | None]:

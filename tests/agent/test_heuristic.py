@@ -682,6 +682,21 @@ def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kep
     assert (isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 1)) == undone
 
 
+def test_a_blind_probe_gated_as_an_enabler_is_still_a_blind_probe() -> None:
+    """_fill_first keeps the probe's why inside the enabler's: a retry stacked on the local batch it enabled is a
+    blind probe's retry, which the patience stop bounds."""
+    from bot.agent.heuristic import EXPLORING, _from_a_blind_probe
+
+    state, _ = _state_and_space(recipe_text())
+    pp = Change(lever="parallelism.pipeline_parallel_degree", before=1, after=2, enabler=True,
+                why=f"enabler of training.local_batch_size=8: {EXPLORING}; alone, 2 stages at 1 microbatches ...")
+    lbs = Change(lever="training.local_batch_size", before=1, after=8, why="the change step 1 enabled (...)", stacked_on=1)
+    lesson = pp.model_copy(update={"why": "enabler of training.local_batch_size=8: a lesson; alone, ..."})
+    for root, blind in ((pp, True), (lesson, False)):
+        steps = [cm.Step(n=1, change=root, state="closed"), cm.Step(n=2, change=lbs, stacked_on=1, state="closed")]
+        assert _from_a_blind_probe(state.model_copy(update={"steps": steps}), 2) == blind
+
+
 FEW_MICROBATCHES = _sim_recipe("few-microbatches", """\
   training.disable_cuda_graphs: true
   parallelism.data_parallel_shard_degree: -1
@@ -692,27 +707,41 @@ FEW_MICROBATCHES = _sim_recipe("few-microbatches", """\
 """)
 
 
-@pytest.mark.parametrize(("local_batch", "filled"), [(4, True), (32, False)])
-def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest_local_batch(local_batch: int, filled: bool) -> None:
+@pytest.mark.parametrize(("pp", "local_batch", "filled"), [(2, 4, True), (2, 32, False), (1, 8, False)])
+def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest_local_batch(pp: int, local_batch: int, filled: bool) -> None:
     """PP 2 -> 4 on 8 devices with local batch 4 (4 microbatches per flush over 4 stages: (p-1)/m = 3/4, about 43 % of
     the step idle) would measure the bubble, not the layout: it is gated, not run, and the largest local batch the
-    pinned global batch allows (64 over DP 2: 32) is stacked on it. At local batch 32 the bubble is small: a plain step."""
+    pinned global batch allows (64 over DP 2: 32) is stacked on it. At local batch 32, or PP 1 -> 2 at local batch 8
+    (1/8, about 11 %, with 16 legal), the bubble is small: a plain step."""
     from bot.core.recipe import set_lever_text
 
     text = set_lever_text(FEW_MICROBATCHES, "training.local_batch_size", local_batch)
+    text = set_lever_text(text, "parallelism.pipeline_parallel_degree", pp)
     state, space = _state_and_space(text)
+    if not filled:
+        from bot.agent.space import layout_problem
+
+        more = {**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 2 * pp}
+        assert layout_problem(space.recipe, more) is None
+        assert layout_problem(space.recipe, {**more, "training.local_batch_size": 2 * local_batch}) is None or local_batch == 32
+        plain = Change(lever="parallelism.pipeline_parallel_degree", before=pp, after=2 * pp, why="t")
+        assert HeuristicPolicy()._fill_first(state, space, plain) is None
+        return
     pp_up = _lesson("pp-up", {"lever": "parallelism.pipeline_parallel_degree", "op": "double"})
     proposal = HeuristicPolicy().propose(state, OK, [pp_up], space, RECORDS)
-    assert isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 4)
-    assert proposal.enabler == filled
-    if not filled:
-        return
+    assert isinstance(proposal, Change) and (proposal.lever, proposal.after, proposal.enabler) == ("parallelism.pipeline_parallel_degree", 4, True)
     assert proposal.why.startswith("enabler of training.local_batch_size=32:") and "(p-1)/(v·m)" in proposal.why
     assert proposal.lessons == ["pp-up", "pp-fill-the-pipeline"]
     gated = cm.Step(n=1, change=proposal, state="closed", levers={**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 4},
                     config_verdict=Verdict(verdict="ok", stage="config"))
     enabled = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), OK, [pp_up], space, RECORDS)
     assert (enabled.lever, enabled.before, enabled.after, enabled.stacked_on) == ("training.local_batch_size", local_batch, 32, 1)
+    # once that configuration was measured (no gain), PP 4 is no longer gated again and again: it runs alone, as before
+    measured = cm.Step(n=2, change=enabled, stacked_on=1, state="closed", gain=-0.05,
+                       levers={**gated.levers, "training.local_batch_size": 32}, runs=[cm.RunRef(kind="trial", n=2, outcome="stopped", tps=900.0)])
+    again = HeuristicPolicy()._fill_first(state.model_copy(update={"steps": [gated, measured]}), space,
+                                          proposal.model_copy(update={"enabler": False, "why": "t", "lessons": ["pp-up"]}))
+    assert again is None
 
 
 def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_retried_with_twice_as_many() -> None:
