@@ -198,7 +198,8 @@ class HeuristicPolicy:
         lbs = int(eff[lbs_name])
         m = max(lbs // max(int(eff["parallelism.pipeline_parallel_microbatch_size"]), 1), 1)
         frac = bubble_fraction(change.after, str(eff[SCHEDULE]), m)
-        if frac / (1.0 + frac) < BUBBLE_FRAC:
+        share = frac / (1.0 + frac)  # of the step: the bubble over busy time + bubble
+        if share < BUBBLE_FRAC:
             return None
         legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > lbs and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
         if not legal or _already_stepped(campaign, {**levers, lbs_name: max(legal)}):
@@ -206,7 +207,7 @@ class HeuristicPolicy:
         enabler = change.model_copy(update={
             "enabler": True, "lessons": [*change.lessons, BUBBLE_LESSON],
             "why": f"enabler of {lbs_name}={max(legal)}: {change.why}; alone, {change.after} stages at {m} microbatches "
-                   f"per flush would idle about {frac / (1.0 + frac):.0%} of the step in the pipeline bubble ((p-1)/(v·m)), so the "
+                   f"per flush would idle about {share:.0%} of the step in the pipeline bubble ((p-1)/(v·m)), so the "
                    "largest local batch the pinned global batch allows is stacked on it and measured with it"})
         return enabler if validate_change(campaign, enabler, space) is None else None
 
@@ -895,8 +896,8 @@ def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar, min_gain:
     was measured as a gain beyond the noise band); a lesson never undoes a gain of MOMENTUM_GAIN or more (PP 2 -> 1
     right after PP 1 -> 2 was kept at +433 %), while a smaller one may be revisited (what it traded may matter more
     later); coupled retries still may. Blind exploration reads each kept step's own change; with ``min_gain`` every
-    change of a kept chain counts (an enabler kept with
-    the change stacked on it: PP 1 -> 2 as the enabler of local batch 2 -> 4, kept together at +524 %)."""
+    change of a kept chain counts (an enabler kept with the change stacked on it: PP 1 -> 2 as the enabler of local
+    batch 2 -> 4, kept together at +524 %)."""
     for s in campaign.steps:
         if not s.kept or (min_gain is not None and (s.gain or 0.0) < min_gain):
             continue
