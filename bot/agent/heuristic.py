@@ -19,7 +19,11 @@
    CUDA graphs off) gets the prerequisite as its enabler the same way: alone it may cost throughput,
    and it is worth only what it enables. More pipeline stages that would leave few microbatches per flush (an
    analytic bubble of BUBBLE_FRAC or more) are gated the same way, as the enabler of the largest local batch
-   (``_fill_first``): run alone they would measure the bubble, not the layout. Legality (divisibility, batch arithmetic, stage split) is computed
+   (``_fill_first``): run alone they would measure the bubble, not the layout. Where a schedule's own bound leaves
+   no one-lever path -- DualPipeV needs microbatches >= stages, so twice the stages at the local batch's share are
+   refused while twice the local batch at the old degree would not divide the global batch -- the schedule with the
+   same stage placement and no such bound (ZBVZeroBubble) is the stepping stone (``_stepping_stone``), and the
+   schedule it replaced is proposed back once legal (``_restore_schedule``). Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
    next notch the same way (a line search along the lever that paid), before the lessons.
@@ -124,7 +128,7 @@ class HeuristicPolicy:
                                       and _patience_stop(campaign)):
             return retry
         follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
-                  or self._keep_going(campaign, levers))
+                  or self._keep_going(campaign, levers) or self._restore_schedule(campaign, levers))
         if follow is not None:
             return follow
         less = self._less_recompute_that_fits(campaign, levers, records)
@@ -278,12 +282,15 @@ class HeuristicPolicy:
         return pre if validate_change(campaign, pre, space) is None else None
 
     def _enabler(self, campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, illegal: str,
-                 lessons: list[str]) -> Change | None:
-        """``lever=value`` is refused only by the pinned global batch: the local-batch change that keeps it."""
+                 lessons: list[str], *, stacked_on: int | None = None, why: str = "") -> Change | None:
+        """``lever=value`` is refused only by the pinned global batch (or by the microbatches per flush its share
+        leaves a schedule): the local-batch change that keeps it -- from the incumbent, or stacked on step
+        ``stacked_on`` (a retry's degree change; ``why``: the retry's reason)."""
         lbs_name = "training.local_batch_size"
-        if lever not in DEGREES or "local_batch_size*dp" not in illegal or lbs_name not in space.values:
+        if lever not in DEGREES or not ("local_batch_size*dp" in illegal or "microbatches" in illegal) or lbs_name not in space.values:
             return None
-        cur = catalog.effective(campaign.incumbent_levers)
+        base = campaign.step(stacked_on).levers if stacked_on else campaign.incumbent_levers
+        cur = catalog.effective(base)
         old = {k: int(cur[k]) for k in DEGREES}
         new = {**old, lever: int(value)}
         old_mp = old["parallelism.tensor_parallel_degree"] * old["parallelism.pipeline_parallel_degree"] * old["parallelism.context_parallel_degree"]
@@ -292,15 +299,15 @@ class HeuristicPolicy:
         target = lbs * new_mp // old_mp if (lbs * new_mp) % old_mp == 0 else 0
         if target < 1 or target not in space.values[lbs_name]:
             return None
-        enabled = {**campaign.incumbent_levers, lbs_name: target, lever: value}
+        enabled = {**base, lbs_name: target, lever: value}
         if layout_problem(space.recipe, enabled) is not None:
             return None
         if _already_stepped(campaign, enabled):
             return None  # the change it would enable was already measured (or refused): nothing to enable
-        change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name, enabler=True,
+        change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name, enabler=True, stacked_on=stacked_on,
                         why=f"enabler of {lever}={value}: keeps local_batch x dp = the pinned global batch split "
-                            f"when the DP degree changes ({illegal})")
-        if validate_change(campaign, change, space) is not None or layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: target}):
+                            f"when the DP degree changes ({illegal})" + (f"; {why}" if why else ""))
+        if validate_change(campaign, change, space) is not None or layout_problem(space.recipe, {**base, lbs_name: target}):
             return None
         return change
 
@@ -408,14 +415,60 @@ class HeuristicPolicy:
                             "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
                             "and activations per microbatch instead of per local batch"))
         for lever, value, lesson, why in options:
-            if layout_problem(space.recipe, {**last.levers, lever: value}) is not None:
+            why = f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that and free activation memory instead: {why}"
+            illegal = layout_problem(space.recipe, {**last.levers, lever: value})
+            if illegal is not None:
+                # more stages leave fewer DP ranks for the pinned global batch: the local batch that keeps it first
+                # (gated, not run; the stages are stacked on it and measured), within the chain's bound
+                enabler = None if _chain_depth(campaign, last) + 2 > MAX_CHAIN else (
+                    self._enabler(campaign, space, lever, value, illegal, [lesson], stacked_on=last.n, why=why)
+                    or self._stepping_stone(campaign, space, last, lever, value, illegal, lesson, why))
+                if enabler is not None:
+                    return enabler
                 continue
-            change = Change(lever=lever, before=eff.get(lever), after=value, lessons=[lesson], policy=self.name, stacked_on=last.n,
-                            why=f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that "
-                                f"and free activation memory instead: {why}")
+            change = Change(lever=lever, before=eff.get(lever), after=value, lessons=[lesson], policy=self.name, stacked_on=last.n, why=why)
             if validate_change(campaign, change, space) is None:
                 return change
         return self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+
+    def _stepping_stone(self, campaign: Campaign, space: LeverSpace, last, lever: str, value: Scalar, illegal: str,
+                        lesson: str, why: str) -> Change | None:
+        """Stacked on ``last``: ``lever=value`` is refused because its schedule needs at least as many microbatches
+        per flush as stages, and no local batch the pinned global batch allows at the old degree gives them
+        (DualPipeV at PP 2 -> 4 with the local batch at its share: 4 microbatches for 8 stages, while 8 would not
+        divide the global batch at PP 2). The schedule with the same stage placement that has no such bound
+        (STEPPING_STONE) goes first, as its enabler (gated, not run); once the stages are kept, ``_restore_schedule``
+        proposes the schedule back where it is legal again."""
+        sched = str(catalog.effective(last.levers).get(SCHEDULE, ""))
+        stone = STEPPING_STONE.get(sched)
+        if stone is None or "microbatches" not in illegal or stone not in space.values.get(SCHEDULE, []):
+            return None
+        stepped = {**last.levers, SCHEDULE: stone}
+        if layout_problem(space.recipe, stepped) is not None or layout_problem(space.recipe, {**stepped, lever: value}) is not None:
+            return None
+        if _already_stepped(campaign, {**stepped, lever: value}):
+            return None
+        change = Change(lever=SCHEDULE, before=sched, after=stone, lessons=[lesson, STONE_LESSON], policy=self.name, enabler=True,
+                        stacked_on=last.n,
+                        why=f"enabler of {lever}={value}: {sched} would need more microbatches per flush than the pinned "
+                            f"global batch leaves ({illegal}); {stone} places the same stages without that bound, and "
+                            f"{sched} comes back once the local batch allows it; {why}")
+        return change if validate_change(campaign, change, space) is None else None
+
+    def _restore_schedule(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+        """A kept chain went through a stepping-stone schedule (``_stepping_stone``) and the incumbent still runs it:
+        the schedule it replaced, once legal on the incumbent, measured once -- it was kept before the stone for
+        what it buys."""
+        current = catalog.effective(campaign.incumbent_levers)
+        for n in sorted({n for s in campaign.steps if s.kept for n in _chain_steps(campaign, s.n)}, reverse=True):
+            c = campaign.step(n).change
+            if STONE_LESSON not in c.lessons or c.lever != SCHEDULE or current.get(SCHEDULE) != c.after:
+                continue
+            if (SCHEDULE, str(c.before)) in _tried_from_incumbent(campaign) or _already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: c.before}):
+                return None
+            why = f"step {n} ({c.title()}) stood in for {c.before} until the local batch allowed it: {c.before} back"
+            return self._checked(campaign, space, SCHEDULE, c.before, why, [STONE_LESSON])
+        return None
 
     def _push_further(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last step (one numeric lever, from the incumbent) measured a positive estimate but ended *undecided*
@@ -624,6 +677,10 @@ SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
 PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 BUBBLE_LESSON = "pp-fill-the-pipeline"
 SCHEDULE = "parallelism.pipeline_parallel_schedule"
+STONE_LESSON = "pp-schedule-stepping-stone"
+# a schedule that needs microbatches >= stages -> the one with the same stage placement (two per rank, V-shaped) and
+# the same zero-bubble backward split that does not (bot.core.layouts: NEEDS_MB_GE_STAGES)
+STEPPING_STONE = {"DualPipeV": "ZBVZeroBubble"}
 DP_BUBBLE_LESSON = "pp-bubble-fewer-dp-ranks"
 COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
 COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks

@@ -761,3 +761,60 @@ def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_re
         assert got == expected, (lever, retry)
         if retry is not None:
             assert retry.lessons == ["oom-raise-pipeline-parallel"]
+
+
+DUALPIPE_AT_ITS_SHARE = _sim_recipe("dualpipe-share", """\
+  training.disable_cuda_graphs: true
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.pipeline_parallel_degree: 2
+  parallelism.pipeline_parallel_schedule: DualPipeV
+  training.local_batch_size: 4
+  activation_checkpoint: full
+""").replace("model: llama3-tiny", "model: llama3.1-8b").replace("training.global_batch_size: 64", "training.global_batch_size: 16")
+
+
+def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_zero_bubble_v_schedule() -> None:
+    """Less recompute ran out of memory; its memory partner, PP 2 -> 4, is refused: DualPipeV needs 8 microbatches for
+    8 stages and the local batch is the pinned global batch's share (4), while local batch 8 at PP 2 would not divide
+    it -- no one-lever path. ZBVZeroBubble (the same V placement, no such bound) is stacked first as the enabler, the
+    stages on it; once the local batch gives 8 microbatches, DualPipeV is proposed back -- not before."""
+    from bot.agent.space import layout_problem
+
+    state, space = _state_and_space(DUALPIPE_AT_ITS_SHARE)
+    base = dict(state.incumbent_levers)
+    pp4 = {**base, "activation_checkpoint": "selective", "parallelism.pipeline_parallel_degree": 4}
+    assert "microbatches" in layout_problem(space.recipe, pp4)
+    assert "divisible" in layout_problem(space.recipe, {**base, "training.local_batch_size": 8})
+    sel = {**base, "activation_checkpoint": "selective"}
+    oom = cm.Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="selective", why="t"), state="closed", levers=sel,
+                  runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="peak memory 90 GiB")])
+    s1 = state.model_copy(update={"steps": [oom]})
+    stone = HeuristicPolicy()._oom_retry(s1, space)
+    assert isinstance(stone, Change)
+    assert (stone.lever, stone.before, stone.after, stone.enabler, stone.stacked_on) == (
+        "parallelism.pipeline_parallel_schedule", "DualPipeV", "ZBVZeroBubble", True, 1)
+    assert stone.why.startswith("enabler of parallelism.pipeline_parallel_degree=4:") and "pp-schedule-stepping-stone" in stone.lessons
+    zbv = {**sel, "parallelism.pipeline_parallel_schedule": "ZBVZeroBubble"}
+    gated = cm.Step(n=2, change=stone, stacked_on=1, state="closed", levers=zbv, config_verdict=Verdict(verdict="ok", stage="config"))
+    s2 = state.model_copy(update={"steps": [oom, gated]})
+    stages = HeuristicPolicy().propose(s2, OK, [], space, RECORDS)
+    assert isinstance(stages, Change)
+    assert (stages.lever, stages.after, stages.stacked_on, stages.enabler) == ("parallelism.pipeline_parallel_degree", 4, 2, False)
+    assert validate_change(s2, stages, space) is None
+    # the chain is kept at local batch 4: DualPipeV is still refused, so it is not proposed back yet
+    at4 = {**zbv, "parallelism.pipeline_parallel_degree": 4}
+    kept = cm.Step(n=3, change=stages, stacked_on=2, state="closed", levers=at4, kept=True, gain=0.06,
+                   runs=[cm.RunRef(kind="trial", n=3, outcome="ok", tps=1060.0)])
+    s3 = state.model_copy(update={"steps": [oom, gated, kept], "incumbent_levers": at4, "incumbent_step": 3})
+    assert HeuristicPolicy()._restore_schedule(s3, space) is None
+    # a later kept step doubles the local batch: now DualPipeV has its 8 microbatches and comes back
+    at8 = {**at4, "training.local_batch_size": 8}
+    lbs = cm.Step(n=4, change=Change(lever="training.local_batch_size", before=4, after=8, why="t"), state="closed", levers=at8, kept=True,
+                  gain=0.2, runs=[cm.RunRef(kind="trial", n=4, outcome="ok", tps=1270.0)])
+    s4 = state.model_copy(update={"steps": [oom, gated, kept, lbs], "incumbent_levers": at8, "incumbent_step": 4})
+    back = HeuristicPolicy()._restore_schedule(s4, space)
+    assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (
+        "parallelism.pipeline_parallel_schedule", "ZBVZeroBubble", "DualPipeV", None)
+    tried = cm.Step(n=5, change=back, state="closed", levers={**at8, "parallelism.pipeline_parallel_schedule": "DualPipeV"},
+                    runs=[cm.RunRef(kind="trial", n=5, outcome="stopped", tps=1200.0)])
+    assert HeuristicPolicy()._restore_schedule(s4.model_copy(update={"steps": [*s4.steps, tried]}), space) is None
