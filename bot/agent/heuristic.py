@@ -7,7 +7,9 @@
 1. **OOM -> recompute** (the rule that made the published campaigns): when the last trial ran
    out of memory, retry that same layout with more activation recomputation (a step stacked on
    the failed one) before the layout is abandoned; when it already recomputes everything, retry
-   it with the model sharded over twice the pipeline stages (``oom-raise-pipeline-parallel``).
+   it with the model sharded over twice the pipeline stages (``oom-raise-pipeline-parallel``). The recompute
+   retry is not made again for a change whose same retry was measured MOMENTUM_GAIN slower on an earlier incumbent
+   (``_recompute_retry_refuted``: recompute costs the same share again).
    A change the memory screen predicts to run out of memory (:mod:`bot.agent.memory_screen`: a measured peak
    scaled by the analytic memory model, over the device by more than its margin) is proposed with that
    prediction and not run: the campaign records it as an out-of-memory trial that cost nothing, and the
@@ -26,7 +28,11 @@
    schedule it replaced is proposed back once legal (``_restore_schedule``). Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
-   next notch the same way (a line search along the lever that paid), before the lessons.
+   next notch the same way (a line search along the lever that paid), before the lessons. A kept step that changed
+   a parallel degree or the schedule with such a gain is then followed by a **second pass** over the kept steps
+   that gained little before it (``_second_pass``): each one's change measured the other way, once, on the new
+   layout (levers interact; coordinate descent repeats its passes). The same second pass runs once more before the
+   patience stop.
 1d. **Fewer DP ranks** (from the breakdown), with the local batch already the pinned global batch's
    share: twice the TP degree (inside the node; then CP) as the enabler of twice the local batch -- under PP
    for a bubble (twice the microbatches per flush), without PP for exposed communication of COMM_FRAC or
@@ -128,7 +134,8 @@ class HeuristicPolicy:
                                       and _patience_stop(campaign)):
             return retry
         follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
-                  or self._keep_going(campaign, levers) or self._restore_schedule(campaign, levers))
+                  or self._keep_going(campaign, levers) or self._restore_schedule(campaign, levers)
+                  or self._second_pass(campaign, levers, just_kept=True))
         if follow is not None:
             return follow
         less = self._less_recompute_that_fits(campaign, levers, records)
@@ -157,6 +164,9 @@ class HeuristicPolicy:
                                            fits=lambda c, lv: _if_predicted_to_fit(campaign, c, lv, levers, records))
         if lesson_change is not None:
             return lesson_change
+        second = self._second_pass(campaign, levers)
+        if second is not None:
+            return second
         stop = _patience_stop(campaign)
         if stop is not None:
             return Stop(why=stop, policy=self.name)
@@ -353,6 +363,8 @@ class HeuristicPolicy:
         # a retry that ran out of memory again climbs the ladder (selective -> full) before the layout is abandoned
         mode = str(eff["activation_checkpoint"])
         nxt = RECOMPUTE_LADDER.get(mode)
+        if nxt is not None and _recompute_retry_refuted(campaign, last, nxt):
+            return None
         if nxt is None:
             pp_name = "parallelism.pipeline_parallel_degree"
             pp = int(eff[pp_name])
@@ -468,6 +480,35 @@ class HeuristicPolicy:
                 return None
             why = f"step {n} ({c.title()}) stood in for {c.before} until the local batch allowed it: {c.before} back"
             return self._checked(campaign, space, SCHEDULE, c.before, why, [STONE_LESSON])
+        return None
+
+    def _second_pass(self, campaign: Campaign, space: LeverSpace, *, just_kept: bool = False) -> Change | None:
+        """A kept step that gained little (under MOMENTUM_GAIN), followed by a kept step that gained MOMENTUM_GAIN or
+        more by changing the layout (a parallel degree or the pipeline schedule): its change, measured on the layout
+        of then, is measured once the other way on the incumbent -- a second coordinate-descent pass over the small
+        gains, after the diagnosis- and lesson-driven moves are spent (expert parallel 32 -> 16 gained +3.8 % for its
+        all-to-all under ZBVZeroBubble; after DualPipeV hid the all-to-all, EP 32 was 18 % faster)."""
+        kept = [s for s in campaign.steps if s.kept]
+        current = catalog.effective(campaign.incumbent_levers)
+        for s in kept:
+            c = s.change
+            if (s.stacked_on is not None or c.enabler or c.extra or s.gain is None or not 0 < s.gain < MOMENTUM_GAIN
+                    or c.lever not in space.values or current.get(c.lever) != c.after or SECOND_PASS_LESSON in c.lessons):
+                continue
+            later = [t for t in kept if t.n > s.n and (t.gain or 0.0) >= MOMENTUM_GAIN and any(
+                campaign.step(m).change.lever in (*DEGREES, SCHEDULE) for m in _chain_steps(campaign, t.n))]
+            if not later or (just_kept and later[-1].n != campaign.steps[-1].n):
+                continue
+            if (c.lever, str(c.before)) in _tried_from_incumbent(campaign) or _already_stepped(campaign, {**campaign.incumbent_levers, c.lever: c.before}):
+                continue
+            if any(SECOND_PASS_LESSON in x.change.lessons and x.change.lever == c.lever and str(x.change.after) == str(c.before) for x in campaign.steps):
+                continue
+            why = (f"step {s.n} ({c.title()}) gained {s.gain:+.1%} on the layout of then; step {later[0].n} "
+                   f"({campaign.step(later[0].n).change.title()}) changed the layout since (kept at {later[0].gain:+.1%}): "
+                   f"{c.lever} back to {c.before}, measured once on the incumbent (a second coordinate-descent pass)")
+            change = self._checked(campaign, space, c.lever, c.before, why, [SECOND_PASS_LESSON])
+            if change is not None:
+                return change
         return None
 
     def _push_further(self, campaign: Campaign, space: LeverSpace) -> Change | None:
@@ -678,6 +719,7 @@ PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 BUBBLE_LESSON = "pp-fill-the-pipeline"
 SCHEDULE = "parallelism.pipeline_parallel_schedule"
 STONE_LESSON = "pp-schedule-stepping-stone"
+SECOND_PASS_LESSON = "second-pass-over-small-gains"
 # a schedule that needs microbatches >= stages -> the one with the same stage placement (two per rank, V-shaped) and
 # the same zero-bubble backward split that does not (bot.core.layouts: NEEDS_MB_GE_STAGES)
 STEPPING_STONE = {"DualPipeV": "ZBVZeroBubble"}
@@ -704,6 +746,24 @@ def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> b
             continue
         then = catalog.effective({**s.levers, lever: s.change.before})
         if not any(now.get(k) != then.get(k) for k in watched if k != lever):
+            return True
+    return False
+
+
+def _recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
+    """The change ``last`` made (its lever and value) ran out of memory before, on an earlier incumbent, and its
+    retry with ``mode`` recompute was measured slower than that incumbent by MOMENTUM_GAIN or more: the recompute
+    costs about the same share of the step again (expert parallel 16 -> 8 out of memory, its full-recompute retry
+    -23 %; after a kept TP 1 -> 2 the same change ran out of memory again and the same retry measured -25 %), more
+    than the change could win back, so the retry is not made again. The layout is abandoned as after a failed
+    ladder; the memory screen and a later kept step may still open it another way."""
+    for s in campaign.steps:
+        if (s.stacked_on is None or s.stacked_on == last.n or s.kept or s.change.lever != "activation_checkpoint"
+                or str(s.change.after) != mode or s.gain is None or s.gain > -MOMENTUM_GAIN):
+            continue
+        failed = campaign.step(s.stacked_on).change
+        if (failed.lever, str(failed.after)) == (last.change.lever, str(last.change.after)) and any(
+                r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs):
             return True
     return False
 

@@ -818,3 +818,59 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     tried = cm.Step(n=5, change=back, state="closed", levers={**at8, "parallelism.pipeline_parallel_schedule": "DualPipeV"},
                     runs=[cm.RunRef(kind="trial", n=5, outcome="stopped", tps=1200.0)])
     assert HeuristicPolicy()._restore_schedule(s4.model_copy(update={"steps": [*s4.steps, tried]}), space) is None
+
+
+EP_RECIPE = (CPU_RECIPE.parents[1] / "deepseek-v3/h200x256.yaml")
+
+
+def _measured(n: int, change: Change, levers: dict, gain: float, *, kept: bool = False, stacked_on: int | None = None,
+              outcome: str = "stopped") -> cm.Step:
+    return cm.Step(n=n, change=change, stacked_on=stacked_on, state="closed", levers=levers, kept=kept, gain=gain,
+                   runs=[cm.RunRef(kind="trial", n=n, outcome=outcome, tps=1000.0 * (1 + gain))])
+
+
+@pytest.mark.parametrize(("retry_gain", "retried"), [(-0.23, False), (-0.04, True)])
+def test_a_recompute_retry_measured_far_slower_is_not_made_again_for_the_same_change(retry_gain: float, retried: bool) -> None:
+    """EP 16 -> 8 ran out of memory and its full-recompute retry measured -23 %; after a kept TP change the same EP
+    change ran out of memory again: the same retry is not made again (recompute costs the same share again). A retry
+    that lost only a little may still pay on the new layout: it is made."""
+    state, space = _state_and_space(EP_RECIPE.read_text())
+    base = dict(state.incumbent_levers)
+    ep, ac = "parallelism.expert_parallel_degree", "activation_checkpoint"
+    ep_down = Change(lever=ep, before=32, after=16, why="t")
+    oom1 = cm.Step(n=1, change=ep_down, state="closed", levers={**base, ep: 16}, runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
+    retry1 = _measured(2, Change(lever=ac, before="selective", after="full", why="t", stacked_on=1), {**base, ep: 16, ac: "full"},
+                       retry_gain, stacked_on=1)
+    tp = "parallelism.tensor_parallel_degree"
+    kept = _measured(3, Change(lever=tp, before=1, after=2, why="t"), {**base, tp: 2}, 0.05, kept=True, outcome="ok")
+    oom2 = cm.Step(n=4, change=ep_down, state="closed", levers={**base, tp: 2, ep: 16}, runs=[cm.RunRef(kind="trial", n=4, outcome="oom")])
+    s = state.model_copy(update={"steps": [oom1, retry1, kept, oom2], "incumbent_step": 3, "incumbent_levers": {**base, tp: 2}})
+    retry = HeuristicPolicy()._oom_retry(s, space)
+    assert (isinstance(retry, Change) and (retry.lever, retry.after, retry.stacked_on) == (ac, "full", 4)) == retried, retry
+
+
+def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_is_kept_after_it() -> None:
+    """EP 32 -> 16 was kept at +3.8 % for its all-to-all; DualPipeV, kept after it at +22 %, hides the all-to-all:
+    right after that, EP back to 32 is measured once on the incumbent (it measured +18 %). Not before a large layout
+    change, and not a second time."""
+    state, space = _state_and_space(EP_RECIPE.read_text())
+    base = dict(state.incumbent_levers)
+    ep, sched = "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule"
+    small = _measured(1, Change(lever=ep, before=32, after=16, why="t"), {**base, ep: 16}, 0.038, kept=True, outcome="ok")
+    at16 = {**base, ep: 16}
+    s1 = state.model_copy(update={"steps": [small], "incumbent_step": 1, "incumbent_levers": at16})
+    assert HeuristicPolicy()._second_pass(s1, space) is None
+    dual = {**at16, sched: "DualPipeV", "parallelism.tensor_parallel_degree": 4, "training.local_batch_size": 16}
+    big = _measured(2, Change(lever=sched, before=base[sched], after="DualPipeV", why="t"), dual, 0.22, kept=True, outcome="ok")
+    s2 = state.model_copy(update={"steps": [small, big], "incumbent_step": 2, "incumbent_levers": dual})
+    back = HeuristicPolicy()._second_pass(s2, space, just_kept=True)
+    assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (ep, 16, 32, None)
+    assert back.lessons == ["second-pass-over-small-gains"] and "step 2" in back.why
+    tried = _measured(3, back, {**dual, ep: 32}, -0.05)
+    assert HeuristicPolicy()._second_pass(state.model_copy(update={"steps": [small, big, tried], "incumbent_step": 2,
+                                                                   "incumbent_levers": dual}), space) is None
+    # a later step that is not the large one: right-after mode waits for the lessons
+    other = _measured(3, Change(lever="compile.enable", before=False, after=True, why="t"), {**dual, "compile.enable": True}, -0.02)
+    s3 = state.model_copy(update={"steps": [small, big, other], "incumbent_step": 2, "incumbent_levers": dual})
+    assert HeuristicPolicy()._second_pass(s3, space, just_kept=True) is None
+    assert HeuristicPolicy()._second_pass(s3, space) is not None

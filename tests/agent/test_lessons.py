@@ -439,3 +439,13 @@ def test_write_proposed_writes_nothing_when_a_lesson_is_bad(tmp_path: Path) -> N
         write_proposed([{"id": "bad lesson id", "try": [], "why": "", "source": "x"}], target)
     assert target.read_text(encoding="utf-8") == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
+
+
+@pytest.mark.parametrize(("comm", "fires"), [(None, True), (0.05, True), (0.15, False), (0.4, False)])
+def test_pipeline_off_is_not_tried_where_communication_is_already_exposed(comm: float | None, fires: bool) -> None:
+    """PP off multiplies the FSDP group by p: with 15 % or more of the step in exposed communication it only adds to
+    it (deepseek-v3 on 256 H200: PP 8 -> 1 measured -63 %). A missing breakdown (a CPU run) does not hold it back."""
+    over = {"levers.parallelism.pipeline_parallel_degree": 8, "diagnosis.mem_headroom_frac": 0.2}
+    if comm is not None:
+        over["diagnosis.breakdown.exposed_comm_frac"] = comm
+    assert ("pp-off-when-fsdp-may-fit" in ids(relevant(LESSONS, gpu_ctx(**over)))) == fires
