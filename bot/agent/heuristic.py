@@ -135,7 +135,7 @@ class HeuristicPolicy:
             return retry
         follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
                   or self._keep_going(campaign, levers) or self._restore_schedule(campaign, levers)
-                  or self._second_pass(campaign, levers, just_kept=True))
+                  or self._second_pass(campaign, levers, lessons, just_kept=True))
         if follow is not None:
             return follow
         less = self._less_recompute_that_fits(campaign, levers, records)
@@ -164,7 +164,7 @@ class HeuristicPolicy:
                                            fits=lambda c, lv: _if_predicted_to_fit(campaign, c, lv, levers, records))
         if lesson_change is not None:
             return lesson_change
-        second = self._second_pass(campaign, levers)
+        second = self._second_pass(campaign, levers, lessons)
         if second is not None:
             return second
         stop = _patience_stop(campaign)
@@ -482,12 +482,15 @@ class HeuristicPolicy:
             return self._checked(campaign, space, SCHEDULE, c.before, why, [STONE_LESSON])
         return None
 
-    def _second_pass(self, campaign: Campaign, space: LeverSpace, *, just_kept: bool = False) -> Change | None:
+    def _second_pass(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], *, just_kept: bool = False) -> Change | None:
         """A kept step that gained little (under MOMENTUM_GAIN), followed by a kept step that gained MOMENTUM_GAIN or
-        more by changing the layout (a parallel degree or the pipeline schedule): its change, measured on the layout
-        of then, is measured once the other way on the incumbent -- a second coordinate-descent pass over the small
-        gains, after the diagnosis- and lesson-driven moves are spent (expert parallel 32 -> 16 gained +3.8 % for its
-        all-to-all under ZBVZeroBubble; after DualPipeV hid the all-to-all, EP 32 was 18 % faster)."""
+        more by changing the layout (a parallel degree or the pipeline schedule) aimed at a cost the small one was
+        aimed at too (``_costs_aimed_at``): the small one's change, measured on the layout of then, is measured once
+        the other way on the incumbent -- a second coordinate-descent pass over the small gains (expert parallel 32 ->
+        16 gained +3.8 % for its exposed all-to-all under ZBVZeroBubble; after DualPipeV hid the all-to-all, EP 32 was
+        18 % faster). A later change aimed elsewhere leaves the small one's cost as it was: no pass (TP 1 -> 2 for
+        the bubble, kept at +11 %: EP 16 -> 32 then measured -0.4 % and -3.6 %, 2.7 and 4.0 runs spent)."""
+        by_id = {ls.id: ls for ls in lessons}
         kept = [s for s in campaign.steps if s.kept]
         current = catalog.effective(campaign.incumbent_levers)
         for s in kept:
@@ -495,8 +498,10 @@ class HeuristicPolicy:
             if (s.stacked_on is not None or c.enabler or c.extra or s.gain is None or not 0 < s.gain < MOMENTUM_GAIN
                     or c.lever not in space.values or current.get(c.lever) != c.after or SECOND_PASS_LESSON in c.lessons):
                 continue
-            later = [t for t in kept if t.n > s.n and (t.gain or 0.0) >= MOMENTUM_GAIN and any(
-                campaign.step(m).change.lever in (*DEGREES, SCHEDULE) for m in _chain_steps(campaign, t.n))]
+            costs = _costs_aimed_at(c, by_id)
+            later = [t for t in kept if t.n > s.n and (t.gain or 0.0) >= MOMENTUM_GAIN
+                     and any(campaign.step(m).change.lever in (*DEGREES, SCHEDULE) for m in _chain_steps(campaign, t.n))
+                     and any(costs & _costs_aimed_at(campaign.step(m).change, by_id) for m in _chain_steps(campaign, t.n))]
             if not later or (just_kept and later[-1].n != campaign.steps[-1].n):
                 continue
             if (c.lever, str(c.before)) in _tried_from_incumbent(campaign) or _already_stepped(campaign, {**campaign.incumbent_levers, c.lever: c.before}):
@@ -934,6 +939,17 @@ def _aimed_cost(change: Change | None) -> str:
         return ""
     m = ENABLER.match(change.why) if change.enabler else None
     return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(m.group("lever") if m else change.lever, "")
+
+
+def _costs_aimed_at(change: Change, lessons: dict[str, Lesson]) -> set[str]:
+    """Every cost ``change`` is aimed at: ``_aimed_cost``'s, and each cost whose share of the step one of its lessons
+    fires on (DualPipeV from the MoE lesson that fires on exposed communication: the bubble and exposed_comm)."""
+    out = {_aimed_cost(change)} - {""}
+    for lid in change.lessons:
+        les = lessons.get(lid)
+        if les is not None:
+            out |= {cost for cost in ADDRESSABLE if les.when is not None and f"diagnosis.breakdown.{cost}_frac" in fields(les.when)}
+    return out
 
 
 def _aimed_at_a_larger_cost(driven: Change | None, lesson_change: Change, diagnosis: Diagnosis) -> bool:

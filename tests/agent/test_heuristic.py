@@ -849,28 +849,35 @@ def test_a_recompute_retry_measured_far_slower_is_not_made_again_for_the_same_ch
     assert (isinstance(retry, Change) and (retry.lever, retry.after, retry.stacked_on) == (ac, "full", 4)) == retried, retry
 
 
-def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_is_kept_after_it() -> None:
-    """EP 32 -> 16 was kept at +3.8 % for its all-to-all; DualPipeV, kept after it at +22 %, hides the all-to-all:
-    right after that, EP back to 32 is measured once on the incumbent (it measured +18 %). Not before a large layout
-    change, and not a second time."""
+@pytest.mark.parametrize("aimed_at_the_same_cost", [True, False])
+def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_is_kept_after_it(aimed_at_the_same_cost: bool) -> None:
+    """EP 32 -> 16 was kept at +3.8 % for its exposed all-to-all; DualPipeV (the MoE lesson that fires on exposed
+    communication), kept after it at +22 %, hides the all-to-all: right after that, EP back to 32 is measured once on
+    the incumbent (it measured +18 %). Not before a large layout change, not a second time, and not after one aimed
+    at another cost (TP 1 -> 4 for the bubble)."""
     state, space = _state_and_space(EP_RECIPE.read_text())
     base = dict(state.incumbent_levers)
-    ep, sched = "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule"
-    small = _measured(1, Change(lever=ep, before=32, after=16, why="t"), {**base, ep: 16}, 0.038, kept=True, outcome="ok")
+    ep, sched, tp = "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule", "parallelism.tensor_parallel_degree"
+    small = _measured(1, Change(lever=ep, before=32, after=16, why="t", lessons=["ep-within-node"]), {**base, ep: 16}, 0.038, kept=True, outcome="ok")
     at16 = {**base, ep: 16}
     s1 = state.model_copy(update={"steps": [small], "incumbent_step": 1, "incumbent_levers": at16})
-    assert HeuristicPolicy()._second_pass(s1, space) is None
-    dual = {**at16, sched: "DualPipeV", "parallelism.tensor_parallel_degree": 4, "training.local_batch_size": 16}
-    big = _measured(2, Change(lever=sched, before=base[sched], after="DualPipeV", why="t"), dual, 0.22, kept=True, outcome="ok")
+    assert HeuristicPolicy()._second_pass(s1, space, LESSONS) is None
+    dual = {**at16, sched: "DualPipeV", tp: 4, "training.local_batch_size": 16}
+    big_change = (Change(lever=sched, before=base[sched], after="DualPipeV", why="t", lessons=["moe-pp-dualpipe-hides-all-to-all"])
+                  if aimed_at_the_same_cost else Change(lever=tp, before=1, after=4, why="t", lessons=["pp-bubble-fewer-dp-ranks"]))
+    big = _measured(2, big_change, dual, 0.22, kept=True, outcome="ok")
     s2 = state.model_copy(update={"steps": [small, big], "incumbent_step": 2, "incumbent_levers": dual})
-    back = HeuristicPolicy()._second_pass(s2, space, just_kept=True)
+    back = HeuristicPolicy()._second_pass(s2, space, LESSONS, just_kept=True)
+    if not aimed_at_the_same_cost:
+        assert back is None and HeuristicPolicy()._second_pass(s2, space, LESSONS) is None
+        return
     assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (ep, 16, 32, None)
     assert back.lessons == ["second-pass-over-small-gains"] and "step 2" in back.why
     tried = _measured(3, back, {**dual, ep: 32}, -0.05)
     assert HeuristicPolicy()._second_pass(state.model_copy(update={"steps": [small, big, tried], "incumbent_step": 2,
-                                                                   "incumbent_levers": dual}), space) is None
+                                                                   "incumbent_levers": dual}), space, LESSONS) is None
     # a later step that is not the large one: right-after mode waits for the lessons
     other = _measured(3, Change(lever="compile.enable", before=False, after=True, why="t"), {**dual, "compile.enable": True}, -0.02)
     s3 = state.model_copy(update={"steps": [small, big, other], "incumbent_step": 2, "incumbent_levers": dual})
-    assert HeuristicPolicy()._second_pass(s3, space, just_kept=True) is None
-    assert HeuristicPolicy()._second_pass(s3, space) is not None
+    assert HeuristicPolicy()._second_pass(s3, space, LESSONS, just_kept=True) is None
+    assert HeuristicPolicy()._second_pass(s3, space, LESSONS) is not None
