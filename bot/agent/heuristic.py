@@ -277,10 +277,13 @@ class HeuristicPolicy:
         schedule leaves about as little, while a larger bubble means the schedule the campaign kept is still what
         bounds the step, and swapping it risks more than the enabled change may pay; and only without recompute
         (InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B, torchtitan#773: the
-        gate's defect rule interleaved-zero-bubble-with-ac rejects it)."""
+        gate's defect rule interleaved-zero-bubble-with-ac rejects it); and not away from DualPipeV under expert
+        parallel, whose all-to-all it hides under the other direction's compute (moe-pp-dualpipe-hides-all-to-all):
+        the replacement would expose it again (deepseek-v3: DualPipeV -> InterleavedZeroBubble for compile, -29 %)."""
         current = catalog.effective(campaign.incumbent_levers)
         if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
-                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3 or current["activation_checkpoint"] != "none"):
+                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3 or current["activation_checkpoint"] != "none"
+                                   or (current.get(SCHEDULE) == "DualPipeV" and int(current.get("parallelism.expert_parallel_degree") or 1) > 1)):
             return None
         enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
         if _already_stepped(campaign, enabled):

@@ -881,3 +881,26 @@ def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_
     s3 = state.model_copy(update={"steps": [small, big, other], "incumbent_step": 2, "incumbent_levers": dual})
     assert HeuristicPolicy()._second_pass(s3, space, LESSONS, just_kept=True) is None
     assert HeuristicPolicy()._second_pass(s3, space, LESSONS) is not None
+
+
+@pytest.mark.parametrize(("schedule", "swaps"), [("DualPipeV", False), ("ZBVZeroBubble", True)])
+def test_compile_does_not_swap_dualpipev_away_under_expert_parallel(schedule: str, swaps: bool) -> None:
+    """Under expert parallel DualPipeV hides the all-to-all under the other direction's compute: the compile-safe
+    InterleavedZeroBubble would expose it again (deepseek-v3 on 256 H200: -29 %), so compile's prerequisite swap is
+    not proposed from it; from ZBVZeroBubble, which hides nothing, it still is."""
+    from bot.core.recipe import set_lever_text
+
+    text = EP_RECIPE.read_text()
+    for lever, value in (("parallelism.pipeline_parallel_schedule", schedule), ("parallelism.tensor_parallel_degree", 4),
+                         ("training.local_batch_size", 16), ("activation_checkpoint", "none")):
+        text = set_lever_text(text, lever, value)
+    recipe = parse_recipe_text(text)
+    state = new_state(text).model_copy(update={"phase": "stepping", "incumbent_tps": 1000.0})
+    space = space_fn(recipe)
+    space.values = {k: v for k, v in space.values.items() if k in ("compile.enable", "parallelism.pipeline_parallel_schedule")}
+    d = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.88, "bubble": 0.02, "exposed_comm": 0.1})
+    compile_lesson = [lesson for lesson in LESSONS if lesson.id == "compile-on-gpu"]
+    proposal = HeuristicPolicy().propose(state, d, compile_lesson, space, RECORDS)
+    swap = isinstance(proposal, Change) and (proposal.lever, proposal.after, proposal.enabler) == (
+        "parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble", True)
+    assert swap == swaps, proposal
