@@ -15,8 +15,9 @@
    prediction and not run: the campaign records it as an out-of-memory trial that cost nothing, and the
    retries above follow from it as from a real one.
 1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
-   batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree) is
-   preceded by the local-batch change that keeps ``local_batch x dp`` (one lever, gated, not run), and
+   batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree), or because its schedule
+   would get fewer microbatches than stages, is preceded by the local-batch change that keeps ``local_batch x dp``
+   (one lever, gated, not run) -- from the incumbent, or stacked on an out-of-memory step for its retry -- and
    then proposed stacked on it. A change that needs a prerequisite (expert or pipeline parallel with
    CUDA graphs off) gets the prerequisite as its enabler the same way: alone it may cost throughput,
    and it is worth only what it enables. More pipeline stages that would leave few microbatches per flush (an
@@ -29,10 +30,10 @@
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
    next notch the same way (a line search along the lever that paid), before the lessons. A kept step that changed
-   a parallel degree or the schedule with such a gain is then followed by a **second pass** over the kept steps
-   that gained little before it (``_second_pass``): each one's change measured the other way, once, on the new
-   layout (levers interact; coordinate descent repeats its passes). The same second pass runs once more before the
-   patience stop.
+   a parallel degree or the schedule with such a gain (unless the next notch is proposed first) is followed by a
+   **second pass** over the kept steps that gained little before it and were aimed at a cost it was aimed at too
+   (``_second_pass``): each one's change measured the other way, once, on the new layout (levers interact;
+   coordinate descent repeats its passes). Where it did not run right after, it runs before the patience stop.
 1d. **Fewer DP ranks** (from the breakdown), with the local batch already the pinned global batch's
    share: twice the TP degree (inside the node; then CP) as the enabler of twice the local batch -- under PP
    for a bubble (twice the microbatches per flush), without PP for exposed communication of COMM_FRAC or
@@ -74,7 +75,7 @@ from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_c
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis, diagnose
-from bot.core.matcher import fields
+from bot.core.matcher import fields, positive_fields
 from bot.core.records import MEASURED_OUTCOMES, Change, RecordReader, Scalar, Stop
 from bot.core.state import Campaign, RunRef, Step
 
@@ -300,7 +301,8 @@ class HeuristicPolicy:
         leaves a schedule): the local-batch change that keeps it -- from the incumbent, or stacked on step
         ``stacked_on`` (a retry's degree change; ``why``: the retry's reason)."""
         lbs_name = "training.local_batch_size"
-        if lever not in DEGREES or not ("local_batch_size*dp" in illegal or "microbatches" in illegal) or lbs_name not in space.values:
+        too_few = "needs at least as many microbatches" in illegal
+        if lever not in DEGREES or not ("local_batch_size*dp" in illegal or too_few) or lbs_name not in space.values:
             return None
         base = campaign.step(stacked_on).levers if stacked_on else campaign.incumbent_levers
         cur = catalog.effective(base)
@@ -318,8 +320,10 @@ class HeuristicPolicy:
         if _already_stepped(campaign, enabled):
             return None  # the change it would enable was already measured (or refused): nothing to enable
         change = Change(lever=lbs_name, before=lbs, after=target, lessons=lessons, policy=self.name, enabler=True, stacked_on=stacked_on,
-                        why=f"enabler of {lever}={value}: keeps local_batch x dp = the pinned global batch split "
-                            f"when the DP degree changes ({illegal})" + (f"; {why}" if why else ""))
+                        why=f"enabler of {lever}={value}: " + (
+                            f"the local batch that gives the schedule its microbatches at the new DP degree ({illegal})" if too_few else
+                            f"keeps local_batch x dp = the pinned global batch split when the DP degree changes ({illegal})")
+                            + (f"; {why}" if why else ""))
         if validate_change(campaign, change, space) is not None or layout_problem(space.recipe, {**base, lbs_name: target}):
             return None
         return change
@@ -433,8 +437,9 @@ class HeuristicPolicy:
             why = f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that and free activation memory instead: {why}"
             illegal = layout_problem(space.recipe, {**last.levers, lever: value})
             if illegal is not None:
-                # more stages leave fewer DP ranks for the pinned global batch: the local batch that keeps it first
-                # (gated, not run; the stages are stacked on it and measured), within the chain's bound
+                # refused by the pinned global batch or by the schedule's microbatch bound: the local batch (or, where
+                # no local batch is legal on its own, the stepping-stone schedule) goes first as a gated enabler, the
+                # partner stacked on it and measured -- within the chain's bound
                 enabler = None if _chain_depth(campaign, last) + 2 > MAX_CHAIN else (
                     self._enabler(campaign, space, lever, value, illegal, [lesson], stacked_on=last.n, why=why)
                     or self._stepping_stone(campaign, space, last, lever, value, illegal, lesson, why))
@@ -479,7 +484,10 @@ class HeuristicPolicy:
             c = campaign.step(n).change
             if STONE_LESSON not in c.lessons or c.lever != SCHEDULE or current.get(SCHEDULE) != c.after:
                 continue
-            if (SCHEDULE, str(c.before)) in _tried_from_incumbent(campaign) or _already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: c.before}):
+            if any(STONE_LESSON in x.change.lessons and not x.change.enabler and x.change.lever == SCHEDULE
+                   and str(x.change.after) == str(c.before) for x in campaign.steps):
+                return None  # measured back once already (a later incumbent does not reopen it)
+            if _already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: c.before}):
                 return None
             why = f"step {n} ({c.title()}) stood in for {c.before} until the local batch allowed it: {c.before} back"
             return self._checked(campaign, space, SCHEDULE, c.before, why, [STONE_LESSON])
@@ -770,7 +778,7 @@ def _recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
                 or str(s.change.after) != mode or s.gain is None or s.gain > -MOMENTUM_GAIN):
             continue
         failed = campaign.step(s.stacked_on).change
-        if (failed.lever, str(failed.after)) == (last.change.lever, str(last.change.after)) and any(
+        if (failed.lever, str(failed.before), str(failed.after)) == (last.change.lever, str(last.change.before), str(last.change.after)) and any(
                 r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs):
             return True
     return False
@@ -951,7 +959,7 @@ def _costs_aimed_at(change: Change, lessons: dict[str, Lesson]) -> set[str]:
     for lid in change.lessons:
         les = lessons.get(lid)
         if les is not None:
-            out |= {cost for cost in ADDRESSABLE if les.when is not None and f"diagnosis.breakdown.{cost}_frac" in fields(les.when)}
+            out |= {cost for cost in ADDRESSABLE if les.when is not None and f"diagnosis.breakdown.{cost}_frac" in positive_fields(les.when)}
     return out
 
 
@@ -980,10 +988,10 @@ def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Les
 
 def _aims_at(lesson: Lesson, cost: str) -> bool:
     """Whether ``lesson`` is aimed at ``cost``: a lever it tries exists to remove that cost (REMOVES), or it fires on
-    that cost's share of the measured step (its ``when`` reads ``diagnosis.breakdown.<cost>_frac``)."""
+    that cost's share of the measured step (its ``when`` reads ``diagnosis.breakdown.<cost>_frac`` outside a ``not``)."""
     if any(REMOVES.get(lc.lever) == cost for lc in lesson.try_):
         return True
-    return lesson.when is not None and f"diagnosis.breakdown.{cost}_frac" in fields(lesson.when)
+    return lesson.when is not None and f"diagnosis.breakdown.{cost}_frac" in positive_fields(lesson.when)
 
 
 def _unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:

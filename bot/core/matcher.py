@@ -285,6 +285,18 @@ def fields(cond: Leaf | AllOf | AnyOf | NotOf) -> set[str]:
     return fields(cond.not_)
 
 
+def positive_fields(cond: Leaf | AllOf | AnyOf | NotOf) -> set[str]:
+    """The fields the condition reads outside any ``not``: those whose value makes it fire (a lesson that fires on a
+    cost's share reads it here; one held back by it reads it under ``not``)."""
+    if isinstance(cond, Leaf):
+        return {cond.field}
+    if isinstance(cond, AllOf):
+        return set().union(*(positive_fields(c) for c in cond.all))
+    if isinstance(cond, AnyOf):
+        return set().union(*(positive_fields(c) for c in cond.any))
+    return set()
+
+
 def describe(cond: Leaf | AllOf | AnyOf | NotOf) -> str:
     """A one-line human rendering, e.g. ``all(diagnosis.outcome == 'oom', levers.x > 1)``."""
     if isinstance(cond, Leaf):

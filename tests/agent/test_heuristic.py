@@ -818,6 +818,20 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     tried = cm.Step(n=5, change=back, state="closed", levers={**at8, "parallelism.pipeline_parallel_schedule": "DualPipeV"},
                     runs=[cm.RunRef(kind="trial", n=5, outcome="stopped", tps=1200.0)])
     assert HeuristicPolicy()._restore_schedule(s4.model_copy(update={"steps": [*s4.steps, tried]}), space) is None
+    # measured back once: a later kept step (a new incumbent) does not reopen it
+    later = {**at8, "compile.enable": True}
+    kept_later = cm.Step(n=6, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="closed", levers=later,
+                         kept=True, gain=0.03, runs=[cm.RunRef(kind="trial", n=6, outcome="ok", tps=1300.0)])
+    s6 = s4.model_copy(update={"steps": [*s4.steps, tried, kept_later], "incumbent_levers": later, "incumbent_step": 6})
+    assert HeuristicPolicy()._restore_schedule(s6, space) is None
+    # no stepping stone where the chain would pass MAX_CHAIN: the out-of-memory step already four deep
+    from bot.agent import heuristic
+
+    deep = [cm.Step(n=i, change=Change(lever="training.disable_cuda_graphs", before=False, after=True, why="t", enabler=True,
+                                       stacked_on=i - 1 or None), stacked_on=i - 1 or None, state="closed", levers=base) for i in range(1, 4)]
+    oom4 = oom.model_copy(update={"n": 4, "stacked_on": 3, "change": oom.change.model_copy(update={"stacked_on": 3})})
+    assert heuristic._chain_depth(state.model_copy(update={"steps": [*deep, oom4]}), oom4) == heuristic.MAX_CHAIN - 1
+    assert HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [*deep, oom4]}), space) is None
 
 
 EP_RECIPE = (CPU_RECIPE.parents[1] / "deepseek-v3/h200x256.yaml")
@@ -831,7 +845,7 @@ def _measured(n: int, change: Change, levers: dict, gain: float, *, kept: bool =
 
 @pytest.mark.parametrize(("retry_gain", "retried"), [(-0.23, False), (-0.04, True)])
 def test_a_recompute_retry_measured_far_slower_is_not_made_again_for_the_same_change(retry_gain: float, retried: bool) -> None:
-    """EP 16 -> 8 ran out of memory and its full-recompute retry measured -23 %; after a kept TP change the same EP
+    """EP 32 -> 16 ran out of memory and its full-recompute retry measured -23 %; after a kept TP change the same EP
     change ran out of memory again: the same retry is not made again (recompute costs the same share again). A retry
     that lost only a little may still pay on the new layout: it is made."""
     state, space = _state_and_space(EP_RECIPE.read_text())
@@ -876,6 +890,11 @@ def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_
     tried = _measured(3, back, {**dual, ep: 32}, -0.05)
     assert HeuristicPolicy()._second_pass(state.model_copy(update={"steps": [small, big, tried], "incumbent_step": 2,
                                                                    "incumbent_levers": dual}), space, LESSONS) is None
+    # not a second time on a later incumbent either
+    later = {**dual, "compile.enable": True}
+    kept_later = _measured(4, Change(lever="compile.enable", before=False, after=True, why="t"), later, 0.03, kept=True, outcome="ok")
+    assert HeuristicPolicy()._second_pass(state.model_copy(update={"steps": [small, big, tried, kept_later], "incumbent_step": 4,
+                                                                   "incumbent_levers": later}), space, LESSONS) is None
     # a later step that is not the large one: right-after mode waits for the lessons
     other = _measured(3, Change(lever="compile.enable", before=False, after=True, why="t"), {**dual, "compile.enable": True}, -0.02)
     s3 = state.model_copy(update={"steps": [small, big, other], "incumbent_step": 2, "incumbent_levers": dual})

@@ -16,6 +16,7 @@ from bot.core.matcher import (
     matched_leaves,
     matches,
     parse_condition,
+    positive_fields,
     to_data,
     version_matches,
 )
@@ -224,3 +225,11 @@ def test_matching_never_raises(value: object) -> None:
         matches(Leaf(field="f", op=op, value=arg), ctx)
     cond = parse_condition({"not": {"not": leaf("f", "eq", 1)}})
     assert matches(cond, ctx) == matches(parse_condition(leaf("f", "eq", 1)), ctx)
+
+
+def test_positive_fields_leave_out_what_is_read_under_not() -> None:
+    """A lesson held back by a cost's share reads it under ``not``: it is not aimed at that cost."""
+    cond = parse_condition({"all": [{"field": "a", "op": "gt", "value": 1}, {"any": [{"field": "b", "op": "eq", "value": 2}]},
+                                    {"not": {"field": "c", "op": "ge", "value": 0.15}}]})
+    assert fields(cond) == {"a", "b", "c"}
+    assert positive_fields(cond) == {"a", "b"}
