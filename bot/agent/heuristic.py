@@ -494,7 +494,10 @@ class HeuristicPolicy:
         return None
 
     def _second_pass(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], *, just_kept: bool = False) -> Change | None:
-        """A kept step that gained little (under MOMENTUM_GAIN), followed by a kept step that gained MOMENTUM_GAIN or
+        """A kept parallel-degree step that gained little (under MOMENTUM_GAIN) -- a degree trades one cost for another
+        (expert parallel: all-to-all bytes for expert shards), so what it bought depends on the rest of the layout, while
+        a larger local batch only spends memory (undone on 405B after a kept schedule change it measured -17 %) --
+        followed by a kept step that gained MOMENTUM_GAIN or
         more by changing the layout (a parallel degree or the pipeline schedule) aimed at a cost the small one was
         aimed at too (``_costs_aimed_at``): the small one's change, measured on the layout of then, is measured once
         the other way on the incumbent -- a second coordinate-descent pass over the small gains (expert parallel 32 ->
@@ -507,7 +510,7 @@ class HeuristicPolicy:
         for s in kept:
             c = s.change
             if (s.stacked_on is not None or c.enabler or c.extra or s.gain is None or not 0 < s.gain < MOMENTUM_GAIN
-                    or c.lever not in space.values or current.get(c.lever) != c.after or SECOND_PASS_LESSON in c.lessons):
+                    or c.lever not in DEGREES or c.lever not in space.values or current.get(c.lever) != c.after or SECOND_PASS_LESSON in c.lessons):
                 continue
             costs = _costs_aimed_at(c, by_id)
             later = [t for t in kept if t.n > s.n and (t.gain or 0.0) >= MOMENTUM_GAIN

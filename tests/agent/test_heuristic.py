@@ -923,3 +923,23 @@ def test_compile_does_not_swap_dualpipev_away_under_expert_parallel(schedule: st
     swap = isinstance(proposal, Change) and (proposal.lever, proposal.after, proposal.enabler) == (
         "parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble", True)
     assert swap == swaps, proposal
+
+
+def test_the_second_pass_leaves_a_small_local_batch_gain_alone() -> None:
+    """A larger local batch only spends memory (no trade a later layout change could reverse): after a kept
+    schedule change aimed at the same bubble, it is not measured back (405B: local batch 256 -> 32 measured -17 %)."""
+    state, space = _state_and_space(EP_RECIPE.read_text())
+    base = dict(state.incumbent_levers)
+    lbs, sched, tp = "training.local_batch_size", "parallelism.pipeline_parallel_schedule", "parallelism.tensor_parallel_degree"
+    at4 = {**base, tp: 4, lbs: 8}
+    small = _measured(1, Change(lever=lbs, before=8, after=16, why="t", lessons=["pp-fill-the-pipeline"]), {**at4, lbs: 16}, 0.04,
+                      kept=True, outcome="ok")
+    zbv = {**at4, lbs: 16, sched: "ZBVZeroBubble"}
+    big = _measured(2, Change(lever=sched, before=base[sched], after="ZBVZeroBubble", why="t", lessons=["pp-zero-bubble-schedule"]), zbv, 0.2,
+                    kept=True, outcome="ok")
+    s2 = state.model_copy(update={"steps": [small, big], "incumbent_step": 2, "incumbent_levers": zbv})
+    from bot.agent.space import layout_problem
+
+    assert layout_problem(space.recipe, {**zbv, lbs: 8}) is None  # measuring it back would be legal
+    assert HeuristicPolicy()._second_pass(s2, space, LESSONS, just_kept=True) is None
+    assert HeuristicPolicy()._second_pass(s2, space, LESSONS) is None
