@@ -274,27 +274,22 @@ def matches(cond: Leaf | AllOf | AnyOf | NotOf, ctx: Mapping[str, Any]) -> bool:
     return not matches(cond.not_, ctx)
 
 
-def fields(cond: Leaf | AllOf | AnyOf | NotOf) -> set[str]:
-    """Every context field the condition reads (to check a context for completeness)."""
+def fields(cond: Leaf | AllOf | AnyOf | NotOf, *, negated: bool = True) -> set[str]:
+    """Every context field the condition reads (to check a context for completeness); with ``negated=False`` only
+    those it reads outside any ``not``: the fields whose value makes it fire."""
     if isinstance(cond, Leaf):
         return {cond.field}
     if isinstance(cond, AllOf):
-        return set().union(*(fields(c) for c in cond.all))
+        return set().union(*(fields(c, negated=negated) for c in cond.all))
     if isinstance(cond, AnyOf):
-        return set().union(*(fields(c) for c in cond.any))
-    return fields(cond.not_)
+        return set().union(*(fields(c, negated=negated) for c in cond.any))
+    return fields(cond.not_) if negated else set()
 
 
 def positive_fields(cond: Leaf | AllOf | AnyOf | NotOf) -> set[str]:
-    """The fields the condition reads outside any ``not``: those whose value makes it fire (a lesson that fires on a
-    cost's share reads it here; one held back by it reads it under ``not``)."""
-    if isinstance(cond, Leaf):
-        return {cond.field}
-    if isinstance(cond, AllOf):
-        return set().union(*(positive_fields(c) for c in cond.all))
-    if isinstance(cond, AnyOf):
-        return set().union(*(positive_fields(c) for c in cond.any))
-    return set()
+    """The fields the condition reads outside any ``not`` (a lesson that fires on a cost's share reads it there;
+    one held back by it reads it under ``not``)."""
+    return fields(cond, negated=False)
 
 
 def describe(cond: Leaf | AllOf | AnyOf | NotOf) -> str:
