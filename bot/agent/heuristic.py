@@ -301,7 +301,7 @@ class HeuristicPolicy:
         leaves a schedule): the local-batch change that keeps it -- from the incumbent, or stacked on step
         ``stacked_on`` (a retry's degree change; ``why``: the retry's reason)."""
         lbs_name = "training.local_batch_size"
-        too_few = "needs at least as many microbatches" in illegal
+        too_few = TOO_FEW_MICROBATCHES in illegal
         if lever not in DEGREES or not ("local_batch_size*dp" in illegal or too_few) or lbs_name not in space.values:
             return None
         base = campaign.step(stacked_on).levers if stacked_on else campaign.incumbent_levers
@@ -433,8 +433,8 @@ class HeuristicPolicy:
             options.append((pp_name, 2 * pp, PP_PARTNER_LESSON,
                             "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
                             "and activations per microbatch instead of per local batch"))
-        for lever, value, lesson, why in options:
-            why = f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that and free activation memory instead: {why}"
+        for lever, value, lesson, how in options:
+            why = f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that and free activation memory instead: {how}"
             illegal = layout_problem(space.recipe, {**last.levers, lever: value})
             if illegal is not None:
                 # refused by the pinned global batch or by the schedule's microbatch bound: the local batch (or, where
@@ -461,7 +461,7 @@ class HeuristicPolicy:
         proposes the schedule back where it is legal again."""
         sched = str(catalog.effective(last.levers).get(SCHEDULE, ""))
         stone = STEPPING_STONE.get(sched)
-        if stone is None or "microbatches" not in illegal or stone not in space.values.get(SCHEDULE, []):
+        if stone is None or TOO_FEW_MICROBATCHES not in illegal or stone not in space.values.get(SCHEDULE, []):
             return None
         stepped = {**last.levers, SCHEDULE: stone}
         if layout_problem(space.recipe, stepped) is not None or layout_problem(space.recipe, {**stepped, lever: value}) is not None:
@@ -484,8 +484,7 @@ class HeuristicPolicy:
             c = campaign.step(n).change
             if STONE_LESSON not in c.lessons or c.lever != SCHEDULE or current.get(SCHEDULE) != c.after:
                 continue
-            if any(STONE_LESSON in x.change.lessons and not x.change.enabler and x.change.lever == SCHEDULE
-                   and str(x.change.after) == str(c.before) for x in campaign.steps):
+            if _proposed_by(campaign, STONE_LESSON, SCHEDULE, c.before):
                 return None  # measured back once already (a later incumbent does not reopen it)
             if _already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: c.before}):
                 return None
@@ -497,10 +496,9 @@ class HeuristicPolicy:
         """A kept parallel-degree step that gained little (under MOMENTUM_GAIN) -- a degree trades one cost for another
         (expert parallel: all-to-all bytes for expert shards), so what it bought depends on the rest of the layout, while
         a larger local batch only spends memory (undone on 405B after a kept schedule change it measured -17 %) --
-        followed by a kept step that gained MOMENTUM_GAIN or
-        more by changing the layout (a parallel degree or the pipeline schedule) aimed at a cost the small one was
-        aimed at too (``_costs_aimed_at``): the small one's change, measured on the layout of then, is measured once
-        the other way on the incumbent -- a second coordinate-descent pass over the small gains (expert parallel 32 ->
+        followed by a kept step that gained MOMENTUM_GAIN or more by changing the layout (a parallel degree or the
+        pipeline schedule) aimed at a cost the small one was aimed at too (``_costs_aimed_at``): the small one's
+        change, measured on the layout of then, is measured once the other way on the incumbent -- a second coordinate-descent pass over the small gains (expert parallel 32 ->
         16 gained +3.8 % for its exposed all-to-all under ZBVZeroBubble; after DualPipeV hid the all-to-all, EP 32 was
         18 % faster). A later change aimed elsewhere leaves the small one's cost as it was: no pass (TP 1 -> 2 for
         the bubble, kept at +11 %: EP 16 -> 32 then measured -0.4 % and -3.6 %, 2.7 and 4.0 runs spent)."""
@@ -520,7 +518,7 @@ class HeuristicPolicy:
                 continue
             if (c.lever, str(c.before)) in _tried_from_incumbent(campaign) or _already_stepped(campaign, {**campaign.incumbent_levers, c.lever: c.before}):
                 continue
-            if any(SECOND_PASS_LESSON in x.change.lessons and x.change.lever == c.lever and str(x.change.after) == str(c.before) for x in campaign.steps):
+            if _proposed_by(campaign, SECOND_PASS_LESSON, c.lever, c.before):
                 continue
             why = (f"step {s.n} ({c.title()}) gained {s.gain:+.1%} on the layout of then; step {later[0].n} "
                    f"({campaign.step(later[0].n).change.title()}) changed the layout since (kept at {later[0].gain:+.1%}): "
@@ -742,6 +740,7 @@ SECOND_PASS_LESSON = "second-pass-over-small-gains"
 # a schedule that needs microbatches >= stages -> the one with the same stage placement (two per rank, V-shaped) and
 # the same zero-bubble backward split that does not (bot.core.layouts: NEEDS_MB_GE_STAGES)
 STEPPING_STONE = {"DualPipeV": "ZBVZeroBubble"}
+TOO_FEW_MICROBATCHES = "needs at least as many microbatches"  # the layout checker's refusal for that bound
 DP_BUBBLE_LESSON = "pp-bubble-fewer-dp-ranks"
 COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
 COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
@@ -767,6 +766,12 @@ def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> b
         if not any(now.get(k) != then.get(k) for k in watched if k != lever):
             return True
     return False
+
+
+def _proposed_by(campaign: Campaign, lesson: str, lever: str, value: Scalar) -> bool:
+    """Whether a step of the campaign (not an enabler) already moved ``lever`` to ``value`` for ``lesson``."""
+    return any(lesson in s.change.lessons and not s.change.enabler and s.change.lever == lever and str(s.change.after) == str(value)
+               for s in campaign.steps)
 
 
 def _recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
@@ -962,7 +967,7 @@ def _costs_aimed_at(change: Change, lessons: dict[str, Lesson]) -> set[str]:
     for lid in change.lessons:
         les = lessons.get(lid)
         if les is not None:
-            out |= {cost for cost in ADDRESSABLE if les.when is not None and f"diagnosis.breakdown.{cost}_frac" in positive_fields(les.when)}
+            out |= {cost for cost in ADDRESSABLE if _fires_on(les, cost)}
     return out
 
 
@@ -992,8 +997,12 @@ def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Les
 def _aims_at(lesson: Lesson, cost: str) -> bool:
     """Whether ``lesson`` is aimed at ``cost``: a lever it tries exists to remove that cost (REMOVES), or it fires on
     that cost's share of the measured step (its ``when`` reads ``diagnosis.breakdown.<cost>_frac`` outside a ``not``)."""
-    if any(REMOVES.get(lc.lever) == cost for lc in lesson.try_):
-        return True
+    return any(REMOVES.get(lc.lever) == cost for lc in lesson.try_) or _fires_on(lesson, cost)
+
+
+def _fires_on(lesson: Lesson, cost: str) -> bool:
+    """Whether ``lesson`` fires on ``cost``'s share of the measured step (reads ``diagnosis.breakdown.<cost>_frac``
+    outside a ``not``; one held back by the share reads it under ``not``)."""
     return lesson.when is not None and f"diagnosis.breakdown.{cost}_frac" in positive_fields(lesson.when)
 
 
