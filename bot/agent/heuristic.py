@@ -162,7 +162,8 @@ class HeuristicPolicy:
         # then the lessons held back only by their headroom threshold, where the memory screen predicts their change fits
         held = dominant_cost_first(_held_back_by_headroom(lessons, ctx, hits), diagnosis)
         lesson_change = self._from_lessons(campaign, levers, held, current, moot, incumbent,
-                                           fits=lambda c, lv: _if_predicted_to_fit(campaign, c, lv, levers, records))
+                                           fits=lambda c, lv: _if_predicted_to_fit(campaign, c, lv, levers, records)
+                                           or self._smaller_batch_share(campaign, levers, c, lv, records))
         if lesson_change is not None:
             return lesson_change
         second = self._second_pass(campaign, levers, lessons)
@@ -327,6 +328,36 @@ class HeuristicPolicy:
         if validate_change(campaign, change, space) is not None or layout_problem(space.recipe, {**base, lbs_name: target}):
             return None
         return change
+
+    def _smaller_batch_share(self, campaign: Campaign, space: LeverSpace, change: Change, target: dict[str, Scalar],
+                             records: RecordReader) -> Change | None:
+        """A held-back lesson's degree change that trades model-parallel ranks for data-parallel ones (halving TP or CP
+        doubles the DP degree) and is predicted not to fit at the incumbent's local batch: at the pinned global batch
+        each rank's share of it shrinks by the same factor, and the local batch shrunk with it keeps the accumulation
+        split and, to first order, the per-rank activation memory (activations per layer ~ s·b·h/t, Korthikanti et al.
+        2022, Table 2) while FSDP keeps the per-rank model state. That local batch as the change's enabler, when the
+        memory screen predicts the pair fits; else None."""
+        lbs_name = "training.local_batch_size"
+        if change.enabler or change.stacked_on is not None or change.lever not in DEGREES or lbs_name not in space.values:
+            return None
+        cur = catalog.effective(campaign.incumbent_levers)
+        old_mp, new_mp = _model_parallel(cur), _model_parallel({**cur, change.lever: change.after})
+        lbs = int(cur[lbs_name])
+        if new_mp >= old_mp or (lbs * new_mp) % old_mp:
+            return None
+        share = lbs * new_mp // old_mp
+        enabled = {**target, lbs_name: share}
+        if (share not in space.values[lbs_name] or layout_problem(space.recipe, enabled) is not None
+                or layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: share}) is not None
+                or _already_stepped(campaign, enabled)):
+            return None
+        enabler = Change(lever=lbs_name, before=lbs, after=share, lessons=[*change.lessons, SHARE_LESSON], policy=self.name,
+                         enabler=True, why=f"enabler of {change.lever}={change.after}: {change.lever} {change.before} -> "
+                         f"{change.after} multiplies the DP degree by {old_mp // new_mp}, so each rank's share of the pinned "
+                         f"global batch, and with it the activations it keeps, shrinks back by the same factor ({change.why})")
+        if validate_change(campaign, enabler, space) is not None:
+            return None
+        return _if_predicted_to_fit(campaign, enabler, enabled, space, records)
 
     def _enabled_change(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last step was an enabler that ran: now the change it enables, stacked on it unless it was kept."""
@@ -737,6 +768,7 @@ BUBBLE_LESSON = "pp-fill-the-pipeline"
 SCHEDULE = "parallelism.pipeline_parallel_schedule"
 STONE_LESSON = "pp-schedule-stepping-stone"
 SECOND_PASS_LESSON = "second-pass-over-small-gains"
+SHARE_LESSON = "dp-degree-batch-share"
 # a schedule that needs microbatches >= stages -> the one with the same stage placement (two per rank, V-shaped) and
 # the same zero-bubble backward split that does not (bot.core.layouts: NEEDS_MB_GE_STAGES)
 STEPPING_STONE = {"DualPipeV": "ZBVZeroBubble"}
@@ -815,6 +847,12 @@ def _if_predicted_to_fit(campaign: Campaign, change: Change, target: dict[str, S
     why = (f"{change.why} (below the lesson's memory headroom, but predicted to fit: {pred.predicted:.0f} GiB, the "
            f"measured {pred.measured:.0f} GiB x the memory model's {pred.ratio:.2f}, of the device's {pred.capacity:.0f} GiB)")
     return change.model_copy(update={"why": why})
+
+
+def _model_parallel(eff: dict[str, Scalar]) -> int:
+    """The model-parallel product TP x CP x PP of the effective levers ``eff`` (the cluster over it is the DP degree)."""
+    return (int(eff["parallelism.tensor_parallel_degree"]) * int(eff["parallelism.context_parallel_degree"])
+            * int(eff["parallelism.pipeline_parallel_degree"]))
 
 
 def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:

@@ -184,3 +184,50 @@ def test_less_recompute_follows_a_coupled_step_only_where_removing_all_recompute
     d = Diagnosis(outcome="ok", breakdown={"compute": 0.75, "recompute": 0.19, "bubble": 0.01, "exposed_comm": 0.05}, mem_headroom_frac=0.3)
     change = HeuristicPolicy()._fix_for(state, space_fn(recipe), d, dict(state.incumbent_levers), stacked_on=None, why_prefix="t", behind=behind)
     assert (isinstance(change, Change) and (change.lever, change.after) == ("activation_checkpoint", "none")) == follows
+
+
+def _four_node_h200(peak_scale: float):
+    """llama3.1-70b's recipe on 4 nodes of H200 at a global batch of 32, at TP 8 x CP 2 with selective recompute and
+    compile: DP 2, local batch 8, two accumulation steps; TP 4 at local batch 8 (DP 4, one accumulation step) needs
+    twice the activations per rank and does not fit, at local batch 4 it does."""
+    from bot.core.recipe import parse_recipe_text, set_lever_text
+
+    text = RECIPE.read_text().replace("hardware: h100-sxm-80gb", "hardware: h200").replace("nodes: 8", "nodes: 4")
+    text = text.replace("training.global_batch_size: 64", "training.global_batch_size: 32")
+    for k, v in {"parallelism.context_parallel_degree": 2, "activation_checkpoint": "selective", "compile.enable": True,
+                 "compile.enable_async_tensor_parallel": True}.items():
+        text = set_lever_text(text, k, v)
+    recipe = parse_recipe_text(text, "recipes/llama3.1-70b/h200x32.yaml")
+    record = SimRunner(seed=0).run(recipe)
+    record = record.model_copy(update={"summary": record.summary.model_copy(update={
+        "peak_memory_gib": record.summary.peak_memory_gib * peak_scale})})
+    state = new_state(text).model_copy(update={"phase": "stepping", "incumbent_tps": record.summary.tps_median,
+                                               "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
+    return recipe, state, Records({"b1": record}), record
+
+
+@pytest.mark.parametrize(("peak_scale", "enabled"), [(1.0, True), (1.35, False)])
+def test_a_smaller_tp_that_would_not_fit_is_enabled_by_the_local_batch_its_larger_dp_degree_leaves_each_rank(peak_scale, enabled) -> None:
+    """drop-tp-when-fsdp-fits asks for 30 % headroom; at TP 8 x CP 2 on 4 H200 nodes 12 % is left and TP 4 at the same
+    local batch is predicted (and simulated) to run out of memory. TP 4 doubles the DP degree, so each rank's share of
+    the pinned global batch halves: local batch 4 with it keeps the per-rank activations, is predicted to fit, and is
+    proposed as the enabler of the TP change (the simulator agrees). With a measured peak that leaves no room for it
+    either (the device full), nothing of the kind is proposed."""
+    from bot.agent.lessons import load_lessons
+
+    lessons = [x for x in load_lessons() if x.id == "drop-tp-when-fsdp-fits"]
+    recipe, state, records, record = _four_node_h200(peak_scale)
+    d = diagnose(record)
+    assert d.outcome == "ok" and d.mem_headroom_frac < 0.3
+    space = space_fn(recipe)
+    space.values = {k: v for k, v in space.values.items() if k in ("parallelism.tensor_parallel_degree", "training.local_batch_size")}
+    change = HeuristicPolicy().propose(state, d, lessons, space, records)
+    tp4 = {**state.incumbent_levers, "parallelism.tensor_parallel_degree": 4}
+    capacity = record.summary.memory_capacity_gib
+    assert _sim_peak(recipe, tp4) > capacity  # at the incumbent's local batch TP 4 cannot fit
+    shared = isinstance(change, Change) and "dp-degree-batch-share" in change.lessons
+    assert shared == enabled, change
+    if enabled:
+        assert change.enabler and (change.lever, change.before, change.after) == ("training.local_batch_size", 8, 4)
+        assert change.why.startswith("enabler of parallelism.tensor_parallel_degree=4:") and "predicted to fit" in change.why
+        assert _sim_peak(recipe, {**tp4, "training.local_batch_size": 4}) <= capacity
