@@ -429,7 +429,8 @@ def test_once_a_step_is_kept_proposals_carry_no_allowance() -> None:
 
 
 # ----------------------------------------------------------------------------- the dominant cost first
-@pytest.mark.parametrize(("comm", "first"), [(0.89, "reshard-never-when-memory-allows"), (0.40, "ac-full-to-selective-with-headroom")])
+@pytest.mark.parametrize(("comm", "first"), [(0.89, "reshard-never-when-memory-allows"), (0.43, "reshard-never-when-memory-allows"),
+                                           (0.35, "ac-full-to-selective-with-headroom")])
 def test_lessons_aimed_at_a_cost_that_dominates_the_step_come_first(comm: float, first: str) -> None:
     from bot.agent.heuristic import dominant_cost_first
 
