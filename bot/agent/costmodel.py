@@ -22,7 +22,8 @@ layouts with, built only from textbook formulas and datasheet figures, with no f
   weights of two units (the whole stage when FSDP does not reshard, torchtitan's default under PP); activations per
   layer from Korthikanti et al. (layer input only, 2·s·b·h/t, under full AC; SwiGLU/MoE-adjusted 18 + 6·F/h
   elements per hidden element otherwise, half of it under selective AC), times the microbatches in flight (1F1B
-  min(m, p); interleaved x (1 + (p-1)/(p·v))); chunked logits; a 10% margin (Primus's safety margin) -- a layout
+  min(m, p); interleaved x (1 + (p-1)/(p·v)); GPipe and LoopedBFS, all forwards before any backward, every one of
+  the m); chunked logits; a 10% margin (Primus's safety margin) -- a layout
   whose estimate exceeds device memory is predicted to run out of memory.
 
 Constant factors (precision, kernels, compile) cancel in a ranking, so levers this model has no term for keep
@@ -51,6 +52,9 @@ ALPHA_S = 20e-6  # per-collective latency, order of NCCL ring latency at these s
 MEMORY_MARGIN = 0.10  # Primus memory pre-filter margin (perfmodel.md §1.1)
 ZERO_BUBBLE = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 MULTI_STAGE = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
+# all forwards of a flush before any backward: every microbatch's activations are held at once (torch's ScheduleGPipe,
+# ScheduleLoopedBFS; Narayanan et al. 2021 section 2.2: 1F1B bounds the in-flight microbatches by p, GPipe does not)
+EVERY_MICROBATCH = ("GPipe", "LoopedBFS")
 
 
 @dataclass(frozen=True)
@@ -188,7 +192,7 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     per_tok_none = m.hidden * (18 + 6 * f_width / m.hidden) / s.tp
     per_tok = {"none": per_tok_none, "selective": per_tok_none / 2, "memory_budget": per_tok_none / 2}.get(s.ac, 2 * m.hidden / s.tp)
     interleave = 1 + (pp - 1) / (pp * v) if v > 1 else 1.0
-    inflight = min(m_flush, pp) * interleave if pp > 1 else 1.0
+    inflight = (m_flush if s.schedule in EVERY_MICROBATCH else min(m_flush, pp) * interleave) if pp > 1 else 1.0
     acts = tokens_mb * per_tok * 2 * layers_rank * inflight  # bf16
     acts += tokens_mb * per_tok_none * 2 * (2 if s.ac == "full" else 1)  # the layer being back-propagated
     logits = 6 * tokens_mb * m.vocab / s.tp / max(s.loss_chunks, 1)

@@ -895,9 +895,11 @@ def _patience_stop(campaign: Campaign) -> str | None:
     if campaign.incumbent_step == 0:
         return None
     since = [s for s in campaign.steps if s.n > campaign.incumbent_step]
-    # a blind probe that ran and failed (a real start that ran out of memory or crashed) found nothing too
-    measured = [s for s in since if any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES
-                                                                or (r.device_hours > 0 and _from_a_blind_probe(campaign, s.n))) for r in s.runs)]
+    # a blind probe that failed found nothing too: a real start that ran out of memory or crashed (a retry of it
+    # included), or a probe the memory screen predicted to run out (its free retries are the same probe)
+    measured = [s for s in since if any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES or (
+        (r.device_hours > 0 or (r.outcome == "oom" and s.stacked_on is None)) and _from_a_blind_probe(campaign, s.n)))
+                                        for r in s.runs)]
     run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
     spent = sum(r.device_hours for s in since for r in s.runs)
     if len(measured) >= PATIENCE:

@@ -15,7 +15,8 @@ out-of-memory layout is anchored on the peak that failed) or else the incumbent'
 candidate is screened out only when its prediction exceeds the device's memory by more than ``MARGIN``: near the
 limit only a run can tell. On the simulator's zoo (one-lever neighbours along a walk from seven shipped recipes,
 about 140 each) the ratio's error is within -17 % .. +18 % (10th-90th percentile, llama3.1-70b/h100x64; within
-+-10 % on the MoE models). Primus's 10 % margin screened out 2 of 146 layouts on llama3.1-70b that fit -- one of
++-10 % on the MoE models; measured before the model held GPipe's and LoopedBFS's every microbatch in flight, not
+re-measured since). Primus's 10 % margin screened out 2 of 146 layouts on llama3.1-70b that fit -- one of
 them TP 8 -> 4, predicted 97 GiB on 80 GiB devices, a +30 % step of that task's best path -- so the margin is 25 %,
 above the 90th-percentile error: it still catches the far misses, which are the costly ones (a retry chain of a
 layout 40-70 % over the device).

@@ -172,6 +172,14 @@ def test_the_cost_model_follows_its_textbook_terms() -> None:
     assert zb.bubble_s < few.bubble_s
     huge = estimate(get_model("llama3.1-405b"), hw, 8, 32, 4096, base)
     assert not huge.fits  # 405B of model state on 8 x 80 GB: predicted out of memory
+    # activations in flight: 1F1B holds min(m, p) microbatches, GPipe and LoopedBFS (all forwards first) all m of them
+    acts = {}
+    for schedule in ("1F1B", "GPipe", "LoopedBFS", "Interleaved1F1B"):
+        shape = Shape(**{**pp.__dict__, "local_batch": 16, "ac": "none", "schedule": schedule})
+        no_acts = estimate(m, hw, 8, 32, 4096, Shape(**{**shape.__dict__, "local_batch": 1, "microbatch": 1}))
+        acts[schedule] = estimate(m, hw, 8, 32, 4096, shape).memory_gib - no_acts.memory_gib
+    assert acts["GPipe"] > 3 * acts["1F1B"] and acts["LoopedBFS"] > 3 * acts["1F1B"]  # m = 16 against p = 4
+    assert acts["1F1B"] < acts["Interleaved1F1B"] < acts["GPipe"]
 
 
 def test_the_cost_model_imports_only_the_model_and_hardware_facts_of_the_simulator() -> None:

@@ -944,3 +944,40 @@ def test_the_second_pass_leaves_a_small_local_batch_gain_alone() -> None:
     assert layout_problem(space.recipe, {**zbv, lbs: 8}) is None  # measuring it back would be legal
     assert HeuristicPolicy()._second_pass(s2, space, LESSONS, just_kept=True) is None
     assert HeuristicPolicy()._second_pass(s2, space, LESSONS) is None
+
+
+def _screened(n: int, change: Change, levers: dict) -> cm.Step:
+    """Step ``n``: ``change`` screened out by the memory screen -- an out-of-memory trial that was never run."""
+    return cm.Step(n=n, change=change, state="closed", levers=levers, stacked_on=change.stacked_on,
+                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="not run: predicted to run out of memory")])
+
+
+@pytest.mark.parametrize("first_probe_measured", [True, False])
+def test_a_blind_probe_the_memory_screen_ruled_out_spends_patience_once_with_its_free_retries(first_probe_measured: bool) -> None:
+    """A blind probe predicted to run out of memory found nothing, like one that ran out for real: after a measured
+    probe that gained nothing it ends blind exploration. Its retry, stacked on it and screened out too, is the same
+    probe: a screened probe and its screened retry alone leave the patience half spent."""
+    from bot.agent.heuristic import EXPLORING, _patience_stop
+    text = recipe_text(activation_checkpoint="none")
+    space = space_fn(parse_recipe_text(text))
+    script = [Change(lever="training.local_batch_size", before=1, after=2, why="t"),
+              Change(lever="training.local_batch_size", before=2, after=4, why=EXPLORING)]
+    table = {(("training.local_batch_size", 2),): [2000.0, 2000.0], (("training.local_batch_size", 4),): [1900.0, 1900.0]}
+    n_played = 2 if first_probe_measured else 1
+    state = play(new_state(text, budget=100.0), lambda s: script[len(s.steps)] if len(s.steps) < n_played else Stop(why="-"),
+                 table_rule(table, [1000.0, 1010.0]), cost=0.01)
+    assert state.incumbent_step == 1
+    inc = dict(state.incumbent_levers)
+    probe = Change(lever="compile.enable", before=False, after=True, why=EXPLORING)
+    steps = [_screened(n_played + 1, probe, {**inc, "compile.enable": True})]
+    if not first_probe_measured:
+        retry = Change(lever="activation_checkpoint", before="none", after="selective", why="retry", stacked_on=n_played + 1)
+        steps.append(_screened(n_played + 2, retry, {**inc, "compile.enable": True, "activation_checkpoint": "selective"}))
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": "", "steps": [*state.steps, *steps]})
+    stop = _patience_stop(state)
+    if first_probe_measured:
+        assert stop is not None and "the last 2 measured steps gained nothing" in stop
+        proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)
+        assert isinstance(proposal, Stop) and proposal.why == stop, proposal
+    else:
+        assert stop is None
