@@ -864,6 +864,33 @@ def test_a_recompute_retry_measured_far_slower_is_not_made_again_for_the_same_ch
     assert (isinstance(retry, Change) and (retry.lever, retry.after, retry.stacked_on) == (ac, "full", 4)) == retried, retry
 
 
+@pytest.mark.parametrize(("kept_lever", "retried"), [("parallelism.fsdp_reshard_after_forward", False), ("parallelism.tensor_parallel_degree", True)])
+def test_a_recompute_retry_measured_clearly_slower_is_not_made_again_until_a_degree_changes(kept_lever: str, retried: bool) -> None:
+    """CP 4 -> 2 ran out of memory and its selective retry measured -7 % with its interval wholly below zero; after a
+    kept reshard-after-forward change (no parallel degree moved) the same CP change ran out of memory again: the
+    layout is the same, and the retry is not made again. After a kept TP change (a new layout) it is."""
+    from bot.core.state import Measurement
+
+    state, space = _state_and_space(EP_RECIPE.read_text())
+    base = dict(state.incumbent_levers)
+    cp, ac = "parallelism.context_parallel_degree", "activation_checkpoint"
+    base = {**base, cp: 4, ac: "none"}
+    state = state.model_copy(update={"incumbent_levers": base})
+    cp_down = Change(lever=cp, before=4, after=2, why="t")
+    oom1 = cm.Step(n=1, change=cp_down, state="closed", levers={**base, cp: 2}, runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
+    retry1 = _measured(2, Change(lever=ac, before="none", after="selective", why="t", stacked_on=1), {**base, cp: 2, ac: "selective"},
+                       -0.071, stacked_on=1)
+    retry1.measurement = Measurement(estimate=-0.071, lo=-0.10, hi=-0.04, confidence=0.9, min_gain=0.0075, pairs=1, decision="no_gain")
+    after = {"parallelism.fsdp_reshard_after_forward": "never", "parallelism.tensor_parallel_degree": 2}[kept_lever]
+    kept = _measured(3, Change(lever=kept_lever, before=base[kept_lever], after=after, why="t"), {**base, kept_lever: after}, 0.02,
+                     kept=True, outcome="ok")
+    now = {**base, kept_lever: after}
+    oom2 = cm.Step(n=4, change=cp_down, state="closed", levers={**now, cp: 2}, runs=[cm.RunRef(kind="trial", n=4, outcome="oom")])
+    s = state.model_copy(update={"steps": [oom1, retry1, kept, oom2], "incumbent_step": 3, "incumbent_levers": now})
+    retry = HeuristicPolicy()._oom_retry(s, space)
+    assert (isinstance(retry, Change) and (retry.lever, retry.after, retry.stacked_on) == (ac, "selective", 4)) == retried, retry
+
+
 @pytest.mark.parametrize("aimed_at_the_same_cost", [True, False])
 def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_is_kept_after_it(aimed_at_the_same_cost: bool) -> None:
     """EP 32 -> 16 was kept at +3.8 % for its exposed all-to-all; DualPipeV (the MoE lesson that fires on exposed
