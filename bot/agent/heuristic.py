@@ -884,9 +884,10 @@ def _next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar |
 
 
 def _already_stepped(campaign: Campaign, levers: dict[str, Scalar]) -> bool:
-    """Whether some step of the campaign already has this configuration (measured, refused or gated)."""
+    """Whether the baseline or some step of the campaign already has this configuration (measured, refused or gated):
+    validation refuses a change to either (an enabler of one would be proposed again and again, its change never)."""
     target = catalog.effective(levers)
-    return any(catalog.effective(s.levers) == target for s in campaign.steps)
+    return target == catalog.effective(campaign.baseline_levers) or any(catalog.effective(s.levers) == target for s in campaign.steps)
 
 
 def _tried_from_incumbent(campaign: Campaign) -> set[tuple[str, str]]:

@@ -487,6 +487,26 @@ def test_a_bubble_with_the_local_batch_at_its_share_trades_dp_ranks_for_microbat
     assert not (isinstance(other, Change) and "pp-bubble-fewer-dp-ranks" in other.lessons)
 
 
+def test_fewer_dp_ranks_never_enable_the_baselines_own_layout() -> None:
+    """The recipe ran TP 2 at local batch 32; the campaign kept TP 2 -> 1 (on its enabler, local batch 16). Twice the TP
+    degree with twice the local batch is the baseline's layout, which validation refuses to step to: proposing its
+    enabler would gate it and propose it again, step after step (a scratch glm-4.5 campaign: 44 identical enablers)."""
+    text = BUBBLE_RECIPE.replace("tensor_parallel_degree: 1", "tensor_parallel_degree: 2").replace("local_batch_size: 16", "local_batch_size: 32")
+    state, space = _state_and_space(text)
+    base = dict(state.incumbent_levers)
+    tp, lbs = "parallelism.tensor_parallel_degree", "training.local_batch_size"
+    enabler = Change(lever=lbs, before=32, after=16, why=f"enabler of {tp}=1: t", enabler=True)
+    gated = cm.Step(n=1, change=enabler, state="closed", levers={**base, lbs: 16}, config_verdict=Verdict(verdict="ok", stage="config"))
+    kept = _measured(2, Change(lever=tp, before=2, after=1, why="t", stacked_on=1), {**base, lbs: 16, tp: 1}, 0.09, kept=True,
+                     stacked_on=1, outcome="ok")
+    inc = {**base, lbs: 16, tp: 1}
+    state = state.model_copy(update={"steps": [gated, kept], "incumbent_step": 2, "incumbent_levers": inc, "phase": "stepping"})
+    assert validate_change(state, Change(lever=lbs, before=16, after=32, why="t"), space) is None  # the step alone is open
+    bubble = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.6, "exposed_comm": 0.05, "bubble": 0.3, "recompute": 0.05})
+    proposal = HeuristicPolicy()._fewer_dp_ranks(state, bubble, space)
+    assert proposal is None or proposal.lever != tp, proposal
+
+
 @pytest.mark.parametrize("measured", [True, False])
 def test_fewer_dp_ranks_get_one_measured_try_per_incumbent(measured: bool) -> None:
     """TP 2 as the enabler of local batch 32 measured slower: CP 2 would buy the same halving of the bubble, so it is
