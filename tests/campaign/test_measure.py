@@ -208,14 +208,19 @@ def test_pairs_to_decide_is_where_the_half_width_meets_the_distance_to_the_minim
 def test_a_step_trending_below_the_minimum_gain_that_no_cap_of_pairs_could_decide_is_futile() -> None:
     """Two pairs at about +2 % with 10 % run noise: deciding *no gain* below 5 % would take far more pairs than the
     cap, so the step ends undecided now (conditional power under the current trend). Trending *above* the minimum
-    gain the same noise goes on measuring: futility never cuts a step on its way to a gain."""
+    gain the same noise goes on measuring where the cap is within reach (+12 %: about 8 pairs at its estimate) and is
+    cut only where deciding would take more than FAR_OUT_OF_REACH caps (+5.5 %: over a thousand pairs)."""
     noisy = [1000.0, 1100.0, 900.0]
     state = campaign(noisy, min_gain=0.05, max_pairs=4)
     m = ms.measure(state, with_pairs(state, [(1000.0, 1020.0), (1010.0, 1030.0)]))
     assert m.decision == "undecided" and m.pairs == 2 and m.why.startswith("futile") and m.lo < 0.05 < m.hi
     state = campaign(noisy, min_gain=0.05, max_pairs=4)
-    m = ms.measure(state, with_pairs(state, [(1000.0, 1080.0), (1010.0, 1090.0)]))
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1120.0), (1010.0, 1130.0)]))
     assert m.decision == "measuring" and m.estimate > 0.05
+    state = campaign(noisy, min_gain=0.05, max_pairs=4)
+    m = ms.measure(state, with_pairs(state, [(1000.0, 1055.0), (1010.0, 1065.0)]))
+    assert m.decision == "undecided" and m.why.startswith("futile") and m.estimate > 0.05
+    assert ms.pairs_to_decide([math.log(1055 / 1000), math.log(1065 / 1010)], m.sigma, m.df, 0.9, 0.05) > ms.FAR_OUT_OF_REACH * 4
     state = campaign(noisy, min_gain=0.05, max_pairs=4)  # one pair is too rough to project from
     m = ms.measure(state, with_pairs(state, [(1000.0, 1020.0)]))
     assert m.decision == "measuring"
