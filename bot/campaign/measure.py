@@ -185,7 +185,7 @@ def rule_text(state: Campaign) -> str:
     return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs); "
             f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "
-            f"out of reach of the cap)")
+            f"out of reach of the cap, or above it and out of reach of {FAR_OUT_OF_REACH} caps)")
 
 
 # a run farther than this (relative), and than twice the screen band, from its side's median is an outlier: on this CPU
