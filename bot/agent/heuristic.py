@@ -307,10 +307,7 @@ class HeuristicPolicy:
             return None
         base = campaign.step(stacked_on).levers if stacked_on else campaign.incumbent_levers
         cur = catalog.effective(base)
-        old = {k: int(cur[k]) for k in DEGREES}
-        new = {**old, lever: int(value)}
-        old_mp = old["parallelism.tensor_parallel_degree"] * old["parallelism.pipeline_parallel_degree"] * old["parallelism.context_parallel_degree"]
-        new_mp = new["parallelism.tensor_parallel_degree"] * new["parallelism.pipeline_parallel_degree"] * new["parallelism.context_parallel_degree"]
+        old_mp, new_mp = _model_parallel(cur), _model_parallel({**cur, lever: value})
         lbs = int(cur[lbs_name])
         target = lbs * new_mp // old_mp if (lbs * new_mp) % old_mp == 0 else 0
         if target < 1 or target not in space.values[lbs_name]:
@@ -871,8 +868,7 @@ def _model_parallel(eff: dict[str, Scalar]) -> int:
 def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:
     """Whether the data-parallel (FSDP) group of the layout ``eff`` spans more than one node."""
     c = space.recipe.cluster
-    model_parallel = int(eff["parallelism.tensor_parallel_degree"]) * int(eff["parallelism.context_parallel_degree"]) * int(eff["parallelism.pipeline_parallel_degree"])
-    return c.nodes > 1 and c.nodes * c.devices_per_node // max(model_parallel, 1) > c.devices_per_node
+    return c.nodes > 1 and c.nodes * c.devices_per_node // max(_model_parallel(eff), 1) > c.devices_per_node
 
 
 def _next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar | None:
