@@ -23,6 +23,11 @@ candidate's trial and pair runs) are repeat measurements, and their within-group
 one run's noise ``s`` with ``sum(n_g - 1)`` degrees of freedom; one pair's log-ratio then has sd ``sqrt(2) s``. (A
 one-way ANOVA's pooled within-group variance. It assumes the machine's relative noise does not depend much on the
 configuration; grouping per step keeps the machine's slow drift over a campaign, which the pairs cancel, out of it.)
+Where the machine kind's noise is known (``Campaign.noise_prior_sd``, the simulator's; see
+:func:`bot.campaign.setup.measurement_options`), it joins the pool as ``noise_prior_df`` degrees of freedom: the
+conjugate scaled-inverse-chi-square prior on a normal variance, whose posterior pools ``nu0 s0^2 + SS`` over ``nu0 +
+df`` and gives the mean a t with ``nu0 + df`` degrees of freedom (Gelman et al., *Bayesian Data Analysis*, 3rd ed.,
+2013, §3.3). A campaign's first steps are then not decided on a noise estimate of one degree of freedom.
 
 **Sequential.** After every pair: *gain* when the interval's lower end clears ``min_gain`` (and at least
 ``min_pairs_for_gain`` pairs are in: on this CPU box 2, one in each order, because the drift over a single pair does
@@ -157,9 +162,10 @@ def run_groups(state: Campaign, exclude: frozenset[str] = frozenset()) -> dict[t
     return groups
 
 
-def pooled_run_sd(groups: Iterable[list[float]]) -> tuple[float | None, int]:
-    """(sd of one run's ``log tps``, its degrees of freedom) pooled within configurations; (None, 0) with no repeat."""
-    ss, df = 0.0, 0
+def pooled_run_sd(groups: Iterable[list[float]], prior_sd: float | None = None, prior_df: int = 0) -> tuple[float | None, int]:
+    """(sd of one run's ``log tps``, its degrees of freedom) pooled within configurations, with the machine kind's
+    prior ``prior_sd`` counted as ``prior_df`` degrees of freedom; (None, 0) with neither."""
+    ss, df = (prior_sd**2 * prior_df, prior_df) if prior_sd and prior_df else (0.0, 0)
     for values in groups:
         if len(values) > 1:
             mean = sum(values) / len(values)
@@ -182,7 +188,9 @@ def share(x: float) -> str:
 
 def rule_text(state: Campaign) -> str:
     window = f"each run's median of {state.measure_steps} steps after the warm-up; " if state.measure_steps else ""
-    return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs); "
+    prior = (f" and a known {share(state.noise_prior_sd)} run noise weighted as {state.noise_prior_df} repeat runs"
+             if state.noise_prior_sd and state.noise_prior_df else "")
+    return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs{prior}); "
             f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "
             f"out of reach of the cap, or above it and out of reach of {FAR_OUT_OF_REACH} caps)")
@@ -230,7 +238,7 @@ def measure(state: Campaign, st: Step) -> Measurement:
     kept = [r for r in st.runs if log_ratio(r) is not None and r.attempt not in bad]
     ds = [d for d in (log_ratio(r) for r in kept) if d is not None]
     exclude = frozenset(x for r in st.runs if r.kind == "pair" and r.attempt in bad for x in (r.reference_record, r.record if r.record != _trial_record(st) else ""))
-    sd_run, df = pooled_run_sd(run_groups(state, exclude - {""}).values())
+    sd_run, df = pooled_run_sd(run_groups(state, exclude - {""}).values(), state.noise_prior_sd, state.noise_prior_df)
     note = "; ".join(f"left out: {why}" for why in bad.values())
     m = Measurement(confidence=state.confidence, min_gain=state.min_gain, pairs=len(ds), log_ratios=ds, df=df, rule=rule_text(state))
     m = _decide(state, st, m, ds, sd_run, df)
@@ -298,7 +306,7 @@ def screen(state: Campaign, st: Step) -> Measurement | None:
     trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
     if trial is None or not state.incumbent_tps:
         return None
-    sd_run, df = pooled_run_sd(run_groups(state).values())
+    sd_run, df = pooled_run_sd(run_groups(state).values(), state.noise_prior_sd, state.noise_prior_df)
     if sd_run is None:
         return None
     est, lo, hi = interval([math.log(trial.tps / state.incumbent_tps)], math.sqrt(2.0) * sd_run, df, state.confidence)

@@ -292,6 +292,10 @@ class Campaign(BaseModel):
     max_pairs: int = Field(default=4, ge=1, le=50)  # undecided after this many pairs: not kept
     # a gain is decided only once this many pairs are in (2: one in each order, so the drift over a pair cancels)
     min_pairs_for_gain: int = Field(default=1, ge=1, le=50)
+    # what the machine kind's run-to-run noise is known to be (sd of one run's log tokens/s) and how many repeat runs'
+    # worth of evidence that is: pooled with the campaign's own repeats (bot.campaign.measure.pooled_run_sd)
+    noise_prior_sd: float | None = Field(default=None, gt=0.0, lt=1.0)
+    noise_prior_df: int = Field(default=0, ge=0, le=1000)
     pair_with_trial: bool = False  # the trial is pair 1's candidate run (one machine, runs back to back)
     # every run's tokens/s is the median of this many steps after the warm-up (None: of all of them); a run that is
     # only measured (a pair's runs, a repeat baseline run) stops there, one the gate reads (baseline 1, a trial) runs on

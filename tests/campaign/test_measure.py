@@ -80,6 +80,46 @@ def test_the_interval_covers_the_true_gain_at_its_confidence(n_pairs: int) -> No
     assert abs(hits / trials - 0.9) < 0.03, hits / trials  # 90% nominal, 2000 draws: +-1.3% one sd
 
 
+def test_a_known_machine_noise_joins_the_pool_as_prior_degrees_of_freedom() -> None:
+    groups = [list(np.log([1000.0, 1100.0]))]
+    ss = float(((np.array(groups[0]) - np.mean(groups[0])) ** 2).sum())
+    sd, df = ms.pooled_run_sd(groups, prior_sd=0.02, prior_df=8)
+    assert df == 9 and sd == pytest.approx(math.sqrt((8 * 0.02**2 + ss) / 9))
+    assert ms.pooled_run_sd([], prior_sd=0.02, prior_df=8) == (pytest.approx(0.02), 8)  # the prior alone
+    assert ms.pooled_run_sd(groups, prior_sd=0.02, prior_df=0) == ms.pooled_run_sd(groups)  # no weight: no prior
+
+
+def test_a_prior_steadies_the_first_decisions_and_the_rule_names_it() -> None:
+    """Two baseline runs that happen to agree (sd 0.1 %, df 1) against a known 1.4 % noise weighted as 8 runs: the
+    pooled sd is the prior's, so a +3 % first pair is not taken as a gain on one degree of freedom's luck."""
+    quiet = [1000.0, 1001.0]
+    bare = campaign(quiet, min_gain=0.0075, max_pairs=6)
+    primed = campaign(quiet, min_gain=0.0075, max_pairs=6, noise_prior_sd=0.014, noise_prior_df=8)
+    ms_ = []
+    for state in (bare, primed):
+        st = with_pairs(state, [(1000.0, 1030.0)], trial=1030.0)
+        st.runs[1] = st.runs[1].model_copy(update={"record": "t"})  # pair 1's candidate run is the trial
+        ms_.append(ms.measure(state, st))
+    mb, mp = ms_
+    assert mb.df == 1 and mp.df == 9 and mp.sigma / math.sqrt(2) == pytest.approx(0.0133, abs=0.0005)
+    assert mb.decision == "gain" and mp.decision == "measuring"
+    assert "1.4% run noise weighted as 8 repeat runs" in ms.rule_text(primed) and "run noise" not in ms.rule_text(bare)
+
+
+@pytest.mark.parametrize("n_pairs", [1, 3])
+def test_the_interval_with_a_right_prior_covers_the_true_gain_at_its_confidence(n_pairs: int) -> None:
+    """Coverage by simulation where the machine's noise is what its prior says (the simulator's case)."""
+    rng = np.random.default_rng(11)
+    true, sd_run, hits, trials = 0.03, 0.014, 0, 2000
+    for _ in range(trials):
+        state = campaign(list(np.exp(rng.normal(7.0, sd_run, 2))), noise_prior_sd=sd_run, noise_prior_df=8)
+        pairs = [(float(np.exp(rng.normal(7.0, sd_run))), float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run)))) for _ in range(n_pairs)]
+        st = with_pairs(state, pairs, trial=float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run))))
+        m = ms.measure(state, st)
+        hits += m.lo <= true <= m.hi
+    assert abs(hits / trials - 0.9) < 0.03, hits / trials
+
+
 def test_the_sequential_rule_gain_no_gain_and_measuring() -> None:
     quiet = [1000.0, 1002.0, 998.0]
     state = campaign(quiet, min_gain=0.05, max_pairs=4)
