@@ -43,7 +43,14 @@ take more than ``FAR_OUT_OF_REACH`` (10) caps: cutting at one cap cost a third o
 ten caps the same benchmark keeps +3 % 83 % and +2 % 51 % of the time (87 %, 56 % without), false gains 4 %, a true
 +0 % settling in 4.5 runs (5.2), while a tuning campaign stops spending its budget on an effect the size of its noise
 (simulated, 5 seeds: glm-4.5 749 -> 687 device-hours at 99.4 % of the oracle (100 %); scratch qwen3-235b on 128 B200
-467 -> 416 device-hours, 71.4 -> 75.4 % of the oracle). A trial
+467 -> 416 device-hours, 71.4 -> 75.4 % of the oracle). *Futile by budget*
+(undecided, not kept), from the second pair: the projection needs more pairs than the cap, and the pairs left to the
+cap would cost more than half of what is left of the campaign's budget (``BUDGET_SHARE``) -- a step that most likely
+ends undecided does not take the budget the steps after it need. Found on a scratch llama3.1-8b on 32 B200, where a
+pair costs two runs of mostly start-up: a +2 % compile step took five pairs, 8 of the 14 runs' budget, and the
+campaign ended on it (5 seeds: 93.6 -> 100 % of the oracle); over 14 scratch tasks (5 seeds) it moved the oracle
+fraction +0.25 points on average (glm-4.5 on 64 H200 -1.3, llama3.1-70b on 128 H200 -1.5: a step that would have
+decided near the cap) and cut device-hours on six; the dev tasks are unchanged. A trial
 whose unpaired comparison with the incumbent's last estimate already has its upper end below ``min_gain`` *and*
 that measured below the incumbent by more than the screen band (``k`` x the baseline runs' spread, with a floor) is
 closed as *no gain* without pairs (screened): an unpaired look may only ever say no (drift can fake a gain), and
@@ -193,7 +200,8 @@ def rule_text(state: Campaign) -> str:
     return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs{prior}); "
             f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "
-            f"out of reach of the cap, or above it and out of reach of {FAR_OUT_OF_REACH} caps)")
+            f"out of reach of the cap, above it and out of reach of {FAR_OUT_OF_REACH} caps, or out of reach of the cap with "
+            f"the pairs to it costing more than half the budget left)")
 
 
 # a run farther than this (relative), and than twice the screen band, from its side's median is an outlier: on this CPU
@@ -272,6 +280,12 @@ def _decide(state: Campaign, st: Step, m: Measurement, ds: list[float], sd_run: 
         return m.model_copy(update={"decision": "undecided", "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {share(state.min_gain)}"})
     need = pairs_to_decide(ds, sd_pair, df, state.confidence, state.min_gain) if n >= FUTILITY_AFTER else 0.0
     reach = 1 if est < state.min_gain else FAR_OUT_OF_REACH
+    more, cost, left = state.max_pairs - n, pair_cost(state, st), state.budget - state.spent
+    if need > state.max_pairs and more * cost > BUDGET_SHARE * left:
+        return m.model_copy(update={"decision": "undecided", "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
+                                                                      f"{share(state.min_gain)}, at its estimate deciding would take about {need:.0f} pairs, "
+                                                                      f"more than the cap of {state.max_pairs}, and the {more} pairs to the cap would cost "
+                                                                      f"{more * cost:.3g} device-hours, more than half the {left:.3g} left in the budget"})
     if need > state.max_pairs * reach:
         return m.model_copy(update={"decision": "undecided", "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
                                                                       f"{share(state.min_gain)} and at its estimate deciding would take about {need:.0f} pairs, "
@@ -280,6 +294,7 @@ def _decide(state: Campaign, st: Step, m: Measurement, ds: list[float], sd_run: 
 
 
 FUTILITY_AFTER = 2  # pairs: one pair's estimate is too rough to project from
+BUDGET_SHARE = 0.5  # of what is left: the most a step projected not to decide by the cap may still take
 FAR_OUT_OF_REACH = 10  # x the cap: a step trending above the minimum gain is cut only this far from deciding
 
 
@@ -290,6 +305,13 @@ def pairs_to_decide(ds: list[float], sd_pair: float, df: int, confidence: float,
     gap = abs(sum(ds) / len(ds) - math.log1p(min_gain))
     t = float(stats.t.ppf(0.5 + confidence / 2.0, df))
     return math.inf if gap == 0 else (t * sd_pair / gap) ** 2
+
+
+def pair_cost(state: Campaign, st: Step) -> float:
+    """Device-hours one more pair of step ``st`` is expected to cost: its last pair of two fresh runs, else two runs
+    at the campaign's expected run cost."""
+    made = [r.device_hours for r in st.runs if r.kind == "pair" and not r.reused and state.per_run(r) != r.device_hours]
+    return made[-1] if made else 2.0 * state.expected_run_cost()
 
 
 def st_pairs(st: Step) -> int:

@@ -134,6 +134,22 @@ def test_the_sequential_rule_gain_no_gain_and_measuring() -> None:
     assert m.decision == "measuring" and m.lo < 0.05 < m.hi and "straddles" in m.why
 
 
+def test_a_step_that_would_take_most_of_the_budget_left_to_reach_its_cap_is_futile() -> None:
+    """+1.5 % over two pairs of 2 % run noise with a 0.75 % minimum gain: deciding would take far more than the cap of
+    6 pairs. With 10 device-hours left and pairs of 2, the 4 pairs to the cap (8) are more than half of it: undecided
+    now. With 100 left it measures on (the ten-caps reach keeps a step trending above the minimum gain)."""
+    def step_with(left: float):
+        state = campaign([1000.0, 1020.0, 980.0], min_gain=0.0075, max_pairs=6)
+        state.budget, state.spent = 100.0 + left, 100.0
+        st = with_pairs(state, [(1000.0, 1025.0), (1000.0, 1005.0)])
+        st.runs = [r.model_copy(update={"device_hours": 2.0 if r.kind == "pair" else 1.0}) for r in st.runs]
+        return ms.measure(state, st)
+
+    tight, ample = step_with(10.0), step_with(100.0)
+    assert tight.decision == "undecided" and "more than half the 10 left in the budget" in tight.why and "4 pairs to the cap" in tight.why
+    assert ample.decision == "measuring" and "straddles" in ample.why
+
+
 def test_undecided_at_the_cap_and_without_any_repeat_run() -> None:
     state = campaign([1000.0, 1200.0, 900.0], min_gain=0.05, max_pairs=2)
     m = ms.measure(state, with_pairs(state, [(1000.0, 1080.0), (1100.0, 1150.0)]))
