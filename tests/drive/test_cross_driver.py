@@ -60,7 +60,8 @@ PROFILES: dict[str, dict[str, Any]] = {
     "github": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
                "early_stop_k": 2.0, "max_steps": 50, "min_gain": 0.02, "confidence": 0.9, "max_pairs": 4, "pair_with_trial": False},
     "sim": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
-            "early_stop_k": 1.0, "max_steps": 50, "min_gain": 0.0075, "confidence": 0.9, "max_pairs": 6, "pair_with_trial": True},
+            "early_stop_k": 1.0, "max_steps": 50, "min_gain": 0.005, "confidence": 0.9, "max_pairs": 6, "pair_with_trial": True,
+            "noise_prior_sd": 0.014, "noise_prior_df": 8},
 }
 
 CASES = [pytest.param(recipe, budget, seed, "shared", "github", id=f"{Path(recipe).parent.name}-seed{seed}-shared-github")
