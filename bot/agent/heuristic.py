@@ -26,7 +26,11 @@
    no one-lever path -- DualPipeV needs microbatches >= stages, so twice the stages at the local batch's share are
    refused while twice the local batch at the old degree would not divide the global batch -- the schedule with the
    same stage placement and no such bound (ZBVZeroBubble) is the stepping stone (``_stepping_stone``), and the
-   schedule it replaced is proposed back once legal (``_restore_schedule``). Legality (divisibility, batch arithmetic, stage split) is computed
+   schedule it replaced is proposed back once legal (``_restore_schedule``). A schedule a lesson asks for that is
+   refused only for too few microbatches (``_microbatch_enabler``) gets the local batch that gives them as its
+   enabler; with the local batch already the global batch's share, twice (or four times) the TP degree inside the
+   node, then CP, is the enabler of that larger local batch, itself the gated enabler of the schedule: a chain of
+   two enablers with the schedule measured on them (the layout alone would price the old schedule). Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
    next notch the same way (a line search along the lever that paid), before the lessons. A kept step that changed
@@ -82,7 +86,9 @@ from bot.core.state import Campaign, RunRef, Step
 RECOMPUTE_LADDER = {"none": "selective", "selective": "full", "memory_budget": "full"}
 OOM_LESSON = "oom-enable-recompute"
 OOM_PP_LESSON = "oom-raise-pipeline-parallel"
-ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>\S+?):")
+# "enabler of LEVER=VALUE:" -- or, for a two-link chain, "enabler of LEVER=VALUE, then LEVER2=VALUE2:" (the change it
+# enables is itself the gated enabler of the second: ``_microbatch_enabler``)
+ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>[^\s,:]+)(?:, then (?P<then>[\w.]+=[^\s,:]+))?:")
 DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
            "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
 # Generic exploration order once the lessons are spent: the levers with the largest effect on step
@@ -262,7 +268,11 @@ class HeuristicPolicy:
             illegal = layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value})
             if illegal is None:
                 return change
+            if lever == SCHEDULE:
+                return self._microbatch_enabler(campaign, space, value, illegal, why, lessons)
             return self._enabler(campaign, space, lever, value, illegal, lessons)
+        if problem.startswith("prerequisite missing") and lever == SCHEDULE and TOO_FEW_MICROBATCHES in problem:
+            return self._microbatch_enabler(campaign, space, value, problem.removeprefix("prerequisite missing: "), why, lessons)
         if problem.startswith("prerequisite missing"):
             fix = catalog.prerequisite_for(campaign.incumbent_levers, lever, value, space.model)
             if fix is not None:
@@ -326,6 +336,54 @@ class HeuristicPolicy:
             return None
         return change
 
+    def _microbatch_enabler(self, campaign: Campaign, space: LeverSpace, value: Scalar, illegal: str, why: str,
+                            lessons: list[str]) -> Change | None:
+        """The schedule ``value`` is refused only because it needs at least as many microbatches per flush as
+        stages (DualPipeV). A local batch the pinned global batch allows at the incumbent's degrees that gives them
+        is its enabler. Where the local batch is already the global batch's share, only fewer DP ranks give more
+        microbatches: twice (then four times) the tensor parallel degree inside the node, then the context parallel
+        degree, as the enabler of the local batch that many times larger, which is in turn the gated enabler of the
+        schedule -- a chain of two enablers (not run) with the schedule stacked on them and measured together. The
+        layout measured alone under the old schedule would price the degree and the bubble, not the schedule it is
+        for (deepseek-v3 under ZBVZeroBubble: TP 2 -> 4 with local batch 16 measured -9 % alone, and +16 % once
+        DualPipeV ran on it). None where no such chain is legal or its configuration was already stepped."""
+        lbs_name = "training.local_batch_size"
+        if TOO_FEW_MICROBATCHES not in illegal or lbs_name not in space.values:
+            return None
+        inc = campaign.incumbent_levers
+        cur = catalog.effective(inc)
+        lbs = int(cur[lbs_name])
+        reason = f"{cur.get(SCHEDULE)} -> {value} is refused for too few microbatches ({illegal}); {why}"
+        for v in sorted(x for x in space.values[lbs_name] if isinstance(x, int) and x > lbs):
+            target = {**inc, lbs_name: v}
+            if layout_problem(space.recipe, target) is None and layout_problem(space.recipe, {**target, SCHEDULE: value}) is None:
+                if _already_stepped(campaign, {**target, SCHEDULE: value}):
+                    return None
+                change = Change(lever=lbs_name, before=lbs, after=v, lessons=[*lessons, MICROBATCH_LESSON], policy=self.name,
+                                enabler=True, why=f"enabler of {SCHEDULE}={value}: the local batch that gives it its microbatches; {reason}")
+                return change if validate_change(campaign, change, space) is None else None
+        for lever in ("parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree"):
+            for factor in (2, 4):
+                degree = factor * int(cur[lever])
+                if lever not in space.values or degree not in space.values[lever] or factor * lbs not in space.values[lbs_name]:
+                    continue
+                if lever.endswith("tensor_parallel_degree") and degree > space.recipe.cluster.devices_per_node:
+                    continue  # TP collectives run every layer: only inside the node's NVLink domain
+                layout = {**inc, lever: degree, lbs_name: factor * lbs}
+                if (layout_problem(space.recipe, {**inc, lever: degree}) or layout_problem(space.recipe, layout)
+                        or layout_problem(space.recipe, {**layout, SCHEDULE: value})):
+                    continue
+                if _already_stepped(campaign, {**layout, SCHEDULE: value}):
+                    return None
+                change = Change(lever=lever, before=cur[lever], after=degree, lessons=[*lessons, MICROBATCH_LESSON], policy=self.name,
+                                enabler=True, why=f"enabler of {lbs_name}={factor * lbs}, then {SCHEDULE}={value}: the local batch is "
+                                f"already the pinned global batch's share, so {factor} times the {lever.split('.')[-1].replace('_', ' ')} "
+                                f"divides the DP degree by {factor} and the local batch, and with it the microbatches per flush, can "
+                                f"grow {factor} times; {reason}")
+                if validate_change(campaign, change, space) is None:
+                    return change
+        return None
+
     def _smaller_batch_share(self, campaign: Campaign, space: LeverSpace, change: Change, target: dict[str, Scalar],
                              records: RecordReader) -> Change | None:
         """A held-back lesson's degree change that trades model-parallel ranks for data-parallel ones (halving TP or CP
@@ -373,9 +431,12 @@ class HeuristicPolicy:
         except catalog.LeverError:
             return None
         cur = catalog.effective(base_levers(campaign, last.change) if not last.kept else campaign.incumbent_levers)
+        why = f"the change step {last.n} enabled ({last.change.title()}: {last.change.why.split(': ', 1)[-1]})"
+        then = m.group("then")
+        if then:  # the first link of a two-link chain: the change it enables is the gated enabler of the second
+            why = f"enabler of {then}: {why}"
         change = Change(lever=lever, before=cur.get(lever), after=value, lessons=last.change.lessons, policy=self.name,
-                        why=f"the change step {last.n} enabled ({last.change.title()}: {last.change.why.split(': ', 1)[-1]})",
-                        stacked_on=None if last.kept else last.n)
+                        why=why, stacked_on=None if last.kept else last.n, enabler=bool(then))
         if validate_change(campaign, change, space) is not None:
             return None
         if layout_problem(space.recipe, base_levers(campaign, change) | {lever: value}) is not None:
@@ -516,6 +577,8 @@ class HeuristicPolicy:
                 return None  # measured back once already (a later incumbent does not reopen it)
             if _already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: c.before}):
                 return None
+            if layout_problem(space.recipe, {**campaign.incumbent_levers, SCHEDULE: c.before}) is not None:
+                return None  # not legal yet: it comes back when a later step gives it the microbatches
             why = f"step {n} ({c.title()}) stood in for {c.before} until the local batch allowed it: {c.before} back"
             return self._checked(campaign, space, SCHEDULE, c.before, why, [STONE_LESSON])
         return None
@@ -766,6 +829,7 @@ SCHEDULE = "parallelism.pipeline_parallel_schedule"
 STONE_LESSON = "pp-schedule-stepping-stone"
 SECOND_PASS_LESSON = "second-pass-over-small-gains"
 SHARE_LESSON = "dp-degree-batch-share"
+MICROBATCH_LESSON = "pp-schedule-microbatches-fewer-dp-ranks"
 # a schedule that needs microbatches >= stages -> the one with the same stage placement (two per rank, V-shaped) and
 # the same zero-bubble backward split that does not (bot.core.layouts: NEEDS_MB_GE_STAGES)
 STEPPING_STONE = {"DualPipeV": "ZBVZeroBubble"}

@@ -858,6 +858,60 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
 EP_RECIPE = (CPU_RECIPE.parents[1] / "deepseek-v3/h200x256.yaml")
 
 
+def test_a_schedule_refused_for_too_few_microbatches_at_the_batch_share_comes_through_a_two_enabler_chain() -> None:
+    """The incumbent runs ZBVZeroBubble over 8 stages at local batch 4, the pinned global batch's share; DualPipeV
+    (what the MoE lesson asks for) needs 16 microbatches. No local batch at this DP degree gives them, so four times
+    the TP degree (inside the node) is the enabler of local batch 16, which is itself the gated enabler of DualPipeV,
+    stacked and measured on both. The layout alone (under ZBVZeroBubble) is never measured for it; once that
+    configuration was stepped, no chain is proposed."""
+    from bot.agent.space import layout_problem
+
+    state, space = _state_and_space(EP_RECIPE.read_text())
+    sched, tp, lbs = "parallelism.pipeline_parallel_schedule", "parallelism.tensor_parallel_degree", "training.local_batch_size"
+    zbv = {**state.incumbent_levers, sched: "ZBVZeroBubble"}
+    kept = _measured(1, Change(lever=sched, before="Interleaved1F1B", after="ZBVZeroBubble", why="t"), zbv, 1.0, kept=True, outcome="ok")
+    s1 = state.model_copy(update={"steps": [kept], "incumbent_step": 1, "incumbent_levers": zbv})
+    assert "microbatches" in layout_problem(space.recipe, {**zbv, sched: "DualPipeV"})
+    first = HeuristicPolicy()._checked(s1, space, sched, "DualPipeV", "hides the all-to-all", ["moe-pp-dualpipe-hides-all-to-all"])
+    assert isinstance(first, Change)
+    assert (first.lever, first.before, first.after, first.enabler, first.stacked_on) == (tp, 1, 4, True, None)
+    assert first.why.startswith(f"enabler of {lbs}=16, then {sched}=DualPipeV:")
+    assert "pp-schedule-microbatches-fewer-dp-ranks" in first.lessons and validate_change(s1, first, space) is None
+    gated = cm.Step(n=2, change=first, state="closed", levers={**zbv, tp: 4}, config_verdict=Verdict(verdict="ok", stage="config"))
+    s2 = s1.model_copy(update={"steps": [kept, gated]})
+    second = HeuristicPolicy().propose(s2, OK, LESSONS, space, RECORDS)
+    assert isinstance(second, Change)
+    assert (second.lever, second.before, second.after, second.enabler, second.stacked_on) == (lbs, 4, 16, True, 2)
+    assert second.why.startswith(f"enabler of {sched}=DualPipeV:") and validate_change(s2, second, space) is None
+    gated2 = cm.Step(n=3, change=second, stacked_on=2, state="closed", levers={**zbv, tp: 4, lbs: 16},
+                     config_verdict=Verdict(verdict="ok", stage="config"))
+    s3 = s1.model_copy(update={"steps": [kept, gated, gated2]})
+    third = HeuristicPolicy().propose(s3, OK, LESSONS, space, RECORDS)
+    assert isinstance(third, Change)
+    assert (third.lever, third.before, third.after, third.enabler, third.stacked_on) == (sched, "ZBVZeroBubble", "DualPipeV", False, 3)
+    assert validate_change(s3, third, space) is None
+    measured = _measured(4, third, {**zbv, tp: 4, lbs: 16, sched: "DualPipeV"}, -0.02, stacked_on=3)
+    s4 = s1.model_copy(update={"steps": [kept, gated, gated2, measured]})
+    assert HeuristicPolicy()._checked(s4, space, sched, "DualPipeV", "t", ["moe-pp-dualpipe-hides-all-to-all"]) is None
+
+
+def test_a_schedule_refused_for_too_few_microbatches_below_the_batch_share_gets_the_local_batch_alone() -> None:
+    """With gradient accumulation (PP 2 over 256 ranks: DP 128, global batch 512, local batch 2 -- half its share of
+    4), DualPipeV's 4 stages need 4 microbatches: local batch 4 gives them at the same DP degree, so it alone is the
+    enabler, with no degree change."""
+    from bot.core.recipe import set_lever_text
+
+    text = set_lever_text(set_lever_text(EP_RECIPE.read_text(), "training.local_batch_size", 2), "parallelism.pipeline_parallel_degree", 2)
+    text = text.replace("training.global_batch_size: 128", "training.global_batch_size: 512")
+    state, space = _state_and_space(text)
+    sched, lbs = "parallelism.pipeline_parallel_schedule", "training.local_batch_size"
+    got = HeuristicPolicy()._checked(state, space, sched, "DualPipeV", "t", ["moe-pp-dualpipe-hides-all-to-all"])
+    assert isinstance(got, Change)
+    assert (got.lever, got.before, got.after, got.enabler) == (lbs, 2, 4, True)
+    assert got.why.startswith(f"enabler of {sched}=DualPipeV:")
+
+
+
 def _measured(n: int, change: Change, levers: dict, gain: float, *, kept: bool = False, stacked_on: int | None = None,
               outcome: str = "stopped") -> cm.Step:
     return cm.Step(n=n, change=change, stacked_on=stacked_on, state="closed", levers=levers, kept=kept, gain=gain,
