@@ -13,7 +13,9 @@
    A change the memory screen predicts to run out of memory (:mod:`bot.agent.memory_screen`: a measured peak
    scaled by the analytic memory model, over the device by more than its margin) is proposed with that
    prediction and not run: the campaign records it as an out-of-memory trial that cost nothing, and the
-   retries above follow from it as from a real one.
+   retries above follow from it as from a real one. A memory partner (``_memory_partner``: context parallel, 1F1B,
+   more stages, smaller microbatches, for a recompute saving that ran out of memory) that runs out of memory itself
+   is retried one notch further in its place, stacked on the same recompute change, so the chain grows no deeper.
 1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
    batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree), or because its schedule
    would get fewer microbatches than stages, is preceded by the local-batch change that keeps ``local_batch x dp``
@@ -33,7 +35,13 @@
    two enablers with the schedule measured on them (the layout alone would price the old schedule). Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
 1c. **Keep going**: a step kept with a large gain (MOMENTUM_GAIN) on a numeric lever is followed by the
-   next notch the same way (a line search along the lever that paid), before the lessons. A kept step that changed
+   next notch the same way (a line search along the lever that paid), before the lessons; where that lever has no
+   legal next notch and its kept change was enabled by a parallel degree, the same coupling one notch further (PP
+   1 -> 2 as the enabler of local batch 2 -> 4: PP 2 -> 4 as the enabler of local batch 8), while the incumbent
+   still spends COMM_FRAC of its step in exposed communication (what halving the DP ranks again removes). A
+   coupled retry measured behind the incumbent gets a stacked follow-up for the cost it left behind
+   (``_follow_up``) -- less recompute only where the recompute is the coupling's (it recomputes more than the
+   incumbent, or the incumbent cannot recompute less itself: ``_recompute_left_behind``). A kept step that changed
    a parallel degree or the schedule with such a gain (unless the next notch is proposed first) is followed by a
    **second pass** over the kept steps that gained little before it and were aimed at a cost it was aimed at too
    (``_second_pass``): each one's change measured the other way, once, on the new layout (levers interact;
@@ -141,7 +149,7 @@ class HeuristicPolicy:
                                       and _patience_stop(campaign)):
             return retry
         follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
-                  or self._keep_going(campaign, levers) or self._restore_schedule(campaign, levers)
+                  or self._keep_going(campaign, levers, incumbent) or self._restore_schedule(campaign, levers)
                   or self._second_pass(campaign, levers, lessons, just_kept=True))
         if follow is not None:
             return follow
@@ -523,19 +531,23 @@ class HeuristicPolicy:
                             "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
                             "and activations per microbatch instead of per local batch"))
         for lever, value, lesson, how in options:
-            why = f"step {last.n} ({last.change.title()}) gave up recomputation and ran out of memory; keep that and free activation memory instead: {how}"
-            illegal = layout_problem(space.recipe, {**last.levers, lever: value})
+            # a partner that itself ran out of memory is retried one notch further in its place, not stacked on itself:
+            # PP 1 -> 2 out of memory -> PP 1 -> 4 on the same recompute change (the chain stays as deep)
+            on = campaign.step(last.stacked_on) if lever == last.change.lever and last.stacked_on else last
+            why = f"step {on.n} ({on.change.title()}) gave up recomputation and ran out of memory; keep that and free activation memory instead: {how}"
+            illegal = layout_problem(space.recipe, {**on.levers, lever: value})
             if illegal is not None:
                 # refused by the pinned global batch or by the schedule's microbatch bound: the local batch (or, where
                 # no local batch is legal on its own, the stepping-stone schedule) goes first as a gated enabler, the
                 # partner stacked on it and measured -- within the chain's bound
-                enabler = None if _chain_depth(campaign, last) + 2 > MAX_CHAIN else (
-                    self._enabler(campaign, space, lever, value, illegal, [lesson], stacked_on=last.n, why=why)
-                    or self._stepping_stone(campaign, space, last, lever, value, illegal, lesson, why))
+                enabler = None if _chain_depth(campaign, on) + 2 > MAX_CHAIN else (
+                    self._enabler(campaign, space, lever, value, illegal, [lesson], stacked_on=on.n, why=why)
+                    or self._stepping_stone(campaign, space, on, lever, value, illegal, lesson, why))
                 if enabler is not None:
                     return enabler
                 continue
-            change = Change(lever=lever, before=eff.get(lever), after=value, lessons=[lesson], policy=self.name, stacked_on=last.n, why=why)
+            before = catalog.effective(on.levers).get(lever)
+            change = Change(lever=lever, before=before, after=value, lessons=[lesson], policy=self.name, stacked_on=on.n, why=why)
             if validate_change(campaign, change, space) is None:
                 return change
         return self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
@@ -640,7 +652,7 @@ class HeuristicPolicy:
                "along the same lever, for a larger effect to measure")
         return self._checked(campaign, space, last.change.lever, notch, why, list(last.change.lessons))
 
-    def _keep_going(self, campaign: Campaign, space: LeverSpace) -> Change | None:
+    def _keep_going(self, campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | None = None) -> Change | None:
         """The last step was kept with a large gain (at least MOMENTUM_GAIN) on a numeric lever: the next notch the
         same way is the most likely next gain (a line search along the lever that paid: expert parallel 1 -> 2
         gained +83% on an all-to-all-bound MoE and 2 -> 4 -> 8 each gained again). Legality, prerequisites and the
@@ -648,12 +660,41 @@ class HeuristicPolicy:
         last, trial = _last_step_trial(campaign)
         if last is None or not last.kept or campaign.incumbent_step != last.n or last.gain is None or last.gain < MOMENTUM_GAIN:
             return None
-        lever = last.change.lever
-        notch = _next_notch(space.values.get(lever, []), last.change.before, last.change.after)
-        if notch is None or (lever, str(notch)) in _tried_from_incumbent(campaign):
+        # the kept step's own lever first; then, where that has no legal next notch and the kept change was enabled by
+        # a parallel degree (PP 1 -> 2 as the gated enabler of local batch 2 -> 4, kept together), the same coupling
+        # one notch further: the degree's next notch as the enabler of the kept lever's (PP 2 -> 4 for local batch 8),
+        # while the incumbent still spends COMM_FRAC of its step in exposed communication -- what halving the DP
+        # ranks again removes (qwen3-30b-a3b on 64 B200: 55-73 % of the step, PP 2 -> 4 -> 8 each kept at +40-100 %;
+        # minimax-m2 at 13 %: PP 4 -> 8 measured +0 % over 2-5 runs)
+        chain = [campaign.step(n).change for n in _chain_steps(campaign, last.n)]
+        top, tried = chain[0], _tried_from_incumbent(campaign)
+        notch = _next_notch(space.values.get(top.lever, []), top.before, top.after)
+        if notch is None:
             return None
-        why = f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}: one notch further along the same lever (a line search along what paid)"
-        return self._checked(campaign, space, lever, notch, why, list(last.change.lessons))
+        if (top.lever, str(notch)) not in tried:
+            why = f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}: one notch further along the same lever (a line search along what paid)"
+            change = self._checked(campaign, space, top.lever, notch, why, list(last.change.lessons))
+            if change is not None:
+                return change
+        comm = incumbent.breakdown.get("exposed_comm", 0.0) if incumbent is not None and incumbent.outcome == "ok" else 0.0
+        if comm < COMM_FRAC:
+            return None  # a degree that halves the DP ranks again pays for the communication it removes: little is left
+        cur = catalog.effective(campaign.incumbent_levers)
+        for c in chain[1:]:
+            m = ENABLER.match(c.why) if c.enabler else None
+            degree = _next_notch(space.values.get(c.lever, []), c.before, c.after)
+            if c.lever not in DEGREES or m is None or m.group("lever") != top.lever or degree is None:
+                continue
+            enabled = {**campaign.incumbent_levers, c.lever: degree, top.lever: notch}
+            if (layout_problem(space.recipe, {**campaign.incumbent_levers, c.lever: degree}) or layout_problem(space.recipe, enabled)
+                    or _already_stepped(campaign, enabled)):
+                continue
+            change = Change(lever=c.lever, before=cur.get(c.lever), after=degree, lessons=list(last.change.lessons), policy=self.name,
+                            enabler=True, why=f"enabler of {top.lever}={notch}: step {last.n} ({last.change.title()}, enabled by "
+                            f"{c.title()}) gained {last.gain:+.1%}; the same coupling one notch further along both (a line search along what paid)")
+            if validate_change(campaign, change, space) is None:
+                return change
+        return None
 
     def _follow_up(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
@@ -671,10 +712,10 @@ class HeuristicPolicy:
             return None
         d = diagnose(record)
         return self._fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran",
-                             behind=last.gain)
+                             behind=last.gain, recompute_left=_recompute_left_behind(campaign, last, space, records))
 
     def _fix_for(self, campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
-                 why_prefix: str, behind: float | None = None) -> Change | None:
+                 why_prefix: str, behind: float | None = None, recompute_left: bool = True) -> Change | None:
         """The stacked move that removes the cost ``d`` names: a large bubble -> the largest local batch (which also
         buys bigger GEMMs and fewer flushes, so no bound is put on it); recompute -> less recompute, only where
         removing all of it could lift a layout measured at ``behind`` (its gain over the incumbent) above the
@@ -683,7 +724,7 @@ class HeuristicPolicy:
         eff = catalog.effective(levers)
         bubble = d.breakdown.get("bubble", 0.0)
         recompute = d.breakdown.get("recompute", 0.0)
-        if behind is not None and (1.0 + behind) / max(1.0 - recompute, 1e-9) < 1.0 + campaign.min_gain:
+        if (behind is not None and (1.0 + behind) / max(1.0 - recompute, 1e-9) < 1.0 + campaign.min_gain) or not recompute_left:
             recompute = 0.0
         lbs_name = "training.local_batch_size"
         if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC / 3 and lbs_name in space.values:
@@ -1179,6 +1220,25 @@ def _undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar, min_gain:
         if any(c.lever == lever and c.before == value for c in moves):
             return True
     return False
+
+
+def _recompute_left_behind(campaign: Campaign, last: Step, space: LeverSpace, records: RecordReader) -> bool:
+    """Whether the recompute a stacked step ran with is the coupling's to remove: the chain recomputes more than the
+    incumbent (an out-of-memory retry added it), or the incumbent cannot recompute less itself -- no memory headroom,
+    its next mode down predicted not to fit (:func:`bot.agent.memory_screen.predicted_oom`), or already stepped.
+    Otherwise less recompute is the incumbent's own move, measured there by the lessons; on the rejected layout it
+    would only climb a branch already behind (qwen3-30b-a3b on 64 B200: PP 8 -> 16 measured -13 %, less recompute
+    stacked on it kept at +14 %, while on PP 8 it was worth +31 %). Where the coupling made the room (TP 4 -> 8 on
+    llama3.1-405b: selective recompute fits there and not on the incumbent), the follow-up stands."""
+    chain, inc = catalog.effective(last.levers), catalog.effective(campaign.incumbent_levers)
+    mode = str(inc["activation_checkpoint"])
+    if AC_RANK.get(str(chain["activation_checkpoint"]), 2) > AC_RANK.get(mode, 2) or mode not in LESS_RECOMPUTE:
+        return True
+    d = _incumbent_diagnosis(campaign, records)
+    if d is None or (d.mem_headroom_frac or 0.0) < NO_RECOMPUTE_HEADROOM:
+        return True
+    less = {**campaign.incumbent_levers, "activation_checkpoint": LESS_RECOMPUTE[mode]}
+    return _already_stepped(campaign, less) or predicted_oom(campaign, less, None, space, records) is not None
 
 
 def _chain_steps(campaign: Campaign, n: int) -> list[int]:

@@ -457,6 +457,70 @@ def test_a_large_kept_gain_is_followed_one_notch_further_along_the_same_lever(ke
     assert further == goes_on
 
 
+CHAIN_RECIPE = _sim_recipe("chain", """\
+  training.disable_cuda_graphs: true
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.pipeline_parallel_degree: 1
+  training.local_batch_size: 8
+  activation_checkpoint: full
+""")
+
+
+@pytest.mark.parametrize(("stacked_on_stages", "comm", "coupled"), [(True, 0.4, True), (True, 0.1, False), (False, 0.4, False)])
+def test_a_large_kept_gain_enabled_by_more_stages_is_followed_by_the_same_coupling_one_notch_further(
+        stacked_on_stages: bool, comm: float, coupled: bool) -> None:
+    """PP 1 -> 2 was the gated enabler of local batch 8 -> 16, kept together at +50 %. The local batch has no legal
+    next notch on its own (32 x DP 4 overshoots the pinned global batch 64); the same coupling does: PP 2 -> 4 as the
+    enabler of local batch 32 -- while the incumbent still spends a quarter of its step in exposed communication,
+    what halving the DP ranks removes. Not with little communication left, nor for a local batch kept alone."""
+    from bot.agent.space import layout_problem
+
+    state, space = _state_and_space(CHAIN_RECIPE)
+    base = dict(state.incumbent_levers)
+    pp, lbs = "parallelism.pipeline_parallel_degree", "training.local_batch_size"
+    assert layout_problem(space.recipe, {**base, pp: 2, lbs: 32}) is not None
+    steps = []
+    if stacked_on_stages:
+        steps.append(cm.Step(n=1, change=Change(lever=pp, before=1, after=2, why="enabler of training.local_batch_size=16: t", enabler=True),
+                             state="closed", levers={**base, pp: 2}, config_verdict=Verdict(verdict="ok", stage="config")))
+    on = 1 if stacked_on_stages else None
+    top = {**base, lbs: 16, **({pp: 2} if stacked_on_stages else {})}
+    steps.append(_measured(len(steps) + 1, Change(lever=lbs, before=8, after=16, why="t", stacked_on=on), top, 0.5, kept=True,
+                           stacked_on=on, outcome="ok"))
+    s = state.model_copy(update={"steps": steps, "incumbent_step": len(steps), "incumbent_levers": top})
+    incumbent = Diagnosis(outcome="ok", breakdown={"compute": 0.9 - comm, "exposed_comm": comm, "bubble": 0.05, "recompute": 0.05})
+    got = HeuristicPolicy()._keep_going(s, space, incumbent)
+    if not coupled:
+        assert got is None or got.lever != pp
+        return
+    assert isinstance(got, Change) and (got.lever, got.before, got.after, got.enabler, got.stacked_on) == (pp, 2, 4, True, None)
+    assert got.why.startswith(f"enabler of {lbs}=32:") and "the same coupling one notch further" in got.why
+    assert validate_change(s, got, space) is None
+
+
+@pytest.mark.parametrize(("chain_ac", "headroom", "left"), [("full", 0.3, False), ("full", 0.01, True), (None, 0.3, True)])
+def test_less_recompute_follows_a_rejected_coupling_only_where_the_recompute_is_the_couplings(monkeypatch, chain_ac, headroom, left) -> None:
+    """PP 2 -> 4 with the local batch that fills it measured behind the incumbent, recomputing 20 % of its step with
+    memory to spare. The incumbent recomputes the same way with room to spare too: less recompute is its own move,
+    not a follow-up on the rejected layout. Where the incumbent has no room, or the coupling added the recompute
+    (an out-of-memory retry to full from the incumbent's selective), the follow-up stands."""
+    import bot.agent.heuristic as heuristic
+
+    state, space = _state_and_space(CHAIN_RECIPE)
+    pp, lbs, ac = "parallelism.pipeline_parallel_degree", "training.local_batch_size", "activation_checkpoint"
+    inc = {**state.incumbent_levers, pp: 2, lbs: 16, ac: "full" if chain_ac else "selective"}
+    gated = cm.Step(n=1, change=Change(lever=pp, before=2, after=4, why="enabler of training.local_batch_size=32: t", enabler=True),
+                    state="closed", levers={**inc, pp: 4}, config_verdict=Verdict(verdict="ok", stage="config"))
+    top = {**inc, pp: 4, lbs: 32, ac: "full"}
+    behind = _measured(2, Change(lever=lbs, before=16, after=32, why="t", stacked_on=1), top, -0.05, stacked_on=1, outcome="ok")
+    s = state.model_copy(update={"steps": [gated, behind], "incumbent_levers": inc})
+    monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: Diagnosis(outcome="ok", mem_headroom_frac=headroom))
+    assert heuristic._recompute_left_behind(s, behind, space, RECORDS) == left
+    d = Diagnosis(outcome="ok", breakdown={"compute": 0.7, "exposed_comm": 0.1, "bubble": 0.0, "recompute": 0.2}, mem_headroom_frac=0.4)
+    fix = HeuristicPolicy()._fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05, recompute_left=left)
+    assert (isinstance(fix, Change) and (fix.lever, fix.after, fix.stacked_on) == (ac, "selective", 2)) == left
+
+
 # ----------------------------------------------------------------------------- a bubble that only fewer DP ranks can shrink
 BUBBLE_RECIPE = _sim_recipe("bubble", """\
   training.disable_cuda_graphs: true
@@ -853,6 +917,26 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     oom4 = oom.model_copy(update={"n": 4, "stacked_on": 3, "change": oom.change.model_copy(update={"stacked_on": 3})})
     assert heuristic._chain_depth(state.model_copy(update={"steps": [*deep, oom4]}), oom4) == heuristic.MAX_CHAIN - 1
     assert HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [*deep, oom4]}), space) is None
+
+
+def test_a_memory_partner_that_runs_out_of_memory_is_retried_in_its_place_not_stacked_on_itself() -> None:
+    """Less recompute ran out of memory; its partner PP 1 -> 2, stacked on it, ran out too: PP 1 -> 4 is stacked on
+    the same recompute change, so the chain grows no deeper however many notches the partner needs (minimax-m2 on
+    128 H100 reached PP 8 only as the fifth link of a chain, past the depth that lets it fill the pipeline)."""
+    state, space = _state_and_space(CHAIN_RECIPE)
+    base = dict(state.incumbent_levers)
+    pp, ac = "parallelism.pipeline_parallel_degree", "activation_checkpoint"
+    oom1 = cm.Step(n=1, change=Change(lever=ac, before="full", after="selective", why="t"), state="closed", levers={**base, ac: "selective"},
+                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
+    s1 = state.model_copy(update={"steps": [oom1]})
+    first = HeuristicPolicy()._oom_retry(s1, space)
+    assert isinstance(first, Change) and (first.lever, first.before, first.after, first.stacked_on) == (pp, 1, 2, 1)
+    oom2 = cm.Step(n=2, change=first, stacked_on=1, state="closed", levers={**base, ac: "selective", pp: 2},
+                   runs=[cm.RunRef(kind="trial", n=2, outcome="oom")])
+    again = HeuristicPolicy()._oom_retry(s1.model_copy(update={"steps": [oom1, oom2]}), space)
+    assert isinstance(again, Change)
+    assert (again.lever, again.before, again.after, again.stacked_on) == (pp, 1, 4, 1) and "step 1 (" in again.why
+    assert validate_change(s1.model_copy(update={"steps": [oom1, oom2]}), again, space) is None
 
 
 EP_RECIPE = (CPU_RECIPE.parents[1] / "deepseek-v3/h200x256.yaml")

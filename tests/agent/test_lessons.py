@@ -449,3 +449,17 @@ def test_pipeline_off_is_not_tried_where_communication_is_already_exposed(comm: 
     if comm is not None:
         over["diagnosis.breakdown.exposed_comm_frac"] = comm
     assert ("pp-off-when-fsdp-may-fit" in ids(relevant(LESSONS, gpu_ctx(**over)))) == fires
+
+
+@pytest.mark.parametrize(("schedule", "ac", "bubble", "fires"),
+                         [("Interleaved1F1B", "none", 0.12, True), ("1F1B", "none", 0.3, True), ("Interleaved1F1B", "selective", 0.3, False),
+                          ("Interleaved1F1B", "none", 0.02, False), ("InterleavedZeroBubble", "none", 0.3, False)])
+def test_interleaved_zero_bubble_only_without_recompute_and_with_a_bubble_left(schedule: str, ac: str, bubble: float, fires: bool) -> None:
+    """InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B (torchtitan#773): the
+    lesson asks for it only without recompute, with a bubble worth removing, and ahead of Interleaved1F1B."""
+    ctx = gpu_ctx(**{"levers.parallelism.pipeline_parallel_degree": 8, "levers.parallelism.pipeline_parallel_schedule": schedule,
+                     "levers.activation_checkpoint": ac, "diagnosis.breakdown.bubble_frac": bubble})
+    found = ids(relevant(LESSONS, ctx))
+    assert ("pp-interleaved-zero-bubble-without-recompute" in found) == fires
+    if fires and "pp-interleaved-1f1b" in found:
+        assert found.index("pp-interleaved-zero-bubble-without-recompute") < found.index("pp-interleaved-1f1b")
