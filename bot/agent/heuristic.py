@@ -370,26 +370,23 @@ class HeuristicPolicy:
                 change = Change(lever=lbs_name, before=lbs, after=v, lessons=[*lessons, MICROBATCH_LESSON], policy=self.name,
                                 enabler=True, why=f"enabler of {SCHEDULE}={value}: the local batch that gives it its microbatches; {reason}")
                 return change if validate_change(campaign, change, space) is None else None
-        for lever in ("parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree"):
-            for factor in (2, 4):
-                degree = factor * int(cur[lever])
-                if lever not in space.values or degree not in space.values[lever] or factor * lbs not in space.values[lbs_name]:
-                    continue
-                if lever.endswith("tensor_parallel_degree") and degree > space.recipe.cluster.devices_per_node:
-                    continue  # TP collectives run every layer: only inside the node's NVLink domain
-                layout = {**inc, lever: degree, lbs_name: factor * lbs}
-                if (layout_problem(space.recipe, {**inc, lever: degree}) or layout_problem(space.recipe, layout)
-                        or layout_problem(space.recipe, {**layout, SCHEDULE: value})):
-                    continue
-                if _already_stepped(campaign, {**layout, SCHEDULE: value}):
-                    return None
-                change = Change(lever=lever, before=cur[lever], after=degree, lessons=[*lessons, MICROBATCH_LESSON], policy=self.name,
-                                enabler=True, why=f"enabler of {lbs_name}={factor * lbs}, then {SCHEDULE}={value}: the local batch is "
-                                f"already the pinned global batch's share, so {factor} times the {lever.split('.')[-1].replace('_', ' ')} "
-                                f"divides the DP degree by {factor} and the local batch, and with it the microbatches per flush, can "
-                                f"grow {factor} times; {reason}")
-                if validate_change(campaign, change, space) is None:
-                    return change
+        for lever, degree in _fewer_dp_degrees(space, cur, (2, 4)):
+            factor = degree // int(cur[lever])
+            if factor * lbs not in space.values[lbs_name]:
+                continue
+            layout = {**inc, lever: degree, lbs_name: factor * lbs}
+            if (layout_problem(space.recipe, {**inc, lever: degree}) or layout_problem(space.recipe, layout)
+                    or layout_problem(space.recipe, {**layout, SCHEDULE: value})):
+                continue
+            if _already_stepped(campaign, {**layout, SCHEDULE: value}):
+                return None
+            change = Change(lever=lever, before=cur[lever], after=degree, lessons=[*lessons, MICROBATCH_LESSON], policy=self.name,
+                            enabler=True, why=f"enabler of {lbs_name}={factor * lbs}, then {SCHEDULE}={value}: the local batch is "
+                            f"already the pinned global batch's share, so {factor} times the {lever.split('.')[-1].replace('_', ' ')} "
+                            f"divides the DP degree by {factor} and the local batch, and with it the microbatches per flush, can "
+                            f"grow {factor} times; {reason}")
+            if validate_change(campaign, change, space) is None:
+                return change
         return None
 
     def _smaller_batch_share(self, campaign: Campaign, space: LeverSpace, change: Change, target: dict[str, Scalar],
@@ -822,12 +819,10 @@ class HeuristicPolicy:
         if any(s.n > campaign.incumbent_step and lesson in s.change.lessons and not s.kept
                and any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs) for s in campaign.steps):
             return None  # one degree's try measured what halving the DP ranks buys this incumbent; the other buys the same
-        for lever, name in (("parallelism.tensor_parallel_degree", "tensor parallel"), ("parallelism.context_parallel_degree", "context parallel")):
-            value = 2 * int(eff[lever])
-            if lever not in space.values or value not in space.values[lever] or (cost == "comm" and lever.endswith("context_parallel_degree")):
+        for lever, value in _fewer_dp_degrees(space, eff, (2,)):
+            if cost == "comm" and lever == CP:
                 continue
-            if lever.endswith("tensor_parallel_degree") and value > space.recipe.cluster.devices_per_node:
-                continue  # TP collectives run every layer: only inside the node's NVLink domain
+            name = "tensor parallel" if lever == TP else "context parallel"
             enabled = {**campaign.incumbent_levers, lever: value, lbs_name: 2 * lbs}
             if layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value}) or layout_problem(space.recipe, enabled):
                 continue
@@ -962,6 +957,22 @@ def _if_predicted_to_fit(campaign: Campaign, change: Change, target: dict[str, S
     why = (f"{change.why} (below the lesson's memory headroom, but predicted to fit: {pred.predicted:.0f} GiB, the "
            f"measured {pred.measured:.0f} GiB x the memory model's {pred.ratio:.2f}, of the device's {pred.capacity:.0f} GiB)")
     return change.model_copy(update={"why": why})
+
+
+TP, CP = "parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree"
+
+
+def _fewer_dp_degrees(space: LeverSpace, eff: dict[str, Scalar], factors: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(lever, value) of each legal-valued way to divide the DP ranks by one of ``factors`` at a fixed device count:
+    the TP degree that many times larger -- inside the node only (TP collectives run every layer, over NVLink) --
+    then the CP degree; in that order, the smaller factor first for each."""
+    out = []
+    for lever in (TP, CP):
+        for factor in factors:
+            value = factor * int(eff[lever])
+            if lever in space.values and value in space.values[lever] and not (lever == TP and value > space.recipe.cluster.devices_per_node):
+                out.append((lever, value))
+    return out
 
 
 def _model_parallel(eff: dict[str, Scalar]) -> int:
