@@ -40,7 +40,9 @@
    1 -> 2 as the enabler of local batch 2 -> 4: PP 2 -> 4 as the enabler of local batch 8), while the incumbent
    still spends COMM_FRAC of its step in exposed communication (what halving the DP ranks again removes). A
    coupled retry measured behind the incumbent gets a stacked follow-up for the cost it left behind
-   (``_follow_up``) -- less recompute only where the recompute is the coupling's (it recomputes more than the
+   (``_follow_up``) -- a bubble the local batch can no longer shrink: the pipeline schedule the lessons pick for
+   that run, its levers and its diagnosis (the chain brought the stages in under the incumbent's schedule, a value
+   never chosen while it did nothing); less recompute only where the recompute is the coupling's (it recomputes more than the
    incumbent, or the incumbent cannot recompute less itself: ``_recompute_left_behind``). A kept step that changed
    a parallel degree or the schedule with such a gain (unless the next notch is proposed first) is followed by a
    **second pass** over the kept steps that gained little before it and were aimed at a cost it was aimed at too
@@ -148,7 +150,7 @@ class HeuristicPolicy:
         if retry is not None and not (OOM_LESSON in retry.lessons and _from_a_blind_probe(campaign, retry.stacked_on)
                                       and _patience_stop(campaign)):
             return retry
-        follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records) or self._push_further(campaign, levers)
+        follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records, lessons) or self._push_further(campaign, levers)
                   or self._keep_going(campaign, levers, incumbent) or self._restore_schedule(campaign, levers)
                   or self._second_pass(campaign, levers, lessons, just_kept=True))
         if follow is not None:
@@ -161,9 +163,6 @@ class HeuristicPolicy:
             # against the incumbent, which ran fine — an OOM lesson must not fire on a recipe that fits
             diagnosis = _incumbent_diagnosis(campaign, records) or Diagnosis(outcome="ok", simulated=diagnosis.simulated)
         ctx = lesson_context(campaign, diagnosis, levers)
-        seq = levers.recipe.pinned.get("training.seq_len")
-        if isinstance(seq, int):
-            ctx.setdefault("recipe.seq_len", seq)
         current = catalog.effective(campaign.incumbent_levers)
         moot = _unmeasurable(campaign, diagnosis)
         hits = relevant(lessons, ctx)
@@ -693,10 +692,11 @@ class HeuristicPolicy:
                 return change
         return None
 
-    def _follow_up(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
+    def _follow_up(self, campaign: Campaign, space: LeverSpace, records: RecordReader, lessons: list[Lesson] | None = None) -> Change | None:
         """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
         names the cost the coupling left behind: stack the move that removes it (a large pipeline bubble -> fill the
-        pipeline with the whole local batch; recompute left with memory to spare -> less recompute)."""
+        pipeline with the whole local batch, or, with it full, the schedule the lessons pick for that run; recompute
+        left with memory to spare -> less recompute)."""
         last, trial = _last_step_trial(campaign)
         if last is None:
             return None
@@ -709,15 +709,21 @@ class HeuristicPolicy:
             return None
         d = diagnose(record)
         return self._fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran",
-                             behind=last.gain, recompute_left=_recompute_left_behind(campaign, last, space, records))
+                             behind=last.gain, recompute_left=_recompute_left_behind(campaign, last, space, records),
+                             lessons=lessons)
 
     def _fix_for(self, campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
-                 why_prefix: str, behind: float | None = None, recompute_left: bool = True) -> Change | None:
+                 why_prefix: str, behind: float | None = None, recompute_left: bool = True,
+                 lessons: list[Lesson] | None = None) -> Change | None:
         """The stacked move that removes the cost ``d`` names: a large bubble -> the largest local batch (which also
         buys bigger GEMMs and fewer flushes, so no bound is put on it); recompute -> less recompute, only where
         removing all of it could lift a layout measured at ``behind`` (its gain over the incumbent) above the
         incumbent by the minimum worthwhile gain (a share f of the step removed speeds it up by 1 / (1 - f) at most,
-        and less recompute removes nothing else)."""
+        and less recompute removes nothing else). A bubble the local batch can no longer shrink (it is already the
+        pinned global batch's share) -> the pipeline schedule the ``lessons`` pick for that run (its levers and
+        diagnosis), before less recompute where the bubble is the larger cost: a chain that brought the stages in
+        left the schedule at what the incumbent had -- a value never chosen while the schedule did nothing
+        (``bot.core.levers.inert`` without PP)."""
         eff = catalog.effective(levers)
         bubble = d.breakdown.get("bubble", 0.0)
         recompute = d.breakdown.get("recompute", 0.0)
@@ -734,6 +740,12 @@ class HeuristicPolicy:
                                     "batch allows gives the most microbatches per flush ((p-1)/m shrinks) and fewer flushes")
                 if validate_change(campaign, change, space) is None:
                     return change
+        schedule = None
+        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC / 3 and lessons:
+            schedule = self._schedule_for(campaign, space, lessons, d, levers, stacked_on=stacked_on,
+                                          why=f"{why_prefix} with a {bubble:.0%} pipeline bubble and the local batch at the global batch's share")
+        if schedule is not None and bubble >= recompute:
+            return schedule
         headroom = d.mem_headroom_frac
         mode = str(eff["activation_checkpoint"])
         if recompute >= RECOMPUTE_FRAC and mode in LESS_RECOMPUTE and "activation_checkpoint" in space.values and (headroom or 0) >= 0.05:
@@ -742,6 +754,31 @@ class HeuristicPolicy:
                             why=f"{why_prefix} with {recompute:.0%} of the step recomputing activations: less recompute")
             if validate_change(campaign, change, space) is None:
                 return change
+        return schedule
+
+    def _schedule_for(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], d: Diagnosis, levers: dict[str, Scalar], *,
+                      stacked_on: int | None, why: str) -> Change | None:
+        """The first legal, not yet stepped pipeline schedule that the lessons relevant to the run of ``levers`` (its
+        diagnosis ``d``) try, those aimed at its dominant cost first, stacked on ``stacked_on``; None without one."""
+        if d.outcome in MEASURED_OUTCOMES:  # a run stopped early ran as well as one measured to the end
+            d = d.model_copy(update={"outcome": "ok"})
+        ctx = lesson_context(campaign, d, space, levers)
+        eff = catalog.effective(levers)
+        for lesson in dominant_cost_first(relevant(lessons, ctx), d):
+            if not lesson.auto_propose:
+                continue
+            for lc in lesson.try_:
+                if lc.lever != SCHEDULE or SCHEDULE not in space.values:
+                    continue
+                value = _relative(space, eff.get(SCHEDULE), lc)
+                if value is None or str(value) == str(eff[SCHEDULE]) or _already_stepped(campaign, {**levers, SCHEDULE: value}):
+                    continue
+                if layout_problem(space.recipe, {**levers, SCHEDULE: value}) is not None:
+                    continue
+                change = Change(lever=SCHEDULE, before=eff[SCHEDULE], after=value, lessons=[lesson.id], policy=self.name,
+                                stacked_on=stacked_on, why=f"{why}: {lesson.why}")
+                if validate_change(campaign, change, space) is None:
+                    return change
         return None
 
     def _less_recompute_that_fits(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:

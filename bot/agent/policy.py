@@ -88,7 +88,10 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
     return None
 
 
-def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) -> dict[str, Any]:
+def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace,
+                   levers: dict[str, Scalar] | None = None) -> dict[str, Any]:
+    """What the lessons' conditions read: ``diagnosis``, the recipe and stack, and the levers of the incumbent (or of
+    ``levers``: a rejected layout the diagnosis is of)."""
     recipe = space.recipe
     ctx: dict[str, Any] = {
         **diagnosis.context(),
@@ -99,7 +102,7 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) 
         "recipe.moe": bool(space.model and space.model.num_experts),
         **{f"stack.{k}": v for k, v in space.stack.items()},
     }
-    eff = catalog.effective(campaign.incumbent_levers)
+    eff = catalog.effective(campaign.incumbent_levers if levers is None else levers)
     for name, value in eff.items():
         ctx[f"levers.{name}"] = value
     gbs = recipe.pinned.get("training.global_batch_size")
@@ -107,6 +110,7 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace) 
     lbs = int(eff["training.local_batch_size"])
     ctx["recipe.global_batch_pinned"] = isinstance(gbs, int) and gbs > 0
     if isinstance(seq, int):
+        ctx.setdefault("recipe.seq_len", seq)
         ctx["recipe.tokens_per_microbatch"] = lbs * seq
     if isinstance(gbs, int) and gbs > 0:
         tp, pp, cp = (int(eff[f"parallelism.{k}_parallel_degree"]) for k in ("tensor", "pipeline", "context"))

@@ -521,6 +521,37 @@ def test_less_recompute_follows_a_rejected_coupling_only_where_the_recompute_is_
     assert (isinstance(fix, Change) and (fix.lever, fix.after, fix.stacked_on) == (ac, "selective", 2)) == left
 
 
+@pytest.mark.parametrize(("recompute", "with_lessons", "fix"), [
+    (0.1, True, ("parallelism.pipeline_parallel_schedule", "ZBVZeroBubble")),
+    (0.3, True, ("activation_checkpoint", "selective")),
+    (0.1, False, ("activation_checkpoint", "selective")),
+])
+def test_a_rejected_coupling_with_a_full_pipeline_and_a_bubble_left_gets_the_schedule_the_lessons_pick(
+        recompute: float, with_lessons: bool, fix: tuple[str, str]) -> None:
+    """PP 1 -> 2 was the gated enabler of local batch 8 -> 16 (the pinned global batch's share: no larger one is
+    legal), stopped early behind the incumbent with 20 % of its step in the bubble under the incumbent's 1F1B -- a
+    schedule never chosen while it did nothing. The lessons matched on that run (its levers; its stopped outcome
+    read as a run that ran) pick the zero-bubble schedule, stacked on it, before less recompute where the bubble is
+    the larger cost; recompute the larger, or no lessons, and less recompute comes first as before."""
+    state, space = _state_and_space(CHAIN_RECIPE.replace("  activation_checkpoint: full",
+                                                         "  parallelism.pipeline_parallel_schedule: 1F1B\n  activation_checkpoint: full"))
+    pp, lbs = "parallelism.pipeline_parallel_degree", "training.local_batch_size"
+    inc = dict(state.incumbent_levers)
+    gated = cm.Step(n=1, change=Change(lever=pp, before=1, after=2, why="enabler of training.local_batch_size=16: t", enabler=True),
+                    state="closed", levers={**inc, pp: 2}, config_verdict=Verdict(verdict="ok", stage="config"))
+    top = {**inc, pp: 2, lbs: 16}
+    behind = _measured(2, Change(lever=lbs, before=8, after=16, why="t", stacked_on=1), top, -0.05, stacked_on=1)
+    s = state.model_copy(update={"steps": [gated, behind]})
+    d = Diagnosis(outcome="stopped", breakdown={"compute": 0.6, "exposed_comm": 0.1, "bubble": 0.2, "recompute": recompute},
+                  mem_headroom_frac=0.4)
+    got = HeuristicPolicy()._fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05,
+                                     lessons=load_lessons() if with_lessons else None)
+    assert isinstance(got, Change) and (got.lever, got.after, got.stacked_on) == (*fix, 2)
+    assert validate_change(s, got, space) is None
+    if fix[0] == "parallelism.pipeline_parallel_schedule":
+        assert got.lessons == ["pp-zero-bubble-schedule"] and "20% pipeline bubble" in got.why
+
+
 # ----------------------------------------------------------------------------- a bubble that only fewer DP ranks can shrink
 BUBBLE_RECIPE = _sim_recipe("bubble", """\
   training.disable_cuda_graphs: true
