@@ -16,6 +16,9 @@
    retries above follow from it as from a real one. A memory partner (``_memory_partner``: context parallel, 1F1B,
    more stages, smaller microbatches, for a recompute saving that ran out of memory) that runs out of memory itself
    is retried one notch further in its place, stacked on the same recompute change, so the chain grows no deeper.
+   No recompute that runs out of memory, its layout partners too, under torch.compile: memory_budget recompute in
+   place of the change to none (``_memory_budget_in_place``: the compiler's partitioner keeps half the activations,
+   the layout unchanged), before half the local batch; memory_budget -> none is then the next step down.
 1b. **Enablers**: a degree change that torchtitan would refuse only because the pinned global
    batch no longer divides (with ``dp_shard=-1`` a smaller TP/PP/CP grows the DP degree), or because its schedule
    would get fewer microbatches than stages, is preceded by the local-batch change that keeps ``local_batch x dp``
@@ -546,7 +549,30 @@ class HeuristicPolicy:
             change = Change(lever=lever, before=before, after=value, lessons=[lesson], policy=self.name, stacked_on=on.n, why=why)
             if validate_change(campaign, change, space) is None:
                 return change
-        return self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+        return self._memory_budget_in_place(campaign, space, last, eff) or self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+
+    def _memory_budget_in_place(self, campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar]) -> Change | None:
+        """No recompute ran out of memory (with the layout partners, where they ran, out of memory too) under
+        torch.compile: memory_budget recompute in place of the chain's change to none -- on what that change was
+        stacked on, or from the incumbent -- which keeps part of the saving with the layout unchanged (lesson
+        less-recompute-partner-memory-budget). None where it does not apply."""
+        ac = "activation_checkpoint"
+        if str(eff[ac]) != "none" or "memory_budget" not in space.values.get(ac, []) or not catalog.compiles_model(eff):
+            return None
+        ac_step = next((campaign.step(n) for n in _chain_steps(campaign, last.n)
+                        if campaign.step(n).change.lever == ac and str(campaign.step(n).change.after) == "none"), None)
+        if ac_step is None:
+            return None
+        why = (f"step {ac_step.n} ({ac_step.change.title()}) gave up recomputation and ran out of memory"
+               f"{'' if ac_step is last else ', its memory partners too'}; keep part of the saving instead: memory_budget "
+               "recompute keeps what the compiler's partitioner fits in half the activations and recomputes the cheapest "
+               "of the rest, with the layout unchanged")
+        if ac_step.stacked_on is None:
+            return self._checked(campaign, space, ac, "memory_budget", why, [BUDGET_PARTNER_LESSON])
+        on = campaign.step(ac_step.stacked_on)
+        change = Change(lever=ac, before=catalog.effective(on.levers)[ac], after="memory_budget", lessons=[BUDGET_PARTNER_LESSON],
+                        policy=self.name, stacked_on=on.n, why=why)
+        return change if validate_change(campaign, change, space) is None else None
 
     def _stepping_stone(self, campaign: Campaign, space: LeverSpace, last, lever: str, value: Scalar, illegal: str,
                         lesson: str, why: str) -> Change | None:
@@ -881,7 +907,7 @@ class HeuristicPolicy:
 
 
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
-LESS_RECOMPUTE = {"full": "selective", "selective": "none"}
+LESS_RECOMPUTE = {"full": "selective", "selective": "none", "memory_budget": "none"}
 MOMENTUM_GAIN = 0.10  # a kept step that removed a tenth of the step time or more: worth one more notch the same way
 MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
 LONG_SEQ = 8192
@@ -895,6 +921,7 @@ ADDRESSABLE = {"exposed_comm", "bubble", "recompute"}
 NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up asks for (_fix_for)
 OOM_BATCH_LESSON = "oom-halve-local-batch"
 CP_PARTNER_LESSON = "less-recompute-partner-context-parallel"
+BUDGET_PARTNER_LESSON = "less-recompute-partner-memory-budget"
 SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
 PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 BUBBLE_LESSON = "pp-fill-the-pipeline"

@@ -238,6 +238,13 @@ def effective(levers: dict[str, Scalar]) -> dict[str, Scalar]:
     return {**DEFAULTS, **levers}
 
 
+def compiles_model(levers: dict[str, Scalar]) -> bool:
+    """Whether torch.compile is on for the model (compile.enable with 'model' in compile.components): what async TP
+    and memory_budget activation checkpointing need."""
+    v = effective(levers)
+    return bool(v["compile.enable"]) and "model" in str(v["compile.components"])
+
+
 def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None, hardware: str | None = None) -> list[str]:
     """Every prerequisite a lever set violates (empty when the set is legal); with ``hardware``, also what torchtitan
     0.3.0 cannot run on it (:func:`bot.core.layouts.layout_problems`)."""
@@ -246,9 +253,9 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
     v = effective(levers)
     problems: list[str] = []
     tp, pp, ep = int(v["parallelism.tensor_parallel_degree"]), int(v["parallelism.pipeline_parallel_degree"]), int(v["parallelism.expert_parallel_degree"])
-    if v["compile.enable_async_tensor_parallel"] and not (v["compile.enable"] and "model" in str(v["compile.components"])):
+    if v["compile.enable_async_tensor_parallel"] and not compiles_model(v):
         problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
-    if v["activation_checkpoint"] == "memory_budget" and not (v["compile.enable"] and "model" in str(v["compile.components"])):
+    if v["activation_checkpoint"] == "memory_budget" and not compiles_model(v):
         problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
     if v["compile.enable"] and pp > 1 and str(v["parallelism.pipeline_parallel_schedule"]) in V_SCHEDULES:
         problems.append(f"compile.enable with parallelism.pipeline_parallel_schedule {v['parallelism.pipeline_parallel_schedule']} "

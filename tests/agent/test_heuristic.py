@@ -970,6 +970,48 @@ def test_a_memory_partner_that_runs_out_of_memory_is_retried_in_its_place_not_st
     assert validate_change(s1.model_copy(update={"steps": [oom1, oom2]}), again, space) is None
 
 
+@pytest.mark.parametrize(("compiled", "pipeline", "partner"), [
+    (True, False, ("activation_checkpoint", "memory_budget")),
+    (True, True, ("parallelism.pipeline_parallel_degree", 2)),
+    (False, False, ("training.local_batch_size", 4)),
+])
+def test_no_recompute_that_ran_out_of_memory_under_compile_keeps_part_of_the_saving_with_memory_budget(
+        compiled: bool, pipeline: bool, partner: tuple[str, object]) -> None:
+    """Selective -> none ran out of memory. The layout partners come first (here more pipeline stages, where the
+    recipe lets the tuner change them); with none, and torch.compile on the model, memory_budget recompute (the
+    compiler's partitioner under a budget) in its place -- the layout unchanged -- before half the local batch;
+    without compile memory_budget would need a prerequisite, and half the local batch comes as before.
+    memory_budget -> none is the next step down the recompute ladder."""
+    import bot.agent.heuristic as heuristic
+
+    text = _sim_recipe("budget", "  training.disable_cuda_graphs: true\n  parallelism.data_parallel_shard_degree: -1\n"
+                       + ("  parallelism.pipeline_parallel_degree: 1\n" if pipeline else "")
+                       + "  training.local_batch_size: 8\n  activation_checkpoint: selective\n"
+                       + f"  compile.enable: {'true' if compiled else 'false'}\n")
+    state, space = _state_and_space(text)
+    ac = "activation_checkpoint"
+    oom = cm.Step(n=1, change=Change(lever=ac, before="selective", after="none", why="t"), state="closed",
+                  levers={**state.incumbent_levers, ac: "none"}, runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
+    s = state.model_copy(update={"steps": [oom]})
+    got = HeuristicPolicy()._oom_retry(s, space)
+    assert isinstance(got, Change) and (got.lever, got.after) == partner
+    assert validate_change(s, got, space) is None
+    if got.lever == ac:  # in place of the change to none: a step from the incumbent, not stacked on the failed one
+        assert got.lessons == ["less-recompute-partner-memory-budget"] and got.stacked_on is None and got.before == "selective"
+    else:
+        assert got.stacked_on == 1
+    assert heuristic.LESS_RECOMPUTE["memory_budget"] == "none"
+    if pipeline and compiled:  # its partner ran out of memory too, one notch further as well: memory_budget in place
+        pp = "parallelism.pipeline_parallel_degree"
+        p2 = cm.Step(n=2, change=got, stacked_on=1, state="closed", levers={**oom.levers, pp: 2}, runs=[cm.RunRef(kind="trial", n=2, outcome="oom")])
+        p4 = cm.Step(n=3, change=Change(lever=pp, before=1, after=4, why="t", stacked_on=1), stacked_on=1, state="closed",
+                     levers={**oom.levers, pp: 4}, runs=[cm.RunRef(kind="trial", n=3, outcome="oom")])
+        s = state.model_copy(update={"steps": [oom, p2, p4]})
+        last = HeuristicPolicy()._oom_retry(s, space)
+        assert isinstance(last, Change) and (last.lever, last.after, last.stacked_on) == (ac, "memory_budget", None)
+        assert "its memory partners too" in last.why
+
+
 EP_RECIPE = (CPU_RECIPE.parents[1] / "deepseek-v3/h200x256.yaml")
 
 
