@@ -96,8 +96,24 @@ def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
     got = targets(result)
     assert got["t"]["best_alternative"] == "tpe" and got["t"]["gain_ratio"] == pytest.approx(5.0)
     assert got["t"]["device_hours_ratio"] == pytest.approx(50 / 120) and got["t"]["oracle_fraction"] == 0.97
+    assert got["t"]["met"]["beats the best alternative"] and got["t"]["met"][">= 95% of oracle"]
     assert got["flat"]["gain_ratio"] is None  # the alternatives gained nothing: no ratio to quote
     assert got["flat"]["best_alternative"] == "none gained (tpe spent least)" and got["flat"]["device_hours_ratio"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(("gain", "dh", "oracle", "says"), [(0.10, 50.0, 0.15, "gain < 2x (2x > oracle)"), (0.10, 50.0, 1.0, "gain < 2x"),
+                                                            (0.40, 80.0, 1.0, "device-hours > 0.6x"),
+                                                            (0.10, 80.0, 1.0, "gain < 2x, device-hours > 0.6x")])
+def test_a_missed_target_says_what_it_is_short_of(gain: float, dh: float, oracle: float, says: str) -> None:
+    """Against an alternative at +8 % and 100 device-hours the agent must gain 2x at 0.6x the device-hours; the
+    missed target names the part it missed, and a gain ratio out of reach (2x the alternative's gain over the
+    oracle's) says so."""
+    from bot.bench.tuners import targets
+
+    m = lambda g, d, frac=0.5: {"mean_gain": g, "device_hours": d, "oracle_fraction": frac, "false_gains": 0.0}  # noqa: E731
+    result = {"tasks": {"t": {"attune": m(gain, dh, 0.97), "greedy": m(0.08, 100.0)}}, "oracle": {"t": {"oracle_gain": oracle}}}
+    met = targets(result)["t"]["met"]
+    assert met == {">= 95% of oracle": True, f"beats the best alternative ({says})": False, "no false gain": True, "payback < 24 h": False}
 
 
 def test_the_benchmark_reports_which_group_each_task_is_in_with_a_trace(small_recipe: Path) -> None:
