@@ -26,12 +26,12 @@
    then proposed stacked on it. A change that needs a prerequisite (expert or pipeline parallel with
    CUDA graphs off) gets the prerequisite as its enabler the same way: alone it may cost throughput,
    and it is worth only what it enables. More pipeline stages that would leave few microbatches per flush (an
-   analytic bubble of BUBBLE_FRAC or more) are gated the same way, as the enabler of the largest local batch
-   (``_fill_first``): run alone they would measure the bubble, not the layout. Where a schedule's own bound leaves
-   no one-lever path -- DualPipeV needs microbatches >= stages, so twice the stages at the local batch's share are
-   refused while twice the local batch at the old degree would not divide the global batch -- the schedule with the
-   same stage placement and no such bound (ZBVZeroBubble) is the stepping stone (``_stepping_stone``), and the
-   schedule it replaced is proposed back once legal (``_restore_schedule``). A schedule a lesson asks for that is
+   analytic bubble of BUBBLE_FRAC / 3 or more, the share the fill acts on once measured) are gated the same way, as
+   the enabler of the largest local batch (``_fill_first``): run alone they would measure the bubble, not the
+   layout. Where a schedule's own bound leaves no one-lever path -- DualPipeV needs microbatches >= stages, so twice
+   the stages at the local batch's share are refused while twice the local batch at the old degree would not
+   divide the global batch -- the schedule with the same stage placement and no such bound (ZBVZeroBubble) is the
+   stepping stone (``_stepping_stone``), and the schedule it replaced is proposed back once legal (``_restore_schedule``). A schedule a lesson asks for that is
    refused only for too few microbatches (``_microbatch_enabler``) gets the local batch that gives them as its
    enabler; with the local batch already the global batch's share, twice (or four times) the TP degree inside the
    node, then CP, is the enabler of that larger local batch, itself the gated enabler of the schedule: a chain of
@@ -212,13 +212,15 @@ class HeuristicPolicy:
 
     def _fill_first(self, campaign: Campaign, space: LeverSpace, change: Change) -> Change | None:
         """A change to more pipeline stages that would leave too few microbatches per flush -- an analytic bubble
-        ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC of the step or more -- is made the
-        enabler of the largest local batch the pinned global batch allows, the move a run of it would be followed by
-        (``_fix_for``): its run alone would measure the bubble, not the layout (minimax-m2: PP 2 -> 4 at 4
-        microbatches ran at -39 % before local batch 128 on it was kept at +17 %). It applies to an out-of-memory
-        retry too (the stacked local batch is then the chain's last retry). None where it does not apply: fewer
-        stages, a chain at MAX_CHAIN, no larger legal local batch, or that configuration already stepped (then the
-        change runs alone, as it would have)."""
+        ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC / 3 of the step or more, the share
+        at which ``_fix_for`` and the diagnosis-driven fill act on a measured bubble -- is made the enabler of the
+        largest local batch the pinned global batch allows, the move a run of it would be followed by (``_fix_for``):
+        its run alone would measure the bubble, not the layout (minimax-m2: PP 2 -> 4 at 4 microbatches ran at -39 %
+        before local batch 128 on it was kept at +17 %; qwen3-235b-a22b: PP 4 -> 8 under DualPipeV at 16 microbatches,
+        a 7 % analytic bubble, was kept and the fill to 32 measured on its own afterwards, 2-3 runs for +1.6 %). It
+        applies to an out-of-memory retry too (the stacked local batch is then the chain's last retry). None where it
+        does not apply: fewer stages, a chain at MAX_CHAIN, no larger legal local batch, or that configuration already
+        stepped (then the change runs alone, as it would have)."""
         pp_name, lbs_name = "parallelism.pipeline_parallel_degree", "training.local_batch_size"
         if (change.enabler or change.lever != pp_name or not isinstance(change.after, int) or not isinstance(change.before, int)
                 or change.after <= max(change.before, 1) or lbs_name not in space.values):
@@ -231,7 +233,7 @@ class HeuristicPolicy:
         m = max(lbs // max(int(eff["parallelism.pipeline_parallel_microbatch_size"]), 1), 1)
         frac = bubble_fraction(change.after, str(eff[SCHEDULE]), m)
         share = frac / (1.0 + frac)  # of the step: the bubble over busy time + bubble
-        if share < BUBBLE_FRAC:
+        if share < BUBBLE_FRAC / 3:
             return None
         legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > lbs and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
         if not legal or _already_stepped(campaign, {**levers, lbs_name: max(legal)}):

@@ -823,38 +823,45 @@ FEW_MICROBATCHES = _sim_recipe("few-microbatches", """\
 """)
 
 
-@pytest.mark.parametrize(("pp", "local_batch", "filled"), [(2, 4, True), (2, 32, False), (1, 8, False)])
-def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest_local_batch(pp: int, local_batch: int, filled: bool) -> None:
+@pytest.mark.parametrize(("pp", "local_batch", "schedule", "filled_to"),
+                         [(2, 4, "1F1B", 32), (1, 8, "1F1B", 16), (2, 32, "1F1B", None), (1, 8, "InterleavedZeroBubble", None)])
+def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest_local_batch(pp: int, local_batch: int, schedule: str,
+                                                                                             filled_to: int | None) -> None:
     """PP 2 -> 4 on 8 devices with local batch 4 (4 microbatches per flush over 4 stages: (p-1)/m = 3/4, about 43 % of
     the step idle) would measure the bubble, not the layout: it is gated, not run, and the largest local batch the
-    pinned global batch allows (64 over DP 2: 32) is stacked on it. At local batch 32, or PP 1 -> 2 at local batch 8
-    (1/8, about 11 %, with 16 legal), the bubble is small: a plain step."""
+    pinned global batch allows (64 over DP 2: 32) is stacked on it. So is PP 1 -> 2 at local batch 8 under 1F1B (1/8,
+    about 11 %, over the BUBBLE_FRAC / 3 the fill acts on once measured; 16 legal over DP 4). Not gated: PP 2 -> 4 at
+    local batch 32 (no larger local batch is legal) and PP 1 -> 2 at local batch 8 under a zero-bubble interleaved
+    schedule (1/(2·8)/3, about 2 % of the step): a plain step."""
     from bot.core.recipe import set_lever_text
 
     text = set_lever_text(FEW_MICROBATCHES, "training.local_batch_size", local_batch)
     text = set_lever_text(text, "parallelism.pipeline_parallel_degree", pp)
+    text = set_lever_text(text, "parallelism.pipeline_parallel_schedule", schedule)
     state, space = _state_and_space(text)
-    if not filled:
+    plain = Change(lever="parallelism.pipeline_parallel_degree", before=pp, after=2 * pp, why="t")
+    if filled_to is None:
         from bot.agent.space import layout_problem
 
         more = {**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 2 * pp}
         assert layout_problem(space.recipe, more) is None
         assert layout_problem(space.recipe, {**more, "training.local_batch_size": 2 * local_batch}) is None or local_batch == 32
-        plain = Change(lever="parallelism.pipeline_parallel_degree", before=pp, after=2 * pp, why="t")
         assert HeuristicPolicy()._fill_first(state, space, plain) is None
         return
+    filled = HeuristicPolicy()._fill_first(state, space, plain)
+    assert filled is not None and filled.enabler and filled.why.startswith(f"enabler of training.local_batch_size={filled_to}:")
     pp_up = _lesson("pp-up", {"lever": "parallelism.pipeline_parallel_degree", "op": "double"})
     proposal = HeuristicPolicy().propose(state, OK, [pp_up], space, RECORDS)
-    assert isinstance(proposal, Change) and (proposal.lever, proposal.after, proposal.enabler) == ("parallelism.pipeline_parallel_degree", 4, True)
-    assert proposal.why.startswith("enabler of training.local_batch_size=32:") and "(p-1)/(v·m)" in proposal.why
+    assert isinstance(proposal, Change) and (proposal.lever, proposal.after, proposal.enabler) == ("parallelism.pipeline_parallel_degree", 2 * pp, True)
+    assert proposal.why.startswith(f"enabler of training.local_batch_size={filled_to}:") and "(p-1)/(v·m)" in proposal.why
     assert proposal.lessons == ["pp-up", "pp-fill-the-pipeline"]
-    gated = cm.Step(n=1, change=proposal, state="closed", levers={**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 4},
+    gated = cm.Step(n=1, change=proposal, state="closed", levers={**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 2 * pp},
                     config_verdict=Verdict(verdict="ok", stage="config"))
     enabled = HeuristicPolicy().propose(state.model_copy(update={"steps": [gated]}), OK, [pp_up], space, RECORDS)
-    assert (enabled.lever, enabled.before, enabled.after, enabled.stacked_on) == ("training.local_batch_size", local_batch, 32, 1)
-    # once that configuration was measured (no gain), PP 4 is no longer gated again and again: it runs alone, as before
+    assert (enabled.lever, enabled.before, enabled.after, enabled.stacked_on) == ("training.local_batch_size", local_batch, filled_to, 1)
+    # once that configuration was measured (no gain), the change is no longer gated again and again: it runs alone, as before
     measured = cm.Step(n=2, change=enabled, stacked_on=1, state="closed", gain=-0.05,
-                       levers={**gated.levers, "training.local_batch_size": 32}, runs=[cm.RunRef(kind="trial", n=2, outcome="stopped", tps=900.0)])
+                       levers={**gated.levers, "training.local_batch_size": filled_to}, runs=[cm.RunRef(kind="trial", n=2, outcome="stopped", tps=900.0)])
     again = HeuristicPolicy()._fill_first(state.model_copy(update={"steps": [gated, measured]}), space,
                                           proposal.model_copy(update={"enabler": False, "why": "t", "lessons": ["pp-up"]}))
     assert again is None
@@ -915,9 +922,12 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     s2 = state.model_copy(update={"steps": [oom, gated]})
     stages = HeuristicPolicy().propose(s2, OK, [], space, RECORDS)
     assert isinstance(stages, Change)
-    assert (stages.lever, stages.after, stages.stacked_on, stages.enabler) == ("parallelism.pipeline_parallel_degree", 4, 2, False)
+    # 4 stages under ZBVZeroBubble at 4 microbatches leave an analytic bubble of 3/(2·4)/3, 11 % of the step: the
+    # stages are themselves the enabler of the largest local batch PP 4 allows (8), stacked on the schedule
+    assert (stages.lever, stages.after, stages.stacked_on, stages.enabler) == ("parallelism.pipeline_parallel_degree", 4, 2, True)
+    assert stages.why.startswith("enabler of training.local_batch_size=8:")
     assert validate_change(s2, stages, space) is None
-    # the chain is kept at local batch 4: DualPipeV is still refused, so it is not proposed back yet
+    # were the chain kept at local batch 4: DualPipeV is still refused, so it is not proposed back yet
     at4 = {**zbv, "parallelism.pipeline_parallel_degree": 4}
     kept = cm.Step(n=3, change=stages, stacked_on=2, state="closed", levers=at4, kept=True, gain=0.06,
                    runs=[cm.RunRef(kind="trial", n=3, outcome="ok", tps=1060.0)])
