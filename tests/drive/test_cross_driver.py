@@ -64,7 +64,9 @@ PROFILES: dict[str, dict[str, Any]] = {
             "noise_prior_sd": 0.014, "noise_prior_df": 8},
 }
 
-CASES = [pytest.param(recipe, budget, seed, "shared", "github", id=f"{Path(recipe).parent.name}-seed{seed}-shared-github")
+# seed 0 of every task in the default suite; the other seeds are the matrix (slow)
+CASES = [pytest.param(recipe, budget, seed, "shared", "github", id=f"{Path(recipe).parent.name}-seed{seed}-shared-github",
+                      marks=() if seed == SEEDS[0] else pytest.mark.slow)
          for recipe, budget in TASKS for seed in SEEDS]
 CASES += [pytest.param(recipe, budget, 0, "attune-run", "github", id=f"{Path(recipe).parent.name}-seed0-attune_run-github",
                        marks=pytest.mark.slow) for recipe, budget in TASKS]
