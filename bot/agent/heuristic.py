@@ -26,14 +26,14 @@
    then proposed stacked on it. A change that needs a prerequisite (expert or pipeline parallel with
    CUDA graphs off) gets the prerequisite as its enabler the same way: alone it may cost throughput,
    and it is worth only what it enables. More pipeline stages that would leave few microbatches per flush (an
-   analytic bubble of BUBBLE_FRAC / 3 or more, the share the fill acts on once measured) are gated the same way, as
+   analytic bubble of BUBBLE_FRAC or more, the share the fill acts on once measured) are gated the same way, as
    the enabler of the largest local batch (``_fill_first``): run alone they would measure the bubble, not the
    layout. Where a schedule's own bound leaves no one-lever path -- DualPipeV needs microbatches >= stages, so twice
    the stages at the local batch's share are refused while twice the local batch at the old degree would not
    divide the global batch -- the schedule with the same stage placement and no such bound (ZBVZeroBubble) is the
-   stepping stone (``_stepping_stone``), and the schedule it replaced is proposed back once legal (``_restore_schedule``). A schedule a lesson asks for that is
-   refused only for too few microbatches (``_microbatch_enabler``) gets the local batch that gives them as its
-   enabler; with the local batch already the global batch's share, twice (or four times) the TP degree inside the
+   stepping stone (``_stepping_stone``), and the schedule it replaced is proposed back once legal
+   (``_restore_schedule``). A schedule a lesson asks for that is refused only for too few microbatches
+   (``_microbatch_enabler``) gets the local batch that gives them as its enabler; with the local batch already the global batch's share, twice (or four times) the TP degree inside the
    node, then CP, is the enabler of that larger local batch, itself the gated enabler of the schedule: a chain of
    two enablers with the schedule measured on them (the layout alone would price the old schedule). Legality (divisibility, batch arithmetic, stage split) is computed
    in code for free (``bot.agent.space.layout_problem``) -- never a speed or memory estimate.
@@ -212,7 +212,7 @@ class HeuristicPolicy:
 
     def _fill_first(self, campaign: Campaign, space: LeverSpace, change: Change) -> Change | None:
         """A change to more pipeline stages that would leave too few microbatches per flush -- an analytic bubble
-        ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC / 3 of the step or more, the share
+        ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC of the step or more, the share
         at which ``_fix_for`` and the diagnosis-driven fill act on a measured bubble -- is made the enabler of the
         largest local batch the pinned global batch allows, the move a run of it would be followed by (``_fix_for``):
         its run alone would measure the bubble, not the layout (minimax-m2: PP 2 -> 4 at 4 microbatches ran at -39 %
@@ -233,7 +233,7 @@ class HeuristicPolicy:
         m = max(lbs // max(int(eff["parallelism.pipeline_parallel_microbatch_size"]), 1), 1)
         frac = bubble_fraction(change.after, str(eff[SCHEDULE]), m)
         share = frac / (1.0 + frac)  # of the step: the bubble over busy time + bubble
-        if share < BUBBLE_FRAC / 3:
+        if share < BUBBLE_FRAC:
             return None
         legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > lbs and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
         if not legal or _already_stepped(campaign, {**levers, lbs_name: max(legal)}):
@@ -297,7 +297,7 @@ class HeuristicPolicy:
         graphs off): that prerequisite as an enabler -- gated, not run on its own (alone it may well cost throughput,
         and it is worth only what it enables) -- with the change it enables stacked on it and measured. A prerequisite
         that replaces the incumbent's pipeline schedule (compile over a V-shaped schedule needs the zero-bubble one
-        without the V) is proposed only while the incumbent's bubble is under BUBBLE_FRAC / 3: there any zero-bubble
+        without the V) is proposed only while the incumbent's bubble is under BUBBLE_FRAC: there any zero-bubble
         schedule leaves about as little, while a larger bubble means the schedule the campaign kept is still what
         bounds the step, and swapping it risks more than the enabled change may pay; and only without recompute
         (InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B, torchtitan#773: the
@@ -306,7 +306,7 @@ class HeuristicPolicy:
         the replacement would expose it again (deepseek-v3: DualPipeV -> InterleavedZeroBubble for compile, -29 %)."""
         current = catalog.effective(campaign.incumbent_levers)
         if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
-                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC / 3 or current["activation_checkpoint"] != "none"
+                                   or incumbent.breakdown["bubble"] >= BUBBLE_FRAC or current["activation_checkpoint"] != "none"
                                    or (current.get(SCHEDULE) == "DualPipeV" and int(current.get("parallelism.expert_parallel_degree") or 1) > 1)):
             return None
         enabled = {**campaign.incumbent_levers, fix[0]: fix[1], lever: value}
@@ -758,7 +758,7 @@ class HeuristicPolicy:
         if (behind is not None and (1.0 + behind) / max(1.0 - recompute, 1e-9) < 1.0 + campaign.min_gain) or not recompute_left:
             recompute = 0.0
         lbs_name = "training.local_batch_size"
-        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC / 3 and lbs_name in space.values:
+        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC and lbs_name in space.values:
             legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > int(eff[lbs_name])
                      and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
             if legal:
@@ -769,7 +769,7 @@ class HeuristicPolicy:
                 if validate_change(campaign, change, space) is None:
                     return change
         schedule = None
-        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC / 3 and lessons:
+        if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC and lessons:
             schedule = self._schedule_for(campaign, space, lessons, d, levers, stacked_on=stacked_on,
                                           why=f"{why_prefix} with a {bubble:.0%} pipeline bubble and the local batch at the global batch's share")
         if schedule is not None and bubble >= recompute:
@@ -853,7 +853,7 @@ class HeuristicPolicy:
         comm = diagnosis.breakdown.get("exposed_comm", 0.0)
         if pp <= 1 and not legal and comm >= COMM_FRAC and _dp_spans_nodes(space, eff):
             return self._fewer_dp_ranks(campaign, diagnosis, space, cost="comm")
-        if pp <= 1 or diagnosis.breakdown.get("bubble", 0.0) < BUBBLE_FRAC / 3:
+        if pp <= 1 or diagnosis.breakdown.get("bubble", 0.0) < BUBBLE_FRAC:
             return None
         if not legal:
             return self._fewer_dp_ranks(campaign, diagnosis, space)
@@ -913,7 +913,9 @@ LESS_RECOMPUTE = {"full": "selective", "selective": "none", "memory_budget": "no
 MOMENTUM_GAIN = 0.10  # a kept step that removed a tenth of the step time or more: worth one more notch the same way
 MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
 LONG_SEQ = 8192
-BUBBLE_FRAC = 0.15
+# of the step: a pipeline bubble worth filling (a larger local batch, a zero-bubble schedule, fewer DP ranks) and
+# the analytic bubble at which more stages are gated behind the fill (lesson pp-fill-the-pipeline fires at the same share)
+BUBBLE_FRAC = 0.05
 RECOMPUTE_FRAC = 0.05
 PATIENCE = 2
 PATIENCE_RUNS = 1.0

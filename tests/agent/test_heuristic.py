@@ -830,7 +830,7 @@ def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest
     """PP 2 -> 4 on 8 devices with local batch 4 (4 microbatches per flush over 4 stages: (p-1)/m = 3/4, about 43 % of
     the step idle) would measure the bubble, not the layout: it is gated, not run, and the largest local batch the
     pinned global batch allows (64 over DP 2: 32) is stacked on it. So is PP 1 -> 2 at local batch 8 under 1F1B (1/8,
-    about 11 %, over the BUBBLE_FRAC / 3 the fill acts on once measured; 16 legal over DP 4). Not gated: PP 2 -> 4 at
+    about 11 %, over the BUBBLE_FRAC the fill acts on once measured; 16 legal over DP 4). Not gated: PP 2 -> 4 at
     local batch 32 (no larger local batch is legal) and PP 1 -> 2 at local batch 8 under a zero-bubble interleaved
     schedule (1/(2·8)/3, about 2 % of the step): a plain step."""
     from bot.core.recipe import set_lever_text
