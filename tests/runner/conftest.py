@@ -26,7 +26,9 @@ def cpu_recipe(cpu_text: str) -> Recipe:
 def slurm_cluster():
     """A real two-node Slurm on this host (tests/runner/slurm_cluster.py), installed with apt when missing and we are
     root; stopped at the end of the session, also on failure. Where it cannot be had the tests skip and say why;
-    under ``CI=true`` that is a failure."""
+    under ``CI=true`` that is a failure. One cluster per pytest process: its only user is tests/runner/test_slurm.py,
+    and the suite gives each file to one worker (``--dist loadfile``), so its jobs never meet a second cluster's on the
+    rendezvous port."""
     import os
 
     from . import slurm_cluster as sc
