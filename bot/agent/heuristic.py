@@ -950,16 +950,20 @@ def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> b
     early: below it by more than the noise band; or an interval wholly below zero) and no step kept since has
     changed a parallel degree or a lever the lesson's condition reads: on such an incumbent it would measure the
     same, so the lesson does not propose it again. (A kept change of one of those levers -- a new layout -- opens it
-    again: AC off may lose at microbatch 1 and win at 8.)"""
+    again: AC off may lose at microbatch 1 and win at 8.) A change measured stacked on its enabler (the local batch
+    that keeps the pinned global batch, from the incumbent) counts as measured: proposed again, it comes with the same
+    enabler; one stacked on an out-of-memory step measured that step's recompute too, and does not."""
     watched = set(DEGREES) | {f.removeprefix("levers.") for f in (fields(lesson.when) if lesson.when else set()) if f.startswith("levers.")}
     now = catalog.effective(campaign.incumbent_levers)
     for s in campaign.steps:
         m = s.measurement
-        if (s.kept or s.stacked_on is not None or s.change.lever != lever or str(s.change.after) != str(value)
+        enabler = campaign.step(s.stacked_on) if s.stacked_on is not None else None
+        if (s.kept or (enabler is not None and (not enabler.change.enabler or enabler.stacked_on is not None)) or s.change.lever != lever or str(s.change.after) != str(value)
                 or lesson.id not in s.change.lessons or m is None or m.decision != "no_gain"
                 or not (m.screened or (m.hi is not None and m.hi < 0))):
             continue
-        then = catalog.effective({**s.levers, lever: s.change.before})
+        then = catalog.effective({**s.levers, lever: s.change.before,
+                                  **({enabler.change.lever: enabler.change.before} if enabler is not None else {})})
         if not any(now.get(k) != then.get(k) for k in watched if k != lever):
             return True
     return False

@@ -46,7 +46,7 @@ DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmod
 # incumbent's never-chosen 1F1B, motivated the schedule follow-up, so it moved here); every other task is report-only:
 # run to report, its traces not used for rules
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
-             "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64")
+             "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64", "llama3.1-70b/b200x32")
 GROUP_LABEL = {"dev": "dev: traces used while developing rules", "report": "report-only: run only to report"}
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
 

@@ -1249,3 +1249,32 @@ def test_a_blind_probe_the_memory_screen_ruled_out_spends_patience_once_with_its
         assert isinstance(proposal, Stop) and proposal.why == stop, proposal
     else:
         assert stop is None
+
+
+@pytest.mark.parametrize("on", ["enabler", "oom-step"])
+def test_a_change_measured_clearly_slower_on_its_enabler_is_not_proposed_again_after_an_unrelated_kept_step(on: str) -> None:
+    """llama3.1-70b on 32 B200: a lesson's TP 4 -> 2, with local batch 8 -> 4 as its enabler, stopped early at -40 %;
+    async TP was kept (+3.5 %), and the same pair was proposed and stopped early again (-42 %), a run the budget then
+    lacked. A change stacked on its enabler counts as measured like one run alone. One stacked on an out-of-memory step
+    measured that step's recompute too: it may come again."""
+    text = (CPU_RECIPE.parents[1] / "llama3.1-70b/b200x32.yaml").read_text()
+    state, space = _state_and_space(text)
+    tp = _lesson("tp", {"lever": "parallelism.tensor_parallel_degree", "value": 4})
+    base = dict(state.incumbent_levers)
+    first = HeuristicPolicy()._from_lessons(state, space, [tp], catalog.effective(base), set())
+    assert isinstance(first, Change) and first.enabler and (first.lever, first.after) == ("training.local_batch_size", 4)
+    lbs4 = {**base, "training.local_batch_size": 4}
+    below = (cm.Step(n=1, change=first, state="closed", config_verdict=Verdict(verdict="ok", stage="config"), levers=lbs4) if on == "enabler" else
+             cm.Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="selective", why="t"), state="closed",
+                     levers={**lbs4, "activation_checkpoint": "selective"}))
+    slow = cm.Step(n=2, change=Change(lever="parallelism.tensor_parallel_degree", before=8, after=4, lessons=["tp"], why="t", stacked_on=1),
+                   stacked_on=1, state="closed", levers={**below.levers, "parallelism.tensor_parallel_degree": 4},
+                   measurement=cm.Measurement(estimate=-0.4, lo=-0.45, hi=-0.35, confidence=0.9, min_gain=0.005, decision="no_gain", screened=True))
+    kept_levers = {**base, "compile.enable": True}
+    kept = cm.Step(n=3, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="merged", levers=kept_levers, kept=True)
+    state = state.model_copy(update={"steps": [below, slow, kept], "incumbent_levers": kept_levers, "incumbent_step": 3})
+    again = HeuristicPolicy()._from_lessons(state, space, [tp], catalog.effective(kept_levers), set())
+    if on == "enabler":
+        assert again is None
+    else:
+        assert isinstance(again, Change) and (again.lever, again.after) == ("training.local_batch_size", 4)
