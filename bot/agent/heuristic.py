@@ -958,7 +958,9 @@ def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> b
     for s in campaign.steps:
         m = s.measurement
         enabler = campaign.step(s.stacked_on) if s.stacked_on is not None else None
-        if (s.kept or (enabler is not None and (not enabler.change.enabler or enabler.stacked_on is not None)) or s.change.lever != lever or str(s.change.after) != str(value)
+        if enabler is not None and (not enabler.change.enabler or enabler.stacked_on is not None):
+            continue  # stacked on an out-of-memory step or a chain: it measured more than this change
+        if (s.kept or s.change.lever != lever or str(s.change.after) != str(value)
                 or lesson.id not in s.change.lessons or m is None or m.decision != "no_gain"
                 or not (m.screened or (m.hi is not None and m.hi < 0))):
             continue
