@@ -1136,7 +1136,8 @@ def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None
     starts, OOM retries, early-stopped trials and the pairs of undecided steps add up): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
     and each further probe only delays the verdict. Checked before every proposal (coupled retries included), and each
     proposal may spend only what is left of that allowance (:func:`no_gain_allowance_left`), so a flat recipe costs its
-    set-up plus at most NO_GAIN_SHARE (issue 15's flat-task target: at most 30% of the budget; issue 14's flat CPU
+    set-up plus at most NO_GAIN_SHARE (issue 15's flat-task target: at most 30% of the budget, the set-up on the
+    simulator being one baseline run, 7% of a 14-run budget; issue 14's flat CPU
     campaigns: at most 40%, the set-up there being a warm-up, 3 baseline runs and, once per recipe, 4 calibration runs)."""
     if campaign.incumbent_step != 0 or campaign.band is None:
         return None

@@ -64,6 +64,15 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     them on one pair on a lucky 0.2 % noise estimate). No prior elsewhere: this CPU box's noise ranges 5-20 % by
     load, and no measurements of Slurm or GitHub machines are in yet.
 
+    **One baseline run where the noise is known** (``baseline_runs_wanted``; ``sim``): a second baseline run exists
+    to estimate the noise, and with a prior it adds one degree of freedom to its 8 and moves the screen band not at all
+    (two runs at 1.4 % differ by 1.6 % on average, twice that is under the 5 % floor); the one run is the first
+    trial's pair-1 incumbent side as before. It cost every campaign a run of the 14 a task's budget holds: a recipe
+    already at its optimum spent its set-up (2 runs, 14 %) and its no-gain allowance (22 %), up to 34 % of the budget
+    (13 tasks set to their oracle optimum, 3 seeds: 19-34 %, two over the 30 % issue 15 allows), 27 % with one.
+    ``attune bench measure --sim-only --sim-trials 4000 --sim-seed 1``: false gains 4 % either way, +3 % detected 90
+    -> 89 %, +10 % 100 %. Elsewhere two or more: no prior.
+
     ``sim`` and ``local`` run everything on one machine, so the trial is pair 1's candidate run (the incumbent runs
     right after it) and a clearly slower trial stops early. ``local`` starts with one warm-up run (the first run after
     an idle spell is slow: clocks, caches) and three measured baseline runs, so the first pair already has a noise
@@ -73,7 +82,7 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     """
     if launcher == "sim":
         return {"min_gain": 0.005, "max_pairs": 6, "pair_with_trial": True, "early_stop": True, "measure_steps": SIM_MEASURE_STEPS,
-                "noise_prior_sd": SIM_RUN_SD, "noise_prior_df": SIM_RUN_SD_DF}
+                "noise_prior_sd": SIM_RUN_SD, "noise_prior_df": SIM_RUN_SD_DF, "baseline_runs_wanted": 1}
     if launcher == "local":
         return {"min_gain": 0.05, "max_pairs": 4, "pair_with_trial": True, "baseline_warmup_runs": 1, "baseline_runs_wanted": 3,
                 "min_pairs_for_gain": 2}

@@ -11,7 +11,7 @@ import math
 import statistics
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from bot.core.band import Band
 from bot.core.records import Change, RunRecord, Scalar, StepMetric, Stop, Verdict
@@ -65,13 +65,19 @@ class NoiseBand(BaseModel):
 
     k: float
     floor: float
-    spread: float  # observed relative spread of the baseline runs ((max-min)/median)
+    spread: float  # relative spread of the baseline runs ((max-min)/median); of one run: the prior's expected one
     band: float  # max(k x spread, floor): the gain a change must clear
 
     @classmethod
-    def from_runs(cls, tps: list[float], *, k: float, floor: float) -> NoiseBand:
+    def from_runs(cls, tps: list[float], *, k: float, floor: float, prior_sd: float | None = None) -> NoiseBand:
+        """The band of the baseline runs' ``tps``. One run has no spread of its own: with the machine kind's known
+        run noise ``prior_sd`` (sd of log tokens/s) it takes the expected spread of two runs, E|x1 - x2| = 2/sqrt(pi)
+        x sd (about 1.13 sd); without one, none (the floor)."""
         med = statistics.median(tps)
-        spread = (max(tps) - min(tps)) / med if med else 0.0
+        if len(tps) > 1:
+            spread = (max(tps) - min(tps)) / med if med else 0.0
+        else:
+            spread = 2.0 / math.sqrt(math.pi) * prior_sd if prior_sd else 0.0
         return cls(k=k, floor=floor, spread=spread, band=max(k * spread, floor))
 
 
@@ -280,7 +286,9 @@ class Campaign(BaseModel):
     usd_per_device_hour: float = 0.0
     budget: float  # device-hours
     spent: float = 0.0
-    baseline_runs_wanted: int = Field(default=2, ge=2)
+    # measured baseline runs: two at least, so the campaign has a noise estimate of its own, unless the machine kind's
+    # run noise is known (noise_prior_df > 0), when one does: the prior is the estimate (bot.campaign.setup)
+    baseline_runs_wanted: int = Field(default=2, ge=1)
     # runs made before the measured baseline runs, reported but not counted in the baseline or its band: the first
     # run after an idle spell on a real machine is often slow (clocks, caches), which inflated the band to 70%
     baseline_warmup_runs: int = Field(default=0, ge=0)
@@ -320,6 +328,13 @@ class Campaign(BaseModel):
     pending: list[Action] = Field(default_factory=list)
     finish_reason: str = ""
     stop_requested: bool = False
+
+    @model_validator(mode="after")
+    def _one_baseline_run_needs_a_prior(self) -> Campaign:
+        if self.baseline_runs_wanted < 2 and not (self.noise_prior_sd and self.noise_prior_df):
+            raise ValueError("baseline_runs_wanted: one baseline run needs a known run noise (noise_prior_sd and "
+                             "noise_prior_df); without one the campaign measures two at least")
+        return self
 
     # -- derived
     @property

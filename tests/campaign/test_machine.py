@@ -6,6 +6,7 @@ the in-memory one (the git forge is covered in tests/test_drive.py and tests/for
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,30 @@ def test_band_is_k_times_the_spread_when_that_exceeds_the_floor(tmp_path: Path) 
     assert state.band.spread == pytest.approx(100 / 1050)
     assert state.band.band == pytest.approx(2 * 100 / 1050)
     assert "screen band 19.0% (baseline spread 9.5%)" in render_campaign_summary(state)
+
+
+def test_with_a_known_run_noise_one_baseline_run_is_the_baseline_and_the_first_trials_first_pair(tmp_path: Path) -> None:
+    # the simulator's profile: its 1.4 % run noise is known, so one baseline run; the band takes the spread two runs
+    # would be expected to have (2/sqrt(pi) x 1.4 % = 1.58 %; x2 < the 5 % floor) and that run is pair 1's incumbent side
+    prior = {"noise_prior_sd": 0.014, "noise_prior_df": 8, "baseline_runs_wanted": 1}
+    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: [1100.0, 1104.0, 1098.0]}, base=[1000.0, 1003.0, 998.0],
+                                             script=[{"lever": "activation_checkpoint", "to": "none"}], state_kw={**WITH_TRIAL, **prior})
+    assert kinds(actions)[:3] == ["comment", "run_baseline", "calibrate"]
+    assert [r.tps for r in state.baseline] == [1000.0]
+    assert state.band.spread == pytest.approx(2 / math.sqrt(math.pi) * 0.014) and state.band.band == pytest.approx(0.05)
+    first = next(r for r in state.step(1).runs if r.kind == "pair")
+    assert first.reused and first.reference_record == state.baseline[0].record
+    assert state.step(1).kept and runner.calls[1]["levers"]["activation_checkpoint"] == "none"  # the trial ran second
+
+
+def test_one_baseline_run_without_a_known_run_noise_is_refused_with_the_field_named() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="baseline_runs_wanted: one baseline run needs a known run noise"):
+        new_state(recipe_text(), baseline_runs_wanted=1)
+    with pytest.raises(ValidationError, match="baseline_runs_wanted"):
+        new_state(recipe_text(), baseline_runs_wanted=1, noise_prior_sd=0.014)  # a prior worth no runs is no prior
+    assert cm.NoiseBand.from_runs([1000.0], k=2.0, floor=0.05).spread == 0.0  # one run, nothing known: the floor
 
 
 # ----------------------------------------------------------------------------- keep / reject (paired measurement)

@@ -36,7 +36,7 @@ from openapi_contract import Contract, spec_missing_reason  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
 from bot.agent.lessons import load_lessons  # noqa: E402
-from bot.campaign.setup import new_state  # noqa: E402
+from bot.campaign.setup import measurement_options, new_state  # noqa: E402
 from bot.core.recipe import load_recipe  # noqa: E402
 from bot.drive.local import build_executor  # noqa: E402
 from bot.runner.sim import SimRunner  # noqa: E402
@@ -59,10 +59,16 @@ LESSONS = load_lessons(ROOT / "lessons")  # the GitHub side loads lessons/ of th
 PROFILES: dict[str, dict[str, Any]] = {
     "github": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
                "early_stop_k": 2.0, "max_steps": 50, "min_gain": 0.02, "confidence": 0.9, "max_pairs": 4, "pair_with_trial": False},
-    "sim": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
+    "sim": {"baseline_runs_wanted": 1, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
             "early_stop_k": 1.0, "max_steps": 50, "min_gain": 0.005, "confidence": 0.9, "max_pairs": 6, "pair_with_trial": True,
             "noise_prior_sd": 0.014, "noise_prior_df": 8},
 }
+
+def test_the_sim_profile_is_what_attune_campaign_run_sets_for_a_simulated_recipe() -> None:
+    sim = measurement_options("sim")
+    assert {k: PROFILES["sim"][k] for k in sim if k in PROFILES["sim"]} == {k: v for k, v in sim.items() if k in PROFILES["sim"]}
+    assert {"baseline_runs_wanted", "noise_prior_sd", "min_gain", "max_pairs"} <= set(sim) & set(PROFILES["sim"])
+
 
 # seed 0 of every task in the default suite; the other seeds are the matrix (slow)
 CASES = [pytest.param(recipe, budget, seed, "shared", "github", id=f"{Path(recipe).parent.name}-seed{seed}-shared-github",
