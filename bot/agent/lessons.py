@@ -17,6 +17,8 @@ Context keys a lesson's ``when`` may read (flat, dotted):
 ``diagnosis.breakdown.{bubble_frac,exposed_comm_frac,recompute_frac}``, ``recipe.hardware``
 (cpu, h100-sxm-80gb, h200, b200), ``recipe.devices``, ``recipe.model``, ``recipe.moe``,
 ``recipe.grad_accum_steps``, ``recipe.global_batch_pinned``, ``recipe.tokens_per_microbatch``,
+``recipe.devices_per_node``, ``recipe.expert_parallel_groups_per_node`` (devices per node / EP: 2 or more, a doubled
+EP group still fits in one node),
 ``stack.torch``, ``stack.torchtitan`` and ``levers.<lever name>`` for every current lever value.
 
 ``relevant`` filters by ``applies_to`` (a stack range whose version is unknown does not exclude a

@@ -199,6 +199,20 @@ def test_parallelism_and_moe_lessons() -> None:
     assert "ep-for-moe" in moe
 
 
+@pytest.mark.parametrize(("ep", "per_node", "exposed", "fires"), [
+    (4, 8, 0.41, True),    # EP 8 still fits the node: widen it
+    (2, 8, 0.15, True),
+    (8, 8, 0.41, False),   # twice EP would cross nodes (ep-within-node's side)
+    (4, 4, 0.41, False),
+    (4, 8, 0.10, False),   # little exposed communication: nothing to trade
+    (1, 8, 0.41, False),   # no EP yet: ep-for-moe's case
+])
+def test_ep_widens_within_the_node_only_while_twice_the_group_fits_and_communication_is_exposed(ep, per_node, exposed, fires) -> None:
+    ctx = gpu_ctx(**{"recipe.moe": True, "levers.parallelism.expert_parallel_degree": ep, "recipe.devices_per_node": per_node,
+                     "recipe.expert_parallel_groups_per_node": per_node / ep, "diagnosis.breakdown.exposed_comm_frac": exposed})
+    assert ("ep-widen-within-node" in ids(relevant(LESSONS, ctx))) is fires
+
+
 def test_manual_lessons_can_be_excluded() -> None:
     ctx = cpu_ctx()
     assert "cpu-fp32-params-on-avx2" in ids(relevant(LESSONS, ctx))

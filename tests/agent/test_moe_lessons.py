@@ -51,3 +51,18 @@ def test_ep_over_gloo_is_turned_off() -> None:
     change = HeuristicPolicy().propose(state, OK, LESSONS, space, FileRecords())
     assert isinstance(change, Change) and (change.lever, change.after) == ("parallelism.expert_parallel_degree", 1)
     assert change.lessons == ["moe-cpu-ep-off"]
+
+
+def test_the_lessons_read_how_many_ep_groups_fit_a_node_from_the_recipe_and_the_incumbents_ep() -> None:
+    from bot.agent.policy import lesson_context
+
+    text = (REPO / "recipes" / "qwen3-30b-a3b" / "h100x64.yaml").read_text()
+    text = text.replace("parallelism.expert_parallel_degree: 1 ", "parallelism.expert_parallel_degree: 4 ")
+    state, space = _stepping(text)
+    exposed = Diagnosis(outcome="ok", tps=1000.0, mem_headroom_frac=0.2,
+                        breakdown={"compute": 0.52, "exposed_comm": 0.41, "bubble": 0.0, "recompute": 0.04, "other": 0.03})
+    ctx = lesson_context(state, exposed, space)
+    assert (ctx["recipe.devices_per_node"], ctx["recipe.expert_parallel_groups_per_node"]) == (8, 2.0)
+    assert ctx["levers.parallelism.expert_parallel_degree"] == 4
+    wide = lesson_context(state, exposed, space, levers={**state.incumbent_levers, "parallelism.expert_parallel_degree": 8})
+    assert wide["recipe.expert_parallel_groups_per_node"] == 1.0
