@@ -109,9 +109,9 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace,
     seq = recipe.pinned.get("training.seq_len")
     lbs = int(eff["training.local_batch_size"])
     ctx["recipe.global_batch_pinned"] = isinstance(gbs, int) and gbs > 0
-    ep = int(eff.get("parallelism.expert_parallel_degree", 1) or 1)
+    ep = max(int(eff.get("parallelism.expert_parallel_degree", 1) or 1), 1)
     ctx["recipe.devices_per_node"] = recipe.cluster.devices_per_node
-    ctx["recipe.expert_parallel_groups_per_node"] = recipe.cluster.devices_per_node / max(ep, 1)
+    ctx["recipe.expert_parallel_groups_per_node"] = recipe.cluster.devices_per_node / ep
     if isinstance(seq, int):
         ctx.setdefault("recipe.seq_len", seq)
         ctx["recipe.tokens_per_microbatch"] = lbs * seq

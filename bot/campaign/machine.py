@@ -152,7 +152,7 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         if len(s.baseline) < s.baseline_runs_wanted + s.baseline_warmup_runs:
             return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
         s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor,
-                                     prior_sd=s.noise_prior_sd if s.noise_prior_df else None)
+                                     prior_sd=s.known_run_sd)
         s.incumbent_levers = dict(s.baseline_levers)
         s.incumbent_tps = s.baseline_tps
         s.phase = "stepping"

@@ -196,7 +196,7 @@ def share(x: float) -> str:
 def rule_text(state: Campaign) -> str:
     window = f"each run's median of {state.measure_steps} steps after the warm-up; " if state.measure_steps else ""
     prior = (f" and a known {share(state.noise_prior_sd)} run noise weighted as {state.noise_prior_df} repeat runs"
-             if state.noise_prior_sd and state.noise_prior_df else "")
+             if state.known_run_sd is not None else "")
     return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs{prior}); "
             f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "

@@ -69,7 +69,8 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     (two runs at 1.4 % differ by 1.6 % on average, twice that is under the 5 % floor); the one run is the first
     trial's pair-1 incumbent side as before. It cost every campaign a run of the 14 a task's budget holds: a recipe
     already at its optimum spent its set-up (2 runs, 14 %) and its no-gain allowance (22 %), up to 34 % of the budget
-    (13 tasks set to their oracle optimum, 3 seeds: 19-34 %, two over the 30 % issue 15 allows), 27 % with one.
+    (13 tasks set to their oracle optimum, 3 seeds: 19-34 %, two over the 30 % issue 15 allows); with one, 15-28 %
+    (at most 29 %: one run and the allowance).
     ``attune bench measure --sim-only --sim-trials 4000 --sim-seed 1``: false gains 4 % either way, +3 % detected 90
     -> 89 %, +10 % 100 %. Elsewhere two or more: no prior.
 

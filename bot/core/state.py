@@ -331,12 +331,18 @@ class Campaign(BaseModel):
 
     @model_validator(mode="after")
     def _one_baseline_run_needs_a_prior(self) -> Campaign:
-        if self.baseline_runs_wanted < 2 and not (self.noise_prior_sd and self.noise_prior_df):
+        if self.baseline_runs_wanted < 2 and self.known_run_sd is None:
             raise ValueError("baseline_runs_wanted: one baseline run needs a known run noise (noise_prior_sd and "
                              "noise_prior_df); without one the campaign measures two at least")
         return self
 
     # -- derived
+    @property
+    def known_run_sd(self) -> float | None:
+        """The machine kind's known run noise (sd of one run's log tokens/s), or None where none is known (no prior,
+        or one worth no runs)."""
+        return self.noise_prior_sd if self.noise_prior_sd and self.noise_prior_df else None
+
     @property
     def open_step(self) -> Step | None:
         return next((s for s in self.steps if s.state in ("proposed", "open")), None)
