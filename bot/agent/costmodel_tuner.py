@@ -8,8 +8,10 @@ perfmodel.md §1.1-1.2 and anchors.md).
 
 "Every legal layout": the product of the levers the model has terms for (TP, PP, CP, EP degrees, local batch,
 recompute mode, and under PP the microbatch size and schedule), each filtered by the same free legality pre-check
-the other policies use (:func:`bot.agent.space.layout_problem`); the other levers keep the recipe's values (the
-model has no first-principles term for them; constant factors cancel in a ranking). The ranking depends only on
+the other policies use (:func:`bot.agent.space.layout_problem`) once the prerequisites it needs are set (CUDA graphs
+off under PP or EP, as the other baselines' repair sets them: without that, every pipelined or expert-parallel layout
+of a recipe with CUDA graphs on was skipped); the other levers keep the recipe's values (the model has no
+first-principles term for them; constant factors cancel in a ranking). The ranking depends only on
 the recipe, so it is computed once per recipe and cached; the policy is stateless (a resumed campaign proposes
 the same thing: the best-ranked layout not yet tried).
 """
@@ -106,7 +108,8 @@ class CostModelPolicy:
             return Stop(why=f"the cost model does not know this workload ({exc})", policy=self.name)
         tried = [catalog.effective(c) for c in [campaign.baseline_levers, *(s.levers for s in campaign.steps)]]
         for rank, (_t, items, summary) in enumerate(ranked, start=1):
-            config = dict(items)
+            # with the prerequisites a layout needs (CUDA graphs off under PP or EP), as the other baselines' repair sets them
+            config = catalog.with_prerequisites(dict(items), levers.model, set(levers.values))
             if catalog.effective(config) in tried or layout_problem(recipe, config) is not None:
                 continue
             change = _as_change(campaign, config, self.name, f"cost model rank {rank} of {len(ranked)}: {summary}")

@@ -68,6 +68,12 @@
    before the lessons when the cost it is aimed at is more than LARGER_COST times the one the first lesson's change
    is aimed at (``_aimed_at_a_larger_cost``: fewer FSDP ranks for a third of the step in exposed communication
    before less recompute for 7 % of it; where the two costs are closer, the lessons' order stands).
+2b. **Layout jump** (``layout-jump-from-cost-model``, :mod:`bot.agent.layout_jump`): once the lessons and the
+   second pass have nothing left for the incumbent -- or once the campaign has spent JUMP_AT of its budget, once a
+   campaign, so a search still climbing in its starting layout's basin gets to see another before the budget ends
+   -- the layout the analytic cost model ranks best from the incumbent (its compile, async TP and resharding kept),
+   where the model predicts it at least ``MIN_SAVING`` faster than the incumbent and predicts it to fit: a chain of
+   one-lever enablers through legal layouts, its last lever measured on them. Once per incumbent.
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
    noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
@@ -86,6 +92,7 @@ import re
 from collections.abc import Callable
 
 from bot.agent.costmodel import bubble_fraction
+from bot.agent.layout_jump import layout_jump
 from bot.agent.lessons import Lesson, LeverChange, relevant
 from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
@@ -101,7 +108,8 @@ OOM_LESSON = "oom-enable-recompute"
 OOM_PP_LESSON = "oom-raise-pipeline-parallel"
 # "enabler of LEVER=VALUE:" -- or, for a two-link chain, "enabler of LEVER=VALUE, then LEVER2=VALUE2:" (the change it
 # enables is itself the gated enabler of the second: ``_microbatch_enabler``)
-ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>[^\s,:]+)(?:, then (?P<then>[\w.]+=[^\s,:]+))?:")
+# "enabler of X=v: ..." or, for a chain, "enabler of X=v, then Y=w[, then Z=u ...]: ..." (each link names the ones after it)
+ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>[^\s,:]+)(?:, then (?P<then>[\w.]+=[^\s,:]+(?:, then [\w.]+=[^\s,:]+)*))?:")
 DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
            "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
 # Generic exploration order once the lessons are spent: the levers with the largest effect on step
@@ -161,6 +169,10 @@ class HeuristicPolicy:
         less = self._less_recompute_that_fits(campaign, levers, records)
         if less is not None:
             return less
+        if campaign.budget > 0 and campaign.spent >= JUMP_AT * campaign.budget and not any(JUMP_LESSON in s.change.lessons for s in campaign.steps):
+            jump = self._layout_jump(campaign, levers, lessons, diagnosis)
+            if jump is not None:
+                return jump
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
             # that failure was a rejected candidate's (its layout is abandoned); the lessons are matched
             # against the incumbent, which ran fine — an OOM lesson must not fire on a recipe that fits
@@ -185,6 +197,9 @@ class HeuristicPolicy:
         second = self._second_pass(campaign, levers, lessons)
         if second is not None:
             return second
+        jump = self._layout_jump(campaign, levers, lessons, diagnosis)
+        if jump is not None:
+            return jump
         stop = _patience_stop(campaign)
         if stop is not None:
             return Stop(why=stop, policy=self.name)
@@ -209,6 +224,31 @@ class HeuristicPolicy:
                 if change is not None:
                     return change
         return Stop(why="no untried legal change is left in the search space", policy=self.name)
+
+    def _layout_jump(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis) -> Change | None:
+        """The diagnosis- and lesson-driven moves are spent: the layout the analytic cost model ranks best from the
+        incumbent (:mod:`bot.agent.layout_jump`), once per incumbent, as a chain of one-lever enablers with its last
+        lever measured on them (``layout-jump-from-cost-model``; the lesson must be in the catalog and match)."""
+        if not any(lesson.id == JUMP_LESSON for lesson in relevant(lessons, lesson_context(campaign, diagnosis, space))):
+            return None
+        if any(JUMP_LESSON in s.change.lessons for s in campaign.steps if s.n > campaign.incumbent_step):
+            return None
+        stepped = [campaign.baseline_levers, *(s.levers for s in campaign.steps if s.runs or not s.change.enabler)]
+        jump = layout_jump(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
+                           frozenset(_unmeasurable(campaign, diagnosis)))
+        if jump is None:
+            return None
+        current = catalog.effective(campaign.incumbent_levers)
+        (lever, value), *rest = jump.links
+        layout = ", ".join(f"{k.rsplit('.', 1)[-1]} {current.get(k)} -> {v}" for k, v in jump.links)
+        why = (f"no diagnosis- or lesson-driven move is left; the analytic cost model predicts the layout {layout} "
+               f"{jump.saving:.0%} faster than the incumbent's ({jump.incumbent_step_s:.2f} s -> {jump.step_s:.2f} s a step; "
+               f"{jump.summary}), its other levers kept: measured once, reached one lever at a time")
+        if rest:
+            why = f"enabler of {', then '.join(f'{k}={v}' for k, v in rest)}: {why}"
+        change = Change(lever=lever, before=current.get(lever), after=value, lessons=[JUMP_LESSON], policy=self.name,
+                        why=why, enabler=bool(rest))
+        return change if validate_change(campaign, change, space) is None else None
 
     def _fill_first(self, campaign: Campaign, space: LeverSpace, change: Change) -> Change | None:
         """A change to more pipeline stages that would leave too few microbatches per flush -- an analytic bubble
@@ -943,6 +983,8 @@ COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
 COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
 LESS_RECOMPUTE_FITS_LESSON = "ac-less-recompute-when-predicted-to-fit"
+JUMP_LESSON = "layout-jump-from-cost-model"
+JUMP_AT = 0.5  # of the budget spent: the jump is proposed then (once a campaign) if the lessons have not run out before
 
 
 def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bool:

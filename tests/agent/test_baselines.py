@@ -187,3 +187,18 @@ def test_the_cost_model_imports_only_the_model_and_hardware_facts_of_the_simulat
     mods = {n.module for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
     mods |= {a.name for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.Import) for a in n.names}
     assert {m for m in mods if m.startswith("bot.sim")} == {"bot.sim.zoo", "bot.sim.hardware"}
+
+
+def test_costmodel_sets_the_prerequisites_a_ranked_layout_needs_instead_of_skipping_it() -> None:
+    # torchtitan's llama3_70b config keeps CUDA graphs on; every pipelined layout needs them off. The cost model ranks
+    # pipelined layouts first on 32 B200: its first proposal is one, with CUDA graphs off, legal as proposed
+    path = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1-70b" / "b200x32.yaml"
+    recipe = parse_recipe_text(path.read_text(), str(path))
+    space = make_space(recipe)
+    assert recipe.levers["training.disable_cuda_graphs"] is False
+    state = new_state(path.read_text(), policy="costmodel", budget=100.0).model_copy(update={"phase": "stepping"})
+    change = get_policy("costmodel").propose(state, OK, [], space, RECORDS)
+    assert isinstance(change, Change) and "rank 1 of" in change.why
+    config = {**state.incumbent_levers, **change.extra, change.lever: change.after}
+    assert int(config["parallelism.pipeline_parallel_degree"]) > 1 and config["training.disable_cuda_graphs"] is True
+    assert layout_problem(recipe, config) is None

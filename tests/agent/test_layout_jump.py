@@ -1,0 +1,98 @@
+"""The layout jump (bot.agent.layout_jump): the cost model's best layout from the incumbent, reached one lever at a
+time through legal layouts, proposed by the default policy as a chain of enablers with its last lever measured."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from campaign_fakes import new_state
+
+from bot.agent.costmodel import estimate_of
+from bot.agent.heuristic import ENABLER, JUMP_LESSON, HeuristicPolicy
+from bot.agent.layout_jump import MIN_SAVING, layout_jump
+from bot.agent.lessons import load_lessons
+from bot.agent.space import layout_problem, make_space
+from bot.bench.tuners import run_campaign
+from bot.core import levers as catalog
+from bot.core.diagnosis import Diagnosis
+from bot.core.recipe import load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+# torchtitan's llama3_70b config (TP 8, full recompute, CUDA graphs on) on 32 simulated B200: its rule-guided
+# campaign settled at TP 4 / CP 2 / selective recompute, while the analytic model ranks pipelined layouts with no
+# recompute far ahead -- reachable only with CUDA graphs off, through a local batch that keeps the global batch
+RECIPE_PATH = ROOT / "recipes" / "llama3.1-70b" / "b200x32.yaml"
+RECIPE = load_recipe(RECIPE_PATH)
+SPACE = make_space(RECIPE)
+
+
+def jump_from(levers: dict, stepped: list[dict] | None = None):
+    return layout_jump(RECIPE, dict(RECIPE.levers), levers, SPACE.values, stepped or [dict(RECIPE.levers)], SPACE.model)
+
+
+def test_the_jump_is_the_cost_models_layout_reached_through_legal_partial_layouts() -> None:
+    start = dict(RECIPE.levers)
+    jump = jump_from(start)
+    assert jump is not None and len(jump.links) >= 3
+    at = dict(start)
+    for lever, value in jump.links:
+        assert catalog.effective(at)[lever] != value and value in SPACE.values[lever]
+        at[lever] = value
+        assert layout_problem(RECIPE, at) is None, (lever, value)  # every enabler's configuration is one torchtitan takes
+    assert catalog.effective(at) == catalog.effective(jump.levers)
+    # the prerequisite first (pipeline stages need CUDA graphs off), recompute off before a zero-bubble schedule
+    names = [k for k, _ in jump.links]
+    assert names[0] == "training.disable_cuda_graphs"
+    if "activation_checkpoint" in names and "parallelism.pipeline_parallel_schedule" in names:
+        assert names.index("activation_checkpoint") < names.index("parallelism.pipeline_parallel_schedule")
+    # only the layout moves: a lever the cost model has no term for keeps the incumbent's value
+    assert {k for k, _ in jump.links} <= {*catalog.effective(start)} and "compile.enable" not in names
+    # predicted to fit and at least MIN_SAVING faster than the incumbent, by the model's own estimates
+    assert estimate_of(RECIPE, jump.levers).fits
+    assert jump.step_s <= (1 - MIN_SAVING) * estimate_of(RECIPE, start).step_s
+    assert jump.saving == pytest.approx(1 - jump.step_s / jump.incumbent_step_s)
+
+
+def test_a_stepped_layout_is_not_jumped_to_again_and_none_is_left_near_the_models_optimum() -> None:
+    first = jump_from(dict(RECIPE.levers))
+    assert first is not None
+    second = jump_from(dict(RECIPE.levers), [dict(RECIPE.levers), first.levers])
+    assert second is None or catalog.effective(second.levers) != catalog.effective(first.levers)
+    # from the model's best layout itself nothing is predicted MIN_SAVING faster
+    assert jump_from(first.levers) is None
+
+
+@pytest.mark.parametrize("path, jumps", [(RECIPE_PATH, True), (ROOT / "recipes" / "llama3-tiny" / "cpu.yaml", False)])
+def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool) -> None:
+    # the lesson applies to GPU kinds: on the CPU the analytic model's roofline and links say nothing of a real run
+    recipe = load_recipe(path)
+    state = new_state(path.read_text(), policy="heuristic", budget=30.0)
+    change = HeuristicPolicy()._layout_jump(state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"))
+    assert (change is not None) is jumps
+    if change is not None:
+        assert change.lessons == [JUMP_LESSON] and change.enabler and ENABLER.match(change.why)
+
+
+def test_the_default_policy_proposes_the_jump_as_a_chain_of_enablers_and_measures_its_last_link(tmp_path: Path) -> None:
+    campaign = run_campaign(RECIPE_PATH, "heuristic", 0, budget=30.0, work=tmp_path)
+    chain = [s for s in campaign.steps if JUMP_LESSON in s.change.lessons]
+    assert chain, [s.change.title() for s in campaign.steps]
+    *links, last = chain
+    assert links and all(s.change.enabler and not s.runs for s in links)  # gated, not run
+    assert not last.change.enabler and last.runs  # the layout is measured once, on its last link
+    assert [s.stacked_on for s in chain[1:]] == [s.n for s in chain[:-1]]  # each link on the one before
+    for link, nxt in zip(links, chain[1:], strict=True):  # each enabler names the links still to come
+        m = ENABLER.match(link.change.why)
+        assert m and (m.group("lever"), str(m.group("value"))) == (nxt.change.lever, str(nxt.change.after))
+    jumps = [s for s in chain if not s.change.enabler]
+    assert len(jumps) == 1  # once per incumbent
+
+
+def test_without_its_lesson_in_the_catalog_the_policy_makes_no_jump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import bot.bench.tuners as tuners
+
+    catalog_without = [lesson for lesson in load_lessons(ROOT / "lessons") if lesson.id != JUMP_LESSON]
+    monkeypatch.setattr(tuners, "load_lessons", lambda _path: catalog_without)
+    campaign = run_campaign(RECIPE_PATH, "heuristic", 0, budget=30.0, work=tmp_path)
+    assert campaign.steps and not any(JUMP_LESSON in s.change.lessons for s in campaign.steps)
