@@ -42,8 +42,7 @@ from bot.sim.hardware import HardwareSpec, get_hardware
 from bot.sim.zoo import ModelSpec, get_model
 
 GIB = 2.0**30
-TP, PP, CP, EP = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-                  "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+TP, PP, CP, EP = catalog.PARALLEL_DEGREES
 LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
                       "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
 GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (perfmodel.md §4.6)

@@ -110,8 +110,7 @@ OOM_PP_LESSON = "oom-raise-pipeline-parallel"
 # enables is itself the gated enabler of the second: ``_microbatch_enabler``)
 # "enabler of X=v: ..." or, for a chain, "enabler of X=v, then Y=w[, then Z=u ...]: ..." (each link names the ones after it)
 ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>[^\s,:]+)(?:, then (?P<then>[\w.]+=[^\s,:]+(?:, then [\w.]+=[^\s,:]+)*))?:")
-DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-           "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+DEGREES = catalog.PARALLEL_DEGREES
 # Generic exploration order once the lessons are spent: the levers with the largest effect on step
 # time first (recompute, batch split, pipeline schedule, parallel degrees), housekeeping last.
 EXPLORING = "exploring the search space one lever at a time"  # a blind probe's why

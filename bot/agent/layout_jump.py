@@ -28,8 +28,7 @@ from bot.core.levers import ModelFacts
 from bot.core.recipe import Recipe
 from bot.core.records import Scalar
 
-DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-           "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+DEGREES = catalog.PARALLEL_DEGREES
 MIN_SAVING = 0.10  # of the incumbent's estimated step: the model's error on one layout is of this order (perfmodel.md §4.6)
 HEAD = 64  # ranked layouts re-estimated with the incumbent's levers: the ranking's order moves little with them
 # the order of a jump's links: prerequisites, then the parallel degrees, the batch split, the schedule, recompute last

@@ -28,6 +28,7 @@ from bot.agent.lessons import load_lessons
 from bot.agent.space import make_space
 from bot.campaign.gating import config_gate, convergence_gate, make_calibrator
 from bot.campaign.setup import measurement_options
+from bot.core import levers as catalog
 from bot.core.recipe import Recipe, load_recipe
 from bot.core.repo import find_repo
 from bot.drive.executor import Executor
@@ -67,16 +68,13 @@ def true_tps(recipe: Recipe, levers: dict[str, Any]) -> float:
     return res.tokens_per_s_per_device if res.outcome == "ok" else 0.0
 
 
-STRUCTURAL = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-              "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+STRUCTURAL = catalog.PARALLEL_DEGREES
 CORE = ("training.local_batch_size", "activation_checkpoint")
 
 
 def with_prerequisites(levers: dict[str, Any], model: Any, space: set[str]) -> dict[str, Any]:
     """``levers`` with every missing prerequisite set (:func:`bot.core.levers.with_prerequisites`): the point a policy
     reaches through its prerequisite step, so the oracle's grid does not count such points as illegal."""
-    from bot.core import levers as catalog
-
     return catalog.with_prerequisites(levers, model, space)
 
 

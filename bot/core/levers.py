@@ -37,6 +37,9 @@ MULTI_STAGE_SCHEDULES = {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"
 # and runs under compile: the schedule a compiled pipeline keeps its zero-bubble property with
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 COMPILE_SAFE_ZERO_BUBBLE = "InterleavedZeroBubble"
+# the four parallel degrees besides data parallelism: the levers that change a layout
+PARALLEL_DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
+                    "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
 
 
 class LeverError(ValueError):
