@@ -72,8 +72,9 @@
    second pass have nothing left for the incumbent -- or once the campaign has spent JUMP_AT of its budget, once a
    campaign, so a search still climbing in its starting layout's basin gets to see another before the budget ends
    -- the layout the analytic cost model ranks best from the incumbent (its compile, async TP and resharding kept),
-   where the model predicts it at least ``MIN_SAVING`` faster than the incumbent and predicts it to fit: a chain of
-   one-lever enablers through legal layouts, its last lever measured on them. Once per incumbent.
+   where the model predicts it at least ``MIN_SAVING`` faster than the incumbent and predicts it to fit (its memory
+   figure anchored on a measured peak): a chain of one-lever enablers through legal layouts, its last lever measured
+   on them. Once per incumbent, and only after a step was kept and the model reproduced its measured speed-up.
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
    noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
@@ -92,9 +93,9 @@ import re
 from collections.abc import Callable
 
 from bot.agent.costmodel import bubble_fraction
-from bot.agent.layout_jump import layout_jump
+from bot.agent.layout_jump import MeasuredPeak, layout_jump
 from bot.agent.lessons import Lesson, LeverChange, relevant
-from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak
+from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak, reference_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
@@ -169,7 +170,7 @@ class HeuristicPolicy:
         if less is not None:
             return less
         if campaign.budget > 0 and campaign.spent >= JUMP_AT * campaign.budget and not any(JUMP_LESSON in s.change.lessons for s in campaign.steps):
-            jump = self._layout_jump(campaign, levers, lessons, diagnosis)
+            jump = self._layout_jump(campaign, levers, lessons, diagnosis, records)
             if jump is not None:
                 return jump
         if diagnosis.outcome != "ok" and _last_trial_failed(campaign):
@@ -196,7 +197,7 @@ class HeuristicPolicy:
         second = self._second_pass(campaign, levers, lessons)
         if second is not None:
             return second
-        jump = self._layout_jump(campaign, levers, lessons, diagnosis)
+        jump = self._layout_jump(campaign, levers, lessons, diagnosis, records)
         if jump is not None:
             return jump
         stop = _patience_stop(campaign)
@@ -224,7 +225,8 @@ class HeuristicPolicy:
                     return change
         return Stop(why="no untried legal change is left in the search space", policy=self.name)
 
-    def _layout_jump(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis) -> Change | None:
+    def _layout_jump(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis,
+                     records: RecordReader) -> Change | None:
         """The diagnosis- and lesson-driven moves are spent: the layout the analytic cost model ranks best from the
         incumbent (:mod:`bot.agent.layout_jump`), once per incumbent, as a chain of one-lever enablers with its last
         lever measured on them (``layout-jump-from-cost-model``; the lesson must be in the catalog and match)."""
@@ -232,9 +234,13 @@ class HeuristicPolicy:
             return None
         if any(JUMP_LESSON in s.change.lessons for s in campaign.steps if s.n > campaign.incumbent_step):
             return None
+        if not campaign.incumbent_step:
+            return None  # nothing kept: no measured speed-up the model could be checked against
         stepped = [campaign.baseline_levers, *(s.levers for s in campaign.steps if s.runs or not s.change.enabler)]
+        peak = reference_peak(campaign, None, records)
         jump = layout_jump(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
-                           frozenset(_unmeasurable(campaign, diagnosis)))
+                           frozenset(_unmeasurable(campaign, diagnosis)), MeasuredPeak(*peak) if peak is not None else None,
+                           campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None)
         if jump is None:
             return None
         current = catalog.effective(campaign.incumbent_levers)

@@ -11,16 +11,34 @@ best one predicted at least ``MIN_SAVING`` faster than the incumbent's own estim
 yet stepped, and reachable one lever at a time through legal layouts, is the jump. The policy proposes it as a chain of one-lever enablers (gated, not run) with its last
 lever measured on them, so every step still changes one recipe line.
 
-``layout_jump`` is a pure function of the recipe, the incumbent and the steps so far; the ranking of the baseline's
-layouts is cached per recipe (:func:`bot.agent.costmodel_tuner.ranking`), and only its head is re-estimated with
-the incumbent's levers.
+Whether a layout fits is judged the way the memory screen judges it (:mod:`bot.agent.memory_screen`): a formula's
+absolute figure is off by what it does not see (allocator, workspaces, fragmentation -- and llama3.1-70b's
+TP 4 / CP 2 / selective incumbent, measured at 144 GiB on 180 GiB devices, is estimated at 258 GiB), so where the
+campaign has measured a peak the prediction is that peak times the model's ratio between the candidate and the
+measured layout, and the candidate must fit the device's memory with it (no margin: the jump's run is a gamble
+already). Without a measured peak (a CPU run reports none) the model's own figure decides.
+
+The model must also have reproduced what the campaign measured before its ranking is trusted: the speed-up it
+predicts from the baseline to the incumbent must match the measured one within its error on one layout
+(``MIN_SAVING``: a ratio of the two within [0.9, 1/0.9]). Where it does not, it is wrong about the very terms that
+changed (qwen3-235b-a22b on 32 B200s: an incumbent with EP 8 x TP 4 estimated at 21 s a step, measured at 4.8 s,
+against a baseline estimated within 1 %). Over the 47 simulated tasks (3 seeds; the check measured before it was
+added), the jumps proposed outside the window were faster than their incumbent in 11 of 66 cases, those inside it
+in 16 of 29.
+
+``layout_jump`` is a pure function of the recipe, the incumbent, the steps so far and the measured figures; the ranking
+of the baseline's layouts is cached per recipe (:func:`bot.agent.costmodel_tuner.ranking`), and only its head is
+re-estimated with the incumbent's levers.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 from pydantic import BaseModel
 
-from bot.agent.costmodel import estimate_of
+from bot.agent.costmodel import Estimate, estimate_of
 from bot.agent.costmodel_tuner import MODELLED, ranking
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
@@ -38,6 +56,14 @@ LINK_ORDER = ("training.disable_cuda_graphs", "parallelism.pipeline_parallel_deg
               "parallelism.pipeline_parallel_microbatch_size", "activation_checkpoint", "parallelism.pipeline_parallel_schedule")
 
 
+class MeasuredPeak(NamedTuple):
+    """A peak this campaign measured: the layout it ran, its peak and the device's memory (GiB)."""
+
+    levers: dict[str, Scalar]
+    peak_gib: float
+    capacity_gib: float
+
+
 class Jump(BaseModel):
     """A layout the cost model predicts faster than the incumbent's, as the ordered one-lever links that reach it."""
 
@@ -53,21 +79,36 @@ class Jump(BaseModel):
 
 
 def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str, Scalar], space: dict[str, list[Scalar]],
-                stepped: list[dict[str, Scalar]], model: ModelFacts | None = None, moot: frozenset[str] = frozenset()) -> Jump | None:
+                stepped: list[dict[str, Scalar]], model: ModelFacts | None = None, moot: frozenset[str] = frozenset(),
+                measured: MeasuredPeak | None = None, speedup: float | None = None) -> Jump | None:
     """The best layout (by the cost model) reached from ``incumbent`` by changing only modelled levers (and their
     prerequisites), predicted to fit and to save MIN_SAVING of the incumbent's estimated step, legal, every lever
     within ``space``, and not among the ``stepped`` configurations (effective values); None without one, or where
     the cost model does not know the model or hardware. ``model``: the facts the prerequisites read (MoE or not).
     ``moot``: levers whose whole addressable cost is inside the noise band (the schedule with no bubble to speak of,
     recompute with next to none): a jump that keeps the parallel degrees leaves them as they are -- it could not
-    measure them -- while one that moves a degree may change them with it (the memory and bubble they trade change)."""
+    measure them -- while one that moves a degree may change them with it (the memory and bubble they trade change).
+    ``measured``: a peak the campaign measured, which the memory predictions are anchored on; ``speedup``: the
+    incumbent's measured throughput over the baseline's, which the model must reproduce (module docstring)."""
     try:
         ranked = ranking(recipe.model_copy(update={"levers": dict(baseline)}).model_dump_json())
         here = estimate_of(recipe, incumbent)
+        start = estimate_of(recipe, baseline)
+        anchor = estimate_of(recipe, measured.levers).memory_gib if measured is not None else None
     except (KeyError, ValueError):
         return None
-    if not here.fits or here.step_s <= 0:
-        return None  # the model predicts the incumbent does not fit: its estimates say nothing here
+    if here.step_s <= 0 or anchor is not None and not anchor > 0:
+        return None
+    if speedup is not None and speedup > 0 and not consistent(start.step_s / here.step_s, speedup):
+        return None
+
+    def fits(est: Estimate) -> bool:
+        if measured is None or anchor is None:
+            return est.fits
+        return math.isfinite(est.step_s) and measured.peak_gib * est.memory_gib / anchor <= measured.capacity_gib
+
+    if measured is None and not here.fits:
+        return None  # the model predicts the incumbent does not fit, and no measured peak corrects it
     current = catalog.effective(incumbent)
     seen = [catalog.effective(s) for s in stepped]
     candidates = []
@@ -81,13 +122,21 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
             continue
         est = estimate_of(recipe, levers)
-        if est.fits and est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
+        if fits(est) and est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
             candidates.append((est.step_s, levers, diff, est.summary))
     for step_s, levers, diff, summary in sorted(candidates, key=lambda c: c[0]):
         links = _links(recipe, incumbent, diff)
         if links is not None:
             return Jump(links=links, levers=levers, step_s=step_s, incumbent_step_s=here.step_s, summary=summary)
     return None
+
+
+def consistent(predicted: float, measured: float) -> bool:
+    """Whether the model's predicted speed-up between two layouts matches the measured one within its error on one
+    layout (MIN_SAVING): their ratio within [1 - MIN_SAVING, 1 / (1 - MIN_SAVING)]."""
+    if not (predicted > 0 and measured > 0 and math.isfinite(predicted)):
+        return False
+    return 1.0 - MIN_SAVING <= predicted / measured <= 1.0 / (1.0 - MIN_SAVING)
 
 
 def _links(recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar]) -> list[tuple[str, Scalar]] | None:

@@ -8,15 +8,17 @@ from pathlib import Path
 import pytest
 from campaign_fakes import new_state
 
+from bot import campaign as cm
 from bot.agent.costmodel import estimate_of
 from bot.agent.heuristic import ENABLER, JUMP_LESSON, HeuristicPolicy
-from bot.agent.layout_jump import MIN_SAVING, layout_jump
+from bot.agent.layout_jump import MIN_SAVING, MeasuredPeak, consistent, layout_jump
 from bot.agent.lessons import load_lessons
 from bot.agent.space import layout_problem, make_space
 from bot.bench.tuners import run_campaign
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
 from bot.core.recipe import load_recipe
+from bot.core.records import Change, RunRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 # torchtitan's llama3_70b config (TP 8, full recompute, CUDA graphs on) on 32 simulated B200: its rule-guided
@@ -25,6 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE_PATH = ROOT / "recipes" / "llama3.1-70b" / "b200x32.yaml"
 RECIPE = load_recipe(RECIPE_PATH)
 SPACE = make_space(RECIPE)
+
+
+class NoRecords:
+    """A record store with nothing in it: no peak measured yet."""
+
+    def read(self, ref: str) -> RunRecord | None:
+        return None
 
 
 def jump_from(levers: dict, stepped: list[dict] | None = None):
@@ -67,11 +76,27 @@ def test_a_stepped_layout_is_not_jumped_to_again_and_none_is_left_near_the_model
 def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool) -> None:
     # the lesson applies to GPU kinds: on the CPU the analytic model's roofline and links say nothing of a real run
     recipe = load_recipe(path)
-    state = new_state(path.read_text(), policy="heuristic", budget=30.0)
-    change = HeuristicPolicy()._layout_jump(state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"))
+    state = _with_a_kept_step(new_state(path.read_text(), policy="heuristic", budget=30.0))
+    change = HeuristicPolicy()._layout_jump(state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"),
+                                            NoRecords())
     assert (change is not None) is jumps
     if change is not None:
         assert change.lessons == [JUMP_LESSON] and change.enabler and ENABLER.match(change.why)
+
+
+def _with_a_kept_step(state: cm.Campaign) -> cm.Campaign:
+    """``state`` with one kept step (a lever the cost model has no term for, so its predicted speed-up is 1)."""
+    kept = cm.Step(n=1, change=Change(lever="training.gc_freq", before=50, after=100, why="t"), state="merged", kept=True,
+                   levers={**state.incumbent_levers, "training.gc_freq": 100}, gain=0.01)
+    return state.model_copy(update={"phase": "stepping", "steps": [kept], "incumbent_step": 1,
+                                    "incumbent_levers": kept.levers})
+
+
+def test_no_jump_before_a_step_is_kept_there_is_no_measured_speedup_to_check_the_model_against() -> None:
+    state = new_state(RECIPE_PATH.read_text(), policy="heuristic", budget=30.0).model_copy(update={"phase": "stepping"})
+    lessons = load_lessons(ROOT / "lessons")
+    assert HeuristicPolicy()._layout_jump(state, SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is None
+    assert HeuristicPolicy()._layout_jump(_with_a_kept_step(state), SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is not None
 
 
 def test_the_default_policy_proposes_the_jump_as_a_chain_of_enablers_and_measures_its_last_link(tmp_path: Path) -> None:
@@ -96,3 +121,41 @@ def test_without_its_lesson_in_the_catalog_the_policy_makes_no_jump(tmp_path: Pa
     monkeypatch.setattr(tuners, "load_lessons", lambda _path: catalog_without)
     campaign = run_campaign(RECIPE_PATH, "heuristic", 0, budget=30.0, work=tmp_path)
     assert campaign.steps and not any(JUMP_LESSON in s.change.lessons for s in campaign.steps)
+
+
+# where that campaign settled: measured at 144 GiB on 180 GiB devices, estimated by the formula at well over 180
+SETTLED = {**RECIPE.levers, "parallelism.tensor_parallel_degree": 4, "parallelism.context_parallel_degree": 2,
+           "activation_checkpoint": "selective"}
+
+
+def test_memory_is_judged_from_a_measured_peak_times_the_models_ratio_not_the_formulas_absolute_figure() -> None:
+    assert not estimate_of(RECIPE, SETTLED).fits  # the formula alone says the incumbent cannot run
+    assert jump_from(SETTLED) is None  # so, with nothing measured, its estimates say nothing here
+    anchored = layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), SETTLED], SPACE.model,
+                           measured=MeasuredPeak(SETTLED, 144.0, 180.0))
+    assert anchored is not None
+    ratio = estimate_of(RECIPE, anchored.levers).memory_gib / estimate_of(RECIPE, SETTLED).memory_gib
+    assert 144.0 * ratio <= 180.0  # predicted to fit by the anchored figure
+    # the same incumbent measured at the device's limit: no layout that needs more memory than it is proposed
+    tight = layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), SETTLED], SPACE.model,
+                        measured=MeasuredPeak(SETTLED, 179.0, 180.0))
+    assert tight is None or estimate_of(RECIPE, tight.levers).memory_gib <= estimate_of(RECIPE, SETTLED).memory_gib * 180.0 / 179.0
+
+
+@pytest.mark.parametrize("predicted, measured, trusted", [
+    (1.30, 1.30, True), (1.30, 1.40, True), (1.30, 1.20, True),
+    (1.30, 1.50, False), (1.30, 1.10, False), (4.4, 1.0, False), (1.0, 0.0, False), (float("inf"), 1.0, False)])
+def test_the_model_is_trusted_only_where_it_reproduced_the_measured_speedup(predicted: float, measured: float, trusted: bool) -> None:
+    assert consistent(predicted, measured) is trusted
+
+
+def test_no_jump_where_the_model_got_the_measured_speedup_to_the_incumbent_wrong() -> None:
+    peak = MeasuredPeak(SETTLED, 144.0, 180.0)
+    predicted = estimate_of(RECIPE, dict(RECIPE.levers)).step_s / estimate_of(RECIPE, SETTLED).step_s
+
+    def jump(speedup: float):
+        return layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), SETTLED], SPACE.model,
+                           measured=peak, speedup=speedup)
+
+    assert jump(predicted) is not None and jump(predicted * 1.05) is not None
+    assert jump(predicted * 1.5) is None and jump(predicted / 1.5) is None
