@@ -85,7 +85,8 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     assert "leaderboard.md" in on_base and git(repo, "status", "--porcelain", "--", "leaderboard.md") == ""  # refreshed and committed
     assert any(s.startswith("attune: campaign e2e finished") for s in git(repo, "log", "--format=%s", base).splitlines())
     summary = (repo / "campaigns/e2e/summary.md").read_text()
-    assert "reached the 2-step limit" in summary and all(s.change.lever in summary for s in state.steps)
+    # the summary says why it finished -- the step limit or the patience stop above, whichever this run's noise gave
+    assert state.finish_reason in summary and all(s.change.lever in summary for s in state.steps)
     kept = [s for s in state.steps if s.kept]
     assert bool(set((repo / "results").rglob("*.json")) - landed) == bool(kept)  # this campaign's results: a kept step's only
     print(f"\nreal campaign: {len(state.baseline) + sum(len(s.runs) for s in state.steps)} runs, {wall:.0f} s wall, "
