@@ -93,7 +93,7 @@ import re
 from collections.abc import Callable
 
 from bot.agent.costmodel import bubble_fraction
-from bot.agent.layout_jump import MeasuredPeak, layout_jump
+from bot.agent.layout_jump import layout_jump
 from bot.agent.lessons import Lesson, LeverChange, relevant
 from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak, reference_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
@@ -237,9 +237,8 @@ class HeuristicPolicy:
         if not campaign.incumbent_step:
             return None  # nothing kept: no measured speed-up the model could be checked against
         stepped = [campaign.baseline_levers, *(s.levers for s in campaign.steps if s.runs or not s.change.enabler)]
-        peak = reference_peak(campaign, None, records)
         jump = layout_jump(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
-                           frozenset(_unmeasurable(campaign, diagnosis)), MeasuredPeak(*peak) if peak is not None else None,
+                           frozenset(_unmeasurable(campaign, diagnosis)), reference_peak(campaign, None, records),
                            campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None)
         if jump is None:
             return None

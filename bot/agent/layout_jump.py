@@ -34,12 +34,12 @@ re-estimated with the incumbent's levers.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 from pydantic import BaseModel
 
 from bot.agent.costmodel import Estimate, estimate_of
 from bot.agent.costmodel_tuner import MODELLED, ranking
+from bot.agent.memory_screen import MeasuredPeak
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
 from bot.core.levers import ModelFacts
@@ -54,14 +54,6 @@ HEAD = 64  # ranked layouts re-estimated with the incumbent's levers: the rankin
 LINK_ORDER = ("training.disable_cuda_graphs", "parallelism.pipeline_parallel_degree", "parallelism.tensor_parallel_degree",
               "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree", "training.local_batch_size",
               "parallelism.pipeline_parallel_microbatch_size", "activation_checkpoint", "parallelism.pipeline_parallel_schedule")
-
-
-class MeasuredPeak(NamedTuple):
-    """A peak this campaign measured: the layout it ran, its peak and the device's memory (GiB)."""
-
-    levers: dict[str, Scalar]
-    peak_gib: float
-    capacity_gib: float
 
 
 class Jump(BaseModel):
@@ -103,11 +95,11 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         return None
 
     def fits(est: Estimate) -> bool:
-        if measured is None or anchor is None:
+        if measured is None or anchor is None:  # no measured peak: the formula's own figure
             return est.fits
         return math.isfinite(est.step_s) and measured.peak_gib * est.memory_gib / anchor <= measured.capacity_gib
 
-    if measured is None and not here.fits:
+    if anchor is None and not here.fits:
         return None  # the model predicts the incumbent does not fit, and no measured peak corrects it
     current = catalog.effective(incumbent)
     seen = [catalog.effective(s) for s in stepped]

@@ -47,8 +47,16 @@ def change_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:
     return {**base_levers(campaign, change), change.lever: change.after, **change.extra}
 
 
-def reference_peak(campaign: Campaign, stacked_on: int | None, records: RecordReader) -> tuple[dict[str, Scalar], float, float] | None:
-    """(levers, measured peak GiB, device memory GiB) of the run a prediction is anchored on -- the trial of the step
+class MeasuredPeak(NamedTuple):
+    """A peak this campaign measured: the layout it ran, its peak and the device's memory (GiB)."""
+
+    levers: dict[str, Scalar]
+    peak_gib: float
+    capacity_gib: float
+
+
+def reference_peak(campaign: Campaign, stacked_on: int | None, records: RecordReader) -> MeasuredPeak | None:
+    """The measured peak of the run a prediction is anchored on -- the trial of the step
     it is stacked on (an enabler made no run: then that step's own base), else the incumbent's latest run -- or None."""
     candidates = []
     n = stacked_on or 0
@@ -62,7 +70,7 @@ def reference_peak(campaign: Campaign, stacked_on: int | None, records: RecordRe
         record = records.read(ref.record) if ref.record else None
         s = record.summary if record is not None else None
         if s is not None and s.peak_memory_gib and s.memory_capacity_gib:
-            return dict(levers), s.peak_memory_gib, s.memory_capacity_gib
+            return MeasuredPeak(dict(levers), s.peak_memory_gib, s.memory_capacity_gib)
     return None
 
 

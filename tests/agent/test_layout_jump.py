@@ -11,8 +11,9 @@ from campaign_fakes import new_state
 from bot import campaign as cm
 from bot.agent.costmodel import estimate_of
 from bot.agent.heuristic import ENABLER, JUMP_LESSON, HeuristicPolicy
-from bot.agent.layout_jump import MIN_SAVING, MeasuredPeak, consistent, layout_jump
+from bot.agent.layout_jump import MIN_SAVING, consistent, layout_jump
 from bot.agent.lessons import load_lessons
+from bot.agent.memory_screen import MeasuredPeak
 from bot.agent.space import layout_problem, make_space
 from bot.bench.tuners import run_campaign
 from bot.core import levers as catalog
