@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 from bot.agent.costmodel import AC, CP, EP, LBS, MB, PP, SCHED, TP, Estimate, estimate, shape_of
 from bot.agent.lessons import Lesson
@@ -55,9 +56,28 @@ def _quick_legal(recipe: Recipe, tp: int, pp: int, cp: int, ep: int, lbs: int, n
     return not gbs or gbs % (lbs * dp) == 0
 
 
+Ranked = tuple[float, tuple[tuple[str, Scalar], ...], str]  # (estimated step s, levers, summary)
+# how far over the device the formula may put a layout that still fits: it counts a dense layer's activations about
+# 1.7x the bytes Megatron's 18 + 4F/h formula gives (perfmodel.md section 4.2), so a layout it puts at up to twice
+# the device's memory can still fit by a measured peak times its ratio (:mod:`bot.agent.layout_jump`)
+MEMORY_SLACK = 2.0
+
+
+def ranking(recipe_json: str, fitting_only: bool = True) -> tuple[Ranked, ...]:
+    """Every legal layout the model predicts to fit, fastest first: (estimated step s, levers, summary).
+    ``fitting_only=False``: also those its memory formula puts over the device by up to MEMORY_SLACK (for a caller
+    that judges fit on a measured peak, :mod:`bot.agent.layout_jump`)."""
+    return _fitting(recipe_json) if fitting_only else tuple(r for r, _fits in _layouts(recipe_json))
+
+
 @functools.lru_cache(maxsize=16)
-def ranking(recipe_json: str) -> tuple[tuple[float, tuple[tuple[str, Scalar], ...], str], ...]:
-    """Every legal layout the model predicts to fit, fastest first: (estimated step s, levers, summary)."""
+def _fitting(recipe_json: str) -> tuple[Ranked, ...]:
+    return tuple(r for r, fits in _layouts(recipe_json) if fits)
+
+
+@functools.lru_cache(maxsize=4)
+def _layouts(recipe_json: str) -> tuple[tuple[Ranked, bool], ...]:
+    """Every legal layout the formula puts within MEMORY_SLACK of the device, fastest first, and whether it fits."""
     recipe = Recipe.model_validate_json(recipe_json)
     from bot.agent.space import search_space
 
@@ -68,7 +88,7 @@ def ranking(recipe_json: str) -> tuple[tuple[float, tuple[tuple[str, Scalar], ..
     hw = get_hardware(recipe.cluster.hardware)
     gbs = int(recipe.pinned.get("training.global_batch_size", 0) or 0)
     seq = int(recipe.pinned.get("training.seq_len", 2048))
-    out: list[tuple[float, tuple[tuple[str, Scalar], ...], str]] = []
+    out: list[tuple[Ranked, bool]] = []
     for tp, pp, cp, ep in itertools.product(*(_values(space, eff, k) for k in (TP, PP, CP, EP))):
         tp, pp, cp, ep = int(tp), int(pp), int(cp), int(ep)
         for lbs in _values(space, eff, LBS):
@@ -81,7 +101,7 @@ def ranking(recipe_json: str) -> tuple[tuple[float, tuple[tuple[str, Scalar], ..
                     continue
                 shape = shape_of({**eff, TP: tp, PP: pp, CP: cp, EP: ep, LBS: lbs, MB: mb, SCHED: sched, AC: ac})
                 est: Estimate = estimate(m, hw, recipe.devices, gbs or int(lbs) * recipe.devices // (tp * pp * cp), seq, shape)
-                if not est.fits:
+                if not (math.isfinite(est.step_s) and est.memory_gib <= MEMORY_SLACK * hw.hbm_gib):
                     continue
                 levers = {**base, TP: tp, PP: pp, CP: cp, LBS: lbs, AC: ac}
                 if EP in space or ep != 1:
@@ -91,8 +111,8 @@ def ranking(recipe_json: str) -> tuple[tuple[float, tuple[tuple[str, Scalar], ..
                 if pp > 1 or SCHED in base:
                     levers[SCHED] = sched
                 levers = {k: v for k, v in levers.items() if k in base or v != catalog.DEFAULTS.get(k)}
-                out.append((est.step_s, tuple(sorted(levers.items())), est.summary))
-    out.sort(key=lambda x: x[0])
+                out.append(((est.step_s, tuple(sorted(levers.items())), est.summary), est.fits))
+    out.sort(key=lambda x: x[0][0])
     return tuple(out)
 
 

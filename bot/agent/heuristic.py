@@ -74,7 +74,9 @@
    -- the layout the analytic cost model ranks best from the incumbent (its compile, async TP and resharding kept),
    where the model predicts it at least ``MIN_SAVING`` faster than the incumbent and predicts it to fit (its memory
    figure anchored on a measured peak): a chain of one-lever enablers through legal layouts, its last lever measured
-   on them. Once per incumbent, and only after a step was kept and the model reproduced its measured speed-up.
+   on them. Once per incumbent, and only after a step was kept and the model reproduced its measured speed-up --
+   except that a jump which ran out of memory, its run having measured a peak, is re-aimed once from the same
+   incumbent with its memory anchored on that peak (``_reaimed_jump``), before any out-of-memory retry.
 3. Generic exploration of the remaining search space, one lever at a time -- never a lever whose whole
    addressable cost (the bubble for the schedule, recompute for activation checkpointing) is inside the
    noise band, never a lever that does nothing in the incumbent's layout (``bot.core.levers.inert``: the PP
@@ -95,7 +97,7 @@ from collections.abc import Callable
 from bot.agent.costmodel import bubble_fraction
 from bot.agent.layout_jump import layout_jump
 from bot.agent.lessons import Lesson, LeverChange, relevant
-from bot.agent.memory_screen import change_levers, predicted_oom, predicted_peak, reference_peak
+from bot.agent.memory_screen import MeasuredPeak, change_levers, predicted_oom, predicted_peak, reference_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
@@ -157,6 +159,9 @@ class HeuristicPolicy:
 
     def _propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                  records: RecordReader, incumbent: Diagnosis | None) -> Change | Stop:
+        reaimed = self._reaimed_jump(campaign, levers, lessons, diagnosis, records)
+        if reaimed is not None:
+            return reaimed
         retry = self._oom_retry(campaign, levers)
         if retry is not None and not (OOM_LESSON in retry.lessons and _from_a_blind_probe(campaign, retry.stacked_on)
                                       and _patience_stop(campaign)):
@@ -225,20 +230,42 @@ class HeuristicPolicy:
                     return change
         return Stop(why="no untried legal change is left in the search space", policy=self.name)
 
+    def _reaimed_jump(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis,
+                      records: RecordReader) -> Change | None:
+        """The incumbent's layout jump ran out of memory and its run measured a peak: one more jump from the same
+        incumbent, its memory anchored on that peak instead of the incumbent's. The memory model's ratio errs more
+        the further the layouts lie apart, and the failed layout is the measured one nearest the jump's
+        neighbourhood (llama3.1-70b on 64 H100s: TP 2 / CP 4 / PP 8 without recompute, anchored on the TP 4 / CP 2 /
+        selective incumbent at 72 GiB, measured 86 GiB; anchored on that run, TP 4 / CP 2 / PP 8 is predicted at
+        77 GiB on 79.6 GiB devices and measures 79). None otherwise -- the jump's OOM is then handled like any
+        other -- and never a third jump from one incumbent."""
+        last, trial = _last_step_trial(campaign)
+        if last is None or trial is None or trial.outcome != "oom" or JUMP_LESSON not in last.change.lessons:
+            return None
+        if sum(1 for s in campaign.steps if s.n > campaign.incumbent_step and JUMP_LESSON in s.change.lessons and s.runs) != 1:
+            return None
+        peak = reference_peak(campaign, last.n, records)
+        if peak is None or catalog.effective(peak.levers) != catalog.effective(last.levers):
+            return None  # the failed run reported no peak: the same anchor would aim the same way
+        on = _incumbent_diagnosis(campaign, records)  # the lessons match the incumbent, which ran fine
+        return self._layout_jump(campaign, space, lessons, on, records, anchor=peak) if on is not None else None
+
     def _layout_jump(self, campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis,
-                     records: RecordReader) -> Change | None:
+                     records: RecordReader, anchor: MeasuredPeak | None = None) -> Change | None:
         """The diagnosis- and lesson-driven moves are spent: the layout the analytic cost model ranks best from the
         incumbent (:mod:`bot.agent.layout_jump`), once per incumbent, as a chain of one-lever enablers with its last
-        lever measured on them (``layout-jump-from-cost-model``; the lesson must be in the catalog and match)."""
+        lever measured on them (``layout-jump-from-cost-model``; the lesson must be in the catalog and match).
+        ``anchor``: the measured peak its memory is judged on, for the re-aimed jump (``_reaimed_jump``); else the
+        incumbent's."""
         if not any(lesson.id == JUMP_LESSON for lesson in relevant(lessons, lesson_context(campaign, diagnosis, space))):
             return None
-        if any(JUMP_LESSON in s.change.lessons for s in campaign.steps if s.n > campaign.incumbent_step):
+        if anchor is None and any(JUMP_LESSON in s.change.lessons for s in campaign.steps if s.n > campaign.incumbent_step):
             return None
         if not campaign.incumbent_step:
             return None  # nothing kept: no measured speed-up the model could be checked against
         stepped = [campaign.baseline_levers, *(s.levers for s in campaign.steps if s.runs or not s.change.enabler)]
         jump = layout_jump(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
-                           frozenset(_unmeasurable(campaign, diagnosis)), reference_peak(campaign, None, records),
+                           frozenset(_unmeasurable(campaign, diagnosis)), anchor or reference_peak(campaign, None, records),
                            campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None)
         if jump is None:
             return None

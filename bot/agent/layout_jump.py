@@ -16,7 +16,13 @@ absolute figure is off by what it does not see (allocator, workspaces, fragmenta
 TP 4 / CP 2 / selective incumbent, measured at 144 GiB on 180 GiB devices, is estimated at 258 GiB), so where the
 campaign has measured a peak the prediction is that peak times the model's ratio between the candidate and the
 measured layout, and the candidate must fit the device's memory with it (no margin: the jump's run is a gamble
-already). Without a measured peak (a CPU run reports none) the model's own figure decides.
+already). Without a measured peak (a CPU run reports none) the model's own figure decides. The layouts both figures
+say fit are ranked first; only where none of them is a jump are those the formula alone rejects (up to
+``MEMORY_SLACK`` over the device, :mod:`bot.agent.costmodel_tuner`) ranked too -- llama3.1-70b on 64 H100s, whose
+formula puts every layout without recompute over 80 GiB while its measured TP 4 / CP 2 / selective peak of 75 GiB
+anchors four pipeline stages without recompute at 64 GiB (measured 79 GiB, 6 % faster than that incumbent). Ranked
+among all of them at once, the model's picks measured slower: the more candidates, the more the best-ranked one is
+the one the model overrates most (llama3.1-70b on 32 B200s, 5 seeds: 93.6 -> 87.8 % of the oracle).
 
 The model must also have reproduced what the campaign measured before its ranking is trusted: the speed-up it
 predicts from the baseline to the incumbent must match the measured one within its error on one layout
@@ -38,7 +44,7 @@ import math
 from pydantic import BaseModel
 
 from bot.agent.costmodel import Estimate, estimate_of
-from bot.agent.costmodel_tuner import MODELLED, ranking
+from bot.agent.costmodel_tuner import MODELLED, Ranked, ranking
 from bot.agent.memory_screen import MeasuredPeak
 from bot.agent.space import layout_problem
 from bot.core import levers as catalog
@@ -83,7 +89,8 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
     ``measured``: a peak the campaign measured, which the memory predictions are anchored on; ``speedup``: the
     incumbent's measured throughput over the baseline's, which the model must reproduce (module docstring)."""
     try:
-        ranked = ranking(recipe.model_copy(update={"levers": dict(baseline)}).model_dump_json())
+        ranked_json = recipe.model_copy(update={"levers": dict(baseline)}).model_dump_json()
+        both_fit = ranking(ranked_json)
         here = estimate_of(recipe, incumbent)
         start = estimate_of(recipe, baseline)
         anchor = estimate_of(recipe, measured.levers).memory_gib if measured is not None else None
@@ -103,24 +110,38 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         return None  # the model predicts the incumbent does not fit, and no measured peak corrects it
     current = catalog.effective(incumbent)
     seen = [catalog.effective(s) for s in stepped]
-    candidates = []
-    for _t, items, _summary in ranked[:HEAD]:
-        levers = catalog.with_prerequisites({**incumbent, **{k: v for k, v in items if k in MODELLED}}, model, set(space))
-        diff = {k: v for k, v in catalog.effective(levers).items() if current.get(k) != v}
-        if not diff or any(k not in space or v not in space[k] for k, v in diff.items()):
-            continue
-        if moot & set(diff) and not set(diff) & set(DEGREES):
-            continue
-        if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
-            continue
-        est = estimate_of(recipe, levers)
-        if fits(est) and est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
-            candidates.append((est.step_s, levers, diff, est.summary))
-    for step_s, levers, diff, summary in sorted(candidates, key=lambda c: c[0]):
-        links = _links(recipe, incumbent, diff)
-        if links is not None:
-            return Jump(links=links, levers=levers, step_s=step_s, incumbent_step_s=here.step_s, summary=summary)
-    return None
+
+    def best(ranked: tuple[Ranked, ...]) -> Jump | None:
+        candidates = []
+        fitting = 0  # ranked layouts predicted to fit, of which the first HEAD are re-estimated with the incumbent's levers
+        for _t, items, _summary in ranked:
+            if fitting >= HEAD:
+                break
+            levers = catalog.with_prerequisites({**incumbent, **{k: v for k, v in items if k in MODELLED}}, model, set(space))
+            est = estimate_of(recipe, levers)
+            if not fits(est):
+                continue
+            fitting += 1
+            diff = {k: v for k, v in catalog.effective(levers).items() if current.get(k) != v}
+            if not diff or any(k not in space or v not in space[k] for k, v in diff.items()):
+                continue
+            if moot & set(diff) and not set(diff) & set(DEGREES):
+                continue
+            if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
+                continue
+            if est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
+                candidates.append((est.step_s, levers, diff, est.summary))
+        for step_s, levers, diff, summary in sorted(candidates, key=lambda c: c[0]):
+            links = _links(recipe, incumbent, diff)
+            if links is not None:
+                return Jump(links=links, levers=levers, step_s=step_s, incumbent_step_s=here.step_s, summary=summary)
+        return None
+
+    # the layouts both the formula and the measured peak say fit first; then, with a peak, those only it says fit
+    jump = best(both_fit)
+    if jump is None and measured is not None and anchor is not None:
+        jump = best(ranking(ranked_json, fitting_only=False))
+    return jump
 
 
 def consistent(predicted: float, measured: float) -> bool:

@@ -160,3 +160,100 @@ def test_no_jump_where_the_model_got_the_measured_speedup_to_the_incumbent_wrong
 
     assert jump(predicted) is not None and jump(predicted * 1.05) is not None
     assert jump(predicted * 1.5) is None and jump(predicted / 1.5) is None
+
+
+# torchtitan's llama3_70b config on 64 simulated H100 (80 GiB): the campaign settles at TP 4 / CP 2 / selective
+# recompute, measured at about 75 GiB; the formula puts it at 129 GiB and rejects every layout without recompute
+H100 = load_recipe(ROOT / "recipes" / "llama3.1-70b" / "h100x64.yaml")
+H100_SETTLED = {**H100.levers, "parallelism.tensor_parallel_degree": 4, "parallelism.context_parallel_degree": 2,
+                "training.local_batch_size": 4, "activation_checkpoint": "selective", "compile.enable": True,
+                "compile.enable_async_tensor_parallel": True}
+
+
+class Records:
+    """A record store of in-memory records, by reference."""
+
+    def __init__(self, records: dict[str, RunRecord]) -> None:
+        self.records = records
+
+    def read(self, ref: str) -> RunRecord | None:
+        return self.records.get(ref)
+
+
+def _sim(recipe, levers: dict) -> RunRecord:
+    from bot.runner.sim import SimRunner
+
+    return SimRunner(seed=0).run(recipe.model_copy(update={"levers": levers}))
+
+
+def test_with_a_measured_peak_the_jump_also_ranks_layouts_the_formula_alone_rejects() -> None:
+    from bot.agent.costmodel_tuner import MEMORY_SLACK, ranking
+    from bot.sim.hardware import get_hardware
+
+    text = H100.model_dump_json()
+    fitting, every = ranking(text), ranking(text, fitting_only=False)
+    assert {items for _, items, _ in fitting} < {items for _, items, _ in every}  # a strict superset
+    hbm = get_hardware(H100.cluster.hardware).hbm_gib
+    over = [estimate_of(H100, dict(items)).memory_gib for _, items, _ in every[::50]]
+    assert max(over) > hbm and max(over) <= MEMORY_SLACK * hbm  # those the formula puts over the device, within its slack
+    space = make_space(H100)
+    peak = _sim(H100, H100_SETTLED).summary
+    assert not estimate_of(H100, H100_SETTLED).fits and peak.peak_memory_gib <= peak.memory_capacity_gib
+    jump = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), H100_SETTLED], space.model,
+                       measured=MeasuredPeak(H100_SETTLED, peak.peak_memory_gib, peak.memory_capacity_gib))
+    assert jump is not None and not estimate_of(H100, jump.levers).fits  # a layout the formula alone would have dropped
+    assert catalog.effective(jump.levers)["activation_checkpoint"] == "none"
+
+
+def _after_a_failed_jump(strip_peak: bool = False, jumps: int = 1):
+    """The 70b/H100 campaign with its settled layout kept (step 1) and the jump from it run out of memory (steps 2..)."""
+    space = make_space(H100)
+    base, inc = _sim(H100, dict(H100.levers)), _sim(H100, H100_SETTLED)
+    records = Records({"b1": base, "t1": inc})
+    state = new_state(ROOT.joinpath("recipes/llama3.1-70b/h100x64.yaml").read_text(), policy="heuristic", budget=400.0)
+    kept = cm.Step(n=1, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="merged", kept=True,
+                   levers=H100_SETTLED, gain=0.3, runs=[cm.RunRef.of(inc, kind="trial", n=1, ref="t1")])
+    steps, target = [kept], None
+    for n in range(2, 2 + jumps):
+        jump = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), *(s.levers for s in steps)],
+                           space.model, measured=MeasuredPeak(H100_SETTLED, inc.summary.peak_memory_gib, inc.summary.memory_capacity_gib))
+        assert jump is not None
+        target = catalog.with_prerequisites(jump.levers, space.model, set(space.values))
+        oom = _sim(H100, target)
+        assert oom.outcome == "oom" and oom.summary.peak_memory_gib  # the anchored figure was too low
+        if strip_peak:  # a run that died without reporting its peak
+            oom = oom.model_copy(update={"summary": oom.summary.model_copy(update={"peak_memory_gib": None})})
+        records.records[f"t{n}"] = oom
+        lever, value = jump.links[-1]
+        steps.append(cm.Step(n=n, change=Change(lever=lever, before=H100_SETTLED.get(lever), after=value, why="t",
+                                                lessons=[JUMP_LESSON]), state="closed", levers=target,
+                             runs=[cm.RunRef.of(oom, kind="trial", n=n, ref=f"t{n}")]))
+    state = state.model_copy(update={"phase": "stepping", "steps": steps, "incumbent_step": 1, "incumbent_levers": H100_SETTLED,
+                                     "incumbent_tps": inc.summary.tps_median,
+                                     "baseline": [cm.RunRef.of(base, kind="baseline", ref="b1")]})
+    return state, space, records, target
+
+
+def test_a_jump_that_ran_out_of_memory_is_reaimed_once_on_the_peak_it_measured() -> None:
+    state, space, records, failed = _after_a_failed_jump()
+    lessons = load_lessons(ROOT / "lessons")
+    change = HeuristicPolicy()._reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records)
+    assert change is not None and change.lessons == [JUMP_LESSON] and change.stacked_on is None  # from the incumbent
+    # the same layout the jump picks when its memory is anchored on the failed run: not the failed layout again
+    oom = records.read("t2").summary
+    again = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), H100_SETTLED, failed],
+                        space.model, measured=MeasuredPeak(failed, oom.peak_memory_gib, oom.memory_capacity_gib))
+    assert again is not None and (change.lever, change.after) == again.links[0]
+    assert catalog.effective(again.levers) != catalog.effective(failed)
+    ratio = estimate_of(H100, again.levers).memory_gib / estimate_of(H100, failed).memory_gib
+    assert oom.peak_memory_gib * ratio <= oom.memory_capacity_gib
+    assert _sim(H100, catalog.with_prerequisites(again.levers, space.model, set(space.values))).outcome == "ok"
+    # and the policy proposes it before the out-of-memory retry
+    assert HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), lessons, space, records) == change
+
+
+@pytest.mark.parametrize("strip_peak, jumps", [(True, 1), (False, 2)])
+def test_no_reaimed_jump_without_a_new_peak_to_anchor_on_nor_a_third_jump(strip_peak: bool, jumps: int) -> None:
+    state, space, records, _ = _after_a_failed_jump(strip_peak=strip_peak, jumps=jumps)
+    lessons = load_lessons(ROOT / "lessons")
+    assert HeuristicPolicy()._reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records) is None
