@@ -667,6 +667,22 @@ def test_the_diagnosis_driven_move_goes_before_a_lesson_aimed_at_a_smaller_cost(
         assert (proposal.lever, proposal.after, proposal.lessons) == ("activation_checkpoint", "selective", ["less-ac"])
 
 
+def test_a_lesson_aimed_at_the_same_cost_goes_before_the_diagnosis_driven_move() -> None:
+    """The same third of the step in exposed communication, the same less-recompute lesson first in the catalog: a
+    lesson aimed at the exposed communication too (resharding off, one lever) is measured before fewer DP ranks (a
+    layout change); without one the driven move keeps its turn (the test above)."""
+    state, space = _state_and_space(COMM_RECIPE.replace("  activation_checkpoint: full\n",
+                                                        "  activation_checkpoint: full\n  parallelism.fsdp_reshard_after_forward: default\n"))
+    diagnosis = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.59, "exposed_comm": 0.34, "bubble": 0.0, "recompute": 0.07})
+    space.values = {k: v for k, v in space.values.items() if k in ("parallelism.tensor_parallel_degree", "training.local_batch_size",
+                                                                   "activation_checkpoint", "parallelism.fsdp_reshard_after_forward")}
+    less_ac = _lesson("less-ac", {"lever": "activation_checkpoint", "value": "selective"})
+    reshard = _lesson("reshard", {"lever": "parallelism.fsdp_reshard_after_forward", "value": "never"}, priority=1)
+    assert less_ac.priority > reshard.priority  # the less-recompute lesson is the first lesson
+    proposal = HeuristicPolicy().propose(state, diagnosis, [less_ac, reshard], space, RECORDS)
+    assert (proposal.lever, proposal.after, proposal.lessons) == ("parallelism.fsdp_reshard_after_forward", "never", ["reshard"])
+
+
 def test_a_lesson_that_fires_on_the_dominant_costs_share_is_aimed_at_it() -> None:
     """A lesson is aimed at a cost when a lever it tries exists to remove it, or when it fires on that cost's share of
     the step: pipeline stages across nodes (PP) fire on exposed communication, so they come first when it dominates."""
