@@ -106,6 +106,13 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
             return est.fits
         return math.isfinite(est.step_s) and measured.peak_gib * est.memory_gib / anchor <= measured.capacity_gib
 
+    def anchored(est: Estimate) -> str:
+        """The memory the fit was judged on, where it is a measured peak's (the formula's own figure is in the summary)."""
+        if measured is None or anchor is None:
+            return ""
+        return (f"; predicted peak {measured.peak_gib * est.memory_gib / anchor:.0f} GiB of {measured.capacity_gib:.0f} "
+                f"(the measured {measured.peak_gib:.0f} GiB x the memory model's {est.memory_gib / anchor:.2f})")
+
     if anchor is None and not here.fits:
         return None  # the model predicts the incumbent does not fit, and no measured peak corrects it
     current = catalog.effective(incumbent)
@@ -130,7 +137,7 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
             if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
                 continue
             if est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
-                candidates.append((est.step_s, levers, diff, est.summary))
+                candidates.append((est.step_s, levers, diff, est.summary + anchored(est)))
         for step_s, levers, diff, summary in sorted(candidates, key=lambda c: c[0]):
             links = _links(recipe, incumbent, diff)
             if links is not None:

@@ -244,6 +244,7 @@ def test_a_jump_that_ran_out_of_memory_is_reaimed_once_on_the_peak_it_measured()
     again = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), H100_SETTLED, failed],
                         space.model, measured=MeasuredPeak(failed, oom.peak_memory_gib, oom.memory_capacity_gib))
     assert again is not None and (change.lever, change.after) == again.links[0]
+    assert f"the measured {oom.peak_memory_gib:.0f} GiB x the memory model's" in change.why  # the figure it was judged on
     assert catalog.effective(again.levers) != catalog.effective(failed)
     ratio = estimate_of(H100, again.levers).memory_gib / estimate_of(H100, failed).memory_gib
     assert oom.peak_memory_gib * ratio <= oom.memory_capacity_gib
