@@ -139,7 +139,7 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
             if est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
                 candidates.append((est.step_s, levers, diff, est.summary + anchored(est)))
         for step_s, levers, diff, summary in sorted(candidates, key=lambda c: c[0]):
-            links = _links(recipe, incumbent, diff)
+            links = _links(recipe, incumbent, diff, seen)
             if links is not None:
                 return Jump(links=links, levers=levers, step_s=step_s, incumbent_step_s=here.step_s, summary=summary)
         return None
@@ -159,10 +159,15 @@ def consistent(predicted: float, measured: float) -> bool:
     return 1.0 - MIN_SAVING <= predicted / measured <= 1.0 / (1.0 - MIN_SAVING)
 
 
-def _links(recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar]) -> list[tuple[str, Scalar]] | None:
+def _links(recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar],
+           seen: list[dict[str, Scalar]] = ()) -> list[tuple[str, Scalar]] | None:
     """``diff``'s levers in the order their links are proposed, each partial layout legal (torchtitan would refuse
-    an enabler's configuration otherwise, and the gate with it): the first such order in LINK_ORDER's preference
-    (a depth-first search over the orders); None where every order passes through an illegal layout."""
+    an enabler's configuration otherwise, and the gate with it) and none of them a configuration already stepped
+    (``seen``, effective values: a campaign refuses a step to a configuration it measured, so a chain through one
+    would stop there -- llama3.1-70b on 16 H200s, whose CP 2 -> 1 had run out of memory, never made its jump to CP 1
+    with local batch 1 and no recompute, the chain's first link CP 1 being that measured configuration): the first
+    such order in LINK_ORDER's preference (a depth-first search over the orders); None where every order passes
+    through an illegal or stepped layout."""
     rank = {k: i for i, k in enumerate(LINK_ORDER)}
 
     def search(at: dict[str, Scalar], left: list[str]) -> list[tuple[str, Scalar]] | None:
@@ -170,7 +175,7 @@ def _links(recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar]
             return []
         for k in left:
             nxt = {**at, k: diff[k]}
-            if layout_problem(recipe, nxt) is not None:
+            if layout_problem(recipe, nxt) is not None or catalog.effective(nxt) in seen:
                 continue
             rest = search(nxt, [x for x in left if x != k])
             if rest is not None:

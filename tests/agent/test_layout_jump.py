@@ -73,6 +73,23 @@ def test_a_stepped_layout_is_not_jumped_to_again_and_none_is_left_near_the_model
     assert jump_from(first.levers) is None
 
 
+def test_no_link_of_the_chain_is_a_configuration_already_stepped() -> None:
+    """A campaign refuses a step to a configuration it measured: a chain whose first link is one would stop there."""
+    start = dict(RECIPE.levers)
+    first = jump_from(start)
+    assert first is not None and len(first.links) >= 2
+    (lever, value), *_ = first.links
+    measured = {**start, lever: value}  # e.g. that lever alone ran out of memory earlier in the campaign
+    again = jump_from(start, [start, measured])
+    assert again is not None
+    at, partials = dict(start), []
+    for k, v in again.links:
+        at[k] = v
+        partials.append(catalog.effective(at))
+    assert catalog.effective(measured) not in partials
+    assert partials[-1] == catalog.effective(again.levers)
+
+
 @pytest.mark.parametrize("path, jumps", [(RECIPE_PATH, True), (ROOT / "recipes" / "llama3-tiny" / "cpu.yaml", False)])
 def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool) -> None:
     # the lesson applies to GPU kinds: on the CPU the analytic model's roofline and links say nothing of a real run
