@@ -160,7 +160,7 @@ def consistent(predicted: float, measured: float) -> bool:
 
 
 def _links(recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar],
-           seen: list[dict[str, Scalar]] = ()) -> list[tuple[str, Scalar]] | None:
+           seen: list[dict[str, Scalar]]) -> list[tuple[str, Scalar]] | None:
     """``diff``'s levers in the order their links are proposed, each partial layout legal (torchtitan would refuse
     an enabler's configuration otherwise, and the gate with it) and none of them a configuration already stepped
     (``seen``, effective values: a campaign refuses a step to a configuration it measured, so a chain through one
