@@ -273,60 +273,62 @@ def test_sdpa_forward_refuses_what_it_cannot_apply() -> None:
 
 
 # ---------------------------------------------------------------- gloo: the FSDP patch, on 2 real ranks
+# One FSDP backward on two gloo ranks, with or without the patch. Each case is its own pair of processes: a failed
+# stock backward can leave a collective half-issued, and a later collective on the same group then races with it
+# (CI once saw one rank crash at the barrier that used to separate the two cases).
 FSDP_WORKER = """
-    import json, os, sys
+    import json, sys
     import torch, torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     import torchtitan.distributed.fsdp as tt_fsdp
     from bot.inrank import cpu_compat
 
-    rank = int(sys.argv[1])
-    dist.init_process_group("gloo", store=dist.FileStore(sys.argv[2], 2), rank=rank, world_size=2)
+    rank, store, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
     mesh = init_device_mesh("cpu", (2,))
-
-    def backward():
-        torch.manual_seed(0)
-        model = torch.nn.Linear(4, 4)
-        fully_shard(model, mesh=mesh)
-        tt_fsdp.disable_fsdp_gradient_division(model)
-        try:
-            model(torch.randn(2, 4)).sum().backward()
-            return "ok"
-        except RuntimeError as exc:
-            return str(exc)
-
-    out = {"stock": backward()}
-    dist.barrier()
-    cpu_compat.patch_gloo_premul_sum()
-    out["patched"] = backward()
-    dist.destroy_process_group()
+    if mode == "patched":
+        cpu_compat.patch_gloo_premul_sum()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    fully_shard(model, mesh=mesh)
+    tt_fsdp.disable_fsdp_gradient_division(model)
+    try:
+        model(torch.randn(2, 4)).sum().backward()
+        out = "ok"
+    except RuntimeError as exc:
+        out = str(exc)
+    if out == "ok":
+        dist.destroy_process_group()
     print(json.dumps(out))
 """
 
 
-def test_gloo_fsdp_patch_is_needed_and_fixes_two_rank_fsdp() -> None:
+def _two_rank_fsdp_backward(mode: str) -> list[str]:
+    """What each of two real gloo ranks' FSDP backward returned: "ok" or the error."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATTUNE_")}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         procs = [
-            subprocess.Popen([sys.executable, "-c", textwrap.dedent(FSDP_WORKER), str(rank), store], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+            subprocess.Popen([sys.executable, "-c", textwrap.dedent(FSDP_WORKER), str(rank), store, mode],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
             for rank in range(2)
         ]
-        results = []
-        for proc in procs:
-            try:
-                stdout, stderr = proc.communicate(timeout=180)
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
-                raise
-            assert proc.returncode == 0, stderr[-3000:]
-            results.append(json.loads(stdout.strip().splitlines()[-1]))
-    for out in results:
-        assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in out["stock"], "gloo FSDP works without the patch now: drop it"
-        assert out["patched"] == "ok"
+        try:
+            outputs = [proc.communicate(timeout=180) for proc in procs]
+        finally:
+            for proc in procs:
+                proc.kill()
+    failed = [f"rank {r} (exit {p.returncode}):\n{err[-2000:]}" for r, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True)) if p.returncode]
+    assert not failed, "\n".join(failed)
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
+def test_gloo_fsdp_patch_is_needed_and_fixes_two_rank_fsdp() -> None:
+    for out in _two_rank_fsdp_backward("stock"):
+        assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in out, "gloo FSDP works without the patch now: drop it"
+    assert _two_rank_fsdp_backward("patched") == ["ok", "ok"]
 
 
 # ---------------------------------------------------------------- MoE: GroupedExperts in the parameters' dtype
