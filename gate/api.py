@@ -15,6 +15,7 @@ from pathlib import Path
 
 from bot.core.recipe import RecipeError, parse_recipe_text
 from bot.core.records import RunRecord, Verdict, content_hash, read_record
+from bot.core.textfile import NotText, read_utf8
 from gate.calibration import DEFAULT_CACHE, calibrate, load_band
 from gate.config_check import check_config
 from gate.convergence import Band, check_convergence
@@ -23,10 +24,14 @@ from gate.runs import RunSpec, run_one
 
 
 def _read(path: str | Path, what: str) -> str:
+    """The recipe's text (its hash is the same whatever its line ends: :func:`bot.core.records.content_hash`); a byte
+    that is not UTF-8 is one line."""
     try:
-        return Path(path).read_text()
+        return read_utf8(path)
     except OSError as exc:
         raise GateInputError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    except NotText as exc:
+        raise GateInputError(str(exc)) from None
 
 
 def _record(path: str | Path, what: str, recipe_text: str, *, allow_hook: bool) -> RunRecord:
@@ -34,8 +39,8 @@ def _record(path: str | Path, what: str, recipe_text: str, *, allow_hook: bool) 
         record = read_record(path)
     except OSError as exc:
         raise GateInputError(f"{path}: cannot read the {what} run record: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise GateInputError(f"{path}: not a run record: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:  # one line naming the file and its first wrong field, or the byte that is not UTF-8
+        raise GateInputError(str(exc)) from None
     if record.recipe_hash != content_hash(recipe_text):
         raise GateInputError(f"{path}: the {what} run record was made from another recipe (hash {record.recipe_hash}, recipe {content_hash(recipe_text)})")
     if record.hook and not allow_hook:

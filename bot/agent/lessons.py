@@ -4,7 +4,10 @@ The data lives in ``lessons/*.yaml`` (one file per topic, each ``{lessons: [...]
 
 * ``id``; ``when``: a ``bot.core.matcher`` condition over the context below (omitted = always);
 * ``try``: ordered lever changes, ``{lever, value}`` or relative ``{lever, op: double|halve|next|prev}``
-  (a policy takes the first one that is legal and differs from the current value);
+  (a policy takes the first one that is legal and differs from the current value). Checked at load
+  (:func:`try_problem`): a lever of the catalog (:mod:`bot.core.levers`), never a pinned key; a value
+  the lever accepts; an op its kind takes (``OPS_BY_KIND``). ``env.<VARIABLE>`` names a variable a
+  recipe's ``env`` may set (advice: a campaign never changes a recipe's environment);
 * ``why``, ``source`` (https URL, or the repository path of the run record that taught it);
 * ``applies_to``: ``models`` and ``hardware`` glob lists and ``stack`` PEP 440 ranges;
 * optional ``priority`` (higher first), ``status`` (``curated`` | ``proposed``), ``auto_propose``
@@ -29,6 +32,7 @@ lesson: lessons only suggest, the gate decides) and ``when``, then orders by pri
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 import re
@@ -40,8 +44,10 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from ruamel.yaml import YAML
 
-from bot.core.datafile import DataFileError, load_entries
+from bot.core import levers as catalog
+from bot.core.datafile import DataFileError, EntryProblem, load_entries
 from bot.core.matcher import Condition, describe, matches, parse_specifier, show, to_data, version_matches
+from bot.core.recipe import ENV_ALLOWED_TEXT, PIN_ALIASES, PIN_TYPES, REQUIRED_PINS, env_allowed
 from bot.core.repo import RepoError, find_repo
 
 RelOp = Literal["double", "halve", "next", "prev"]
@@ -143,6 +149,74 @@ class Lesson(BaseModel):
         return self
 
 
+# The ops a relative change may use, by the kind of its lever (bot.core.levers), as the heuristic applies them
+# (bot.agent.heuristic ``_relative``): double and halve are arithmetic on an integer (a degree, a batch size); next and
+# prev step through the lever's values in order (a choice's catalog order; the legal values of an int or float lever
+# in the recipe's search space, bot.agent.space). A flag takes a value (true or false), never an op.
+OPS_BY_KIND: dict[str, tuple[str, ...]] = {
+    "int": ("double", "halve", "next", "prev"),
+    "float": ("next", "prev"),
+    "choice": ("next", "prev"),
+    "bool": (),
+}
+ENV_OPS = ("double", "halve")  # an environment variable is a number of threads or a setting: no order to step through
+PINNED_KEYS = frozenset(REQUIRED_PINS) | frozenset(PIN_ALIASES) | frozenset(PIN_TYPES)  # the objective's settings
+
+
+def _unknown_lever(name: str) -> str:
+    close = difflib.get_close_matches(name, list(catalog.CATALOG), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown lever {name!r}{hint} (the lever catalog: bot/core/levers.py)"
+
+
+def _env_change_problem(change: LeverChange) -> tuple[str, str] | None:
+    name = change.lever.removeprefix("env.")
+    if not env_allowed(name):
+        return "lever", f"{name!r} is not an environment variable a recipe may set ({ENV_ALLOWED_TEXT})"
+    if change.op is not None and change.op not in ENV_OPS:
+        return "op", f"op {change.op!r} does not apply to an environment variable; use {' or '.join(ENV_OPS)}, or a value"
+    return None
+
+
+def change_problem(change: LeverChange) -> tuple[str, str] | None:
+    """Why a campaign could never make ``change`` (the field at fault: lever, op or value; and what is wrong), or None.
+
+    The lever must be in the catalog and not part of the objective; a value must be one the lever accepts
+    (:meth:`bot.core.levers.Lever.parse`, as every proposal is checked); an op one its kind takes (``OPS_BY_KIND``).
+    """
+    if change.lever in PINNED_KEYS:
+        what = f", {REQUIRED_PINS[change.lever]}" if change.lever in REQUIRED_PINS else ""
+        return "lever", f"{change.lever} is pinned (part of the objective{what}): a campaign never changes it"
+    if change.lever.startswith("env."):
+        return _env_change_problem(change)
+    lever = catalog.CATALOG.get(change.lever)
+    if lever is None:
+        return "lever", _unknown_lever(change.lever)
+    if change.op is not None:
+        ops = OPS_BY_KIND[lever.kind]
+        if change.op not in ops:
+            takes = f"it takes {', '.join(ops)} or a value" if ops else "give a value (true or false)"
+            return "op", f"op {change.op!r} does not apply to {lever.name} (a {lever.kind} lever): {takes}"
+        return None
+    try:
+        lever.parse(change.value)
+    except catalog.LeverError as exc:
+        return "value", str(exc).removeprefix(f"{lever.name}: ")
+    return None
+
+
+def try_problem(lesson: Lesson) -> EntryProblem | None:
+    """The first change in ``lesson``'s ``try`` a campaign could never make (:func:`change_problem`), or None: the
+    check :func:`load_lessons` runs on every lesson (an unknown lever, a pinned key, an op or a value the lever cannot
+    take is a load error, never a lesson a campaign silently skips; an ``env.`` change is advice for a person)."""
+    for i, change in enumerate(lesson.try_):
+        found = change_problem(change)
+        if found is not None:
+            field, message = found
+            return EntryProblem(("try", i, field), message)
+    return None
+
+
 def lesson_to_data(lesson: Lesson) -> dict[str, Any]:
     """Plain data for a lesson, in the YAML form ``load_lessons`` reads back."""
     data: dict[str, Any] = {"id": lesson.id}
@@ -172,7 +246,8 @@ def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
     """Load every ``*.yaml`` directly in ``dir`` (default: ``lessons/`` of the repository at or above the working
     directory, :func:`bot.core.repo.find_repo`; never a folder next to the installed package), sorted by file name.
 
-    Lesson ids are unique across files. Raises ``LessonFileError`` on the first problem.
+    Lesson ids are unique across files; every ``try`` is one a campaign can make (:func:`try_problem`). Raises
+    ``LessonFileError`` on the first problem (a file that is not UTF-8 text included).
     """
     if dir:
         folder = Path(dir)
@@ -186,7 +261,7 @@ def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
     lessons: list[Lesson] = []
     origin: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
-        for lesson in load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson"):
+        for lesson in load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson", check=try_problem):
             if lesson.id in origin:
                 raise LessonFileError(
                     f"{path}: lesson {lesson.id!r}: field 'id': duplicate id, also in {origin[lesson.id]}"
@@ -365,7 +440,7 @@ def write_proposed(
     kept: list[Lesson] = []
     if merge and target.exists():
         ids = {lesson.id for lesson in new}
-        old = load_entries(target, "lessons", Lesson, LessonFileError, kind="lesson")
+        old = load_entries(target, "lessons", Lesson, LessonFileError, kind="lesson", check=try_problem)
         kept = [lesson for lesson in old if lesson.id not in ids]
     data = {
         "about": "Proposed lessons from measured campaign steps; review, then move into a topic file.",

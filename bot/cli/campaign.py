@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import re
 import signal
@@ -75,16 +76,28 @@ def _campaigns(repo: Path) -> Path:
     return Repo(repo).work / "campaigns"
 
 
-def _stored(repo: Path, cid: str):
-    """The stored state of campaign ``cid`` of ``repo``; a one-line error when there is none."""
+def _state_path(repo: Path, cid: str) -> Path:
     from bot.drive.ports import FileStateStore
+
+    return FileStateStore(_campaigns(repo)).path(cid)
+
+
+def _stored(repo: Path, cid: str):
+    """The stored state of campaign ``cid`` of ``repo``; a one-line error when there is none, or when its
+    ``state.json`` is damaged: the file and its first wrong field (:func:`bot.core.state.read_campaign`)."""
+    from bot.core.state import read_campaign
 
     if not CAMPAIGN_ID.match(cid):
         raise UsageError(f"{cid!r}: not a campaign id (letters, digits, '.', '_' and '-')")
-    state = FileStateStore(_campaigns(repo)).load(cid)
-    if state is None:
+    path = _state_path(repo, cid)
+    if not path.is_file():
         raise UsageError(f"{cid}: no such campaign under {_campaigns(repo)} (`attune campaign list --repo {repo}` lists them)")
-    return state
+    try:
+        return read_campaign(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read the campaign's state: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- driving one campaign
@@ -139,31 +152,70 @@ def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as
     return EXIT_OK
 
 
-def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
-                  cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
-    from bot.campaign.setup import measurement_options, new_campaign_id, new_state
-    from bot.core.recipe import load_recipe
-    from bot.drive.lifecycle import LaunchFacts
-    from bot.drive.ports import FileStateStore
-
-    recipe = load_recipe(repo / recipe_rel)
-    if budget <= 0:
-        raise UsageError(f"--budget: expected a positive number of device-hours; got {budget}")
+def _check_flags(budget: float, max_steps: int | None) -> None:
+    """``--budget`` a positive, finite number (nan and inf are floats too); ``--max-steps`` 1 or more."""
+    if not (math.isfinite(budget) and budget > 0):
+        raise UsageError(f"--budget: expected a positive, finite number of device-hours; got {budget}")
     if max_steps is not None and max_steps < 1:
         raise UsageError(f"--max-steps: expected a whole number of steps, 1 or more; got {max_steps}")
-    store = FileStateStore(_campaigns(repo))
+
+
+def _check_committed(repo: Path, recipe_rel: str, forge: str) -> None:
+    """The local forge branches every step from the recipe as committed on the base branch and merges kept steps
+    into the working tree: a recipe with uncommitted changes, or one git does not track, would be tuned as it is not
+    on disk and fail at the first merge. The in-memory forge (``--forge none``) reads the file as it is."""
+    from bot.core.repo import uncommitted
+
+    if forge != "local":
+        return
+    why = uncommitted(repo, repo / recipe_rel)
+    if why is not None:
+        raise UsageError(f"{recipe_rel}: {why}; a campaign's steps branch from the recipe as committed: "
+                         f"commit it first (`git -C {repo} add {recipe_rel} && git -C {repo} commit`)")
+
+
+def _check_results(repo: Path, forge: str) -> None:
+    """A campaign with the local forge ends by regenerating ``leaderboard.md`` from ``results/``: a file there that is
+    not a run record would stop it at its end, after every run; refuse it before the first
+    (:class:`bot.campaign.leaderboard.LeaderboardError`, one line naming the file and field)."""
+    from bot.campaign.leaderboard import check_results
+
+    if forge == "local":
+        check_results(repo)
+
+
+def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
+    """``--id`` when given (a new one), else ``<recipe>-<date>-<time>`` (``-2``, ``-3``, ... when taken)."""
+    from bot.campaign.setup import new_campaign_id
+
     if campaign_id is not None:
         if not CAMPAIGN_ID.match(campaign_id):
             raise UsageError(f"--id {campaign_id!r}: expected letters, digits, '.', '_' and '-' (it names a folder and git branches)")
-        if store.load(campaign_id) is not None:
+        if _state_path(repo, campaign_id).exists():
             raise UsageError(f"--id {campaign_id}: that campaign exists; `attune campaign resume {campaign_id} --repo {repo}` continues it")
-        cid = campaign_id
-    else:
-        cid = base = new_campaign_id(recipe)
-        for k in range(2, 1000):  # two campaigns started within one second
-            if store.load(cid) is None:
-                break
-            cid = f"{base}-{k}"
+        return campaign_id
+    cid = base = new_campaign_id(recipe)
+    for k in range(2, 1000):  # two campaigns started within one second
+        if not _state_path(repo, cid).exists():
+            break
+        cid = f"{base}-{k}"
+    return cid
+
+
+def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
+                  cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
+    """Start a campaign; every check on the flags and the recipe comes first, so a refused one leaves nothing."""
+    from bot.campaign.setup import measurement_options, new_state
+    from bot.core.recipe import load_recipe
+    from bot.drive.lifecycle import LaunchFacts
+    from bot.runner import check_runnable
+
+    _check_flags(budget, max_steps)
+    recipe = load_recipe(repo / recipe_rel)
+    check_runnable(recipe, repo / recipe_rel)
+    _check_committed(repo, recipe_rel, forge)
+    _check_results(repo, forge)
+    cid = _new_id(repo, recipe, campaign_id)
     if not as_json:
         console().print(f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
                         f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)")
@@ -198,6 +250,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--recipe: expected a recipe under recipes/ such as {', '.join(DEMO_RECIPES)}; got {args.recipe!r}")
     if not (home.recipes / rel).is_file():
         raise UsageError(f"{home.recipes / rel}: no such recipe (run the demo from a checkout of ATTUNE)")
+    _check_flags(args.budget, None)  # before the scratch clone is made
     repo = scratch_clone(home.root)
     # the gate's calibration runs are cached in this checkout's .attune/, so a second demo reuses them
     return _run_campaign(repo, f"recipes/{rel}", budget=args.budget, policy=args.policy, forge="local", as_json=args.json,
@@ -232,9 +285,19 @@ def cmd_campaign_list(args: argparse.Namespace) -> int:
 
 
 def _facts_for(repo: Path, cid: str, command: str):
-    from bot.drive.lifecycle import LaunchFacts
+    from pydantic import ValidationError
 
-    facts = LaunchFacts.load(_campaigns(repo) / cid)
+    from bot.core.records import first_problem
+    from bot.drive.lifecycle import LAUNCH, LaunchFacts
+
+    folder = _campaigns(repo) / cid
+    try:
+        facts = LaunchFacts.load(folder)
+    except OSError as exc:
+        raise UsageError(f"{folder / LAUNCH}: cannot read how the campaign was started: {exc.strerror or exc}") from None
+    except ValueError as exc:  # pydantic's ValidationError (a damaged file), or a byte that is not UTF-8
+        why = first_problem(exc) if isinstance(exc, ValidationError) else "not UTF-8 text"
+        raise UsageError(f"{folder / LAUNCH}: not the campaign's launch facts: {why}") from None
     if facts.forge != "local":
         raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {command}d")
     return facts

@@ -6,9 +6,11 @@ workflow's environment), into :class:`Facts`; every check is a pure function of 
 :class:`Check` (``ok``, ``miss``, ``warn`` or ``skip``), so each can be tested on made-up facts. Exit 0 only when
 no check misses: the recipe can run. Exit 1 names every miss; exit 2 is a bad argument (no such recipe file).
 
-What is needed depends on the recipe: the simulator (``launcher: sim``) needs no torch; ``local`` needs torch,
-torchtitan at the version ATTUNE pins and, on a GPU, a CUDA build of torch that sees the recipe's devices through
-a driver, and triton (torch.compile's GPU code generator); ``slurm`` needs ``sinfo`` to reach a controller. A
+What is needed depends on the recipe: first, one its launcher can run at all (:func:`bot.runner.check_runnable`:
+hardware and a model the simulator's zoo knows, one node for ``local``; else the recipe check misses); the simulator
+(``launcher: sim``) needs no torch; ``local`` needs torch, torchtitan at the version ATTUNE pins and, on a GPU, a
+CUDA build of torch that sees the recipe's devices through a driver, and triton (torch.compile's GPU code
+generator); ``slurm`` needs ``sinfo`` to reach a controller. A
 campaign on your own repository commits there, so git needs an identity. Inside a GitHub Actions workflow
 (``GITHUB_ACTIONS=true``, or ``--github``) the checks are what ``attune github handle`` needs: a token and the job
 permissions that ``.github/workflows/campaign.yml`` grants its ``handle`` job.
@@ -335,7 +337,7 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
     from bot.agent.lessons import LessonFileError, load_lessons
     from bot.core.recipe import RecipeError, load_recipe
     from bot.core.repo import RepoError, find_repo, git_toplevel
-    from bot.runner import LAUNCHERS
+    from bot.runner import LAUNCHERS, check_runnable
 
     f = Facts(python=".".join(map(str, sys.version_info[:3])), recipe_arg=recipe_arg, launchers=list(LAUNCHERS),
               torchtitan_pin=_torchtitan_pin())
@@ -375,6 +377,7 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
         try:
             r = load_recipe(recipe)
             f.launcher, f.hardware, f.devices_per_node = r.cluster.launcher, r.cluster.hardware, r.cluster.devices_per_node
+            check_runnable(r, recipe)  # valid, but can its launcher run it (hardware and model the simulator knows)?
         except RecipeError as exc:
             f.recipe_error = str(exc)
     f.data_root = f.data_root or f.repo_root

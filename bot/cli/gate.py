@@ -20,6 +20,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
         raise UsageError(f"--precision-tolerance: expected a relative tolerance between 0 and 1 (e.g. 0.01); got {args.precision_tolerance}")
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
+    if args.steps < 1:
+        raise UsageError(f"--steps: expected the number of steps to compare, 1 or more; got {args.steps}")
     try:
         verdict = run_gate(args.baseline, args.candidate, config_only=args.config_only, baseline_run=args.baseline_run,
                            candidate_run=args.candidate_run, steps=args.steps, precision_tolerance=args.precision_tolerance, jobs=args.jobs)

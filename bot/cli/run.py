@@ -3,33 +3,69 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, console, emit_json
+
+if TYPE_CHECKING:
+    from bot.core.recipe import Recipe
+
+
+def _steps(flag: int | None, recipe: Recipe) -> int:
+    """The steps to run: ``--steps`` when given (2 or more, beyond the recipe's warm-up), else the recipe's own."""
+    if flag is None:
+        return recipe.bench.steps
+    if flag < 2:
+        raise UsageError(f"--steps: expected at least 2; got {flag}")
+    if flag <= recipe.bench.warmup_steps:
+        raise UsageError(f"--steps: expected more than the recipe's bench.warmup_steps ({recipe.bench.warmup_steps}), "
+                         f"which are not measured; got {flag}")
+    return flag
+
+
+def _out_dir(flag: str | None, recipe: Recipe) -> Path:
+    """The run's folder (``--out``, default ``runs/<recipe>``): a folder or nothing yet, never a file."""
+    out = Path(flag or f"runs/{recipe.name.replace('/', '_')}")
+    for path in (out, *out.parents):
+        if path.exists() and not path.is_dir():
+            what = "--out" if flag else "the default output folder"
+            where = "" if path == out else f" {path}"
+            raise UsageError(f"{what} {out}:{where} is a file; expected a folder for the run record and the run's logs")
+        if path.exists():
+            break
+    return out
+
+
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's limits (``--max-wall-s``, ``--stop-below``/``--stop-after``), each a positive finite number."""
+    from bot.runner import EarlyStop
+
+    limits: dict[str, Any] = {}
+    if args.max_wall_s is not None:
+        if not (math.isfinite(args.max_wall_s) and args.max_wall_s > 0):
+            raise UsageError(f"--max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
+        limits["max_wall_s"] = args.max_wall_s
+    if args.stop_below is not None:
+        if not (math.isfinite(args.stop_below) and args.stop_below > 0) or args.stop_after < 2:
+            raise UsageError(f"--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
+        limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
+    return limits
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from bot.campaign.report import render_run_summary
     from bot.core.recipe import load_recipe
     from bot.core.records import MEASURED_OUTCOMES, write_record
-    from bot.runner import EarlyStop, get_runner
+    from bot.runner import check_runnable, get_runner
 
     recipe = load_recipe(args.recipe)
-    out = Path(args.out or f"runs/{recipe.name.replace('/', '_')}")
-    steps = args.steps or recipe.bench.steps
-    if steps < 2:
-        raise UsageError(f"--steps: expected at least 2; got {steps}")
+    check_runnable(recipe, args.recipe)  # before anything is made: no output folder, no run
+    steps = _steps(args.steps, recipe)
+    out = _out_dir(args.out, recipe)
+    limits = _limits(args)
     con = console() if not args.json else None
-    limits: dict[str, Any] = {}
-    if args.max_wall_s is not None:
-        if not args.max_wall_s > 0:
-            raise UsageError(f"--max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
-        limits["max_wall_s"] = args.max_wall_s
-    if args.stop_below is not None:
-        if not args.stop_below > 0 or args.stop_after < 2:
-            raise UsageError(f"--stop-below/--stop-after: expected a positive tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
-        limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
     options: dict[str, Any] = {"hook": args.hook} if args.hook else {}
     if recipe.cluster.launcher in ("local", "slurm") and recipe.devices > 1:
         # more than one rank: sharded init differs per layout, so the run loads its objective's seed checkpoint

@@ -3,7 +3,13 @@
 ``load_entries`` reads a file shaped ``{<key>: [entry, ...]}`` with ruamel.yaml, validates every
 entry with a pydantic model and, on the first problem, raises the caller's ``DataFileError``
 subclass with a complete message: file, line, entry index and id, the dotted field, what was
-expected and what was found. Nothing is half-loaded: a file either loads whole or raises.
+expected and what was found. Nothing is half-loaded: a file either loads whole or raises. A
+``check`` passed to ``load_entries`` sees every validated entry and may refuse it with an
+:class:`EntryProblem` (a field of the entry and what is wrong), reported the same way at that
+field's line: for rules that need more than the entry itself (a lesson's lever is in the catalog).
+
+Files are read as UTF-8 (:func:`bot.core.textfile.read_utf8`); any other encoding is a one-line
+``DataFileError`` naming the file, line and byte.
 
 The round-trip loader is used only to learn line numbers; it never constructs Python objects
 from tags (any explicit tag such as ``!!python/object`` or ``!foo`` is refused), and the result is
@@ -13,14 +19,16 @@ converted to plain dict/list/str/int/float/bool/None before validation.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+from bot.core.textfile import NotText, read_utf8
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -29,6 +37,14 @@ Lines = dict[tuple[Any, ...], int]
 
 class DataFileError(Exception):
     """A data file (rules, lessons) is malformed; the message says where and what was expected."""
+
+
+class EntryProblem(NamedTuple):
+    """What a ``load_entries`` check found wrong with one entry: the field (a path of the entry's own keys and list
+    indexes, as in the file: ``("try", 1, "op")``; empty for the entry itself) and what is wrong there."""
+
+    field: tuple[str | int, ...]
+    message: str
 
 
 def _tag_of(node: Any) -> str | None:
@@ -84,7 +100,9 @@ def load_yaml(path: Path) -> tuple[Any, Lines]:
     """Read one YAML file into plain data plus a map from data path to line number."""
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path)
+    except NotText as exc:
+        raise DataFileError(str(exc)) from None
     except OSError as exc:
         raise DataFileError(f"{where}: cannot read file: {exc.strerror or exc}") from None
     yaml = YAML(typ="rt", pure=True)
@@ -161,11 +179,7 @@ def format_validation_error(
     first = errors[0]
     path = _data_path(entry, first.get("loc", ()))
     dotted = ".".join(str(p) for p in path) or "(the entry itself)"
-    line = 0
-    for cut in range(len(path), -1, -1):
-        line = lines.get(base + tuple(path[:cut]), 0)
-        if line:
-            break
+    line = _line_at(lines, base + tuple(path))
     entry_id = entry.get("id") if isinstance(entry, dict) else None
     ident = f" (id {entry_id!r})" if entry_id is not None else ""
     at = f", line {line}" if line else ""
@@ -174,14 +188,36 @@ def format_validation_error(
     return f"{where}{at}: {kind} {index}{ident}: field '{dotted}': {message}{more}"
 
 
+def _line_at(lines: Lines, path: tuple[Any, ...]) -> int:
+    """The line of the deepest prefix of ``path`` the file knows (0: none)."""
+    for cut in range(len(path), -1, -1):
+        line = lines.get(path[:cut], 0)
+        if line:
+            return line
+    return 0
+
+
+def format_entry_problem(where: str, kind: str, index: int, entry: Any, problem: EntryProblem, lines: Lines,
+                         base: tuple[Any, ...]) -> str:
+    """One complete message for a problem a ``load_entries`` check found, at the line of its field."""
+    line = _line_at(lines, base + tuple(problem.field))
+    entry_id = entry.get("id") if isinstance(entry, dict) else None
+    ident = f" (id {entry_id!r})" if entry_id is not None else ""
+    at = f", line {line}" if line else ""
+    dotted = ".".join(str(p) for p in problem.field) or "(the entry itself)"
+    return f"{where}{at}: {kind} {index}{ident}: field '{dotted}': {problem.message}"
+
+
 def load_entries(
     path: Path,
     key: str,
     model: type[M],
     error: type[DataFileError],
     kind: str = "entry",
+    check: Callable[[M], EntryProblem | None] | None = None,
 ) -> list[M]:
-    """Load ``{key: [entries]}`` from ``path``; every entry validated by ``model``; ids unique."""
+    """Load ``{key: [entries]}`` from ``path``; every entry validated by ``model`` (then by ``check``, if given:
+    the first problem it returns is the error); ids unique."""
     where = str(path)
     try:
         data, lines = load_yaml(path)
@@ -201,6 +237,9 @@ def load_entries(
             raise error(
                 format_validation_error(where, kind, index, entry, exc, lines, (key, index), model)
             ) from None
+        problem = check(item) if check is not None else None
+        if problem is not None:
+            raise error(format_entry_problem(where, kind, index, entry, problem, lines, (key, index)))
         entry_id = getattr(item, "id", None)
         if isinstance(entry_id, str):
             if entry_id in seen:

@@ -2,15 +2,21 @@
 
 A recipe says what to train (``workload``), on what (``cluster``), what the tuner may change
 (``levers``, one per line), what it must never change (``pinned``: the objective), the
-environment and the benchmark length. :func:`set_lever` edits a recipe with ruamel.yaml
-round-trip so that the git diff is exactly one line and comments and order survive; a refused
-edit leaves the file byte-identical.
+environment and the benchmark length. Pinned values are checked against ``PIN_TYPES`` (a seed
+is an integer, a learning rate a positive finite number) and every number in a recipe is finite.
+:func:`set_lever` edits a recipe with ruamel.yaml round-trip so that the git diff is exactly one
+line (a CRLF file keeps its CRLF line ends) and comments and order survive; a refused edit leaves
+the file byte-identical. Recipes are read as UTF-8 (:func:`bot.core.textfile.read_utf8`): any
+other encoding is a one-line :class:`RecipeError`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +28,7 @@ from ruamel.yaml.error import YAMLError
 from bot.core import levers as lever_catalog
 from bot.core.records import Scalar, atomic_write_text, content_hash
 from bot.core.slurm import SlurmSettings
+from bot.core.textfile import NotText, read_utf8
 
 REQUIRED_PINS = {
     "training.global_batch_size": "the global batch size",
@@ -35,6 +42,46 @@ PIN_ALIASES = {
     "optimizer.lr": "optimizer.param_groups.0.optimizer_kwargs.lr",
     "optimizer.weight_decay": "optimizer.param_groups.0.optimizer_kwargs.weight_decay",
     "optimizer.eps": "optimizer.param_groups.0.optimizer_kwargs.eps",
+}
+MAX_BENCH_STEPS = 1_000_000  # a benchmark measures tens of steps; more is a typo (and an overflow further on)
+
+
+@dataclass(frozen=True)
+class PinType:
+    """What a pinned key's value must be: ``kind`` (the type), ``ok`` (its range) and ``expected`` (the range in words)."""
+
+    kind: Literal["int", "number", "bool", "choice"]
+    expected: str = ""
+    ok: Callable[[Any], bool] = lambda _: True
+    choices: tuple[str, ...] = ()
+
+
+def _positive(v: float) -> bool:
+    return v > 0
+
+
+def _non_negative(v: float) -> bool:
+    return v >= 0
+
+
+# The kinds of the pinned keys that torchtitan 0.3.0 reads as numbers, flags or choices (the shipped recipes' pins and
+# the gate benchmark's, bot/bench/gate.py). Any other pinned key may be any scalar (a path, a name), but a finite one.
+PIN_TYPES: dict[str, PinType] = {
+    # -1 is torchtitan's "local batch x data parallel": valid here, refused separately by the gate's config check
+    "training.global_batch_size": PinType("int", "a positive integer or -1 (local batch x data parallel)", lambda v: v > 0 or v == -1),
+    "training.seq_len": PinType("int", "a positive integer", _positive),
+    "lr_scheduler.total_steps": PinType("int", "a positive integer", _positive),
+    "lr_scheduler.warmup_steps": PinType("int", "an integer >= 0", _non_negative),
+    "debug.seed": PinType("int", "an integer >= 0", _non_negative),
+    "dataloader.data_seed": PinType("int", "an integer >= 0", _non_negative),
+    "optimizer.lr": PinType("number", "a positive finite number", _positive),
+    "optimizer.weight_decay": PinType("number", "a finite number >= 0", _non_negative),
+    "optimizer.eps": PinType("number", "a positive finite number", _positive),
+    "training.max_norm": PinType("number", "a positive finite number", _positive),
+    "lr_scheduler.min_lr_factor": PinType("number", "a number from 0 to 1", lambda v: 0 <= v <= 1),
+    "lr_scheduler.decay_type": PinType("choice", choices=("linear", "sqrt", "cosine")),
+    "debug.deterministic": PinType("bool"),
+    "debug.moe_force_load_balance": PinType("bool"),
 }
 
 
@@ -50,7 +97,7 @@ class Workload(BaseModel):
 
 
 class Cluster(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     hardware: str = Field(min_length=1)
     nodes: int = Field(ge=1)
     devices_per_node: int = Field(ge=1)
@@ -65,9 +112,16 @@ class Cluster(BaseModel):
 
 
 class Bench(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     steps: int = Field(ge=2)
     warmup_steps: int = Field(ge=1)
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_bounded(cls, steps: int) -> int:
+        if steps > MAX_BENCH_STEPS:
+            raise ValueError(f"expected at most {MAX_BENCH_STEPS:,} steps (a benchmark measures tens); got {steps:,}")
+        return steps
 
     @model_validator(mode="after")
     def _warmup_below_steps(self) -> Bench:
@@ -91,8 +145,37 @@ def env_allowed(name: str) -> bool:
     return name.isupper() and name.replace("_", "").isalnum() and name.startswith(ENV_ALLOWED_PREFIXES)
 
 
+def _shown(value: Any) -> str:
+    """``value`` as the error shows it: the plain Python repr (never a ruamel scalar class's)."""
+    for plain in (bool, int, float, str):
+        if isinstance(value, plain):
+            return repr(plain(value))
+    return repr(value)
+
+
+def _pin_problem(key: str, value: Any) -> str | None:
+    """What is wrong with the pinned ``key: value`` (``PIN_TYPES``; any number finite), or None."""
+    if value is None or not isinstance(value, bool | int | float | str):
+        return f"expected a number, text or true/false, got {_shown(value)}"
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and not math.isfinite(value):
+        return f"expected a finite number, got {_shown(value)}"
+    pin = PIN_TYPES.get(key)
+    if pin is None:
+        return None
+    if pin.kind == "bool":
+        return None if isinstance(value, bool) else f"expected true or false, got {_shown(value)}"
+    if pin.kind == "choice":
+        return None if value in pin.choices else f"expected one of {', '.join(pin.choices)}, got {_shown(value)}"
+    if pin.kind == "int" and not (number and isinstance(value, int)):
+        return f"expected an integer, got {_shown(value)}"
+    if pin.kind == "number" and not number:
+        return f"expected a number, got {_shown(value)}"
+    return None if pin.ok(value) else f"expected {pin.expected}, got {_shown(value)}"
+
+
 class Recipe(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     id: str | None = None
     source: str | None = None
     workload: Workload
@@ -115,6 +198,17 @@ class Recipe(BaseModel):
                 # always "<lever>: <what>", so the error can point at the lever's own line
                 raise ValueError(f"{name}: {str(exc).removeprefix(f'{name}: ')}") from None
         return out
+
+    @field_validator("pinned", mode="before")
+    @classmethod
+    def _check_pinned_values(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        for key, raw in value.items():
+            problem = _pin_problem(str(key), raw)
+            if problem:  # always "<key>: <what>", so the error can point at the pin's own line
+                raise ValueError(f"{key}: {problem}")
+        return value
 
     @field_validator("env", mode="before")
     @classmethod
@@ -189,9 +283,9 @@ def parse_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
         loc = tuple(err["loc"])
         # dotted lever names are single keys; keep them whole
         msg = err["msg"].removeprefix("Value error, ")
-        if loc == ("levers",) and ": " in msg:  # a lever value error names its lever first
+        if loc in (("levers",), ("pinned",)) and ": " in msg:  # a lever or pin value error names its key first
             name, _, msg = msg.partition(": ")
-            loc = ("levers", name)
+            loc = (loc[0], name)
         elif loc == ("bench",) and msg.startswith("warmup_steps: "):
             loc, msg = ("bench", "warmup_steps"), msg.removeprefix("warmup_steps: ")
         elif not loc and msg.startswith("levers: "):  # a pinned key that is also a lever
@@ -210,25 +304,52 @@ def parse_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
         raise RecipeError(return_text) from None
 
 
-def load_recipe(path: str | Path) -> Recipe:
+def read_recipe_text(path: str | Path) -> str:
+    """The recipe file's text, line ends as they are; :class:`RecipeError` if unreadable or not UTF-8."""
     p = Path(path)
     try:
-        text = p.read_text()
+        return read_utf8(p)
+    except NotText as exc:
+        raise RecipeError(str(exc)) from None
     except OSError as exc:
         raise RecipeError(f"{p}: cannot read recipe: {exc.strerror or exc}") from None
-    return parse_recipe_text(text, str(p))
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    p = Path(path)
+    return parse_recipe_text(read_recipe_text(p), str(p))
+
+
+def field_error(path: str | Path, loc: tuple[str, ...], message: str) -> str:
+    """One line, ``file:line: a.b: message``, for a problem found in a valid recipe's field ``loc``.
+
+    For checks that need more than the recipe itself (is this hardware known to the simulator?):
+    the error still points at the field's own line, as a validation error would.
+    """
+    p = Path(path)
+    try:
+        data = _yaml().load(read_utf8(p))
+    except (OSError, YAMLError, NotText):
+        data = None
+    line = _line_of(data, loc) or 1
+    return f"{p}:{line}: {'.'.join(loc)}: {message}"
 
 
 def recipe_hash(path: str | Path) -> str:
-    return content_hash(Path(path).read_text())
+    """The content hash of the recipe file's text (exactly as stored: CRLF line ends included)."""
+    return content_hash(read_recipe_text(path))
 
 
 def set_lever_text(text: str, lever: str, value: Scalar | str, *, source: str = "<recipe>") -> str:
     """Return ``text`` with one lever set to ``value``; only that line changes (or one is added).
 
     The value is parsed and checked against the lever catalog first; the result is re-validated
-    as a whole recipe. Raises :class:`RecipeError` and changes nothing on a refused edit.
+    as a whole recipe. Raises :class:`RecipeError` and changes nothing on a refused edit. A text
+    with CRLF line ends (its first line's) comes back with CRLF line ends: ruamel.yaml writes
+    ``\n``, so the edit is made on the ``\n`` text and the file's line end restored.
     """
+    crlf = text.split("\n", 1)[0].endswith("\r")
+    original, text = text, text.replace("\r\n", "\n")
     parse_recipe_text(text, source)  # the current file must be valid
     try:
         parsed = lever_catalog.parse_value(lever, value)
@@ -245,16 +366,15 @@ def set_lever_text(text: str, lever: str, value: Scalar | str, *, source: str = 
     yaml.dump(data, buf)
     new_text = buf.getvalue()
     parse_recipe_text(new_text, source)
-    return new_text
+    if new_text == text:
+        return original  # nothing changed: not even a mixed file's line ends
+    return new_text.replace("\n", "\r\n") if crlf else new_text
 
 
 def set_lever(path: str | Path, lever: str, value: Scalar | str) -> Scalar:
     """Edit one lever of the recipe file in place (atomic write); returns the parsed value."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise RecipeError(f"{p}: cannot read recipe: {exc.strerror or exc}") from None
+    text = read_recipe_text(p)
     pinned = parse_recipe_text(text, str(p)).pinned
     if lever in pinned or lever in PIN_ALIASES:
         raise RecipeError(f"{p}: pinned.{lever}: part of the objective (what is trained), not a lever; a campaign never "

@@ -13,9 +13,11 @@ import os
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+
+from bot.core.textfile import read_utf8
 
 # stopped: early, clearly slower. Slurm's own (bot.runner.slurm): node_fail (a node of the job failed), preempted
 # (preempted or requeued: not a measurement), pending_timeout (queued longer than the recipe's queue budget);
@@ -188,7 +190,10 @@ class Verdict(BaseModel):
 
 
 def content_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    """A short hash of ``text``, the same whatever its line ends: a CRLF recipe read raw (``git show``, ``read_utf8``)
+    and one read with newline translation (``Path.read_text``) must match, or a runner's record would not match the
+    recipe it ran."""
+    return hashlib.sha256(text.replace("\r\n", "\n").encode()).hexdigest()[:16]
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -205,7 +210,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             os.umask(umask)
             mode = 0o666 & ~umask
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         os.replace(tmp, target)
     except BaseException:
@@ -218,8 +223,74 @@ def write_record(record: RunRecord, path: str | os.PathLike[str]) -> Path:
     return Path(path)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+class RecordFileError(ValueError):
+    """A JSON record file (a run record, a campaign's state) does not hold what it should; the message is one line
+    naming the file and its first wrong field."""
+
+
+# pydantic's error types in the words of the project's other one-line errors
+EXPECTED = {"int_type": "expected a whole number", "int_parsing": "expected a whole number", "int_from_float": "expected a whole number",
+            "float_type": "expected a number", "float_parsing": "expected a number", "finite_number": "expected a finite number",
+            "bool_type": "expected true or false", "bool_parsing": "expected true or false", "string_type": "expected a string",
+            "dict_type": "expected an object", "model_type": "expected an object", "list_type": "expected a list"}
+
+
+def expected_of(err: Any) -> str:
+    """What a field should hold, for one pydantic error (``ValidationError.errors()``), in the project's words."""
+    kind, ctx = err.get("type", ""), err.get("ctx") or {}
+    if kind == "value_error" and "error" in ctx:
+        return str(ctx["error"])
+    if kind in ("greater_than_equal", "greater_than"):
+        bound = ctx.get("ge", ctx.get("gt"))
+        return f"expected a number {'>=' if kind == 'greater_than_equal' else '>'} {bound:g}"
+    if kind in EXPECTED:
+        return EXPECTED[kind]
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    return msg.replace("Input should be ", "expected ", 1).replace("String should ", "expected text to ", 1)
+
+
+def first_problem(exc: ValidationError, missing: str = "missing (a required field)") -> str:
+    """The first problem of ``exc`` in one line: ``a.b: what was expected; got X`` (``a.b``, the field's dotted path;
+    ``missing`` says what a missing field is)."""
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(part) for part in err.get("loc", ()))
+    kind, msg = err.get("type", ""), str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if kind == "json_invalid":
+        return f"not valid JSON ({msg.removeprefix('Invalid JSON: ')})"
+    if kind == "missing":
+        return f"{loc}: {missing}"
+    if not loc and kind in ("model_type", "dict_type"):
+        return f"expected a JSON object; got {type(err.get('input')).__name__}"
+    if not loc:  # a check across fields
+        return msg
+    got = repr(err.get("input"))
+    return f"{loc}: {expected_of(err)}; got {got if len(got) <= 60 else got[:57] + '...'}"
+
+
+def parse_model(text: str, model: type[M], source: str, what: str) -> M:
+    """``text`` (JSON) as ``model``, or :class:`RecordFileError`: ``source: not a <what>: field: problem``."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordFileError(f"{source}:{exc.lineno}: not a {what}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise RecordFileError(f"{source}: not a {what}: {first_problem(exc)}") from None
+
+
+def read_model(path: str | os.PathLike[str], model: type[M], what: str) -> M:
+    """The JSON file ``path`` as ``model``. ``OSError`` passes through (callers phrase it); bad UTF-8 is
+    :class:`~bot.core.textfile.NotText`, any other problem :class:`RecordFileError`: both ``ValueError``, one line."""
+    return parse_model(read_utf8(path), model, str(path), what)
+
+
 def read_record(path: str | os.PathLike[str]) -> RunRecord:
-    return RunRecord.model_validate(json.loads(Path(path).read_text()))
+    """A run record file (see :func:`read_model` for its errors)."""
+    return read_model(path, RunRecord, "run record")
 
 
 class RecordReader(Protocol):

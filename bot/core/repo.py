@@ -55,6 +55,23 @@ def git_toplevel(path: Path) -> Path | None:
     return Path(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else None
 
 
+def uncommitted(repo: Path, path: Path) -> str | None:
+    """Why the file ``path`` of the git work tree ``repo`` is not as committed, or None when it is.
+
+    "is not tracked by git" (never added, or ignored), or "has uncommitted changes" (staged or not): what the local
+    forge, which reads and merges the committed file, cannot tune (``attune campaign run`` refuses it).
+    """
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args, "--", str(Path(path).resolve())], cwd=Path(repo).resolve(), capture_output=True, text=True)
+
+    if git("ls-files", "--error-unmatch").returncode != 0:  # also a file outside ``repo``
+        return "is not tracked by git"
+    status = git("status", "--porcelain")
+    if status.returncode != 0:
+        return f"cannot be checked with git ({status.stderr.strip().splitlines()[-1] if status.stderr.strip() else 'git status failed'})"
+    return "has uncommitted changes" if status.stdout.strip() else None
+
+
 def repo_of_recipe(recipe: Path) -> Repo:
     """The git repository holding ``recipe`` (the local forge makes its step branches there)."""
     recipe = Path(recipe).resolve()

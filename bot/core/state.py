@@ -8,13 +8,14 @@ They live here, at the bottom of the house, so that policies (``bot.agent``) and
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from bot.core.band import Band
-from bot.core.records import Change, RunRecord, Scalar, StepMetric, Stop, Verdict
+from bot.core.records import Change, RunRecord, Scalar, StepMetric, Stop, Verdict, read_model
 
 Phase = Literal["baseline", "stepping", "finished"]
 
@@ -419,6 +420,13 @@ class Campaign(BaseModel):
         if self.gain <= 0:
             return None
         return self.spent / (self.gain * self.devices)
+
+
+def read_campaign(path: str | os.PathLike[str]) -> Campaign:
+    """A campaign's stored state (``state.json``). ``OSError`` passes through; a file that is not a campaign state
+    is one ``ValueError`` line naming the file and its first wrong field (:func:`bot.core.records.read_model`), for
+    every command that reads one (``attune campaign list|show|resume|stop``)."""
+    return read_model(path, Campaign, "campaign state")
 
 
 def candidate_runs(st: Step) -> list[tuple[float, str]]:

@@ -16,10 +16,11 @@ import os
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from bot import campaign as cm
 from bot.core.records import atomic_write_text
+from bot.core.state import read_campaign
 
 LOCK, LAUNCH, STATE = "lock", "launch.json", "state.json"
 
@@ -140,8 +141,8 @@ def list_campaigns(campaigns_dir: Path) -> list[CampaignRow]:
         return rows
     for folder in sorted(p for p in Path(campaigns_dir).iterdir() if (p / STATE).is_file()):
         try:
-            state, error = cm.Campaign.model_validate_json((folder / STATE).read_text()), ""
-        except (OSError, ValidationError) as exc:
+            state, error = read_campaign(folder / STATE), ""
+        except (OSError, ValueError) as exc:  # ValueError: one line naming the file and its first wrong field
             state, error = None, str(exc).splitlines()[0]
         rows.append(row_of(folder.name, state, holder(folder), error))
     return rows

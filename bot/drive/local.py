@@ -50,9 +50,9 @@ def finish_local(state: cm.Campaign, executor: Executor) -> None:
         tmp = Path(tempfile.mkdtemp()) / "proposed.yaml"
         write_proposed(proposed, tmp, merge=False)
         files[f"lessons/proposed/{state.id}.yaml"] = tmp.read_text()
+    _, board = regenerate(forge.repo)  # first: a results/ file that is not a run record stops it before any commit
     forge.commit_on_base(files, f"attune: campaign {state.id} finished ({state.gain:+.1%})")
-    _, text = regenerate(forge.repo)
-    forge.commit_on_base({"leaderboard.md": text}, "attune: refresh leaderboard.md")
+    forge.commit_on_base({"leaderboard.md": board}, "attune: refresh leaderboard.md")
 
 
 def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "local", on_event=None,

@@ -5,16 +5,18 @@ The launcher registry lives here, at the package's face, and is the only importe
 :mod:`.slurm`) and ``sim`` (the calibrated simulator, :mod:`.sim`). What every backend shares is in :mod:`.base`; the
 torchrun command line in :mod:`.command`; torchtitan's resolved config in :mod:`.resolve`; the rank-0 log parser in
 :mod:`.logparse`; the batch script in :mod:`.slurmscript`; what Slurm's commands print in :mod:`.slurmtext`.
+Whether a recipe can run on its launcher at all, before anything starts, is :func:`check_runnable` (:mod:`.check`).
 """
 
 from __future__ import annotations
 
 from bot.core.recipe import RecipeError
 from bot.runner.base import EarlyStop, Runner
+from bot.runner.check import check_runnable
 
 LAUNCHERS = ("local", "slurm", "sim")
 
-__all__ = ["LAUNCHERS", "EarlyStop", "Runner", "get_runner"]
+__all__ = ["LAUNCHERS", "EarlyStop", "Runner", "check_runnable", "get_runner"]
 
 
 def get_runner(launcher: str, **options: object) -> Runner:

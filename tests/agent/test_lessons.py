@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from bot.agent.lessons import (
     Lesson,
     LessonFileError,
+    change_problem,
     find_lesson,
     lever_names,
     load_lessons,
@@ -16,6 +18,7 @@ from bot.agent.lessons import (
     relevant,
     render_lesson,
     render_table,
+    try_problem,
     write_proposed,
 )
 from bot.core.datafile import load_entries
@@ -477,3 +480,146 @@ def test_interleaved_zero_bubble_only_without_recompute_and_with_a_bubble_left(s
     assert ("pp-interleaved-zero-bubble-without-recompute" in found) == fires
     if fires and "pp-interleaved-1f1b" in found:
         assert found.index("pp-interleaved-zero-bubble-without-recompute") < found.index("pp-interleaved-1f1b")
+
+
+# --------------------------------------------------------------------------- every try is one a campaign can make
+
+SHIPPED_CATALOGS = sorted((ROOT / "lessons").glob("*.yaml")) + sorted((ROOT / "lessons" / "proposed").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED_CATALOGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_catalog_passes_the_try_check(path: Path) -> None:
+    lessons = load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson", check=try_problem)
+    assert lessons
+    for lesson in lessons:
+        for change in lesson.try_:
+            assert change_problem(change) is None, (lesson.id, change)
+
+
+def test_the_shipped_catalogs_are_the_topic_files_and_the_proposed_ones() -> None:
+    names = {str(p.relative_to(ROOT / "lessons")) for p in SHIPPED_CATALOGS}
+    assert {"memory.yaml", "cpu.yaml"} <= names and any(n.startswith("proposed/") for n in names)
+
+
+BAD_TRY = [
+    ("unknown-lever", "{lever: activation_checkpointing, value: full}", "try.1.lever",
+     "unknown lever 'activation_checkpointing'; did you mean 'activation_checkpoint'? (the lever catalog: bot/core/levers.py)"),
+    ("pinned-setting", "{lever: training.global_batch_size, op: double}", "try.1.lever",
+     "training.global_batch_size is pinned (part of the objective, the global batch size): a campaign never changes it"),
+    ("pinned-alias", "{lever: optimizer.weight_decay, value: 0.0}", "try.1.lever",
+     "optimizer.weight_decay is pinned (part of the objective): a campaign never changes it"),
+    ("op-the-lever-cannot-take", "{lever: activation_checkpoint, op: double}", "try.1.op",
+     "op 'double' does not apply to activation_checkpoint (a choice lever): it takes next, prev or a value"),
+    ("op-on-a-flag", "{lever: compile.enable, op: next}", "try.1.op",
+     "op 'next' does not apply to compile.enable (a bool lever): give a value (true or false)"),
+    ("value-the-lever-refuses", "{lever: training.local_batch_size, value: 0}", "try.1.value", "expected a value >= 1; got 0"),
+    ("value-not-a-choice", "{lever: activation_checkpoint, value: sometimes}", "try.1.value",
+     "expected one of none, selective, full, memory_budget; got 'sometimes'"),
+    ("value-null", "{lever: compile.enable, value: null}", "try.1.value", "expected true or false; got None"),
+    ("env-not-allowed", "{lever: env.LD_PRELOAD, value: /tmp/x.so}", "try.1.lever", "'LD_PRELOAD' is not an environment variable a recipe may set"),
+    ("env-op", "{lever: env.OMP_NUM_THREADS, op: next}", "try.1.op",
+     "op 'next' does not apply to an environment variable; use double or halve, or a value"),
+]
+
+
+def _catalog_with_second_try(tmp_path: Path, change: str) -> tuple[Path, int]:
+    old = "      - {lever: activation_checkpoint, value: full}\n"
+    body = GOOD.replace(old, old + f"      - {change}\n")
+    folder = folder_with(tmp_path, body)
+    return folder, body.splitlines().index(f"      - {change}") + 1
+
+
+@pytest.mark.parametrize(("change", "field", "message"), [c[1:] for c in BAD_TRY], ids=[c[0] for c in BAD_TRY])
+def test_a_try_no_campaign_could_make_is_refused_at_load(tmp_path: Path, change: str, field: str, message: str) -> None:
+    folder, line = _catalog_with_second_try(tmp_path, change)
+    msg = lesson_error(folder)
+    assert msg.startswith(f"{folder / 'topic.yaml'}, line {line}: lesson 0 (id 'good-one'): field '{field}': "), msg
+    assert message in msg, msg
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "{lever: training.local_batch_size, op: halve}",
+        "{lever: parallelism.tensor_parallel_degree, op: next}",
+        "{lever: activation_checkpoint, op: prev}",
+        "{lever: activation_checkpoint.memory_budget, op: next}",
+        "{lever: activation_checkpoint, value: SELECTIVE}",  # the catalog's own case-insensitive parse
+        "{lever: compile.enable, value: true}",
+        "{lever: env.OMP_NUM_THREADS, op: double}",
+        "{lever: env.OMP_NUM_THREADS, value: 4}",
+    ],
+)
+def test_a_try_a_campaign_can_make_loads(tmp_path: Path, change: str) -> None:
+    folder, _ = _catalog_with_second_try(tmp_path, change)
+    assert ids(load_lessons(folder)) == ["good-one"]
+
+
+def test_ops_by_kind_names_every_op_and_lever_kind() -> None:
+    from typing import get_args
+
+    from bot.agent.lessons import OPS_BY_KIND, RelOp
+    from bot.core.levers import CATALOG
+
+    assert {lever.kind for lever in CATALOG.values()} <= set(OPS_BY_KIND)
+    assert {op for ops in OPS_BY_KIND.values() for op in ops} == set(get_args(RelOp))
+
+
+def test_write_proposed_refuses_to_merge_into_a_file_with_a_bad_try(tmp_path: Path) -> None:
+    folder, _ = _catalog_with_second_try(tmp_path, "{lever: nope.lever, value: 1}")
+    target = folder / "topic.yaml"
+    before = target.read_bytes()
+    with pytest.raises(LessonFileError, match="field 'try.1.lever': unknown lever 'nope.lever'"):
+        write_proposed(propose_lessons(MEASURED), target)
+    assert target.read_bytes() == before
+    assert [p.name for p in folder.iterdir()] == ["topic.yaml"]
+
+
+# --------------------------------------------------------------------------- a catalog that is not UTF-8
+
+
+def test_a_catalog_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    data = GOOD.replace("why: because", "why: caf\u00e9").encode("latin-1")
+    path = tmp_path / "topic.yaml"
+    path.write_bytes(data)
+    offset = data.index(b"\xe9")
+    assert lesson_error(tmp_path) == f"{path}:6: not UTF-8 text (byte 0xe9 at offset {offset}); save the file as UTF-8"
+
+
+def test_a_crlf_catalog_loads_like_its_lf_twin(tmp_path: Path) -> None:
+    (tmp_path / "lf").mkdir()
+    (tmp_path / "crlf").mkdir()
+    lf = load_lessons(folder_with(tmp_path / "lf", GOOD))
+    crlf = load_lessons(folder_with(tmp_path / "crlf", GOOD.replace("\n", "\r\n")))
+    assert crlf == lf
+
+
+@pytest.fixture
+def lessons_repo(tmp_path: Path) -> Path:
+    """A folder the CLI takes for a repository: a copy of the shipped lessons/."""
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "lessons", root / "lessons")
+    return root
+
+
+@pytest.mark.parametrize("argv", [("list",), ("show", "cpu-ac-off")], ids=["list", "show"])
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        (b"lessons: []\n# caf\xe9\n", "{path}:2: not UTF-8 text (byte 0xe9 at offset 17); save the file as UTF-8"),
+        (GOOD.replace("value: full}", "op: double}").encode(),
+         "{path}, line 5: lesson 0 (id 'good-one'): field 'try.0.op': op 'double' does not apply to activation_checkpoint"),
+    ],
+    ids=["not-utf8", "bad-try"],
+)
+def test_attune_lessons_on_a_bad_catalog_is_one_line_exit_2(lessons_repo: Path, argv: tuple[str, ...], bad: bytes, expected: str) -> None:
+    from cli.test_cli import assert_one_line_error
+    from crash_helpers import attune
+
+    path = lessons_repo / "lessons" / "zz-bad.yaml"
+    path.write_bytes(bad)
+    proc = attune(lessons_repo, "lessons", *argv, timeout=60)
+    line = assert_one_line_error(proc)
+    assert line.startswith(f"attune: {expected.format(path=path)}"), line
+    assert path.read_bytes() == bad

@@ -78,6 +78,23 @@ def test_a_recipe_that_does_not_exist_is_a_one_line_usage_error(tmp_path: Path) 
     assert proc.returncode == 2 and proc.stderr.strip() == "attune: nope.yaml: no such recipe", proc.stderr
 
 
+def test_a_simulated_recipe_on_hardware_the_simulator_does_not_know_fails_the_recipe_check(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "recipes" / "t").mkdir(parents=True)
+    text = (REPO / "recipes" / "llama3.1-8b" / "h100x8.yaml").read_text()
+    assert "  hardware: h100-sxm-80gb\n" in text
+    (repo / "recipes" / "t" / "sim.yaml").write_text(text.replace("  hardware: h100-sxm-80gb\n", "  hardware: tpu9\n"))
+    line = text.splitlines().index("  hardware: h100-sxm-80gb") + 1
+    env = {k: v for k, v in os.environ.items() if k not in GITHUB_ENV}
+    rc, result = doctor("recipes/t/sim.yaml", cwd=repo, env=env)
+    assert rc == 1 and not result["ok"], result
+    recipe = by_name(result)["recipe"]
+    assert recipe["status"] == "miss" and recipe["fix"], recipe
+    assert recipe["found"].startswith(f"{repo / 'recipes' / 't' / 'sim.yaml'}:{line}: cluster.hardware: 'tpu9' is unknown to the "
+                                      "simulator; known: b200, cpu, "), recipe
+    assert "recipe" in result["verdict"].rsplit("(", 1)[-1]  # among the misses named (this folder has no git or lessons/ either)
+
+
 GPU = dict(python="3.11.7", recipe_arg="r.yaml", recipe_path="/r.yaml", launcher="local", hardware="h100-sxm-80gb", devices_per_node=8,
            launchers=["local", "sim"], repo_root="/r", data_root="/r", lessons=37, git="git version 2.43", git_identity="a <b>",
            torch_version="2.9.0+cu128", torch_cuda="12.8", cuda_devices=["NVIDIA H100 80GB HBM3"] * 8, driver="570.86",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,27 @@ def test_rendering(tmp_path: Path) -> None:
     assert "weight_decay: 0.1 -> 0.0" in text and "- [ ] tiers" in text
     line = json.loads(verdict_json(v))
     assert list(line)[:4] == ["verdict", "stage", "tier", "reasons"] and line["verdict"] == "reject"
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"{}", "{path}: not a run record: run_id: missing (a required field)"),
+    (b'{"run_id": "x", "recipe_id": "r", "recipe_hash": "0000", "hardware": "cpu"}', "{path}: not a run record: stack: missing (a required field)"),
+    (b'{"run_id": 5}', "{path}: not a run record: run_id: expected a string; got 5"),
+    (b"[1, 2]", "{path}: not a run record: expected a JSON object; got list"),
+    (b'{"run_id": \n', "{path}:2: not a run record: not valid JSON (Expecting value, column 1)"),
+    (b'{"run_id": "caf\xe9"}', "{path}:1: not UTF-8 text (byte 0xe9 at offset 15); save the file as UTF-8"),
+])
+def test_a_damaged_run_record_is_one_line_naming_the_file_and_its_first_wrong_field(tmp_path: Path, content: bytes, expected: str) -> None:
+    rec = tmp_path / "record.json"
+    rec.write_bytes(content)
+    with pytest.raises(GateInputError) as info:
+        run_gate(BASE, BASE, baseline_run=rec, candidate_run=rec, cache_dir=tmp_path / "cache")
+    assert str(info.value) == expected.format(path=rec)
+    assert not (tmp_path / "cache").exists()  # nothing was run
+
+
+def test_a_recipe_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.yaml"
+    bad.write_bytes(BASE.read_bytes().replace(b"# ", b"# \xe9 ", 1))
+    with pytest.raises(GateInputError, match=rf"^{re.escape(str(bad))}:1: not UTF-8 text \(byte 0xe9"):
+        run_gate(BASE, bad, config_only=True)

@@ -1,0 +1,73 @@
+"""bot/runner/check.py: whether a valid recipe can run on its launcher, before anything starts. Every shipped recipe
+can; a simulated one on hardware or a model the simulator's zoo does not know, or with no model, cannot (one line at
+the field's own line, listing what the zoo knows); a local one on more than one node cannot; Slurm's are not checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bot.core.recipe import RecipeError, load_recipe
+from bot.runner import check_runnable
+from bot.sim.hardware import HARDWARE
+from bot.sim.zoo import ZOO
+
+REPO = Path(__file__).resolve().parents[2]
+SIM = REPO / "recipes" / "llama3.1-8b" / "h100x8.yaml"
+CPU = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
+SLURM = REPO / "recipes" / "llama3-tiny" / "cpu-slurm.yaml"
+
+
+def edited(tmp_path: Path, source: Path, old: str, new: str) -> tuple[Path, int]:
+    """A copy of ``source`` with line ``old`` replaced (or deleted when ``new`` is empty), and that line's number."""
+    lines = source.read_text().splitlines(keepends=True)
+    n = next(i for i, line in enumerate(lines) if line.rstrip("\n") == old)
+    lines[n : n + 1] = [new + "\n"] if new else []
+    path = tmp_path / source.name
+    path.write_text("".join(lines))
+    return path, n + 1
+
+
+def refusal(path: Path) -> str:
+    with pytest.raises(RecipeError) as info:
+        check_runnable(load_recipe(path), path)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda p: str(p.relative_to(REPO / "recipes")))
+def test_every_shipped_recipe_can_run_on_its_launcher(path: Path) -> None:
+    assert check_runnable(load_recipe(path), path) is None
+
+
+def test_hardware_the_simulator_does_not_know_is_named_at_its_line_with_the_known_ones(tmp_path: Path) -> None:
+    path, line = edited(tmp_path, SIM, "  hardware: h100-sxm-80gb", "  hardware: tpu9")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{line}: cluster.hardware: 'tpu9' is unknown to the simulator; known: ")
+    assert message.endswith(", ".join(sorted(HARDWARE)))
+
+
+def test_a_model_the_simulator_does_not_know_is_named_at_its_line_with_the_known_ones(tmp_path: Path) -> None:
+    path, line = edited(tmp_path, SIM, "  model: llama3.1-8b", "  model: gpt-9")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{line}: workload.model: 'gpt-9' is unknown to the simulator; known: ")
+    assert message.endswith(", ".join(sorted(ZOO)))
+
+
+def test_a_simulated_recipe_without_a_model_is_refused_at_its_workload(tmp_path: Path) -> None:
+    path, _ = edited(tmp_path, SIM, "  model: llama3.1-8b", "")
+    line = path.read_text().splitlines().index("workload:") + 1
+    assert refusal(path).startswith(f"{path}:{line}: workload.model: required by the simulator (launcher: sim); known: ")
+
+
+def test_a_local_recipe_on_two_nodes_is_refused_at_its_nodes(tmp_path: Path) -> None:
+    path, line = edited(tmp_path, CPU, "  nodes: 1", "  nodes: 2")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{line}: cluster.nodes: the local launcher runs one node; got 2")
+
+
+def test_hardware_or_models_outside_the_zoo_are_not_the_simulators_business_elsewhere(tmp_path: Path) -> None:
+    path, _ = edited(tmp_path, SLURM, "  hardware: cpu", "  hardware: tpu9")
+    assert check_runnable(load_recipe(path), path) is None  # Slurm's nodes answer for their hardware
