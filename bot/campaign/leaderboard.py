@@ -8,17 +8,29 @@ tokens/s per device, model TFLOP/s per device, MFU (only where the device's peak
 (from the recipe's $/device-hour), gain over the campaign's starting recipe, the gate verdict linked to the step's
 report, the stack, the date, the commit that brought it and the run record. MoE models come first. Simulated records
 never appear.
+
+Every ``results/**/*.json`` is input (a runner's upload lands there through a kept step), so each is read as UTF-8 and
+validated as a :class:`ResultRecord` before anything is written: a file that is not a run record stops the
+regeneration with one line naming the file and the field (:class:`LeaderboardError`), and ``leaderboard.md`` stays
+as it was. Valid records that are simulated, failed or not gated are left off the board, as they always were.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import statistics
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from tabulate import tabulate
+
+from bot.core.records import Outcome, atomic_write_text, first_problem
+from bot.core.repo import RepoError
+from bot.core.textfile import NotText, read_utf8
 
 HEADER = """# TrainingThroughputBench
 
@@ -32,6 +44,169 @@ COLUMNS = ["model", "system", "precision", "GBS", "MBS", "seq", "layout", "recom
            "model TFLOP/s/device", "MFU", "$ / M tokens", "gain", "gate", "stack", "date", "commit", "record"]
 
 
+class LeaderboardError(RepoError):
+    """A ``results/`` file that is not a run record, or a board that cannot be written (one line, for the user).
+
+    A :class:`~bot.core.repo.RepoError`, so every caller that reports a repository's bad data on one line (the CLI,
+    ``attune github publish-leaderboard``) reports this one too."""
+
+
+# ----------------------------------------------------------------------------- what a results/ file must be
+def _cell(text: str) -> str:
+    """Text that becomes a cell of the markdown table: a ``|`` or a line break would break the table."""
+    if "|" in text or "\n" in text or "\r" in text:
+        raise ValueError("expected text without '|' or line breaks (it is a cell of the board's table)")
+    return text
+
+
+def _scalar(value: Any) -> Any:
+    """A lever value as recipes have them: a boolean, a whole or finite number, or a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("expected a finite number")
+    if not isinstance(value, bool | int | float | str):
+        raise ValueError("expected a boolean, a number or a string (a lever value)")
+    return value
+
+
+CAMPAIGN_ID = re.compile(r"[A-Za-z0-9._-]+")
+Cell = Annotated[str, AfterValidator(_cell)]
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # finite, never negative
+Count = Annotated[int, Field(ge=1)]
+LeverValue = Annotated[Any, AfterValidator(_scalar)]
+
+
+class _Strict(BaseModel):
+    """No coercion (``"1300"`` is not a number, ``"no"`` is not false); fields the board does not read are kept."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class ResultLevers(_Strict):
+    """The levers (and pinned settings) the board reads, typed; any other lever is a plain scalar."""
+
+    __pydantic_extra__: dict[str, LeverValue]
+
+    global_batch_size: Count | None = Field(None, alias="training.global_batch_size")
+    local_batch_size: Count | None = Field(None, alias="training.local_batch_size")
+    seq_len: Count | None = Field(None, alias="training.seq_len")
+    shard: int | None = Field(None, alias="parallelism.data_parallel_shard_degree", ge=-1)
+    replicate: Count | None = Field(None, alias="parallelism.data_parallel_replicate_degree")
+    tensor: Count | None = Field(None, alias="parallelism.tensor_parallel_degree")
+    pipeline: Count | None = Field(None, alias="parallelism.pipeline_parallel_degree")
+    context: Count | None = Field(None, alias="parallelism.context_parallel_degree")
+    expert: Count | None = Field(None, alias="parallelism.expert_parallel_degree")
+    sequence_parallel: bool | None = Field(None, alias="parallelism.enable_sequence_parallel")
+    schedule: Cell | None = Field(None, alias="parallelism.pipeline_parallel_schedule")
+    layers_per_stage: Count | None = Field(None, alias="parallelism.pipeline_parallel_layers_per_stage")
+    virtual_stages: Count | None = Field(None, alias="parallelism.pipeline_parallel_virtual_stages")
+    recompute: Cell | None = Field(None, alias="activation_checkpoint")
+    compile: bool | None = Field(None, alias="compile.enable")
+    param_dtype: Cell | None = Field(None, alias="training.mixed_precision_param")
+    fp8: Cell | None = Field(None, alias="quantize.linear.float8.recipe_name")
+    fp8_legacy: Cell | None = Field(None, alias="float8.recipe_name")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The levers as the record has them (recipe keys)."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+class ResultStack(_Strict):
+    torch: Cell
+    torchtitan: Cell
+    cuda: Cell | None = None
+    driver: Cell | None = None
+    device_name: Cell = "cpu"
+    device_family: Cell = "cpu"  # cuda and rocm: torchtitan knows the peak (MFU shown)
+
+
+class ResultLaunch(_Strict):
+    world_size: Count
+    nodes: Count
+    devices_per_node: Count
+
+
+class ResultSummary(_Strict):
+    tps_median: Amount | None = None  # tokens/s per device; none (or 0): not a result
+    mfu: Amount | None = None
+
+
+class ResultStep(_Strict):
+    step: Annotated[int, Field(ge=0)]
+    tflops: Amount | None = None
+
+
+class ResultBench(_Strict):
+    warmup_steps: Annotated[int, Field(ge=0)] = 1
+
+
+class ResultRecord(_Strict):
+    """What the board reads of a ``results/`` file: a RunRecord (``bot.core.records``) plus the kept step's verdict,
+    campaign, step, baseline and gain (``bot.drive.executor``). A record without ``simulated`` counts as simulated."""
+
+    recipe_id: Cell
+    model: Cell | None = None
+    hardware: Annotated[Cell, Field(min_length=1)]
+    outcome: Outcome
+    simulated: bool = True
+    gate: str | None = None
+    levers: ResultLevers = Field(default_factory=ResultLevers)
+    pinned: ResultLevers = Field(default_factory=ResultLevers)
+    stack: ResultStack
+    launch: ResultLaunch
+    summary: ResultSummary = Field(default_factory=ResultSummary)
+    steps: list[ResultStep] = Field(default_factory=list)
+    bench: ResultBench | None = None
+    usd_per_device_hour: Amount = 0.0
+    baseline_tps: Amount | None = None
+    gain: Annotated[float, Field(allow_inf_nan=False)] | None = None
+    created_at: Cell = ""
+    campaign: str | None = None  # names campaigns/<id>/ in the gate link
+    step: Annotated[int, Field(ge=0)] | None = None
+
+    @field_validator("campaign")
+    @classmethod
+    def _campaign_id(cls, value: str | None) -> str | None:
+        if value is not None and (not CAMPAIGN_ID.fullmatch(value) or value.strip(".") == ""):
+            raise ValueError("expected a campaign id (letters, digits, '.', '_' and '-')")
+        return value
+
+    def eligible(self) -> bool:
+        """On the board: measured (never simulated), ran to the end, passed the gate, has a tokens/s."""
+        return not self.simulated and self.outcome == "ok" and self.gate == "passed" and bool(self.summary.tps_median)
+
+
+def _problem(source: str, exc: ValidationError) -> LeaderboardError:
+    """The first problem of ``exc`` on one line: the file, the field, what was expected and what it holds."""
+    more = len(exc.errors()) - 1
+    what = first_problem(exc, missing="missing (every run record has it)") + (f" (and {more} more)" if more else "")
+    return LeaderboardError(f"{source}: {what}; not a valid run record, leaderboard.md left as it was")
+
+
+def load_result(path: Path) -> ResultRecord:
+    """One ``results/`` file as a :class:`ResultRecord`, or :class:`LeaderboardError` naming the file and field."""
+    source = str(path)
+    try:
+        data = json.loads(read_utf8(path))
+    except NotText as exc:
+        raise LeaderboardError(f"{exc}; leaderboard.md left as it was") from None
+    except OSError as exc:
+        raise LeaderboardError(f"{source}: cannot read it ({exc.strerror or exc}); leaderboard.md left as it was") from None
+    except json.JSONDecodeError as exc:
+        raise LeaderboardError(f"{source}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); expected a run "
+                               "record, leaderboard.md left as it was") from None
+    except RecursionError:
+        raise LeaderboardError(f"{source}: not valid JSON (nested too deeply); expected a run record, "
+                               "leaderboard.md left as it was") from None
+    if not isinstance(data, dict):
+        raise LeaderboardError(f"{source}: expected a JSON object (a run record); got {type(data).__name__}, "
+                               "leaderboard.md left as it was")
+    try:
+        return ResultRecord.model_validate(data)
+    except ValidationError as exc:
+        raise _problem(source, exc) from None
+
+
+# ----------------------------------------------------------------------------- the board
 def usd_per_million_tokens(usd_per_device_hour: float, tps_per_device: float) -> float | None:
     if not tps_per_device:
         return None
@@ -47,14 +222,14 @@ def _commit_of(repo: Path, path: Path) -> str:
         return "unknown"
 
 
-def is_moe(rec: dict[str, Any]) -> bool:
+def is_moe(rec: ResultRecord) -> bool:
     """A mixture-of-experts model: the simulator's zoo says so, or its recipe has expert levers."""
     from bot.sim.zoo import get_model
 
     try:
-        return bool(get_model(str(rec.get("model") or "")).n_experts)
+        return bool(get_model(rec.model or "").n_experts)
     except (KeyError, ValueError):
-        return any("expert" in k or k.startswith("moe") for k in {**rec.get("levers", {}), **rec.get("pinned", {})})
+        return any("expert" in k or k.startswith("moe") for k in {**rec.levers.as_dict(), **rec.pinned.as_dict()})
 
 
 def layout(levers: dict[str, Any]) -> str:
@@ -77,62 +252,66 @@ def layout(levers: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _precision(rec: dict[str, Any]) -> str:
-    levers = {**rec.get("pinned", {}), **rec.get("levers", {})}
-    param = levers.get("training.mixed_precision_param") or ("float32" if rec.get("hardware") == "cpu" else "bfloat16")
-    fp8 = levers.get("quantize.linear.float8.recipe_name") or levers.get("float8.recipe_name")
+def _precision(rec: ResultRecord) -> str:
+    param = rec.levers.param_dtype or rec.pinned.param_dtype or ("float32" if rec.hardware == "cpu" else "bfloat16")
+    fp8 = rec.levers.fp8 or rec.pinned.fp8 or rec.levers.fp8_legacy or rec.pinned.fp8_legacy
     return f"{param}" + (f" + fp8 {fp8}" if fp8 else "")
 
 
-def _tflops(rec: dict[str, Any]) -> float | None:
+def _tflops(rec: ResultRecord) -> float | None:
     """Model TFLOP/s per device: the median of torchtitan's per-step figure after the warm-up steps."""
-    warm = int((rec.get("bench") or {}).get("warmup_steps", 1) or 1)
-    values = [s["tflops"] for s in rec.get("steps", []) if s.get("tflops") and s.get("step", 0) > warm]
+    warm = (rec.bench.warmup_steps if rec.bench else 1) or 1
+    values = [s.tflops for s in rec.steps if s.tflops and s.step > warm]
     return statistics.median(values) if values else None
 
 
+def _result_files(repo: Path) -> list[Path]:
+    return sorted(p for p in (repo / "results").rglob("*.json") if p.is_file())
+
+
+def _row(repo: Path, rec: ResultRecord, path: Path) -> dict[str, Any]:
+    """One line of the board from the fastest eligible record of its key."""
+    launch, stack, levers = rec.launch, rec.stack, rec.levers.as_dict()
+    tps = float(rec.summary.tps_median or 0.0)
+    family = stack.device_family
+    device = f"CUDA {stack.cuda}, driver {stack.driver}" if family == "cuda" else stack.device_name
+    base = rec.baseline_tps
+    return {
+        "moe": is_moe(rec), "model": rec.model or rec.recipe_id, "hardware": rec.hardware, "devices": launch.world_size,
+        "nodes": launch.nodes, "devices_per_node": launch.devices_per_node,
+        "precision": _precision(rec), "gbs": rec.pinned.global_batch_size, "mbs": rec.levers.local_batch_size,
+        "seq": rec.pinned.seq_len, "layout": layout(levers), "recompute": rec.levers.recompute or "—",
+        "compile": bool(rec.levers.compile), "tps_per_device": tps, "tflops": _tflops(rec),
+        "mfu": rec.summary.mfu if family in PEAK_KNOWN else None,
+        "usd_per_mtok": usd_per_million_tokens(rec.usd_per_device_hour, tps),
+        # the campaign's compounded, A/B-confirmed gain when the record carries it (older records: tps / baseline)
+        "gain": rec.gain if rec.gain is not None else ((tps / base - 1.0) if base else None),
+        "gate": f"campaigns/{rec.campaign}/step-{rec.step}/report.md" if rec.campaign else "",
+        "date": rec.created_at[:10], "stack": f"torch {stack.torch}, torchtitan {stack.torchtitan}, {device}",
+        "commit": _commit_of(repo, path), "levers": levers, "record": str(path.relative_to(repo)),
+    }
+
+
+def check_results(repo: Path) -> list[ResultRecord]:
+    """Every ``results/`` file of ``repo`` validated (a campaign's pre-flight: refuse bad data before hours of runs);
+    :class:`LeaderboardError` naming the first file that is not a run record."""
+    return [load_result(path) for path in _result_files(repo)]
+
+
 def collect(repo: Path) -> list[dict]:
-    rows: dict[tuple[str, str, int, int, int], dict] = {}
-    for path in sorted((repo / "results").rglob("*.json")):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+    """The board's rows: per (model, hardware, devices, nodes x ranks) the fastest eligible record.
+
+    Every ``results/`` file is validated first; one that is not a run record raises :class:`LeaderboardError`."""
+    best: dict[tuple[str, str, int, int, int], tuple[ResultRecord, Path]] = {}
+    for path in _result_files(repo):
+        rec = load_result(path)
+        if not rec.eligible():
             continue
-        if not isinstance(rec, dict) or rec.get("simulated", True) or rec.get("outcome") != "ok" or rec.get("gate") != "passed":
-            continue
-        tps = (rec.get("summary") or {}).get("tps_median")
-        if not tps:
-            continue
-        launch = rec.get("launch") or {}
-        devices = int(launch.get("world_size", 1))
         # the launch shape is part of the key: a 2-rank and a 2-node result do not collide
-        key = (str(rec.get("model") or rec.get("recipe_id")), str(rec.get("hardware")), devices, int(launch.get("nodes", 1)),
-               int(launch.get("devices_per_node", devices)))
-        if key not in rows or tps > rows[key]["tps"]:
-            rows[key] = {"rec": rec, "tps": tps, "path": path}
-    out = []
-    for (model, hw, devices, nodes, per_node), row in rows.items():
-        rec = row["rec"]
-        levers, pinned = rec.get("levers", {}), rec.get("pinned", {})
-        base = rec.get("baseline_tps")
-        stack = rec.get("stack") or {}
-        family = stack.get("device_family", "cpu")
-        device = f"CUDA {stack.get('cuda')}, driver {stack.get('driver')}" if family == "cuda" else stack.get("device_name", family)
-        mfu = (rec.get("summary") or {}).get("mfu") if family in PEAK_KNOWN else None
-        report = f"campaigns/{rec.get('campaign')}/step-{rec.get('step')}/report.md" if rec.get("campaign") else ""
-        out.append({
-            "moe": is_moe(rec), "model": model, "hardware": hw, "devices": devices, "nodes": nodes, "devices_per_node": per_node,
-            "precision": _precision(rec), "gbs": pinned.get("training.global_batch_size"),
-            "mbs": levers.get("training.local_batch_size"), "seq": pinned.get("training.seq_len"), "layout": layout(levers),
-            "recompute": levers.get("activation_checkpoint", "—"), "compile": bool(levers.get("compile.enable", False)),
-            "tps_per_device": row["tps"], "tflops": _tflops(rec), "mfu": mfu,
-            "usd_per_mtok": usd_per_million_tokens(rec.get("usd_per_device_hour", 0.0), row["tps"]),
-            # the campaign's compounded, A/B-confirmed gain when the record carries it (older records: tps / baseline)
-            "gain": rec["gain"] if rec.get("gain") is not None else ((row["tps"] / base - 1.0) if base else None),
-            "gate": report, "date": (rec.get("created_at") or "")[:10],
-            "stack": f"torch {stack.get('torch')}, torchtitan {stack.get('torchtitan')}, {device}",
-            "commit": _commit_of(repo, row["path"]), "levers": levers, "record": str(row["path"].relative_to(repo)),
-        })
+        key = (rec.model or rec.recipe_id, rec.hardware, rec.launch.world_size, rec.launch.nodes, rec.launch.devices_per_node)
+        if key not in best or (rec.summary.tps_median or 0.0) > (best[key][0].summary.tps_median or 0.0):
+            best[key] = (rec, path)
+    out = [_row(repo, rec, path) for rec, path in best.values()]
     return sorted(out, key=lambda r: (not r["moe"], r["model"], r["hardware"], r["devices"], r["nodes"]))
 
 
@@ -144,6 +323,7 @@ def _system(row: dict[str, Any]) -> str:
     """``2× cpu (2 nodes × 1)``: the hardware, the device count and the launch shape (a row's key)."""
     nodes = row["nodes"]
     return f"{row['devices']}× {row['hardware']} ({nodes} node{'s' if nodes > 1 else ''} × {row['devices_per_node']})"
+
 
 def render(rows: list[dict]) -> str:
     if not rows:
@@ -160,9 +340,14 @@ def render(rows: list[dict]) -> str:
 
 
 def regenerate(repo: Path) -> tuple[Path, str]:
-    from bot.core.records import atomic_write_text
+    """Write ``leaderboard.md`` of ``repo`` from its ``results/`` (atomically: the old board or the new one, whole).
 
+    :class:`LeaderboardError` when a results file is not a run record or the board cannot be written; the board on
+    disk is then unchanged."""
     text = render(collect(repo))
     path = repo / "leaderboard.md"
-    atomic_write_text(path, text)
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise LeaderboardError(f"{path}: cannot write the board ({exc.strerror or exc}); it was left as it was") from None
     return path, text
