@@ -3,10 +3,12 @@
 Per task (a ``launcher: sim`` recipe) and policy (the heuristic agent ``attune``; the baselines ``random``,
 ``tpe``, ``gp``, ``cmaes``, ``greedy``, ``costmodel``; ``claude`` when a key is set; and the exhaustive ``oracle``),
 over N seeds: mean
-and best gain over the baseline recipe, device-hours used, payback hours, fraction of the oracle
+and best gain over the baseline recipe, device-hours used, payback hours (the mean campaign's), fraction of the oracle
 optimum reached, and false gains (a kept gain that a fresh re-measure does not confirm). Tasks are reported in two groups (``DEV_TASKS``:
 traces read while the agent's rules were written; the rest: report-only), with a summary of the agent against
 the best alternative per task and an optional step-by-step trace of one task. All numbers are SIMULATED.
+
+Each recipe file is loaded once per run (:func:`load_tasks`); the report is :mod:`bot.bench.tuners_report`.
 """
 
 from __future__ import annotations
@@ -16,16 +18,25 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tabulate import tabulate
 
 from bot import campaign as cm
 from bot.agent import get_policy
 from bot.agent.lessons import load_lessons
 from bot.agent.space import make_space
+from bot.bench.tuners_report import (
+    FLAT_GAIN,
+    GROUP_LABEL,
+    payback_hours,
+    render,
+    render_targets,
+    render_trace,
+    targets,
+)
 from bot.campaign.gating import config_gate, convergence_gate, make_calibrator
 from bot.campaign.setup import measurement_options
 from bot.core import levers as catalog
@@ -35,6 +46,10 @@ from bot.drive.executor import Executor
 from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.forge.memory import MemoryForge
 from bot.runner.sim import SimRunner
+
+__all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "FLAT_GAIN", "GROUP_LABEL", "aggregate", "bench", "default_policies",
+           "default_task_recipes", "default_tasks", "load_tasks", "oracle", "payback_hours", "render", "render_targets", "render_trace",
+           "run_campaign", "select_tasks", "settle_oracle", "targets", "task_group", "trace_rows", "true_tps", "unknown_tasks"]
 
 SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seeded RNG
 DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
@@ -50,13 +65,22 @@ DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmod
 # used for rules
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
              "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64", "llama3.1-70b/b200x32")
-GROUP_LABEL = {"dev": "dev: traces used while developing rules", "report": "report-only: run only to report"}
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
+
+
+def load_tasks(paths: Iterable[Path]) -> dict[Path, Recipe]:
+    """Each recipe file loaded once, by path, in the order given."""
+    return {p: load_recipe(p) for p in paths}
+
+
+def default_task_recipes() -> dict[Path, Recipe]:
+    """The simulated recipes of the repository at or above the working directory, each loaded once."""
+    return {p: r for p, r in load_tasks(sorted(find_repo().recipes.glob("*/*.yaml"))).items() if r.cluster.launcher == "sim"}
 
 
 def default_tasks() -> list[Path]:
     """The simulated recipes of the repository at or above the working directory."""
-    return sorted(p for p in find_repo().recipes.glob("*/*.yaml") if load_recipe(p).cluster.launcher == "sim")
+    return list(default_task_recipes())
 
 
 def true_tps(recipe: Recipe, levers: dict[str, Any]) -> float:
@@ -159,13 +183,16 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
     return best, best_levers, legal * run_cost, len(cache)
 
 
-def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work: Path) -> cm.Campaign:
-    recipe = load_recipe(recipe_path)
+def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work: Path, recipe: Recipe | None = None,
+                 text: str | None = None) -> cm.Campaign:
+    """One simulated campaign of ``policy`` on the recipe at ``recipe_path`` (``recipe``/``text``: that file already
+    loaded and read, so a benchmark reads each recipe once)."""
+    recipe = recipe if recipe is not None else load_recipe(recipe_path)
     rel = recipe_path.name
     options = {"seed": seed} if policy in SEEDED else {}
     records = FileRecordStore(work)
     executor = Executor(
-        forge=MemoryForge({rel: recipe_path.read_text()}), states=FileStateStore(work), records=records,
+        forge=MemoryForge({rel: text if text is not None else recipe_path.read_text()}), states=FileStateStore(work), records=records,
         runs=LocalRunPort(SimRunner(seed=seed), records, calibrate=make_calibrator(work)), policy=get_policy(policy, **options),
         lessons=load_lessons(find_repo().lessons), space_fn=make_space,  # the catalog of the checkout running the bench
         gate_config=config_gate, gate_convergence=convergence_gate,
@@ -193,19 +220,25 @@ def task_group(recipe_id: str) -> str:
     return "dev" if recipe_id in DEV_TASKS else "report"
 
 
-def select_tasks(paths: list[Path], names: list[str]) -> list[Path]:
-    """The recipes whose id (``model/cluster``) or model id is one of ``names`` (all when ``names`` is empty)."""
+def _named(recipe: Recipe, name: str) -> bool:
+    return name in (recipe.name, recipe.workload.model or "")
+
+
+def select_tasks(paths: list[Path], names: list[str], loaded: Mapping[Path, Recipe] | None = None) -> list[Path]:
+    """The recipes whose id (``model/cluster``) or model id is one of ``names`` (all when ``names`` is empty);
+    ``loaded``: the recipes already loaded (:func:`load_tasks`)."""
     if not names:
         return paths
-    out = []
-    for p in paths:
-        r = load_recipe(p)
-        if r.name in names or (r.workload.model or "") in names:
-            out.append(p)
-    return out
+    recipes = loaded if loaded is not None else load_tasks(paths)
+    return [p for p in paths if any(_named(recipes[p], n) for n in names)]
 
 
-def _trace(state: cm.Campaign) -> list[dict[str, Any]]:
+def unknown_tasks(loaded: Mapping[Path, Recipe], names: list[str]) -> list[str]:
+    """The names that are neither the recipe id nor the model id of any recipe of ``loaded``."""
+    return [n for n in names if not any(_named(r, n) for r in loaded.values())]
+
+
+def trace_rows(state: cm.Campaign) -> list[dict[str, Any]]:
     """Each step of a campaign: its change, why, what it measured, and what the campaign decided."""
     rows = []
     for s in state.steps:
@@ -215,7 +248,7 @@ def _trace(state: cm.Campaign) -> list[dict[str, Any]]:
         rows.append({"n": s.n, "change": change + (f" (on step {s.stacked_on})" if s.stacked_on else ""), "why": s.change.why,
                      "outcome": trial.outcome if trial else ("enabler" if s.change.enabler else "not run"),
                      "measured_gain": s.gain, "decision": decision})
-    rows.append({"n": "-", "change": "stop", "why": state.finish_reason, "outcome": "", "measured_gain": None, "decision": f"final gain {state.gain:+.1%}"})
+    rows.append({"n": "-", "change": "stop", "why": state.finish_reason, "outcome": "", "measured_gain": None, "decision": f"final measured gain {state.gain:+.1%}"})
     return rows
 
 
@@ -224,179 +257,107 @@ def default_policies() -> list[str]:
     return DEFAULT_POLICIES + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") else [])
 
 
-def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None, progress=None, trace: str | None = None) -> dict[str, Any]:
+def settle_oracle(task: str, entry: dict[str, Any], rows: list[dict[str, Any]], search_tps: float) -> dict[str, Any]:
+    """Set the task's reference optimum and return the oracle's own row.
+
+    The reference is the structured search's optimum (``search_tps``), or a better point a policy reached (``rows``:
+    the task's campaigns, each with its ``final_tps``, which becomes its ``oracle_fraction`` of the reference).
+    ``entry`` (the task's oracle record: baseline_tps, devices, budget, oracle_device_hours, grid) gains
+    ``oracle_tps``/``oracle_gain`` (the reference), ``search_tps``/``search_gain`` (what the search itself found),
+    ``oracle_from_policy`` and ``oracle_policy``. The oracle row is the search's: its gain and its fraction of the
+    reference."""
+    base = entry["baseline_tps"]
+
+    def gain(tps: float) -> float:
+        return tps / base - 1.0 if base else 0.0
+
+    top = max(rows, key=lambda r: r["final_tps"], default=None)
+    from_policy = top is not None and top["final_tps"] > search_tps
+    best = top["final_tps"] if from_policy and top is not None else search_tps
+    entry.update(oracle_tps=best, oracle_gain=gain(best), search_tps=search_tps, search_gain=gain(search_tps),
+                 oracle_from_policy=from_policy, oracle_policy=top["policy"] if from_policy and top is not None else None)
+    for r in rows:
+        r["oracle_fraction"] = r.pop("final_tps") / best if best else 0.0
+    cost, budget = entry["oracle_device_hours"], entry["budget"]
+    return {"task": task, "policy": "oracle", "seed": 0, "gain": gain(search_tps), "claimed_gain": gain(search_tps), "device_hours": cost,
+            "oracle_fraction": search_tps / best if best else 0.0, "false_gains": 0, "steps": entry["grid"],
+            "budget_share": cost / budget if budget else 0.0}
+
+
+def aggregate(rows: list[dict[str, Any]], devices: Mapping[str, int]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per task and policy, over its seeds: mean and best gain, mean device-hours, the mean campaign's payback
+    (:func:`payback_hours`: mean device-hours over mean gain), how many seeds gained, and the rest of the table's figures."""
+    df = pd.DataFrame(rows)
+    df["gained"] = df["gain"] > 0
+    agg = df.groupby(["task", "policy"], sort=False).agg(
+        mean_gain=("gain", "mean"), best_gain=("gain", "max"), claimed_gain=("claimed_gain", "mean"), device_hours=("device_hours", "mean"),
+        oracle_fraction=("oracle_fraction", "mean"), false_gains=("false_gains", "sum"),
+        budget_share=("budget_share", "mean"), max_budget_share=("budget_share", "max"), max_claimed=("claimed_gain", "max"),
+        seeds=("gain", "size"), seeds_gained=("gained", "sum"),
+    ).reset_index()
+    tasks: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in agg.to_dict("records"):
+        m: dict[str, Any] = {k: (None if pd.isna(v) else float(v)) for k, v in r.items() if k not in ("task", "policy", "seeds", "seeds_gained")}
+        m.update(seeds=int(r["seeds"]), seeds_gained=int(r["seeds_gained"]),
+                 payback_hours=payback_hours(m["device_hours"], m["mean_gain"], devices.get(r["task"], 0)))
+        tasks.setdefault(r["task"], {})[r["policy"]] = m
+    return tasks
+
+
+def _bench_task(path: Path, recipe: Recipe, policies: list[str], seeds: int, work: Path, trace: str | None,
+                progress: Any) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """One task: its oracle search and every policy's campaigns. (rows, oracle record, traces by policy)."""
+    task = recipe.name
+    text = path.read_text()
+    base_true = true_tps(recipe, dict(recipe.levers))
+    run_cost = SimRunner(seed=0).run(recipe, out_dir=None).summary.device_hours
+    budget = BUDGET_RUNS * run_cost
+    best, best_levers, ocost, grid = oracle(recipe, run_cost)
+    entry = {"oracle_tps": best, "oracle_gain": best / base_true - 1.0 if base_true else 0.0, "oracle_device_hours": ocost,
+             "grid": grid, "budget": budget, "baseline_tps": base_true, "oracle_levers": best_levers,
+             "group": task_group(task), "model": recipe.workload.model, "devices": recipe.devices,
+             "hardware": recipe.cluster.hardware}
+    rows: list[dict[str, Any]] = []
+    traces: dict[str, list[dict[str, Any]]] = {}
+    for policy in policies:
+        for seed in range(seeds):
+            state = run_campaign(path, "heuristic" if policy == "attune" else policy, seed, budget, work, recipe=recipe, text=text)
+            if trace and seed == 0 and _named(recipe, trace):
+                traces[policy] = trace_rows(state)
+            final = dict(state.incumbent_levers)
+            final_true = true_tps(recipe, final)
+            false_gain = int(state.incumbent_step != 0 and fresh_gain(recipe, final, seed) <= 0.0)
+            rows.append({"task": task, "policy": policy, "seed": seed, "gain": final_true / base_true - 1.0 if base_true else 0.0,
+                         "claimed_gain": state.gain, "device_hours": state.spent, "final_tps": final_true, "false_gains": false_gain,
+                         "steps": len(state.steps), "budget_share": state.spent / budget if budget else 0.0})
+            if progress:
+                progress(rows[-1])
+    rows.append(settle_oracle(task, entry, rows, best))
+    return rows, entry, traces
+
+
+def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None, progress=None, trace: str | None = None,
+          loaded: Mapping[Path, Recipe] | None = None) -> dict[str, Any]:
     """Every policy on every task over ``seeds`` seeds (SIMULATED). ``trace``: a task (recipe id or model id) whose
-    seed-0 campaigns are kept step by step (``result["traces"][task][policy]``)."""
+    seed-0 campaigns are kept step by step (``result["traces"][task][policy]``). ``loaded``: the recipes already
+    loaded (:func:`load_tasks`); each of the others is loaded here, once."""
     t0 = time.monotonic()
     policies = policies or default_policies()
+    known = dict(loaded or {})
+    tasks_loaded = {p: known[p] if p in known else load_recipe(p) for p in recipes}
+    ids = [r.name for r in tasks_loaded.values()]
+    if len(set(ids)) < len(ids):
+        raise ValueError(f"two recipes are the same task: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}")
     rows: list[dict[str, Any]] = []
     oracles: dict[str, dict[str, Any]] = {}
     traces: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for path in recipes:
-            recipe = load_recipe(path)
-            task = recipe.name
-            base_true = true_tps(recipe, dict(recipe.levers))
-            probe = SimRunner(seed=0).run(recipe, out_dir=None)
-            run_cost = probe.summary.device_hours
-            budget = BUDGET_RUNS * run_cost
-            best, best_levers, ocost, grid = oracle(recipe, run_cost)
-            oracles[task] = {"oracle_tps": best, "oracle_gain": best / base_true - 1.0 if base_true else 0.0, "oracle_device_hours": ocost,
-                             "grid": grid, "budget": budget, "baseline_tps": base_true, "oracle_levers": best_levers,
-                             "group": task_group(task), "model": recipe.workload.model, "devices": recipe.devices,
-                             "hardware": recipe.cluster.hardware}
-            for policy in policies:
-                for seed in range(seeds):
-                    state = run_campaign(path, "heuristic" if policy == "attune" else policy, seed, budget, Path(tmp))
-                    if trace and seed == 0 and trace in (task, recipe.workload.model):
-                        traces.setdefault(task, {})[policy] = _trace(state)
-                    final = dict(state.incumbent_levers)
-                    final_true = true_tps(recipe, final)
-                    gain = final_true / base_true - 1.0 if base_true else 0.0
-                    claimed = state.gain
-                    false_gain = int(state.incumbent_step != 0 and fresh_gain(recipe, final, seed) <= 0.0)
-                    rows.append({"task": task, "policy": policy, "seed": seed, "gain": gain, "claimed_gain": claimed,
-                                 "device_hours": state.spent, "payback_hours": state.spent / (gain * recipe.devices) if gain > 0 else None,
-                                 "final_tps": final_true, "false_gains": false_gain, "steps": len(state.steps),
-                                 "budget_share": state.spent / budget if budget else 0.0})
-                    if progress:
-                        progress(rows[-1])
-            # a policy that found a better point than the oracle's search sets the reference
-            found = max([r["final_tps"] for r in rows if r["task"] == task] + [best])
-            if found > best:
-                best = found
-                oracles[task].update(oracle_tps=best, oracle_gain=best / base_true - 1.0 if base_true else 0.0, oracle_from_policy=True)
-            for r in rows:
-                if r["task"] == task:
-                    r["oracle_fraction"] = r.pop("final_tps") / best if best else 0.0
-            rows.append({"task": task, "policy": "oracle", "seed": 0, "gain": oracles[task]["oracle_gain"], "claimed_gain": oracles[task]["oracle_gain"],
-                         "device_hours": ocost, "payback_hours": ocost / (oracles[task]["oracle_gain"] * recipe.devices) if oracles[task]["oracle_gain"] > 0 else None,
-                         "oracle_fraction": 1.0, "false_gains": 0, "steps": grid, "budget_share": ocost / budget if budget else 0.0})
-    df = pd.DataFrame(rows)
-    agg = df.groupby(["task", "policy"], sort=False).agg(
-        mean_gain=("gain", "mean"), best_gain=("gain", "max"), claimed_gain=("claimed_gain", "mean"), device_hours=("device_hours", "mean"),
-        payback_hours=("payback_hours", "mean"), oracle_fraction=("oracle_fraction", "mean"), false_gains=("false_gains", "sum"),
-        budget_share=("budget_share", "mean"), max_budget_share=("budget_share", "max"), max_claimed=("claimed_gain", "max"),
-    ).reset_index()
-    tasks: dict[str, dict[str, Any]] = {}
-    for r in agg.to_dict("records"):
-        tasks.setdefault(r["task"], {})[r["policy"]] = {k: (None if pd.isna(v) else float(v)) for k, v in r.items() if k not in ("task", "policy")}
+        for path, recipe in tasks_loaded.items():
+            task_rows, oracles[recipe.name], task_traces = _bench_task(path, recipe, policies, seeds, Path(tmp), trace, progress)
+            rows += task_rows
+            if task_traces:
+                traces[recipe.name] = task_traces
+    tasks = aggregate(rows, {t: o["devices"] for t, o in oracles.items()})
     result = {"simulated": True, "seeds": seeds, "budget_runs": BUDGET_RUNS, "tasks": tasks, "oracle": oracles,
               "groups": {task: o["group"] for task, o in oracles.items()}, "traces": traces}
     return {**result, "targets": targets(result), "wall_s": time.monotonic() - t0}
-
-
-def render(result: dict[str, Any]) -> str:
-    lines = [f"# Tuner benchmark — SIMULATED ({result['seeds']} seeds, budget = {result['budget_runs']} baseline-run equivalents per task)\n"]
-    for task, pols in result["tasks"].items():
-        o = result["oracle"][task]
-        lines.append(f"## {task} [{GROUP_LABEL[o.get('group', 'report')]}] — SIMULATED ({o.get('devices', '?')} x {o.get('hardware', '?')}; "
-                     f"budget {o['budget']:.1f} device-hours; oracle: structured search, {o['grid']} points evaluated, "
-                     f"optimum {o['oracle_gain']:+.1%} over the recipe)\n")
-        table = [[p, f"{m['mean_gain']:+.1%}", f"{m['best_gain']:+.1%}", f"{m['device_hours']:.1f}", f"{m.get('budget_share') or 0:.0%}",
-                  "—" if m["payback_hours"] is None else f"{m['payback_hours']:.2f}", f"{m['oracle_fraction']:.1%}", int(m["false_gains"])]
-                 for p, m in pols.items()]
-        lines.append(tabulate(table, headers=["policy", "mean gain", "best gain", "device-hours", "of budget", "payback h", "of oracle",
-                                              "false gains"], tablefmt="github"))
-        over = [p for p, m in pols.items() if p != "oracle" and m["device_hours"] > o["budget"] * 1.001]
-        if over:
-            lines.append(f"\nOver budget: {', '.join(over)} (the campaign starts a run when its expected cost -- the baseline's -- fits "
-                         "what is left; a much slower configuration then costs more than expected).")
-        lines.append("")
-    for task, pols in result.get("traces", {}).items():
-        lines.append(render_trace(task, pols))
-    lines.append(render_targets(result))
-    lines.append("Oracle: a structured noiseless search of the shared legal space (every parallel-degree combination x local "
-                 "batch x recompute mode, then coordinate descent over all levers from the 24 best), or any better point a "
-                 "policy reached; its device-hours are what running every evaluated legal point would cost.")
-    lines.append(f"Groups: {GROUP_LABEL['dev']}; {GROUP_LABEL['report']}.")
-    return "\n".join(lines)
-
-
-def render_trace(task: str, pols: dict[str, list[dict[str, Any]]]) -> str:
-    out = []
-    for policy, steps in pols.items():
-        rows = [[s["n"], s["change"], s["why"], s["outcome"], "—" if s["measured_gain"] is None else f"{s['measured_gain']:+.1%}", s["decision"]]
-                for s in steps]
-        out.append(f"### Trace: {task}, {policy}, seed 0 — SIMULATED\n")
-        out.append(tabulate(rows, headers=["step", "change", "why", "trial", "measured vs incumbent", "decision"], tablefmt="github",
-                            maxcolwidths=[None, 60, 90, None, None, 60]))
-        out.append("")
-    return "\n".join(out)
-
-
-FLAT_GAIN = 0.01  # a task whose oracle optimum is within 1% of the recipe is flat: nothing to find
-
-
-def targets(result: dict[str, Any], agent: str = "attune") -> dict[str, dict[str, Any]]:
-    """Per task, the agent against the best alternative (by mean gain; the oracle is not one): the gain ratio, the
-    device-hours ratio and the oracle fraction -- what the issue's targets are stated in -- and whether each target
-    is met (issue 15: >= 95% of the oracle; >= 2x the best alternative's gain at <= 0.6x its device-hours, or, where
-    that alternative also reaches 95% of the oracle, fewer device-hours; no false gain; payback under 24 h; on a flat
-    task no gain claimed and at most 30% of the budget spent)."""
-    out: dict[str, dict[str, Any]] = {}
-    for task, pols in result["tasks"].items():
-        if agent not in pols:
-            continue
-        a = pols[agent]
-        others = {p: m for p, m in pols.items() if p not in (agent, "oracle")}
-        if not others:
-            continue
-        best = max(others, key=lambda p: others[p]["mean_gain"])
-        if others[best]["mean_gain"] <= 0:  # none gained: compare device-hours with the cheapest of them
-            best = min(others, key=lambda p: others[p]["device_hours"])
-        b = others[best]
-        o = result.get("oracle", {}).get(task, {})
-        flat = o.get("oracle_gain", 1.0) < FLAT_GAIN
-        row = {"group": o.get("group", "report"), "flat": flat,
-               "best_alternative": best if b["mean_gain"] > 0 else f"none gained ({best} spent least)", "best_alternative_gain": b["mean_gain"],
-               "best_alternative_oracle_fraction": b["oracle_fraction"], "agent_gain": a["mean_gain"],
-               "gain_ratio": a["mean_gain"] / b["mean_gain"] if b["mean_gain"] > 0 else None,
-               "device_hours_ratio": a["device_hours"] / b["device_hours"] if b["device_hours"] else None,
-               "oracle_fraction": a["oracle_fraction"], "false_gains": a["false_gains"], "payback_hours": a.get("payback_hours"),
-               "budget_share": a.get("budget_share"), "max_budget_share": a.get("max_budget_share"), "max_claimed": a.get("max_claimed")}
-        if flat:
-            met = {"no gain claimed": (row["max_claimed"] or 0.0) <= 0.0, "<= 30% of the budget": (row["max_budget_share"] or 0.0) <= 0.30,
-                   "no false gain": row["false_gains"] == 0}
-        else:
-            gain_ok = row["gain_ratio"] is not None and row["gain_ratio"] >= 2.0
-            dh_ok = (row["device_hours_ratio"] or 0) <= 0.6
-            beats = (gain_ok and dh_ok) or (b["oracle_fraction"] >= 0.95 and (row["device_hours_ratio"] or 0) < 1.0) or (
-                b["mean_gain"] <= 0 and a["mean_gain"] > 0)
-            # what the miss is made of: the gain ratio (out of reach where 2x the alternative's gain is over the
-            # oracle's), the device-hours ratio, or both
-            short = [*([] if gain_ok else ["gain < 2x" + (" (2x > oracle)" if 2 * b["mean_gain"] > o.get("oracle_gain", float("inf")) else "")]),
-                     *([] if dh_ok else ["device-hours > 0.6x"])]
-            met = {">= 95% of oracle": row["oracle_fraction"] >= 0.95,
-                   "beats the best alternative" + (f" ({', '.join(short)})" if not beats and short else ""): beats,
-                   "no false gain": row["false_gains"] == 0, "payback < 24 h": row["payback_hours"] is not None and row["payback_hours"] < 24}
-        row["met"] = met
-        out[task] = row
-    return out
-
-
-def render_targets(result: dict[str, Any]) -> str:
-    tg = targets(result)
-    if not tg:
-        return ""
-    parts = ["## The agent against the best alternative (all baselines) — SIMULATED\n"]
-    for group in ("dev", "report"):
-        rows = []
-        for task, t in tg.items():
-            if t["group"] != group:
-                continue
-            missed = [k for k, ok in t["met"].items() if not ok]
-            rows.append([task + (" (flat)" if t["flat"] else ""), f"{t['agent_gain']:+.1%}", t["best_alternative"], f"{t['best_alternative_gain']:+.1%}",
-                         f"{t['best_alternative_oracle_fraction']:.1%}",
-                         "n/a" if t["gain_ratio"] is None else f"{t['gain_ratio']:.1f}x",
-                         "n/a" if t["device_hours_ratio"] is None else f"{t['device_hours_ratio']:.3f}x", f"{t['oracle_fraction']:.1%}",
-                         int(t["false_gains"]), "—" if t["payback_hours"] is None else f"{t['payback_hours']:.1f}",
-                         f"{t['budget_share'] or 0:.0%}", "all met" if not missed else "missed: " + ", ".join(missed)])
-        if not rows:
-            continue
-        parts.append(f"### {GROUP_LABEL[group]}\n")
-        parts.append(tabulate(rows, headers=["task", "attune gain", "best alternative", "its gain", "its of oracle", "gain ratio",
-                                             "device-hours ratio", "attune of oracle", "false gains", "payback h", "attune spend of budget",
-                                             "targets"], tablefmt="github"))
-        parts.append("")
-    return "\n".join(parts)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.common import EXIT_OK, UsageError, emit_json
+
+if TYPE_CHECKING:
+    from bot.core.recipe import Recipe
 
 
 def cmd_bench_gate(args: argparse.Namespace) -> int:
@@ -31,37 +35,18 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_tuners(args: argparse.Namespace) -> int:
-    from bot.agent import POLICIES
-    from bot.bench.tuners import (
-        DEFAULT_POLICIES,
-        bench,
-        default_policies,
-        default_tasks,
-        render,
-        select_tasks,
-    )
+    from bot.bench.tuners import bench, default_policies, render, select_tasks
     from bot.cli.common import console
     from bot.cli.progress import CountDisplay, wanted
-    from bot.core.recipe import load_recipe
 
-    recipes = [Path(r) for r in args.recipe] if args.recipe else default_tasks()
-    for r in recipes:
-        if not r.exists():
-            raise UsageError(f"{r}: no such recipe")
     if args.seeds < 1:
         raise UsageError(f"--seeds: expected at least 1; got {args.seeds}")
-    names = [n for n in (args.tasks or "").split(",") if n]
-    chosen = select_tasks(recipes, names)
-    known = sorted({load_recipe(p).name for p in recipes})
-    if names and not chosen:
-        raise UsageError(f"--tasks: no task is called {', '.join(names)}; expected recipe ids or model ids of: {', '.join(known)}")
-    policies = [p for p in (args.policies or "").split(",") if p] or None
-    allowed = ("attune", *(p for p in POLICIES if p != "heuristic"))
-    bad = [p for p in policies or [] if p not in allowed]
-    if bad:
-        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (default {','.join(DEFAULT_POLICIES)})")
-    if args.trace and not select_tasks(chosen, [args.trace]):
-        raise UsageError(f"--trace: {args.trace} is not one of the tasks run ({', '.join(sorted(load_recipe(p).name for p in chosen))})")
+    names = _names("--tasks", args.tasks)
+    policies = _tuner_policies(_names("--policies", args.policies))
+    loaded = _tuner_recipes(args.recipe)
+    chosen = _chosen_tasks(loaded, names)
+    if args.trace and not select_tasks(chosen, [args.trace], loaded):
+        raise UsageError(f"--trace: {args.trace} is not one of the tasks run ({', '.join(sorted(loaded[p].name for p in chosen))})")
     if wanted(args.json):  # a live display on a terminal: campaigns done of all, simulated device-hours, elapsed, ETA
         total = len(chosen) * len(policies or default_policies()) * args.seeds
         spent = [0.0]
@@ -71,13 +56,84 @@ def cmd_bench_tuners(args: argparse.Namespace) -> int:
                 display.finished(f"{row['task']} {row['policy']} seed {row['seed']}: {row['gain']:+.1%} "
                                  f"({spent[0]:.4g} simulated device-hours in all)")
 
-            result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace, progress=finished)
+            result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace, progress=finished, loaded=loaded)
     else:
-        result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace)
+        result = bench(chosen, seeds=args.seeds, policies=policies, trace=args.trace, loaded=loaded)
     print(render(result))
     if args.json:
         emit_json({k: v for k, v in result.items() if k != "oracle"} | {"oracle": {t: {k: v for k, v in o.items() if k != "oracle_levers"} for t, o in result["oracle"].items()}})
     return EXIT_OK
+
+
+def _names(flag: str, text: str | None) -> list[str] | None:
+    """A comma list flag: None when not given, else its names (a usage error naming ``flag`` when it names none)."""
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"{flag}: expected a comma list of names; got {text!r} (leave {flag} out for all)")
+    return names
+
+
+def _tuner_policies(policies: list[str] | None) -> list[str] | None:
+    """``--policies``: each one known, and ``claude`` only with its key (without it every step would be the heuristic's)."""
+    from bot.agent import POLICIES
+    from bot.bench.tuners import DEFAULT_POLICIES
+
+    allowed = ("attune", *(p for p in POLICIES if p != "heuristic"))
+    bad = [p for p in policies or [] if p not in allowed]
+    if bad:
+        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (default {','.join(DEFAULT_POLICIES)})")
+    if "claude" in (policies or []) and not os.environ.get("ANTHROPIC_API_KEY"):
+        raise UsageError("--policies: claude needs ANTHROPIC_API_KEY set (without it every claude step would be the attune agent's); "
+                         "set the key or leave claude out")
+    return policies
+
+
+def _tuner_recipes(given: list[str]) -> dict[Path, Recipe]:
+    """The tasks' recipes, each loaded once: the ``--recipe`` files (each a different ``launcher: sim`` recipe), or
+    every simulated recipe of the repository."""
+    from bot.bench.tuners import default_task_recipes
+    from bot.core.recipe import load_recipe
+    from bot.runner import check_runnable
+
+    if not given:
+        tasks = default_task_recipes()
+        for path, recipe in tasks.items():
+            check_runnable(recipe, path)
+        return tasks
+    loaded: dict[Path, Recipe] = {}
+    seen: dict[Path, str] = {}
+    ids: dict[str, str] = {}
+    for text in given:
+        path = Path(text)
+        if not path.is_file():
+            raise UsageError(f"--recipe {text}: no such recipe")
+        first = seen.get(path.resolve())
+        if first is not None:
+            raise UsageError(f"--recipe {text}: given twice{'' if first == text else f' (also as {first})'}; give each recipe once")
+        recipe = load_recipe(path)
+        if recipe.cluster.launcher != "sim":
+            raise UsageError(f"--recipe {text}: cluster.launcher is {recipe.cluster.launcher!r}; bench tuners runs simulated recipes "
+                             "only (launcher: sim)")
+        check_runnable(recipe, path)  # hardware and model the simulator knows, before any task runs
+        if recipe.name in ids:
+            raise UsageError(f"--recipe {text}: the same task ({recipe.name}) as {ids[recipe.name]}; give each task once")
+        seen[path.resolve()], ids[recipe.name], loaded[path] = text, text, recipe
+    return loaded
+
+
+def _chosen_tasks(loaded: dict[Path, Recipe], names: list[str] | None) -> list[Path]:
+    """The recipes ``--tasks`` names (all when it is not given); a usage error naming each name that is no task."""
+    from bot.bench.tuners import select_tasks, unknown_tasks
+
+    if names is None:
+        return list(loaded)
+    unknown = unknown_tasks(loaded, names)
+    if unknown:
+        known = sorted({r.name for r in loaded.values()})
+        raise UsageError(f"--tasks: no task is called {', '.join(unknown)}; expected recipe ids or model ids of: {', '.join(known)}")
+    return select_tasks(list(loaded), names, loaded)
 
 
 def cmd_bench_measure(args: argparse.Namespace) -> int:
@@ -88,11 +144,7 @@ def cmd_bench_measure(args: argparse.Namespace) -> int:
     from bot.cli.progress import CountDisplay, wanted
     from bot.core.recipe import RecipeError, load_recipe
 
-    for name in ("repeats", "steps", "sim_trials"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')}: expected at least 1; got {getattr(args, name)}")
-    if args.warmup < 1 or args.warmup >= args.steps:
-        raise UsageError(f"--warmup: expected 1 to {args.steps - 1} (fewer than --steps); got {args.warmup}")
+    _check_measure_numbers(args)
     if args.remeasure:
         return _remeasure(args)
     path = Path(args.recipe)
@@ -116,6 +168,28 @@ def cmd_bench_measure(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({k: v for k, v in report.items()})
     return EXIT_OK
+
+
+MEASURE_WARMUP = 3  # --warmup when not given
+
+
+def _check_measure_numbers(args: argparse.Namespace) -> None:
+    """Every numeric flag of ``bench measure`` in range, or a usage error naming the flag at fault; sets ``args.warmup``
+    to its default when it was not given (so a --steps too small for it names --steps, not the flag left out)."""
+    for name in ("repeats", "sim_trials"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: expected at least 1; got {getattr(args, name)}")
+    if args.sim_seed < 0:
+        raise UsageError(f"--sim-seed: expected 0 or more; got {args.sim_seed}")
+    if args.steps < 2:
+        raise UsageError(f"--steps: expected at least 2 (a warm-up step and a measured one); got {args.steps}")
+    if args.warmup is None:
+        if args.steps <= MEASURE_WARMUP:
+            raise UsageError(f"--steps: expected more than the {MEASURE_WARMUP} warm-up steps (--warmup {MEASURE_WARMUP}, its default); "
+                             f"got {args.steps}")
+        args.warmup = MEASURE_WARMUP
+    if args.warmup < 1 or args.warmup >= args.steps:
+        raise UsageError(f"--warmup: expected 1 to {args.steps - 1} (fewer than --steps {args.steps}); got {args.warmup}")
 
 
 def _windows(text: str) -> list[int]:
@@ -164,8 +238,8 @@ def register(sub: Any) -> None:
     bt = b.add_parser("tuners", help="every policy under the same budget in the simulator (SIMULATED)")
     bt.add_argument("--recipe", action="append", default=[])
     bt.add_argument("--seeds", type=int, default=3)
-    bt.add_argument("--tasks", default="", help="comma list of tasks (recipe ids like llama3.1-8b/h100x8, or model ids); default all")
-    bt.add_argument("--policies", default="", help="comma list of policies (default attune and every baseline)")
+    bt.add_argument("--tasks", default=None, help="comma list of tasks (recipe ids like llama3.1-8b/h100x8, or model ids); default all")
+    bt.add_argument("--policies", default=None, help="comma list of policies (default attune and every baseline)")
     bt.add_argument("--trace", default="", help="a task whose seed-0 campaigns are printed step by step (change, why, measured, decision)")
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=cmd_bench_tuners)
@@ -173,7 +247,7 @@ def register(sub: Any) -> None:
     bm.add_argument("--recipe", default="recipes/llama3-tiny/cpu.yaml")
     bm.add_argument("--repeats", type=int, default=2, help="real comparisons per change and condition (idle, load)")
     bm.add_argument("--steps", type=int, default=12, help="training steps per real run")
-    bm.add_argument("--warmup", type=int, default=3, help="warm-up steps per real run (not measured)")
+    bm.add_argument("--warmup", type=int, default=None, help=f"warm-up steps per real run (not measured; default {MEASURE_WARMUP})")
     bm.add_argument("--sim-trials", type=int, default=2000, help="simulated comparisons per true gain")
     bm.add_argument("--sim-only", action="store_true", help="only the simulated comparisons (no real runs)")
     bm.add_argument("--sim-seed", type=int, default=0, help="seed of the simulated comparisons' noise")

@@ -103,3 +103,31 @@ def test_remeasure_measures_each_kept_step_against_its_own_incumbent(tmp_path: P
     assert [r["step"] for r in results] == [1]  # kept steps only
     assert results[0]["decision"] in ("gain", "no_gain", "undecided") and results[0]["runs"] >= 1 and "above_zero" in results[0]
     assert sum(s.startswith("step 1 baseline") for s in seen) == 3  # the incumbent measured first, as a campaign does
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--steps", "1"], "--steps: expected at least 2 (a warm-up step and a measured one); got 1"),
+    (["--steps", "-4"], "--steps: expected at least 2"),
+    (["--steps", "3"], "--steps: expected more than the 3 warm-up steps (--warmup 3, its default); got 3"),
+    (["--steps", "1", "--remeasure", "c1"], "--steps: expected at least 2"),
+    (["--warmup", "0"], "--warmup: expected 1 to 11 (fewer than --steps 12); got 0"),
+    (["--warmup", "5", "--steps", "5"], "--warmup: expected 1 to 4 (fewer than --steps 5); got 5"),
+    (["--repeats", "0"], "--repeats: expected at least 1; got 0"),
+    (["--sim-trials", "-3"], "--sim-trials: expected at least 1; got -3"),
+    (["--sim-seed", "-1"], "--sim-seed: expected 0 or more; got -1"),
+])
+def test_each_bad_number_is_refused_naming_its_own_flag(args: list[str], needle: str) -> None:
+    from crash_helpers import REPO, attune
+
+    proc = attune(REPO, "bench", "measure", "--sim-only", *args, timeout=60)
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    lines = proc.stderr.strip("\n").splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr and needle in lines[0], proc.stderr
+    assert proc.stdout == ""  # nothing ran
+
+
+def test_steps_just_above_the_default_warmup_are_accepted() -> None:
+    from crash_helpers import REPO, attune
+
+    proc = attune(REPO, "bench", "measure", "--sim-only", "--sim-trials", "20", "--steps", "4", timeout=120)
+    assert proc.returncode == 0 and "SIMULATED" in proc.stdout, proc.stderr

@@ -1,4 +1,5 @@
-"""A small tuner comparison end to end: every policy through the same campaign loop, budget and oracle (simulated)."""
+"""A small tuner comparison end to end: every policy through the same campaign loop, budget and oracle (simulated);
+its report (bot/bench/tuners_report.py) on small synthetic results; ``attune bench tuners``' flag checks."""
 
 from __future__ import annotations
 
@@ -78,7 +79,11 @@ def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
         if name != "oracle":
             # a run is only started when its expected cost fits what is left, so at most one run over
             assert m["device_hours"] <= budget * 1.2
-    assert pols["oracle"]["oracle_fraction"] == 1.0
+    o = result["oracle"][task]
+    assert {"search_gain", "oracle_from_policy", "oracle_policy"} <= set(o)
+    assert pols["oracle"]["mean_gain"] == pytest.approx(o["search_gain"])  # the oracle row is the search's own
+    assert pols["oracle"]["oracle_fraction"] == (pytest.approx(1.0) if not o["oracle_from_policy"] else pytest.approx(
+        (1 + o["search_gain"]) / (1 + o["oracle_gain"])))
     # the agent improves this recipe (more local batch / less recompute fits on 80 GB)
     assert pols["attune"]["mean_gain"] > 0.05
     text = render(result)
@@ -202,3 +207,214 @@ def test_the_oracle_evaluates_a_point_that_misses_a_prerequisite_with_it_set() -
     assert fixed == {**ep, "training.disable_cuda_graphs": True} and not catalog.prerequisite_problems(fixed, space.model)
     assert with_prerequisites(ep, space.model, set(space.values) - {"training.disable_cuda_graphs"}) == ep  # not the tuner's to set
     assert with_prerequisites(dict(recipe.levers), space.model, set(space.values)) == dict(recipe.levers)
+
+
+# --- the report read off small synthetic results (bot/bench/tuners_report.py) ---------------------------------------
+
+def _rows(task: str, policy: str, gains: list[float], device_hours: float = 10.0, share: list[float] | None = None) -> list[dict]:
+    """One campaign row per seed, as bench() makes them before settling the oracle (``final_tps`` on a baseline of 100)."""
+    share = share or [0.5] * len(gains)
+    return [{"task": task, "policy": policy, "seed": i, "gain": g, "claimed_gain": g, "device_hours": device_hours,
+             "final_tps": 100.0 * (1 + g), "false_gains": 0, "steps": 3, "budget_share": s} for i, (g, s) in enumerate(zip(gains, share, strict=True))]
+
+
+def _result(rows: list[dict], search_gain: float = 0.2, task: str = "m/c", devices: int = 8, oracle_hours: float = 500.0) -> dict:
+    """A benchmark result for one task built as bench() builds it: the oracle settled, the rows aggregated."""
+    from bot.bench.tuners import aggregate, settle_oracle, targets
+
+    entry = {"baseline_tps": 100.0, "devices": devices, "budget": 20.0, "oracle_device_hours": oracle_hours, "grid": 50,
+             "group": "report", "hardware": "h100-sxm-80gb"}
+    rows = [*rows, settle_oracle(task, entry, rows, 100.0 * (1 + search_gain))]
+    result = {"simulated": True, "seeds": 5, "budget_runs": 14, "tasks": aggregate(rows, {task: devices}), "oracle": {task: entry},
+              "groups": {task: "report"}, "traces": {}}
+    return {**result, "targets": targets(result)}
+
+
+def test_payback_is_the_mean_campaigns_device_hours_over_its_mean_gain_and_says_how_many_seeds_gained() -> None:
+    """3 of 5 seeds gain +10 % at 10 device-hours each, on 8 devices: the mean campaign gains +6 % and pays back in
+    10 / (0.06 x 8) = 20.8 h. The mean of the per-seed paybacks (12.5 h) would leave the two seeds that gained nothing out."""
+    from bot.bench.tuners import render
+
+    result = _result(_rows("m/c", "attune", [0.1, 0.1, 0.1, 0.0, 0.0]) + _rows("m/c", "tpe", [0.05] * 5))
+    attune = result["tasks"]["m/c"]["attune"]
+    assert attune["payback_hours"] == pytest.approx(10 / (0.06 * 8)) and (attune["seeds"], attune["seeds_gained"]) == (5, 3)
+    assert result["targets"]["m/c"]["payback_hours"] == pytest.approx(20.83, abs=0.01)  # the target reads the same number
+    text = render(result)
+    assert "20.83 (3 of 5 seeds gained)" in text  # the policy table
+    assert "20.8 (3 of 5 seeds gained)" in text  # the summary
+    tpe = next(line for line in text.splitlines() if line.startswith("| tpe"))
+    assert " 25.00 |" in tpe and "seeds gained" not in tpe  # 10 / (0.05 x 8), every seed gained: no note
+
+
+def test_the_payback_target_reads_the_mean_campaign_not_the_mean_of_the_seeds_that_gained() -> None:
+    # per seed that gained: 10 / (0.2 x 8) = 6.25 h; the mean campaign (+4 %): 10 / (0.04 x 8) = 31.25 h
+    result = _result(_rows("m/c", "attune", [0.2, 0.0, 0.0, 0.0, 0.0]) + _rows("m/c", "greedy", [0.01] * 5))
+    assert result["targets"]["m/c"]["payback_hours"] == pytest.approx(31.25)
+    assert result["targets"]["m/c"]["met"]["payback < 24 h"] is False
+
+
+def test_an_oracle_a_policy_set_is_credited_to_it_and_the_search_keeps_its_own_gain() -> None:
+    from bot.bench.tuners import render
+
+    result = _result(_rows("m/c", "attune", [0.1]) + _rows("m/c", "tpe", [0.25]), search_gain=0.2)
+    o, pols = result["oracle"]["m/c"], result["tasks"]["m/c"]
+    assert o["oracle_from_policy"] is True and o["oracle_policy"] == "tpe"
+    assert o["oracle_gain"] == pytest.approx(0.25) and o["search_gain"] == pytest.approx(0.2)
+    assert pols["oracle"]["mean_gain"] == pytest.approx(0.2) and pols["oracle"]["oracle_fraction"] == pytest.approx(120 / 125)
+    assert pols["tpe"]["oracle_fraction"] == pytest.approx(1.0) and pols["attune"]["oracle_fraction"] == pytest.approx(110 / 125)
+    text = render(result)
+    assert "oracle: a better point tpe reached, +25.0% over the recipe (the structured search, 50 points evaluated, found +20.0%)" in text
+    assert "optimum +25.0%" not in text
+    oracle_row = next(line for line in text.splitlines() if line.startswith("| oracle"))
+    assert "+20.0%" in oracle_row and "96.0%" in oracle_row
+
+
+def test_an_oracle_the_search_set_is_the_searchs() -> None:
+    from bot.bench.tuners import render
+
+    result = _result(_rows("m/c", "attune", [0.1]) + _rows("m/c", "tpe", [0.15]), search_gain=0.2)
+    o = result["oracle"]["m/c"]
+    assert o["oracle_from_policy"] is False and o["oracle_policy"] is None and o["search_gain"] == o["oracle_gain"] == pytest.approx(0.2)
+    assert result["tasks"]["m/c"]["oracle"]["oracle_fraction"] == 1.0
+    assert "oracle: structured search, 50 points evaluated, optimum +20.0% over the recipe" in render(result)
+
+
+@pytest.mark.parametrize(("policies", "says"), [
+    (["attune", "cmaes"], "## The agent against the best alternative of cmaes — SIMULATED"),
+    (["attune", "tpe", "greedy"], "## The agent against the best alternative of tpe, greedy — SIMULATED"),
+    (["cmaes"], "No summary of the agent against the alternatives: the agent attune did not run (policies run: cmaes)."),
+    (["attune"], "No summary of the agent against the alternatives: no alternative policy ran (only attune)."),
+])
+def test_the_summary_names_the_alternatives_or_says_why_there_is_none(policies: list[str], says: str) -> None:
+    from bot.bench.tuners import render
+
+    text = render(_result([r for p in policies for r in _rows("m/c", p, [0.1, 0.05])]))
+    assert says in text
+    assert "all baselines" not in text
+    if len(policies) == 1:
+        assert "| m/c" not in text and "The agent against the best alternative" not in text
+
+
+def test_tables_print_numbers_as_formatted_and_right_aligned() -> None:
+    """tabulate would re-read 1939540.1 as a float and print 1.93954e+06."""
+    from bot.bench.tuners import render
+
+    result = _result(_rows("m/c", "attune", [1e-6] * 2, device_hours=15.5) + _rows("m/c", "greedy", [0.1] * 2), oracle_hours=1939540.1)
+    text = render(result)
+    assert "1939540.1" in text and "e+0" not in text
+    assert " 1937500.00 |" in text and " 1937500.0 |" in text  # attune's payback, 15.5 / (1e-6 x 8): its table and the summary
+    oracle_row = next(line for line in text.splitlines() if line.startswith("| oracle"))
+    assert oracle_row.endswith(" 0 |") and "|             0 |" in oracle_row  # false gains: right-aligned under its header
+
+
+def test_a_flat_tasks_spend_shows_its_maximum_beside_the_mean() -> None:
+    from bot.bench.tuners import render
+
+    flat = _result(_rows("m/c", "attune", [0.0, 0.0], share=[0.2, 0.4]) + _rows("m/c", "greedy", [0.0, 0.0]), search_gain=0.0)
+    line = next(line for line in render(flat).splitlines() if line.startswith("| m/c (flat)"))
+    assert "30% (max 40%)" in line and flat["targets"]["m/c"]["met"]["<= 30% of the budget"] is False
+    same = _result(_rows("m/c", "attune", [0.0, 0.0], share=[0.2, 0.2]) + _rows("m/c", "greedy", [0.0, 0.0]), search_gain=0.0)
+    assert "(max" not in render(same)
+    steep = _result(_rows("m/c", "attune", [0.1, 0.1], share=[0.2, 0.4]) + _rows("m/c", "greedy", [0.0, 0.0]))  # not flat
+    assert "(max" not in render(steep)
+
+
+def test_the_trace_stop_row_gives_the_final_measured_gain() -> None:
+    from bot.bench.tuners import render_trace, trace_rows
+    from bot.core.records import Change
+    from bot.core.state import Campaign, RunRef, Step
+
+    kept = Step(n=1, change=Change(lever="training.local_batch_size", after=2), levers={"training.local_batch_size": 2}, kept=True, gain=0.123)
+    state = Campaign(id="c", recipe_path="r", recipe_id="m/c", budget=1.0, baseline_levers={}, finish_reason="policy stopped",
+                     baseline=[RunRef(kind="baseline", outcome="ok", tps=100.0)], incumbent_tps=112.3, steps=[kept])
+    step, stop = trace_rows(state)
+    assert step["decision"] == "kept" and step["measured_gain"] == pytest.approx(0.123)
+    assert stop["change"] == "stop" and stop["decision"] == "final measured gain +12.3%"
+    assert "final measured gain +12.3%" in render_trace("m/c", {"attune": [stop]})
+
+
+# --- attune bench tuners: bad flags are one line, exit 2, and nothing runs -------------------------------------------
+
+def _bench_tuners(*args: str, env: dict[str, str] | None = None):
+    from crash_helpers import REPO, attune
+
+    return attune(REPO, "bench", "tuners", *args, env={"ANTHROPIC_API_KEY": "", **(env or {})}, timeout=60)
+
+
+def _refused(proc, needle: str) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr)
+    lines = proc.stderr.strip("\n").splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attune: ") and "Traceback" not in proc.stderr, proc.stderr
+    assert needle in lines[0], lines[0]
+    assert proc.stdout == ""  # nothing ran: no campaign, no report
+    return lines[0]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--policies", "claude"], "--policies: claude needs ANTHROPIC_API_KEY set"),
+    (["--policies", "attune,claude", "--tasks", "llama3.1-8b/h100x8"], "--policies: claude needs ANTHROPIC_API_KEY set"),
+    (["--tasks", ""], "--tasks: expected a comma list of names; got ''"),
+    (["--tasks", ","], "--tasks: expected a comma list of names; got ','"),
+    (["--policies", ""], "--policies: expected a comma list of names; got ''"),
+    (["--policies", ","], "--policies: expected a comma list of names; got ','"),
+    (["--seeds", "0"], "--seeds: expected at least 1; got 0"),
+    (["--seeds", "-2"], "--seeds: expected at least 1; got -2"),
+    (["--recipe", "recipes/llama3-tiny/cpu.yaml"], "--recipe recipes/llama3-tiny/cpu.yaml: cluster.launcher is 'local'; bench tuners runs simulated"),
+    (["--recipe", "recipes/llama3.1-8b/h100x8.yaml", "--recipe", "recipes/llama3.1-8b/h100x8.yaml"],
+     "--recipe recipes/llama3.1-8b/h100x8.yaml: given twice; give each recipe once"),
+    (["--recipe", "recipes/llama3.1-8b/h100x8.yaml", "--recipe", "recipes/../recipes/llama3.1-8b/h100x8.yaml"],
+     "--recipe recipes/../recipes/llama3.1-8b/h100x8.yaml: given twice (also as recipes/llama3.1-8b/h100x8.yaml)"),
+    (["--recipe", "no/such.yaml"], "--recipe no/such.yaml: no such recipe"),
+])
+def test_bad_bench_tuners_flags_are_refused_before_anything_runs(args: list[str], needle: str) -> None:
+    _refused(_bench_tuners(*args), needle)
+
+
+def test_an_unknown_task_among_known_ones_is_named_with_the_known_ones() -> None:
+    line = _refused(_bench_tuners("--tasks", "glm-4.5,bogus", "--policies", "greedy"), "--tasks: no task is called bogus; expected")
+    assert "glm-4.5/h100x128" in line and "llama3.1-8b/h100x8" in line and "glm-4.5," not in line.split(";")[0]
+
+
+def test_the_same_task_from_two_files_is_refused(small_recipe: Path, tmp_path: Path) -> None:
+    twin = tmp_path / "twin.yaml"
+    twin.write_text(small_recipe.read_text())
+    _refused(_bench_tuners("--recipe", str(small_recipe), "--recipe", str(twin)),
+             f"--recipe {twin}: the same task (llama3.1-8b/h100x8-test) as {small_recipe}")
+
+
+def test_a_recipe_on_hardware_the_simulator_does_not_know_is_refused_before_any_task_runs(small_recipe: Path, tmp_path: Path) -> None:
+    """``check_runnable`` (was a KeyError traceback from the first campaign's baseline)."""
+    alien = tmp_path / "alien.yaml"
+    alien.write_text(small_recipe.read_text().replace("hardware: h100-sxm-80gb", "hardware: tpu9"))
+    assert "tpu9" in alien.read_text()
+    _refused(_bench_tuners("--recipe", str(small_recipe), "--recipe", str(alien), "--policies", "greedy"),
+             f"{alien}:")
+    line = _refused(_bench_tuners("--recipe", str(alien), "--policies", "greedy"), "cluster.hardware: 'tpu9' is unknown to the simulator")
+    assert "h100-sxm-80gb" in line
+
+
+def test_claude_runs_only_with_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the key set the flag check passes (the run itself is stopped at --trace, before any campaign)."""
+    proc = _bench_tuners("--policies", "claude", "--tasks", "glm-4.5", "--trace", "mixtral-8x22b", env={"ANTHROPIC_API_KEY": "sk-test"})
+    _refused(proc, "--trace: mixtral-8x22b is not one of the tasks run")
+
+
+def test_bench_tuners_loads_each_recipe_once(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from collections import Counter
+
+    import bot.bench.tuners as tuners
+    import bot.core.recipe as recipe_module
+    from bot.cli import main
+
+    loads: Counter[Path] = Counter()
+    real = recipe_module.load_recipe
+
+    def counting(path):
+        loads[Path(path).resolve()] += 1
+        return real(path)
+
+    monkeypatch.setattr(recipe_module, "load_recipe", counting)
+    monkeypatch.setattr(tuners, "load_recipe", counting)
+    assert main(["bench", "tuners", "--tasks", "llama3.1-8b/h100x8", "--policies", "greedy", "--seeds", "1"]) == 0
+    assert "| greedy" in capsys.readouterr().out
+    assert loads and set(loads.values()) == {1}, loads  # every recipe of the repository once, the one run too
