@@ -21,6 +21,7 @@ last stdout line is one JSON object. Shared pieces (exit codes, ``UsageError``, 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from bot.cli import bench, campaign, doctor, gate, github, leaderboard, lessons, recipe, run, sim
@@ -64,6 +65,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+EXIT_SIGPIPE = 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader went away
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``attune recipe show R | head``): stop quietly, as Unix tools do, not with a
+    traceback. stdout is pointed at /dev/null so the interpreter's flush at exit cannot fail again (the recipe of
+    https://docs.python.org/3/library/signal.html#note-on-sigpipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_SIGPIPE
 
 
 if __name__ == "__main__":

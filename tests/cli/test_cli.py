@@ -165,3 +165,15 @@ def test_run_refuses_a_limit_that_is_not_a_number(tmp_path: Path) -> None:
     proc = attune("run", str(GLM), "--out", str(tmp_path), "--max-wall-s", "soon")
     assert proc.returncode == 2 and "argument --max-wall-s: invalid float value: 'soon'" in proc.stderr  # argparse's usage error
     assert "Traceback" not in proc.stderr and not (tmp_path / "record.json").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``attune recipe show R | head`` used to end in a BrokenPipeError traceback: the reader's end is closed before
+    the command writes, so its first write fails."""
+    proc = subprocess.Popen([str(ATTUNE), "recipe", "show", "recipes/llama3.1-8b/h100x8.yaml"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141, err  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
+    assert err == ""
