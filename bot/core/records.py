@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bot.core.textfile import read_utf8
 
@@ -60,6 +60,9 @@ class LaunchShape(BaseModel):
 
 
 class StepMetric(BaseModel):
+    # a diverged run logs "loss: nan": written as NaN (not pydantic's default null, which reads back as no number),
+    # so its record round-trips and the gate sees the divergence
+    model_config = ConfigDict(ser_json_inf_nan="constants")
     step: int
     loss: float
     grad_norm: float | None = None
@@ -72,6 +75,9 @@ class StepMetric(BaseModel):
 
 
 class RunSummary(BaseModel):
+    # a diverged run logs "loss: nan": written as NaN (not pydantic's default null, which reads back as no number),
+    # so its record round-trips and the gate sees the divergence
+    model_config = ConfigDict(ser_json_inf_nan="constants")
     steps_completed: int = 0
     tokens_per_step: int | None = None
     tps_median: float | None = None  # per device, steps after warm-up (never step 1)
@@ -88,6 +94,9 @@ class RunSummary(BaseModel):
 
 
 class RunRecord(BaseModel):
+    # a diverged run logs "loss: nan": written as NaN (not pydantic's default null, which reads back as no number),
+    # so its record round-trips and the gate sees the divergence
+    model_config = ConfigDict(ser_json_inf_nan="constants")
     schema_version: int = SCHEMA_VERSION
     run_id: str
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))

@@ -13,7 +13,7 @@ campaign closes the step with the reason instead of waiting forever: a run is fe
 it, a calibration as "no loss band" with that reason. Nothing in the artifact directory is read then.
 
 Nothing there (the runner died, the artifact expired or was never uploaded) or something unreadable is a result
-too: a run is fed as a crash whose reason says the record was missing, a calibration as "no loss band" (tier-R/N
+too: a run is fed as a crash whose reason says why no run record could be used, a calibration as "no loss band" (tier-R/N
 steps then fail closed). The handler answers only the run the campaign waits for (same kind, step, attempt and
 measured sha), so a re-delivered result changes nothing.
 """
@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from github import UnknownObjectException
-from pydantic import ValidationError
 
 from bot import campaign as cm
 from bot.core.recipe import parse_recipe_text
-from bot.core.records import RunRecord
+from bot.core.records import RunRecord, read_model
 from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import GitHubForge
 from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
@@ -39,15 +38,17 @@ CALIBRATED_FILE = "calibrated.json"  # the runner's own summary: for its log, ne
 CALIBRATION_RUNS = "calibration"  # the calibration runs' records, one file each (bot.campaign.gating.record_name)
 
 
-def _read(path: Path, model: Any) -> tuple[Any, str]:
+def _read(path: Path, model: type[RunRecord]) -> tuple[RunRecord | None, str]:
     """(the parsed file, "") or (None, why not)."""
+    if path.is_dir():
+        return None, f"{path.name} in the run's artifact is a folder, not a file"
     if not path.is_file():
         return None, f"no {path.name} in the run's artifact"
     try:
-        return model.model_validate_json(path.read_text()), ""
-    except (OSError, ValueError, ValidationError) as exc:
+        return read_model(path, model, "run record"), ""
+    except (OSError, ValueError) as exc:  # ValueError: the file and its first wrong field, or the byte that is not UTF-8
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return None, f"{path.name} could not be read ({first[:200]})"
+        return None, f"{path.name} could not be read ({first.replace(str(path), path.name)[:200]})"
 
 
 def expected(forge: GitHubForge, state: cm.Campaign, sha: str, job_wall_s: float | None) -> Expected:
@@ -70,7 +71,7 @@ def recompute_calibration(result_dir: Path, reference: RunRecord | None, baselin
         record, why = _read(Path(result_dir) / CALIBRATION_RUNS / record_name(sid), RunRecord)
         if record is None:
             return cm.Calibrated(note=f"no loss band: {why} (run job: {job}); tier-R/N steps fail closed")
-        run_known = known.model_copy(update={"recipe_text": spec.recipe_text})
+        run_known = known.model_copy(update={"recipe_text": spec.recipe_text, "recipe": parse_recipe_text(spec.recipe_text, spec.label)})
         problem = calibration_problem(record, run_known, spec.hook)
         if problem:
             return cm.Calibrated(note=f"no loss band: calibration run {spec.label} refused: {problem}; tier-R/N steps fail closed")
@@ -149,7 +150,7 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
         ports.settle()
         return f"campaign {state.id}: pair {want_attempt} of step {n} {run.outcome}; phase {state.phase}"
     record, why = _read(Path(result_dir) / RECORD_FILE, RunRecord)
-    why = f"the run record was missing: {why}"
+    why = f"no usable run record: {why}"
     problem = record_problem(record, known) if record is not None else None
     if problem is not None:
         record, why = None, f"the upload was refused: {problem}"
@@ -179,24 +180,26 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
     inc_text = forge.read_file(state.recipe_path, base_sha)
     if inc_text != forge.read_file(state.recipe_path):
         return crash(f"the recipe at the pair's incumbent sha {base_sha} is not the default branch's now")
-    sides: dict[str, cm.RunRef] = {}
-    hours = 0.0
+    records: dict[str, RunRecord] = {}
     for side, exp in (("incumbent", Expected(sha=base_sha, recipe_text=inc_text, recipe=parse_recipe_text(inc_text, state.recipe_path))),
                       ("candidate", known)):
         record, why = _read(result_dir / side / RECORD_FILE, RunRecord)
         if record is None:
-            return crash(f"the pair's {side} record was missing: {why}")
+            return crash(f"no usable {side} record of the pair: {why}")
         problem = record_problem(record, exp.model_copy(update={"job_wall_s": job_wall_s}), check_hours=False)
         if problem:
             return crash(f"the upload was refused: {side}: {problem}")
-        hours += record.summary.device_hours
-        where = ports.put_run(state.id, executor_run_key(f"pair-{side}", action.n, action.k), record)
-        sides[side] = cm.RunRef.of(record, kind="pair", n=action.n, attempt=action.k, ref=where)
+        records[side] = record
+    hours = sum(record.summary.device_hours for record in records.values())
     real = known.recipe.cluster.launcher != "sim"
     if real and job_wall_s is not None and hours > known.recipe.devices * job_wall_s / 3600.0 * WALL_SLACK:
         return crash(f"the upload was refused: the pair's device_hours {hours:.6g} are more than the run job's wall time allows")
     if real and job_wall_s is None and hours > 0:
         return crash("the upload was refused: the run job's wall time is unknown, so its device-hours cannot be checked")
+    sides: dict[str, cm.RunRef] = {}  # stored only now that both sides are believed: a refused pair stores nothing
+    for side, record in records.items():
+        where = ports.put_run(state.id, executor_run_key(f"pair-{side}", action.n, action.k), record)
+        sides[side] = cm.RunRef.of(record, kind="pair", n=action.n, attempt=action.k, ref=where)
     return pair_ref(action, sides["incumbent"], sides["candidate"], hours)
 
 

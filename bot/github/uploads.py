@@ -8,6 +8,8 @@ knows independently:
 - a real (not simulated) record's ``device_hours`` are >= 0 and at most the run job's wall time (from the Actions
   API) x the recipe's devices; a simulated record is only accepted for a ``launcher: sim`` recipe (and a real one
   only for a real recipe);
+- it names the recipe at that sha (``recipe_id``, model, hardware, levers, pinned values, launcher and shape: the
+  leaderboard files a result by them), and every number in it is finite, rates, times and amounts >= 0;
 - every string field is length-capped, and the names a results path is built from (model, hardware, run id) use
   only ``[A-Za-z0-9._-]``;
 - a calibration's loss band is recomputed here from the uploaded calibration run records, each checked like a run
@@ -52,6 +54,51 @@ def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
     return []
 
 
+def _numbers(value: Any, path: str = "") -> list[tuple[str, float]]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [(path, float(value))]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _numbers(v, f"{path}.{k}")]
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _numbers(v, f"{path}[{i}]")]
+    return []
+
+
+# measured quantities that cannot be negative (a loss may be: it is only compared, never a rate or an amount)
+NON_NEGATIVE = re.compile(r"^\.(summary\.(?!loss_)\w+|steps\[\d+\]\.(?!loss$)\w+|spans_ms\..*|breakdown\..*|usd_per_device_hour)$")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def identity_problem(record: RunRecord, recipe: Recipe) -> str | None:
+    """A field in which ``record`` says it ran something other than ``recipe`` (the recipe at the measured sha): the
+    leaderboard files and labels a result by these, so a record may not claim another model, cluster or layout."""
+    claims = {"recipe_id": (record.recipe_id, recipe.name), "model": (record.model, recipe.workload.model),
+              "hardware": (record.hardware, recipe.cluster.hardware), "levers": (record.levers, recipe.levers),
+              "pinned": (record.pinned, recipe.pinned), "launch.launcher": (record.launch.launcher, recipe.cluster.launcher),
+              "launch.nodes": (record.launch.nodes, recipe.cluster.nodes),
+              "launch.devices_per_node": (record.launch.devices_per_node, recipe.cluster.devices_per_node)}
+    for name, (got, want) in claims.items():
+        if got != want:
+            return f"the record's {name} {_short(got)} is not the recipe's {_short(want)} at the measured sha"
+    return None
+
+
+def number_problem(record: RunRecord) -> str | None:
+    """The first number of ``record`` that no run measures: not finite (NaN, inf), or a negative rate, time or amount."""
+    for where, number in _numbers(record.model_dump(exclude={"launch"})):
+        if not math.isfinite(number):
+            return f"field {where.lstrip('.')}: {number!r}, expected a finite number"
+        if number < 0 and NON_NEGATIVE.match(where):
+            return f"field {where.lstrip('.')}: {number!r}, expected a number >= 0"
+    return None
+
+
 def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool = True) -> str | None:
     """Why ``record`` cannot be believed for the run ``expected`` describes (None: it can). ``check_hours``: bound a
     real record's device-hours by the run job's wall time (off for calibration runs, whose sum is bounded instead)."""
@@ -59,6 +106,9 @@ def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool =
         return f"the record's git_commit {str(record.git_commit)[:40]!r} is not the measured sha {expected.sha}"
     if record.recipe_hash != content_hash(expected.recipe_text):
         return "the record's recipe_hash is not the hash of the recipe at the measured sha"
+    problem = identity_problem(record, expected.recipe) or number_problem(record)
+    if problem is not None:
+        return problem
     simulated = expected.recipe.cluster.launcher == "sim"
     if record.simulated != simulated:
         return f"a {'simulated' if record.simulated else 'real'} record for a {'simulated' if simulated else 'real'} recipe"

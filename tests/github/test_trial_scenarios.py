@@ -82,6 +82,18 @@ def record(recipe: Recipe, tps: float | None, *, outcome: str = "ok", losses: li
     )
 
 
+def stamped(rec: RunRecord, text: str, sha: str) -> RunRecord:
+    """``rec`` as a runner checked out at ``sha`` writes it: its commit, the hash of the recipe ``text`` there and what
+    that recipe names (id, model, hardware, levers, pinned values, launcher and shape)."""
+    recipe = parse_recipe_text(text)
+    c = recipe.cluster
+    launch = rec.launch.model_copy(update={"launcher": c.launcher, "nodes": c.nodes, "devices_per_node": c.devices_per_node,
+                                           "world_size": recipe.devices})
+    return rec.model_copy(update={"git_commit": sha, "recipe_hash": content_hash(text), "recipe_id": recipe.name,
+                                  "model": recipe.workload.model, "hardware": c.hardware, "levers": recipe.levers,
+                                  "pinned": recipe.pinned, "launch": launch})
+
+
 @pytest.fixture
 def gh(contract: Contract):
     fake = FakeGitHub(contract).start()
@@ -140,11 +152,11 @@ class Flow:
             for side, sha, rec in (("incumbent", base_sha, result[0]), ("candidate", inputs["sha"], result[1])):
                 text = self.gh.file(inputs["recipe"], sha)
                 (out / side).mkdir()
-                (out / side / "record.json").write_text(rec.model_copy(update={"git_commit": sha, "recipe_hash": content_hash(text)}).model_dump_json())
+                (out / side / "record.json").write_text(stamped(rec, text, sha).model_dump_json())
         elif isinstance(result, RunRecord):
             if as_runner and inputs["sha"] in self.gh.commits:  # (a result for a sha that does not exist stays as it is)
                 text = self.gh.file(inputs["recipe"], inputs["sha"])
-                result = result.model_copy(update={"git_commit": inputs["sha"], "recipe_hash": content_hash(text)})
+                result = stamped(result, text, inputs["sha"])
             (out / "record.json").write_text(result.model_dump_json())
         elif isinstance(result, cm.Calibrated):
             self.write_calibration(out, result.device_hours)
@@ -166,8 +178,7 @@ class Flow:
         specs = calibration_plan(baseline_text, reference)
         (out / "calibration").mkdir()
         for sid, spec in specs.items():
-            rec = reference.model_copy(update={"run_id": f"cal{len(sid)}", "recipe_hash": content_hash(spec.recipe_text),
-                                               "hook": spec.hook, "git_commit": "0" * 40})
+            rec = stamped(reference, spec.recipe_text, "0" * 40).model_copy(update={"run_id": f"cal{len(sid)}", "hook": spec.hook})
             rec.summary.device_hours = device_hours / len(specs)
             (out / "calibration" / record_name(sid)).write_text(rec.model_dump_json())
 
@@ -354,12 +365,12 @@ def test_a_trial_without_a_record_is_a_crash_and_closes_the_step(gh, forge, tmp_
 
     assert "trial run crash" in out
     run = flow.state().step(1).runs[0]
-    assert run.outcome == "crash" and "the run record was missing" in run.reason and why in run.reason
+    assert run.outcome == "crash" and "no usable run record" in run.reason and why in run.reason
     assert "run job: failure" in run.reason and run.record == ""
     pull = gh.pulls[pr]
     assert pull.state == "closed" and pull.merged_at is None
     closing = next(c for c in flow.bot_comments(pr) if "closed" in c.splitlines()[0])
-    assert "trial crash" in closing and "the run record was missing" in closing
+    assert "trial crash" in closing and "no usable run record" in closing
     assert (measured, "failure") in {(s.sha, s.state) for s in gh.statuses if s.context == GATE_CONTEXT}
     assert flow.state().phase == "finished"
 
@@ -369,7 +380,7 @@ def test_a_baseline_without_a_record_ends_the_campaign_cleanly(gh, forge, tmp_pa
     flow.start()
     assert "baseline run crash" in flow.answer(None, job="cancelled")
     state = flow.state()
-    assert state.phase == "finished" and "the run record was missing" in state.finish_reason
+    assert state.phase == "finished" and "no usable run record" in state.finish_reason
     assert [d["inputs"]["kind"] for d in gh.dispatches] == ["baseline"]
 
 
@@ -500,16 +511,27 @@ def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
     ({"simulated": True}, "a simulated record for a real recipe"),
     ({"run_id": "../../etc/passwd"}, "run_id"),
     ({"reason": "x" * 10_000}, "field reason"),
-], ids=["device-hours", "commit", "recipe-hash", "simulated", "path", "long-string"])
+    ({"recipe_id": "llama3.1-405b/h200x128"}, "the record's recipe_id 'llama3.1-405b/h200x128' is not the recipe's 'llama3-tiny/cpu'"),
+    ({"model": "llama3.1-405b"}, "the record's model 'llama3.1-405b' is not the recipe's"),
+    ({"hardware": "h200"}, "the record's hardware 'h200' is not the recipe's 'cpu'"),
+    ({"levers": {"x": 1}}, "the record's levers {'x': 1} is not the recipe's"),
+    ({"summary.tps_median": float("nan")}, "field summary.tps_median: nan, expected a finite number"),
+    ({"summary.tps_median": -5.0}, "field summary.tps_median: -5.0, expected a number >= 0"),
+    ({"summary.tps_median": float("inf")}, "field summary.tps_median: inf, expected a finite number"),
+    ({"steps.2.loss": float("nan")}, "field steps[2].loss: nan, expected a finite number"),
+], ids=["device-hours", "commit", "recipe-hash", "simulated", "path", "long-string", "other-recipe", "other-model",
+        "other-hardware", "other-levers", "nan-tps", "negative-tps", "inf-tps", "nan-loss"])
 def test_an_upload_that_lies_is_a_crash_never_a_measurement(gh, forge, tmp_path, lie, why) -> None:
     flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
     flow.through_calibration()
     trial = flow.last
     text = gh.file(trial["recipe"], trial["sha"])
-    rec = record(flow.recipe, 5000.0, run_id="t1").model_copy(update={"git_commit": trial["sha"], "recipe_hash": content_hash(text)})
+    rec = stamped(record(flow.recipe, 5000.0, run_id="t1"), text, trial["sha"])
     for key, value in lie.items():
         if key.startswith("summary."):
             setattr(rec.summary, key.split(".", 1)[1], value)
+        elif key.startswith("steps."):
+            setattr(rec.steps[int(key.split(".")[1])], key.split(".")[2], value)
         else:
             rec = rec.model_copy(update={key: value})
     # the run job ran 10 minutes on the recipe's one device: at most 1/6 device-hour
@@ -518,6 +540,9 @@ def test_an_upload_that_lies_is_a_crash_never_a_measurement(gh, forge, tmp_path,
     run = flow.state().step(1).runs[0]
     assert run.outcome == "crash" and run.tps is None and "the upload was refused" in run.reason and why in run.reason
     assert gh.pulls[int(trial["pr"])].merged_at is None
+    assert flow.state().model_dump_json()  # the stored state stays readable: no NaN written as null
+    cid = flow.state().id
+    assert gh.file(f"campaigns/{cid}/step-1-trial.json", records_branch(cid)) is None  # nothing of it was stored
 
 
 def test_device_hours_cannot_be_checked_without_the_job_wall_time_so_the_record_is_refused(gh, forge, tmp_path) -> None:
@@ -690,7 +715,7 @@ def test_a_pair_is_believed_only_for_the_incumbent_check_trial_named(gh, forge, 
         (out / side).mkdir(parents=True)
         text = gh.file(pair["recipe"], pair["sha"])
         rec = record(flow.recipe, 900.0 if side == "incumbent" else 1300.0, run_id=side[0])
-        (out / side / "record.json").write_text(rec.model_copy(update={"git_commit": pair["sha"], "recipe_hash": content_hash(text)}).model_dump_json())
+        (out / side / "record.json").write_text(stamped(rec, text, pair["sha"]).model_dump_json())
     said = trial_results.handle(forge, out, campaign=pair["campaign"], issue=int(pair["issue"]), pr=int(pair["pr"]), sha=pair["sha"],
                                 kind="pair", attempt=1, job_wall_s=3600.0, base_sha=pair["sha"], policy=flow.policy, lessons=[])
     assert "pair 1 of step 1 crash" in said
