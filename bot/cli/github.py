@@ -43,6 +43,7 @@ def _run_job_wall(forge: Any, run_id: str) -> float | None:
 
 
 def cmd_handle(args: argparse.Namespace) -> int:
+    from github import UnknownObjectException
     from pydantic import ValidationError
 
     from bot.forge.github import GitHubForgeError
@@ -73,18 +74,46 @@ def cmd_handle(args: argparse.Namespace) -> int:
             print(route(name, payload, lambda issue: _forge(args, issue), issue=args.issue))
         except EventError as exc:
             return _fail(str(exc))
-    except (KeyError, TypeError, ValidationError) as exc:
-        return _fail(f"bad payload: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}")
+    except (KeyError, TypeError, AttributeError, OverflowError, ValidationError) as exc:  # a field of the wrong kind
+        return _fail(f"bad payload: {_first_line(exc)}")
+    except UnknownObjectException as exc:  # an issue, pull request or commit the event names that does not exist
+        return _fail(f"not found on GitHub: {_first_line(exc)}")
     except (GitHubForgeError, ValueError) as exc:  # no token or repository, no campaign where the event says one is
-        return _fail(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+        return _fail(_first_line(exc))
     return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+
+
+def _output_problem(path: str, *, make_folders: bool = False) -> str | None:
+    """Why the file ``path`` (``--github-output``, ``--out``) cannot be written, found before any work is done;
+    ``make_folders``: its missing folders will be made (then the nearest existing one must be a folder)."""
+    target = Path(path)
+    if target.is_dir():
+        return f"{path}: is a folder; expected a file"
+    folder = target.parent
+    while make_folders and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{path}: {folder} is {'a file' if folder.exists() else 'missing'}; expected a folder there"
+    return None
 
 
 def cmd_check_trial(args: argparse.Namespace) -> int:
     """May the self-hosted job run? (:mod:`bot.github.check_trial`); writes its outputs to $GITHUB_OUTPUT."""
+    from bot.forge.github import GitHubForgeError
     from bot.github.check_trial import check_trial
 
-    lines, reason = check_trial(_forge(args), pr=args.pr, sha=args.sha, campaign=args.campaign, kind=args.kind,
+    problem = _output_problem(args.github_output) if args.github_output else None
+    if problem:
+        return _fail(f"--github-output {problem}")
+    try:
+        forge = _forge(args)
+    except (GitHubForgeError, ValueError) as exc:  # no token or repository, or a repository not named owner/name
+        return _fail(_first_line(exc))
+    lines, reason = check_trial(forge, pr=args.pr, sha=args.sha, campaign=args.campaign, kind=args.kind,
                                 recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits, issue=args.issue,
                                 order=args.order)
     if args.github_output:
@@ -101,14 +130,32 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     that cannot be made is still written (no band, with the reason), so the campaign goes on with tier-R/N steps
     failing closed."""
     from bot.campaign.gating import calibrate_loss_band
+    from bot.core.recipe import RecipeError, parse_recipe_text
     from bot.core.records import atomic_write_text, read_record
+    from bot.core.textfile import read_utf8
     from bot.github.trial_results import CALIBRATION_RUNS
 
+    if args.jobs < 1:
+        return _fail(f"calibrate: --jobs: expected at least 1; got {args.jobs}")
+    problem = _output_problem(args.out, make_folders=True)
+    if problem:
+        return _fail(f"calibrate: --out {problem}")
     try:
-        text = Path(args.recipe).read_text()
+        text = read_utf8(args.recipe)
+        recipe = parse_recipe_text(text, args.recipe)
+    except OSError as exc:
+        return _fail(f"calibrate: --recipe: {args.recipe}: cannot read it ({exc.strerror or exc})")
+    except (ValueError, RecipeError) as exc:  # the file, its line and field (or the byte that is not UTF-8)
+        return _fail(f"calibrate: --recipe: {_first_line(exc)}")
+    try:
         reference = read_record(args.reference)
-    except (OSError, ValueError) as exc:
-        return _fail(f"calibrate: {exc}")
+    except OSError as exc:
+        return _fail(f"calibrate: --reference: {args.reference}: cannot read it ({exc.strerror or exc})")
+    except ValueError as exc:  # the file and its first wrong field
+        return _fail(f"calibrate: --reference: {_first_line(exc)}")
+    if reference.recipe_id != recipe.name:
+        return _fail(f"calibrate: --reference {args.reference}: a run record of {reference.recipe_id}, not of the --recipe "
+                     f"{recipe.name}; expected the campaign baseline's record")
     event = calibrate_loss_band(text, reference, cache_dir=Path(args.cache_dir), jobs=args.jobs,
                                 records_out=Path(args.out).parent / CALIBRATION_RUNS)
     atomic_write_text(args.out, event.model_dump_json(indent=1) + "\n")
@@ -128,7 +175,7 @@ def cmd_publish_leaderboard(args: argparse.Namespace) -> int:
         text = render(collect(find_repo().root))
         print(publish(_forge(args), text, run=args.run_id or os.environ.get("GITHUB_RUN_ID", "") or "0"))
     except (GitHubForgeError, RepoError, ValueError) as exc:
-        return _fail(str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+        return _fail(_first_line(exc))
     return 0
 
 

@@ -157,3 +157,66 @@ def test_publish_leaderboard_regenerates_from_the_checkout_and_merges_it_through
     gh.seed({"leaderboard.md": "stale again\n"})
     assert cli.cmd_publish_leaderboard(argparse.Namespace(run_id="$(id)", repo=None, token_env="GITHUB_TOKEN")) == 2
     assert capsys.readouterr().err.strip().startswith("attune github: run '$(id)': expected the workflow run id")
+
+
+def test_calibrate_refuses_bad_flags_before_any_run(tmp_path, capsys) -> None:
+    """Each is one line naming the flag, and no calibration run starts (the runs take minutes on a runner)."""
+    from test_trial_scenarios import record
+
+    from bot.core.recipe import parse_recipe_text
+
+    recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
+    reference = tmp_path / "baseline-1.json"
+    reference.write_text(record(recipe, 500.0, simulated=True).model_dump_json())
+    other = tmp_path / "other-1.json"
+    other.write_text(record(parse_recipe_text((ROOT / RECIPE).read_text(), RECIPE), 500.0).model_dump_json())
+    (tmp_path / "a-file").write_text("")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("workload: [\n")
+    good = {"recipe": str(ROOT / SIM_RECIPE), "reference": str(reference), "out": str(tmp_path / "run" / "calibrated.json"),
+            "cache_dir": str(tmp_path / "cache"), "jobs": 1}
+    cases = [
+        ({"jobs": 0}, "calibrate: --jobs: expected at least 1; got 0"),
+        ({"out": str(tmp_path)}, f"calibrate: --out {tmp_path}: is a folder; expected a file"),
+        ({"out": str(tmp_path / "a-file" / "x.json")}, f"{tmp_path / 'a-file'} is a file; expected a folder there"),
+        ({"recipe": str(bad_yaml)}, f"calibrate: --recipe: {bad_yaml}:"),
+        ({"reference": str(other)}, "a run record of llama3-tiny/cpu, not of the --recipe llama3.1-405b/h200x128"),
+    ]
+    for change, needle in cases:
+        assert cli.cmd_calibrate(argparse.Namespace(**(good | change))) == 2, change
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (change, err)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+def test_check_trial_refuses_an_output_it_cannot_write_and_a_repository_not_named_owner_name(tmp_path, capsys, monkeypatch) -> None:
+    args = {"pr": 0, "sha": "", "campaign": "c", "runner_labels": '["gpu"]', "recipe": RECIPE, "kind": "", "repo": None,
+            "token_env": "GITHUB_TOKEN", "github_output": str(tmp_path), "limits": "{}", "issue": None, "order": ""}
+    assert cli.cmd_check_trial(argparse.Namespace(**args)) == 2
+    assert f"--github-output {tmp_path}: is a folder" in capsys.readouterr().err
+    monkeypatch.setenv("GITHUB_REPOSITORY", "foo")
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    assert cli.cmd_check_trial(argparse.Namespace(**(args | {"github_output": str(tmp_path / "out")}))) == 2
+    assert "'foo'" in capsys.readouterr().err and not (tmp_path / "out").exists()
+    monkeypatch.delenv("GITHUB_REPOSITORY")
+    monkeypatch.delenv("GITHUB_TOKEN")
+    monkeypatch.delenv("ATTUNE_GITHUB_TOKEN", raising=False)
+    assert cli.cmd_check_trial(argparse.Namespace(**(args | {"github_output": str(tmp_path / "out")}))) == 2
+    assert "GITHUB_REPOSITORY" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "payload", "needle"), [
+    ("workflow_dispatch", {"inputs": "x"}, "bad payload: "),
+    ("issue_comment", {"action": "created", "issue": {"number": 1, "body": ""}, "comment": {"id": 1, "body": 7, "user": {"login": "a"}}},
+     "bad payload: "),
+])
+def test_handle_names_a_payload_field_of_the_wrong_kind_in_one_line(gh, tmp_path, capsys, name, payload, needle) -> None:
+    """A field of the wrong kind was an AttributeError traceback (``comment.body: 7`` has no ``splitlines``)."""
+    import json
+
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(payload))
+    args = argparse.Namespace(trial_result=None, event_path=str(event), event_name=name, issue=None, repo=None, token_env="GITHUB_TOKEN")
+    assert cli.cmd_handle(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attune github: {needle}") and len(err.strip().splitlines()) == 1, err
