@@ -379,6 +379,7 @@ class Measurement(BaseModel):
     record: str
     hardware: Text
     model: Text
+    simulated: bool = False  # measured in the simulator: the lesson says so (a simulated number is labelled simulated)
 
     @field_validator("record")
     @classmethod
@@ -402,7 +403,7 @@ def propose_lessons(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str,
         m = Measurement.model_validate(raw)
         if not m.kept or m.gain <= 0:
             continue
-        key = (m.lever, repr(m.from_), repr(m.to), m.model, m.hardware)
+        key = (m.lever, repr(m.from_), repr(m.to), m.model, m.hardware)  # (a campaign's steps are all simulated or none)
         groups.setdefault(key, []).append(m)
     proposed: list[dict[str, Any]] = []
     for (lever, _, _, model, hardware), group in groups.items():
@@ -413,7 +414,8 @@ def propose_lessons(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str,
             "title": f"{lever}: {first.from_!r} -> {first.to!r} on {model} / {hardware}",
             "when": {"field": f"levers.{lever}", "op": "eq", "value": first.from_},
             "try": [{"lever": lever, "value": first.to}],
-            "why": f"Measured {gain:+.1%} tokens/s on {model} / {hardware} over {len(group)} kept step(s).",
+            "why": (f"SIMULATED (the simulator, not a measurement): {gain:+.1%} tokens/s" if first.simulated else f"Measured {gain:+.1%} tokens/s")
+                   + f" on {model} / {hardware} over {len(group)} kept step(s).",
             "source": first.record,
             "applies_to": {"models": [model], "hardware": [hardware]},
             "priority": max(1, min(99, round(gain * 100))),

@@ -216,7 +216,9 @@ def usd_per_million_tokens(usd_per_device_hour: float, tps_per_device: float) ->
 def _commit_of(repo: Path, path: Path) -> str:
     try:
         out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "-1", "--", str(path.relative_to(repo))],
-                             cwd=repo, capture_output=True, text=True, timeout=10)
+                             cwd=repo, capture_output=True, text=True, timeout=10, start_new_session=True)  # a Ctrl-C: not git's
+        if out.returncode != 0:  # git failed (or was killed): the commit is not known, which is not "uncommitted"
+            return "unknown"
         return out.stdout.strip() or "uncommitted"
     except (OSError, ValueError, subprocess.SubprocessError):
         return "unknown"

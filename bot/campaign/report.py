@@ -298,6 +298,7 @@ def render_diagnosis(record: RunRecord) -> str:
 def summary_json(state, repo: Any) -> dict[str, Any]:
     return {
         "campaign": state.id, "repo": str(repo), "recipe": state.recipe_path, "policy": state.policy,
+        "simulated": any(r.simulated for r in state.baseline),  # its numbers are the simulator's, not measurements
         "baseline_tps": state.baseline_tps, "final_tps": state.incumbent_tps, "gain": state.gain,
         "noise_band": state.band.band if state.band else None, "min_gain": state.min_gain, "confidence": state.confidence,
         "max_pairs": state.max_pairs, "budget": state.budget, "device_hours": state.spent,

@@ -16,6 +16,7 @@ import math
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -164,7 +165,7 @@ def _check_committed(repo: Path, recipe_rel: str, forge: str) -> None:
     """The local forge branches every step from the recipe as committed on the base branch and merges kept steps
     into the working tree: a recipe with uncommitted changes, or one git does not track, would be tuned as it is not
     on disk and fail at the first merge. The in-memory forge (``--forge none``) reads the file as it is."""
-    from bot.core.repo import uncommitted
+    from bot.core.repo import staged, uncommitted
 
     if forge != "local":
         return
@@ -172,6 +173,11 @@ def _check_committed(repo: Path, recipe_rel: str, forge: str) -> None:
     if why is not None:
         raise UsageError(f"{recipe_rel}: {why}; a campaign's steps branch from the recipe as committed: "
                          f"commit it first (`git -C {repo} add {recipe_rel} && git -C {repo} commit`)")
+    held = staged(repo)
+    if held:
+        raise UsageError(f"{repo}: {len(held)} staged change(s) ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); a "
+                         "local-forge campaign merges its kept steps into this checkout, and git refuses to merge into "
+                         f"an index with staged changes: commit or unstage them first (`git -C {repo} restore --staged .`)")
 
 
 def _check_results(repo: Path, forge: str) -> None:
@@ -184,8 +190,17 @@ def _check_results(repo: Path, forge: str) -> None:
         check_results(repo)
 
 
+def _step_branches(repo: Path, cid: str) -> list[str]:
+    """The branches a campaign of id ``cid`` made (``attune/<cid>/<n>-<lever>``, :func:`bot.forge.base.step_branch`)."""
+    out = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/{cid}/"], cwd=repo,
+                         capture_output=True, text=True)
+    return out.stdout.split()
+
+
 def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
-    """``--id`` when given (a new one), else ``<recipe>-<date>-<time>`` (``-2``, ``-3``, ... when taken)."""
+    """``--id`` when given (a new one), else ``<recipe>-<date>-<time>`` (``-2``, ``-3``, ... when taken). An id is
+    taken by a stored campaign or by the step branches of one whose state is gone: the local forge finds a step by
+    its branch, so a new campaign of that id would take an old branch for its own step."""
     from bot.campaign.setup import new_campaign_id
 
     if campaign_id is not None:
@@ -193,10 +208,14 @@ def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
             raise UsageError(f"--id {campaign_id!r}: expected letters, digits, '.', '_' and '-' (it names a folder and git branches)")
         if _state_path(repo, campaign_id).exists():
             raise UsageError(f"--id {campaign_id}: that campaign exists; `attune campaign resume {campaign_id} --repo {repo}` continues it")
+        old = _step_branches(repo, campaign_id)
+        if old:
+            raise UsageError(f"--id {campaign_id}: {len(old)} branch(es) of an earlier campaign of that id exist ({old[0]}, ...); "
+                             f"choose another id, or delete them (`git -C {repo} branch -D {' '.join(old)}`)")
         return campaign_id
     cid = base = new_campaign_id(recipe)
     for k in range(2, 1000):  # two campaigns started within one second
-        if not _state_path(repo, cid).exists():
+        if not _state_path(repo, cid).exists() and not _step_branches(repo, cid):
             break
         cid = f"{base}-{k}"
     return cid

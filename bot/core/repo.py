@@ -72,6 +72,13 @@ def uncommitted(repo: Path, path: Path) -> str | None:
     return "has uncommitted changes" if status.stdout.strip() else None
 
 
+def staged(repo: Path) -> list[str]:
+    """The paths whose staged content differs from HEAD (what ``git commit`` would take along; ``git merge`` refuses
+    to merge into an index that holds them)."""
+    out = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=Path(repo).resolve(), capture_output=True, text=True)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
 def repo_of_recipe(recipe: Path) -> Repo:
     """The git repository holding ``recipe`` (the local forge makes its step branches there)."""
     recipe = Path(recipe).resolve()

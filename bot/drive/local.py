@@ -44,7 +44,7 @@ def finish_local(state: cm.Campaign, executor: Executor) -> None:
         if trial and s.gain is not None:
             measurements.append({"lever": s.change.lever, "from": s.change.before, "to": s.change.after, "gain": s.gain, "kept": s.kept,
                                  "record": f"campaigns/{state.id}/step-{s.n}/trial.json", "hardware": hardware,
-                                 "model": state.recipe_id.split("/")[0]})
+                                 "model": state.recipe_id.split("/")[0], "simulated": trial.simulated})
     proposed = propose_lessons(measurements)
     if proposed:
         tmp = Path(tempfile.mkdtemp()) / "proposed.yaml"

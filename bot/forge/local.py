@@ -31,13 +31,18 @@ class LocalForge:
 
     # ------------------------------------------------------------ git helpers
     def _git(self, *args: str, env: dict[str, str] | None = None, input: str | None = None) -> str:
-        proc = subprocess.run(["git", *args], cwd=self.repo, capture_output=True, text=True, env={**os.environ, **(env or {})}, input=input)
+        # git runs in a session of its own: a Ctrl-C at the terminal reaches the whole foreground group, and a git killed
+        # half-way was a ForgeError traceback; this process defers the signal to the end of the transition
+        # (bot.drive.interrupt) and git finishes what it was doing
+        proc = subprocess.run(["git", *args], cwd=self.repo, capture_output=True, text=True, env={**os.environ, **(env or {})}, input=input,
+                              start_new_session=True)
         if proc.returncode != 0:
             raise ForgeError(f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc.stdout
 
     def _rev(self, ref: str) -> str | None:
-        proc = subprocess.run(["git", "rev-parse", "--verify", "-q", ref + "^{commit}"], cwd=self.repo, capture_output=True, text=True)
+        proc = subprocess.run(["git", "rev-parse", "--verify", "-q", ref + "^{commit}"], cwd=self.repo, capture_output=True, text=True,
+                              start_new_session=True)
         return proc.stdout.strip() or None
 
     def _commit_files(self, parent: str, files: dict[str, str], message: str) -> str:
@@ -52,7 +57,7 @@ class LocalForge:
         return self._git("commit-tree", tree, "-p", parent, "-m", message).strip()
 
     def _blob_text(self, ref: str, path: str) -> str | None:
-        proc = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=self.repo, capture_output=True, text=True)
+        proc = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=self.repo, capture_output=True, text=True, start_new_session=True)
         return proc.stdout if proc.returncode == 0 else None
 
     def _meta(self, branch: str) -> Path:
@@ -138,7 +143,7 @@ class LocalForge:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         self._git("add", "--", *files)
-        if not self._git("diff", "--cached", "--name-only").strip():
+        if not self._git("diff", "--cached", "--name-only", "--", *files).strip():
             return self._rev("HEAD") or ""
-        self._git("commit", "-q", "-m", message)
+        self._git("commit", "-q", "-m", message, "--", *files)  # only these paths: what a user staged stays staged
         return self._rev("HEAD") or ""

@@ -253,3 +253,32 @@ def test_uncommitted_says_why_a_file_is_not_as_committed(repo: Path) -> None:
     ignored.write_text("x: 1\n")
     assert uncommitted(repo, ignored) == "is not tracked by git"
     assert uncommitted(repo, repo.parent / "elsewhere.yaml") == "is not tracked by git"
+
+
+def test_an_id_whose_branches_an_earlier_campaign_left_is_refused(repo: Path) -> None:
+    """The local forge finds a step by its branch: a new campaign of a reused id (its state deleted, its branches
+    left) took the old campaign's step branch as its own and reported a change it never ran."""
+    git(repo, "branch", "attune/x/1-activation_checkpoint")
+    line = refused(repo, "campaign", "run", SIM, "--budget", "5", "--id", "x")
+    assert line.startswith("attune: --id x: 1 branch(es) of an earlier campaign of that id exist (attune/x/1-activation_checkpoint, ...)")
+    assert not (repo / ".attune").exists()
+
+
+def test_staged_changes_are_refused_and_a_campaign_commits_only_its_own_files(repo: Path) -> None:
+    """git refuses to merge into an index with staged changes: the campaign used to spend its runs and then fail
+    its first merge with a ForgeError traceback (and a finish commit took a user's staged file along)."""
+    (repo / "notes.txt").write_text("wip\n")
+    git(repo, "add", "notes.txt")
+    line = refused(repo, "campaign", "run", SIM, "--budget", "2", "--id", "s")
+    assert line == (f"attune: {repo}: 1 staged change(s) (notes.txt); a local-forge campaign merges its kept steps into this "
+                    "checkout, and git refuses to merge into an index with staged changes: commit or unstage them first "
+                    f"(`git -C {repo} restore --staged .`)"), line
+    git(repo, "restore", "--staged", "notes.txt")  # untracked, it is the user's own: left as it is
+    done = attune(repo, "campaign", "run", SIM, "--budget", "2", "--id", "s", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["simulated"] is True and summary["gain"] > 0  # a simulated campaign's JSON says so
+    assert "notes.txt" not in git(repo, "log", "--name-only", "--format=", "-8")
+    assert "?? notes.txt" in git(repo, "status", "--porcelain")
+    proposed = (repo / "lessons" / "proposed" / "s.yaml").read_text()
+    assert "SIMULATED" in proposed and "Measured" not in proposed  # a lesson from the simulator is labelled so
