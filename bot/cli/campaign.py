@@ -190,6 +190,9 @@ def _check_results(repo: Path, forge: str) -> None:
         check_results(repo)
 
 
+PAST = {"resume": "resumed", "stop": "stopped"}  # the words of "it cannot be ..."
+
+
 def _step_branches(repo: Path, cid: str) -> list[str]:
     """The branches a campaign of id ``cid`` made (``attune/<cid>/<n>-<lever>``, :func:`bot.forge.base.step_branch`)."""
     out = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/{cid}/"], cwd=repo,
@@ -318,7 +321,7 @@ def _facts_for(repo: Path, cid: str, command: str):
         why = first_problem(exc) if isinstance(exc, ValidationError) else "not UTF-8 text"
         raise UsageError(f"{folder / LAUNCH}: not the campaign's launch facts: {why}") from None
     if facts.forge != "local":
-        raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {command}d")
+        raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {PAST[command]}")
     return facts
 
 

@@ -15,10 +15,14 @@ if TYPE_CHECKING:
 
 def _steps(flag: int | None, recipe: Recipe) -> int:
     """The steps to run: ``--steps`` when given (2 or more, beyond the recipe's warm-up), else the recipe's own."""
+    from bot.core.recipe import MAX_BENCH_STEPS
+
     if flag is None:
         return recipe.bench.steps
     if flag < 2:
         raise UsageError(f"--steps: expected at least 2; got {flag}")
+    if flag > MAX_BENCH_STEPS:  # a record of 10^9 steps does not fit in memory (the run was killed)
+        raise UsageError(f"--steps: expected at most {MAX_BENCH_STEPS:,} (a benchmark measures tens); got {flag:,}")
     if flag <= recipe.bench.warmup_steps:
         raise UsageError(f"--steps: expected more than the recipe's bench.warmup_steps ({recipe.bench.warmup_steps}), "
                          f"which are not measured; got {flag}")

@@ -154,6 +154,7 @@ def test_run_out_that_is_a_file_or_below_one_is_a_usage_error(repo: Path, tmp_pa
     (["--steps", "0"], "--steps: expected at least 2; got 0"),
     (["--steps", "-3"], "--steps: expected at least 2; got -3"),
     (["--steps", "5"], "--steps: expected more than the recipe's bench.warmup_steps (5), which are not measured; got 5"),
+    (["--steps", "1000000000"], "--steps: expected at most 1,000,000 (a benchmark measures tens); got 1,000,000,000"),
     (["--max-wall-s", "nan"], "--max-wall-s: expected a positive number of seconds; got nan"),
     (["--stop-below", "inf"], "--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got inf, 3"),
 ])
