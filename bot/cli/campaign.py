@@ -16,7 +16,6 @@ import math
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -193,32 +192,26 @@ def _check_results(repo: Path, forge: str) -> None:
 PAST = {"resume": "resumed", "stop": "stopped"}  # the words of "it cannot be ..."
 
 
-def _step_branches(repo: Path, cid: str) -> list[str]:
-    """The branches a campaign of id ``cid`` made (``attune/<cid>/<n>-<lever>``, :func:`bot.forge.base.step_branch`)."""
-    out = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/{cid}/"], cwd=repo,
-                         capture_output=True, text=True)
-    return out.stdout.split()
-
-
 def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
     """``--id`` when given (a new one), else ``<recipe>-<date>-<time>`` (``-2``, ``-3``, ... when taken). An id is
     taken by a stored campaign or by the step branches of one whose state is gone: the local forge finds a step by
     its branch, so a new campaign of that id would take an old branch for its own step."""
     from bot.campaign.setup import new_campaign_id
+    from bot.core.repo import step_branches
 
     if campaign_id is not None:
         if not CAMPAIGN_ID.match(campaign_id):
             raise UsageError(f"--id {campaign_id!r}: expected letters, digits, '.', '_' and '-' (it names a folder and git branches)")
         if _state_path(repo, campaign_id).exists():
             raise UsageError(f"--id {campaign_id}: that campaign exists; `attune campaign resume {campaign_id} --repo {repo}` continues it")
-        old = _step_branches(repo, campaign_id)
+        old = step_branches(repo, campaign_id)
         if old:
             raise UsageError(f"--id {campaign_id}: {len(old)} branch(es) of an earlier campaign of that id exist ({old[0]}, ...); "
                              f"choose another id, or delete them (`git -C {repo} branch -D {' '.join(old)}`)")
         return campaign_id
     cid = base = new_campaign_id(recipe)
     for k in range(2, 1000):  # two campaigns started within one second
-        if not _state_path(repo, cid).exists() and not _step_branches(repo, cid):
+        if not _state_path(repo, cid).exists() and not step_branches(repo, cid):
             break
         cid = f"{base}-{k}"
     return cid

@@ -79,6 +79,14 @@ def staged(repo: Path) -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
+def step_branches(repo: Path, cid: str) -> list[str]:
+    """The branches a campaign of id ``cid`` made in ``repo`` (``attune/<cid>/<n>-<lever>``, named by
+    :func:`bot.forge.base.step_branch`); none when ``repo`` is not a git repository."""
+    out = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/{cid}/"], cwd=Path(repo).resolve(),
+                         capture_output=True, text=True)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
 def repo_of_recipe(recipe: Path) -> Repo:
     """The git repository holding ``recipe`` (the local forge makes its step branches there)."""
     recipe = Path(recipe).resolve()
