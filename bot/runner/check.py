@@ -1,14 +1,21 @@
 """Whether a valid recipe can run on its launcher, decided before anything starts (no run, no file, no branch).
 
 A recipe can pass validation and still not run: ``launcher: sim`` needs hardware and a model the simulator's zoo
-knows (:data:`bot.sim.hardware.HARDWARE`, :data:`bot.sim.zoo.ZOO`), and ``launcher: local`` runs one node. Each
-problem is one line pointing at the field's own line in the recipe file
-(:func:`bot.core.recipe.field_error`), raised as a :class:`~bot.core.recipe.RecipeError` (the CLI's exit 2).
-What only a run can tell (a layout torchtitan refuses, a device that is missing) is left to the run.
+knows (:data:`bot.sim.hardware.HARDWARE`, :data:`bot.sim.zoo.ZOO`), and ``launcher: local`` runs one node. Nor
+can a layout torchtitan refuses (TP 16 on 8 devices, a global batch the data-parallel degree does not divide): a
+simulated recipe is resolved by the simulator's model of torchtitan's checks (:func:`bot.sim.layout.resolve_layout`),
+a local or Slurm one by torchtitan's own ConfigManager, in-process on the CPU, as its runner does before a launch
+(:func:`bot.runner.resolve.resolve_recipe`). A campaign whose baseline cannot start would otherwise spend its
+first step finding that out, then finish with nothing to compare against.
+
+Each problem is one line pointing at the field's own line in the recipe file (the first lever or pin the reason
+names; :func:`bot.core.recipe.field_error`), raised as a :class:`~bot.core.recipe.RecipeError` (the CLI's exit 2).
+What only a run can tell (memory, a device that is missing, hardware a Slurm node reports) is left to the run.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from bot.core.recipe import Recipe, RecipeError, field_error
@@ -36,13 +43,66 @@ def _local_problem(recipe: Recipe) -> Problem | None:
     return None
 
 
+_DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree",
+            "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
+            "parallelism.expert_parallel_degree")
+
+
+def _field_named(recipe: Recipe, reason: str) -> tuple[str, ...]:
+    """The recipe field a layout refusal is about: the first lever or pin whose name (or last part, as the
+    simulator words some reasons) the reason mentions; for a product of degrees that misses the world size, the
+    first degree the recipe sets above 1; else the cluster's device count."""
+    fields = [("levers", k) for k in recipe.levers] + [("pinned", k) for k in recipe.pinned]
+    for section, key in fields:
+        if key in reason:
+            return section, key
+    for section, key in fields:
+        if re.search(rf"(?<![\w.]){re.escape(key.rsplit('.', 1)[-1])}(?!\w)", reason):
+            return section, key
+    if "degree" in reason or "world size" in reason or "devices" in reason:
+        for name in _DEGREES:
+            value = recipe.levers.get(name, recipe.pinned.get(name))
+            if isinstance(value, int) and not isinstance(value, bool) and value > 1:
+                return ("levers" if name in recipe.levers else "pinned"), name
+    return "cluster", "devices_per_node"
+
+
+def _sim_layout_problem(recipe: Recipe) -> Problem | None:
+    from bot.sim.hardware import get_hardware
+    from bot.sim.layout import LayoutError, resolve_layout
+    from bot.sim.zoo import get_model
+
+    c = recipe.cluster
+    try:
+        resolve_layout(get_model(recipe.workload.model or ""), get_hardware(c.hardware), c.nodes, c.devices_per_node,
+                       dict(recipe.levers), dict(recipe.pinned))
+    except LayoutError as exc:
+        return _field_named(recipe, str(exc)), f"the layout cannot run: {exc}"
+    return None
+
+
+def _titan_layout_problem(recipe: Recipe) -> Problem | None:
+    try:
+        from bot.runner.resolve import ResolveError, resolve_recipe
+
+        resolve_recipe(recipe)
+    except ImportError:
+        return None  # no torchtitan here: the runner, where it runs, answers
+    except ResolveError as exc:
+        return _field_named(recipe, str(exc)), f"the layout cannot run: {exc}"
+    return None
+
+
 def runnable_problem(recipe: Recipe) -> Problem | None:
     """What keeps ``recipe`` from running on its launcher, found without running it (None: nothing found).
-    ``slurm``: nothing is checked here (the cluster answers; ``attune doctor`` asks it)."""
-    if recipe.cluster.launcher == "sim":
-        return _sim_problem(recipe)
-    if recipe.cluster.launcher == "local":
-        return _local_problem(recipe)
+    ``slurm``: its hardware is the cluster's to answer (``attune doctor`` asks it); its layout is checked."""
+    launcher = recipe.cluster.launcher
+    if launcher == "sim":
+        return _sim_problem(recipe) or _sim_layout_problem(recipe)
+    if launcher == "local":
+        return _local_problem(recipe) or _titan_layout_problem(recipe)
+    if launcher == "slurm":
+        return _titan_layout_problem(recipe)
     return None
 
 

@@ -1,6 +1,7 @@
 """bot/runner/check.py: whether a valid recipe can run on its launcher, before anything starts. Every shipped recipe
 can; a simulated one on hardware or a model the simulator's zoo does not know, or with no model, cannot (one line at
-the field's own line, listing what the zoo knows); a local one on more than one node cannot; Slurm's are not checked."""
+the field's own line, listing what the zoo knows); a local one on more than one node cannot; nor can any layout
+torchtitan refuses (the simulator's checks, or torchtitan's own ConfigManager); Slurm's hardware is not checked."""
 
 from __future__ import annotations
 
@@ -71,3 +72,37 @@ def test_a_local_recipe_on_two_nodes_is_refused_at_its_nodes(tmp_path: Path) -> 
 def test_hardware_or_models_outside_the_zoo_are_not_the_simulators_business_elsewhere(tmp_path: Path) -> None:
     path, _ = edited(tmp_path, SLURM, "  hardware: cpu", "  hardware: tpu9")
     assert check_runnable(load_recipe(path), path) is None  # Slurm's nodes answer for their hardware
+
+
+def test_a_simulated_layout_with_more_tensor_parallel_ranks_than_devices_is_refused_at_that_lever(tmp_path: Path) -> None:
+    path, line = edited(tmp_path, SIM, "  parallelism.tensor_parallel_degree: 1                      # llama3_8b: no TP",
+                        "  parallelism.tensor_parallel_degree: 16")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{line}: levers.parallelism.tensor_parallel_degree: the layout cannot run: world size 8 ")
+
+
+def test_a_simulated_global_batch_the_data_parallel_degree_does_not_divide_is_refused_at_the_pin(tmp_path: Path) -> None:
+    path, line = edited(tmp_path, SIM, next(ln for ln in SIM.read_text().splitlines() if "training.global_batch_size" in ln),
+                        "  training.global_batch_size: 7")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{line}: pinned.training.global_batch_size: the layout cannot run: ")
+    assert "not divisible" in message
+
+
+def test_a_local_layout_torchtitan_refuses_is_refused_before_any_launch(tmp_path: Path) -> None:
+    """torchtitan's own ConfigManager resolves a local recipe in-process, as the runner does before a launch; two
+    replicas on a one-device machine cannot start, and the error points at the degree that asks for them."""
+    lines = CPU.read_text().splitlines()
+    n = lines.index("levers:")
+    lines.insert(n + 1, "  parallelism.data_parallel_replicate_degree: 2")
+    path = tmp_path / CPU.name
+    path.write_text("\n".join(lines) + "\n")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{n + 2}: levers.parallelism.data_parallel_replicate_degree: the layout cannot run: ")
+    assert "must multiply to the 1 devices" in message
+
+
+def test_a_slurm_layout_is_checked_though_its_hardware_is_not(tmp_path: Path) -> None:
+    path, _ = edited(tmp_path, SLURM, "  nodes: 2", "  nodes: 3")
+    message = refusal(path)
+    assert message.startswith(f"{path}:") and "must multiply to the 3 devices" in message
