@@ -100,7 +100,7 @@ from collections.abc import Callable
 
 from bot.agent.costmodel import bubble_fraction, estimate_of
 from bot.agent.layout_jump import layout_jump
-from bot.agent.lessons import Lesson, LeverChange, relevant
+from bot.agent.lessons import Lesson, LeverChange, apply_op, relevant
 from bot.agent.memory_screen import MeasuredPeak, change_levers, predicted_oom, predicted_peak, reference_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
@@ -131,13 +131,7 @@ EXPLORE_ORDER = ("activation_checkpoint", "training.local_batch_size", "parallel
 def _relative(space: LeverSpace, current: Scalar, lc: LeverChange) -> Scalar | None:
     if lc.op is None:
         return lc.value
-    if lc.op in ("double", "halve") and isinstance(current, int) and not isinstance(current, bool):
-        return current * 2 if lc.op == "double" else (current // 2 if current > 1 else None)
-    values = space.values.get(lc.lever) or list(catalog.get(lc.lever).choices)
-    if current in values:
-        i = values.index(current) + (1 if lc.op in ("next", "double") else -1)
-        return values[i] if 0 <= i < len(values) else None
-    return None
+    return apply_op(lc.op, current, space.values.get(lc.lever) or list(catalog.get(lc.lever).choices))
 
 
 class HeuristicPolicy:

@@ -48,6 +48,7 @@ from bot.core import levers as catalog
 from bot.core.datafile import DataFileError, EntryProblem, load_entries
 from bot.core.matcher import Condition, describe, matches, parse_specifier, show, to_data, version_matches
 from bot.core.recipe import ENV_ALLOWED_TEXT, PIN_ALIASES, PIN_TYPES, REQUIRED_PINS, env_allowed
+from bot.core.records import Scalar
 from bot.core.repo import RepoError, find_repo
 
 RelOp = Literal["double", "halve", "next", "prev"]
@@ -159,6 +160,22 @@ OPS_BY_KIND: dict[str, tuple[str, ...]] = {
     "choice": ("next", "prev"),
     "bool": (),
 }
+
+
+def apply_op(op: str, current: Scalar, order: Sequence[Scalar]) -> Scalar | None:
+    """The value a lesson's relative ``op`` takes ``current`` to (None: there is none). ``double`` / ``halve`` an
+    integer multiply or divide it by 2 (``halve`` stops at 1); otherwise ``next`` / ``double`` step up ``order``
+    (the lever's legal values, in order) and ``prev`` / ``halve`` down, None past either end or for a value not in
+    it. Which ops a lesson may name for a lever's kind is :data:`OPS_BY_KIND`; this is what each does."""
+    if op in ("double", "halve") and isinstance(current, int) and not isinstance(current, bool):
+        return current * 2 if op == "double" else (current // 2 if current > 1 else None)
+    values = list(order)
+    if current not in values:
+        return None
+    i = values.index(current) + (1 if op in ("next", "double") else -1)
+    return values[i] if 0 <= i < len(values) else None
+
+
 ENV_OPS = ("double", "halve")  # an environment variable is a number of threads or a setting: no order to step through
 PINNED_KEYS = frozenset(REQUIRED_PINS) | frozenset(PIN_ALIASES) | frozenset(PIN_TYPES)  # the objective's settings
 
@@ -391,12 +408,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.") or "x"
 
 
-def propose_lessons(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def propose_lessons(measurements: Iterable[Mapping[str, Any]], *, origin: str = "") -> list[dict[str, Any]]:
     """Lesson dicts (``status: proposed``) from kept, positive-gain measurements.
 
     Steps with the same (lever, from, to, model, hardware) are merged: the gain is their mean, the
     first record is the ``source`` and all records are listed in ``evidence``. Steps that were not
-    kept or did not gain are not turned into lessons.
+    kept or did not gain are not turned into lessons. ``origin`` (the campaign id) ends each lesson id, so two
+    campaigns on one model and hardware (two recipes, or the same one twice) propose lessons that can sit in one
+    catalog (``lessons/proposed/`` loads as one) until a person merges them.
     """
     groups: dict[tuple[str, str, str, str, str], list[Measurement]] = {}
     for raw in measurements:
@@ -410,7 +429,7 @@ def propose_lessons(measurements: Iterable[Mapping[str, Any]]) -> list[dict[str,
         first = group[0]
         gain = sum(m.gain for m in group) / len(group)
         lesson = {
-            "id": _slug(f"measured-{lever}-{first.from_}-to-{first.to}-{model}-{hardware}"),
+            "id": _slug(f"measured-{lever}-{first.from_}-to-{first.to}-" + (f"in-{origin}" if origin else f"{model}-{hardware}")),
             "title": f"{lever}: {first.from_!r} -> {first.to!r} on {model} / {hardware}",
             "when": {"field": f"levers.{lever}", "op": "eq", "value": first.from_},
             "try": [{"lever": lever, "value": first.to}],

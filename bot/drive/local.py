@@ -45,7 +45,7 @@ def finish_local(state: cm.Campaign, executor: Executor) -> None:
             measurements.append({"lever": s.change.lever, "from": s.change.before, "to": s.change.after, "gain": s.gain, "kept": s.kept,
                                  "record": f"campaigns/{state.id}/step-{s.n}/trial.json", "hardware": hardware,
                                  "model": state.recipe_id.split("/")[0], "simulated": trial.simulated})
-    proposed = propose_lessons(measurements)
+    proposed = propose_lessons(measurements, origin=state.id)
     if proposed:
         tmp = Path(tempfile.mkdtemp()) / "proposed.yaml"
         write_proposed(proposed, tmp, merge=False)

@@ -10,6 +10,7 @@ import pytest
 from bot.agent.lessons import (
     Lesson,
     LessonFileError,
+    apply_op,
     change_problem,
     find_lesson,
     lever_names,
@@ -421,6 +422,41 @@ def test_propose_lessons_from_kept_gains() -> None:
     ctx = {"levers.training.local_batch_size": 2, "recipe.model": "llama3-debug", "recipe.hardware": "cpu"}
     assert relevant([parsed], ctx) == []  # proposed lessons need an explicit opt-in
     assert relevant([parsed], ctx, include_proposed=True) == [parsed]
+
+
+def test_two_campaigns_on_one_model_and_hardware_propose_lessons_with_distinct_ids(tmp_path: Path) -> None:
+    """The campaign id ends each proposed lesson's id (two CPU recipes of one model once proposed the same ids,
+    and ``lessons/proposed/`` failed to load as one catalog)."""
+    one = propose_lessons(MEASURED, origin="llama3-debug-cpu-20261201-140735")
+    two = propose_lessons(MEASURED, origin="llama3-debug-cpu-2rank-20261201-161635")
+    assert one[0]["id"] == "measured-training.local_batch_size-2-to-4-in-llama3-debug-cpu-20261201-140735"
+    assert one[0]["id"] != two[0]["id"]
+    write_proposed(one, tmp_path / "a.yaml", merge=False)
+    write_proposed(two, tmp_path / "b.yaml", merge=False)
+    assert {lesson.id for lesson in load_lessons(tmp_path)} == {one[0]["id"], two[0]["id"]}
+
+
+def test_the_shipped_proposed_lessons_load_as_one_catalog() -> None:
+    proposed = load_lessons(ROOT / "lessons" / "proposed")
+    assert proposed and all(lesson.status == "proposed" for lesson in proposed)
+
+
+@pytest.mark.parametrize(
+    ("op", "current", "order", "expected"),
+    [
+        ("double", 4, [1, 2, 4], 8),  # an integer doubles past its listed values: the layout check decides
+        ("halve", 4, [1, 2, 4], 2),
+        ("halve", 1, [1, 2, 4], None),  # never below 1
+        ("next", "selective", ["none", "selective", "full"], "full"),
+        ("prev", "selective", ["none", "selective", "full"], "none"),
+        ("next", "full", ["none", "selective", "full"], None),  # past the end
+        ("prev", "none", ["none", "selective", "full"], None),
+        ("next", "other", ["none", "selective", "full"], None),  # not in the order
+        ("prev", 1.0, [0.5, 1.0], 0.5),
+    ],
+)
+def test_apply_op_is_what_each_relative_op_does(op: str, current: object, order: list, expected: object) -> None:
+    assert apply_op(op, current, order) == expected
 
 
 def test_propose_lessons_validates_input() -> None:
