@@ -22,7 +22,8 @@ Context keys a lesson's ``when`` may read (flat, dotted):
 ``recipe.grad_accum_steps``, ``recipe.global_batch_pinned``, ``recipe.tokens_per_microbatch``,
 ``recipe.devices_per_node``, ``recipe.expert_parallel_groups_per_node`` (devices per node / EP: 2 or more, a doubled
 EP group still fits in one node),
-``stack.torch``, ``stack.torchtitan`` and ``levers.<lever name>`` for every current lever value.
+``stack.torch``, ``stack.torchtitan``, ``levers.<lever name>`` for every current lever value and
+``recipe.env.<VARIABLE>`` for every variable the recipe's ``env`` sets (text, as given).
 
 ``relevant`` filters by ``applies_to`` (a stack range whose version is unknown does not exclude a
 lesson: lessons only suggest, the gate decides) and ``when``, then orders by priority.

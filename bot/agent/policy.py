@@ -101,6 +101,7 @@ def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace,
         "recipe.model": recipe.workload.model,
         "recipe.moe": bool(space.model and space.model.num_experts),
         **{f"stack.{k}": v for k, v in space.stack.items()},
+        **{f"recipe.env.{k}": v for k, v in recipe.env.items()},
     }
     eff = catalog.effective(campaign.incumbent_levers if levers is None else levers)
     for name, value in eff.items():

@@ -66,7 +66,7 @@ def cpu_ctx(**over: object) -> dict[str, object]:
             "recipe.tokens_per_microbatch": 512,
             "diagnosis.mem_headroom_frac": 0.6,
             "levers.activation_checkpoint": "none",
-            "levers.env.OMP_NUM_THREADS": 2,
+            "recipe.env.OMP_NUM_THREADS": "2",
         }
     )
     ctx.update(over)
@@ -152,7 +152,7 @@ def test_cpu_lessons() -> None:
             cpu_ctx(
                 **{
                     "levers.activation_checkpoint": "selective",
-                    "levers.env.OMP_NUM_THREADS": 1,
+                    "recipe.env.OMP_NUM_THREADS": "1",
                     "recipe.tokens_per_microbatch": 256,
                 }
             ),
@@ -659,3 +659,24 @@ def test_attune_lessons_on_a_bad_catalog_is_one_line_exit_2(lessons_repo: Path, 
     line = assert_one_line_error(proc)
     assert line.startswith(f"attune: {expected.format(path=path)}"), line
     assert path.read_bytes() == bad
+
+
+def test_the_one_thread_advice_reads_the_recipes_own_environment_and_is_never_proposed() -> None:
+    """``cpu-use-both-cores`` once read ``levers.env.OMP_NUM_THREADS``, which no context had: it could never match.
+    It now reads the recipe's ``env`` (``recipe.env.<VARIABLE>``) and stays advice (a campaign never edits env)."""
+    from campaign_fakes import new_state
+
+    from bot.agent.policy import lesson_context
+    from bot.agent.space import make_space
+    from bot.core.diagnosis import Diagnosis
+    from bot.core.recipe import parse_recipe_text
+
+    text = (ROOT / "recipes" / "llama3-tiny" / "cpu.yaml").read_text()
+    lesson = BY_ID["cpu-use-both-cores"]
+    assert not lesson.auto_propose
+    for threads, expected in (('"2"', []), ('"1"', ["cpu-use-both-cores"])):
+        recipe_text = text.replace('OMP_NUM_THREADS: "2"', f"OMP_NUM_THREADS: {threads}")
+        space = make_space(parse_recipe_text(recipe_text))
+        ctx = lesson_context(new_state(recipe_text), Diagnosis(outcome="ok", tps=1000.0), space)
+        assert ctx["recipe.env.OMP_NUM_THREADS"] == threads.strip('"')
+        assert ids(relevant([lesson], ctx)) == expected
