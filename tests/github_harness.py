@@ -242,7 +242,7 @@ class GitHubCampaign:
         from bot.github.comments import handle as handle_comment
 
         cid = self.gh.add_comment(self.issue, body, user=self.user)
-        return handle_comment(self.forge, {"issue": {"number": self.issue},
+        return handle_comment(self.forge, {"action": "created", "issue": {"number": self.issue},
                                            "comment": {"id": cid, "body": body, "user": {"login": self.user}}})
 
     def run(self) -> Any:

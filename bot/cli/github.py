@@ -32,14 +32,78 @@ RUN_JOB = "run the recipe on a self-hosted runner (GPU box or Slurm login node)"
 
 
 def _run_job_wall(forge: Any, run_id: str) -> float | None:
-    """The run job's wall time from the Actions API (None when it cannot be read: real records are then refused)."""
-    if not str(run_id).isdigit():
+    """The run job's wall time from the Actions API. None when it cannot be read (no run id, no finished run job, or
+    the API call failed: perhaps only for now), said in one line on stderr: a record's device-hours are then bounded
+    by the job's timeout instead (:func:`bot.github.uploads.wall_bound`), so the measurement is kept."""
+    from bot.github.request import plain_digits
+    from bot.github.uploads import RUN_JOB_TIMEOUT_S
+
+    why = "no --run-id or $GITHUB_RUN_ID" if not run_id else f"run id {run_id[:40]!r} is not a workflow run id"
+    if plain_digits(run_id):
+        try:
+            wall = forge.job_wall_seconds(int(run_id), RUN_JOB)
+        except Exception as exc:  # noqa: BLE001 - an unreadable timing is "unknown", never a crash of the report job
+            why = f"the Actions API call failed, perhaps only for now: {type(exc).__name__}: {_first_line(exc)[:200]}"
+        else:
+            if wall is not None:
+                return wall
+            why = f"workflow run {run_id} has no finished job {RUN_JOB!r}"
+    print(f"attune github: the run job's wall time is unknown ({why}); a record's device-hours are bounded by the "
+          f"job's timeout ({RUN_JOB_TIMEOUT_S // 60} min) instead", file=sys.stderr)
+    return None
+
+
+def _commit_flag_problem(flag: str, value: str, *, optional: bool = False) -> str | None:
+    """Why ``value`` of ``flag`` (``--sha``, ``--base-sha``) is not a full commit sha (None: it is, or it is an
+    ``optional`` flag left empty): 40 lower-case hex digits, as GitHub writes them; a branch or tag name is no commit."""
+    from bot.forge.github import SHA_PATTERN
+
+    if optional and not value:
         return None
-    try:
-        return forge.job_wall_seconds(int(run_id), RUN_JOB)
-    except Exception as exc:  # noqa: BLE001 - an unreadable timing is "unknown", never a crash of the report job
-        print(f"attune github: the run job's wall time could not be read ({type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr)
+    if SHA_PATTERN.fullmatch(value):
         return None
+    return f"{flag} {value[:50]!r}: expected a commit sha (40 lower-case hex digits)"
+
+
+def _trial_flags_problem(args: argparse.Namespace) -> str | None:
+    """The first flag of a ``--trial-result`` call that is wrong, found before any work is done (None: none is)."""
+    from bot.github.request import plain_digits
+
+    if not (args.campaign and args.issue and args.pr is not None and args.sha):
+        return "--trial-result needs --campaign, --issue, --pr and --sha"
+    if args.run_id and not plain_digits(args.run_id):
+        return f"--run-id {args.run_id[:40]!r}: expected a workflow run id (digits 0-9)"
+    return _commit_flag_problem("--sha", args.sha) or _commit_flag_problem("--base-sha", args.base_sha or "", optional=True)
+
+
+def _missing_commit(forge: Any, args: argparse.Namespace) -> str | None:
+    """``--sha`` or ``--base-sha`` naming no commit of the repository, as a one-line problem (None: both exist). Not
+    asked for a run check refused: nothing of its sha is read then."""
+    if args.check_refused:
+        return None
+    for flag, sha in (("--sha", args.sha), ("--base-sha", args.base_sha or "")):
+        if sha and not forge.commit_exists(sha):
+            return f"{flag} {sha}: no such commit in {forge.full_name}; expected the commit the run measured"
+    return None
+
+
+def _handle_trial_result(args: argparse.Namespace) -> int:
+    """``--trial-result``: trial.yml's report job (:mod:`bot.github.trial_results`)."""
+    from bot.github import trial_results
+
+    problem = _trial_flags_problem(args)
+    if problem:
+        return _fail(problem)
+    forge = _forge(args, args.issue)
+    problem = _missing_commit(forge, args)
+    if problem:
+        return _fail(problem)
+    print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
+                               issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
+                               kind=args.kind or "", attempt=args.attempt or 0, check_refused=args.check_refused or "",
+                               base_sha=args.base_sha or "",
+                               job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
+    return 0
 
 
 def cmd_handle(args: argparse.Namespace) -> int:
@@ -47,19 +111,10 @@ def cmd_handle(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from bot.forge.github import GitHubForgeError
-    from bot.github import trial_results
 
     try:
         if args.trial_result:
-            if not (args.campaign and args.issue and args.pr is not None and args.sha):
-                return _fail("--trial-result needs --campaign, --issue, --pr and --sha")
-            forge = _forge(args, args.issue)
-            print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
-                                       issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
-                                       kind=args.kind or "", attempt=args.attempt or 0, check_refused=args.check_refused or "",
-                                       base_sha=args.base_sha or "",
-                                       job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
-            return 0
+            return _handle_trial_result(args)
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
         name = args.event_name or os.environ.get("GITHUB_EVENT_NAME", "")
         try:
@@ -173,7 +228,7 @@ def cmd_publish_leaderboard(args: argparse.Namespace) -> int:
 
     try:
         text = render(collect(find_repo().root))
-        print(publish(_forge(args), text, run=args.run_id or os.environ.get("GITHUB_RUN_ID", "") or "0"))
+        print(publish(_forge(args), text, run=args.run_id or os.environ.get("GITHUB_RUN_ID", "")))
     except (GitHubForgeError, RepoError, ValueError) as exc:
         return _fail(_first_line(exc))
     return 0
@@ -210,7 +265,8 @@ def register(sub: Any) -> None:
     c.add_argument("--token-env", default="GITHUB_TOKEN")
     c.set_defaults(func=cmd_check_trial)
     lp = gs.add_parser("publish-leaderboard", help="regenerate leaderboard.md and land it through a bot pull request (leaderboard.yml)")
-    lp.add_argument("--run-id", default="", help="names the branch attune/leaderboard/<run> (default $GITHUB_RUN_ID)")
+    lp.add_argument("--run-id", default="", help="names the branch attune/leaderboard/<run> (default $GITHUB_RUN_ID; "
+                    "without one, the short shas of the default branch head and of the regenerated file name it)")
     lp.add_argument("--repo")
     lp.add_argument("--token-env", default="GITHUB_TOKEN")
     lp.set_defaults(func=cmd_publish_leaderboard)

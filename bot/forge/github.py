@@ -41,7 +41,8 @@ WRITE_PERMISSIONS = frozenset({"admin", "write"})  # ``maintain`` is reported as
 _REPO_NAME = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _LOGIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})(?:\[bot\])?$")
 _WORKFLOW_FILE = re.compile(r"^[A-Za-z0-9_.-]+\.ya?ml$")
-_SHA = re.compile(r"^[0-9a-f]{40}$")
+SHA_PATTERN = re.compile(r"^[0-9a-f]{40}\Z")  # a full commit sha as GitHub writes it (no trailing newline either)
+_SHA = SHA_PATTERN
 # Bot-written data a step branch may carry besides recipes/ and results/: the reports, closing notes and run records
 # of the step it is stacked on (``campaigns/<campaign>/step-<n>/…``). Markdown and JSON only: nothing a runner executes.
 DATA_PATHS = ("campaigns/",)
@@ -456,7 +457,34 @@ class GitHubForge:
         self._repo.get_issue(pr.number).add_to_labels(self.labels.bot)
         return ref.model_copy(update={"number": pr.number, "url": pr.html_url})
 
+    def find_data_pr(self, branch: str) -> StepRef | None:
+        """The bot pull request from ``branch`` in any state, or None: a rerun of :meth:`open_data_pr` on the same
+        branch finds what an earlier run opened there instead of failing on the branch. ``GET /pulls?state=all&head=
+        <owner>:<branch>``; read-only. A pull request counts only if its head is that branch of this repository."""
+        for pr in self._repo.get_pulls(state="all", head=f"{self.owner}:{branch}"):
+            if self._is_bot_pr(pr) and pr.head.ref == branch:
+                return self._step_ref(pr, "", 0)
+        return None
+
     # -- reading, permissions, dispatch, trust checks -----------------------------------------------------
+
+    def base_head(self) -> str:
+        """The base branch's head sha (``GET /git/ref/heads/<base>``)."""
+        sha = self._branch_head(self.base_branch)
+        if sha is None:
+            raise GitHubForgeError(f"base branch {self.base_branch!r} not found in {self.full_name}")
+        return sha
+
+    def commit_exists(self, sha: str) -> bool:
+        """Whether ``sha`` (40 hex digits) is a commit of this repository: ``GET /commits/{sha}``; read-only. GitHub
+        answers 422 for a sha it does not have (404 for a name that is no ref); any other failure is raised."""
+        try:
+            self._repo.get_commit(self._require_sha(sha)).raw_data  # noqa: B018 - the one GET (PyGithub is lazy)
+        except GithubException as exc:
+            if exc.status in (404, 422):
+                return False
+            raise
+        return True
 
     def read_file(self, path: str, ref: str | None = None) -> str:
         """A file's text on ``ref`` (default: the base branch). ``GET /contents/<path>``; files over 1 MB come

@@ -17,7 +17,7 @@ from typing import Any
 from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import GitHubForgeError
 from bot.github.ports import records_branch
-from bot.github.request import runs_on
+from bot.github.request import plain_digits, runs_on
 
 KINDS = ("baseline", "trial", "pair", "calibrate")
 _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -52,7 +52,7 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
                            else f"no records branch {records_branch(campaign)}")
                 if problem:
                     check = {"ok": False, "recipe": "", "reason": problem}
-        elif issue is not None and not str(issue).isdigit():
+        elif issue is not None and not plain_digits(str(issue)):
             check = {"ok": False, "recipe": "", "reason": f"issue {str(issue)[:20]!r}: expected the campaign issue's number"}
         else:
             tc = forge.check_trial(pr, sha)

@@ -1,6 +1,10 @@
 """``issue_comment`` events: ``/attune stop|resume|budget +H`` on a campaign issue, from a collaborator with write
 permission. A command is one event fed to the campaign, applied once: its comment id is recorded in the state, so a
-re-delivered event or a re-run workflow changes nothing; ``resume`` re-dispatches a run that never reported back."""
+re-delivered event or a re-run workflow changes nothing; ``resume`` re-dispatches a run that never reported back.
+
+Only a comment just written (``action: created``) on an issue (not a pull request, whose conversation GitHub also
+delivers as ``issue_comment``) is read: an edited or deleted comment, or one on a step PR, is ignored here whatever
+campaign.yml's filters let through."""
 
 from __future__ import annotations
 
@@ -11,9 +15,22 @@ from bot.github.commands import Command, CommandError, parse_command
 from bot.github.ports import github_executor, load_state, settled
 
 
+def _not_a_new_issue_comment(payload: dict[str, Any]) -> str | None:
+    """Why the event is no command to read (None: a comment just created on an issue)."""
+    action = payload.get("action")
+    if action != "created":
+        return f"ignored: a comment {str(action)[:20]!r} event, only a created comment is a command"
+    if payload["issue"].get("pull_request"):
+        return "ignored: a comment on a pull request, not on a campaign issue"
+    return None
+
+
 def handle(forge: Any, payload: dict[str, Any], **executor_kw: Any) -> str:
     """``/attune stop|resume|budget +H`` on a campaign issue, from a collaborator with write permission."""
     comment, issue = payload["comment"], int(payload["issue"]["number"])
+    ignored = _not_a_new_issue_comment(payload)
+    if ignored:
+        return ignored
     parsed = parse_command(comment.get("body"))
     if parsed is None:
         return "ignored: not a command"

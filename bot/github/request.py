@@ -27,6 +27,7 @@ MAX_RUNNER_LABELS = 10
 RUNNER_LABEL = re.compile(r"^[A-Za-z0-9_.-]+$")
 _RECIPE_CHARS = re.compile(r"^[A-Za-z0-9_./-]+$")
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+_DIGITS = re.compile(r"[0-9]+")
 
 # The labels of the issue form's fields, exactly as GitHub renders them as headings.
 FIELD_RECIPE = "Recipe path"
@@ -66,6 +67,12 @@ def shown(value: str, limit: int = 60) -> str:
     flat = " ".join(value.split())
     flat = re.sub(r"[`<>\[\]()*_|@#!\\]", "?", flat)
     return f"'{flat[:limit]}…'" if len(flat) > limit else f"'{flat}'"
+
+
+def plain_digits(text: str) -> bool:
+    """Whether ``text`` is a whole number written in ASCII digits only (``0``-``9``, at least one). ``str.isdigit``
+    is not enough: it also takes ``²`` (which ``int`` then refuses) and other scripts' digits (``٣``, ``５``)."""
+    return _DIGITS.fullmatch(text) is not None
 
 
 def check_recipe_path(text: str) -> str | None:
@@ -145,8 +152,8 @@ def _policy(text: str) -> tuple[str | None, str | None]:
 def _bench_steps(text: str) -> tuple[int | None, str | None]:
     if not text:
         return None, None  # optional: the recipe's own bench.steps
-    if not text.isdigit():
-        return None, f"{FIELD_BENCH_STEPS}: {shown(text)} is not a whole number"
+    if not plain_digits(text):
+        return None, f"{FIELD_BENCH_STEPS}: {shown(text)} is not a whole number written with the digits 0-9"
     steps = int(text)
     if not MIN_BENCH_STEPS <= steps <= MAX_BENCH_STEPS:
         return (

@@ -31,7 +31,7 @@ from bot.core.records import RunRecord, read_model
 from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import GitHubForge
 from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
-from bot.github.uploads import WALL_SLACK, Expected, record_problem
+from bot.github.uploads import WALL_SLACK, Expected, record_problem, wall_bound
 
 RECORD_FILE = "record.json"
 CALIBRATED_FILE = "calibrated.json"  # the runner's own summary: for its log, never read here
@@ -76,9 +76,9 @@ def recompute_calibration(result_dir: Path, reference: RunRecord | None, baselin
         if problem:
             return cm.Calibrated(note=f"no loss band: calibration run {spec.label} refused: {problem}; tier-R/N steps fail closed")
         records[sid] = record
-    spent = sum(r.summary.device_hours for r in records.values())
-    if known.job_wall_s is not None:  # cached runs carry the cost of when they ran: the job's wall time bounds it
-        spent = min(spent, known.recipe.devices * known.job_wall_s / 3600.0)
+    # cached runs carry the cost of when they ran: the job's wall time (or its timeout when unknown) bounds it
+    bound = known.recipe.devices * wall_bound(known.job_wall_s)[0] / 3600.0
+    spent = min(sum(r.summary.device_hours for r in records.values()), bound)
     return band_from_runs(specs, records, reference, spent=spent, where="; recomputed by the report job from the uploaded runs")
 
 
@@ -95,8 +95,10 @@ def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, p
            run_job_result: str = "success", kind: str = "", attempt: int = 0, job_wall_s: float | None = None,
            check_refused: str = "", base_sha: str = "", **driver_kw: Any) -> str:
     """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done. ``job_wall_s``: the run
-    job's wall time from the Actions API (bounds the device-hours a real record may claim; None: unknown). Applied
-    once to the state that wins a race with another workflow run (``settled``)."""
+    job's wall time from the Actions API (bounds the device-hours a real record may claim); None: unknown (no run
+    id, or the API call failed), and then the job's timeout bounds them instead (:func:`bot.github.uploads.wall_bound`):
+    a measured run is kept, never turned into a crash for want of a timing. Applied once to the state that wins a
+    race with another workflow run (``settled``)."""
     return settled(lambda: _handle(forge, result_dir, campaign=campaign, issue=issue, pr=pr, sha=sha, run_job_result=run_job_result,
                                    kind=kind, attempt=attempt, job_wall_s=job_wall_s, check_refused=check_refused,
                                    base_sha=base_sha, **driver_kw))
@@ -168,7 +170,8 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
               base_sha: str, job_wall_s: float | None, job: str) -> cm.RunRef:
     """A pair's two uploaded records (``incumbent/`` and ``candidate/``), each checked like a single run's against
     the sha it should have measured (the incumbent: the default branch head check-trial checked, whose recipe must
-    still be the campaign's incumbent), their device-hours together bounded by the one run job's wall time."""
+    still be the campaign's incumbent), their device-hours together bounded by the one run job's wall time (its
+    timeout when that is unknown)."""
     from bot.drive.executor import pair_ref
     from bot.drive.executor import run_key as executor_run_key
 
@@ -191,11 +194,9 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
             return crash(f"the upload was refused: {side}: {problem}")
         records[side] = record
     hours = sum(record.summary.device_hours for record in records.values())
-    real = known.recipe.cluster.launcher != "sim"
-    if real and job_wall_s is not None and hours > known.recipe.devices * job_wall_s / 3600.0 * WALL_SLACK:
-        return crash(f"the upload was refused: the pair's device_hours {hours:.6g} are more than the run job's wall time allows")
-    if real and job_wall_s is None and hours > 0:
-        return crash("the upload was refused: the run job's wall time is unknown, so its device-hours cannot be checked")
+    wall, what = wall_bound(job_wall_s)
+    if known.recipe.cluster.launcher != "sim" and hours > known.recipe.devices * wall / 3600.0 * WALL_SLACK:
+        return crash(f"the upload was refused: the pair's device_hours {hours:.6g} are more than {what} allows")
     sides: dict[str, cm.RunRef] = {}  # stored only now that both sides are believed: a refused pair stores nothing
     for side, record in records.items():
         where = ports.put_run(state.id, executor_run_key(f"pair-{side}", action.n, action.k), record)

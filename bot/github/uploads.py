@@ -6,8 +6,9 @@ knows independently:
 
 - ``git_commit`` is the sha it dispatched, and ``recipe_hash`` the hash of the recipe file at that sha;
 - a real (not simulated) record's ``device_hours`` are >= 0 and at most the run job's wall time (from the Actions
-  API) x the recipe's devices; a simulated record is only accepted for a ``launcher: sim`` recipe (and a real one
-  only for a real recipe);
+  API) x the recipe's devices -- or, when that wall time is unknown (no run id, or the API call failed), its
+  timeout in trial.yml x the devices (:func:`wall_bound`); a simulated record is only accepted for a ``launcher:
+  sim`` recipe (and a real one only for a real recipe);
 - it names the recipe at that sha (``recipe_id``, model, hardware, levers, pinned values, launcher and shape: the
   leaderboard files a result by them), and every number in it is finite, rates, times and amounts >= 0;
 - every string field is length-capped, and the names a results path is built from (model, hardware, run id) use
@@ -33,6 +34,7 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 STRING_CAP = 4_000  # characters of any string field (a reason, a path, a name)
 LOG_TAIL_CAP = 20_000  # characters of the log tail
 WALL_SLACK = 1.0 + 1e-6  # rounding between the record's and the Actions API's clocks
+RUN_JOB_TIMEOUT_S = 360 * 60  # trial.yml's run job `timeout-minutes` (a test holds them equal): GitHub cancels it then
 
 
 class Expected(BaseModel):
@@ -42,6 +44,17 @@ class Expected(BaseModel):
     recipe_text: str  # the recipe file at that sha
     recipe: Recipe
     job_wall_s: float | None = None  # the run job's wall time (Actions API); None: unknown
+
+
+def wall_bound(job_wall_s: float | None) -> tuple[float, str]:
+    """The most wall seconds the run job can have run, and what says so: its wall time from the Actions API, or, when
+    that is unknown (no run id, or the API call failed), the job's timeout in trial.yml -- GitHub cancels a job that
+    runs longer, so no record of it can have run longer either. A missing wall time thus keeps the measurement (its
+    device-hours merely bounded more loosely) instead of turning a run into a crash. The runner's own ``wall_s`` is
+    never the bound: it is part of the claim being checked."""
+    if job_wall_s is None:
+        return float(RUN_JOB_TIMEOUT_S), "the run job's timeout (its wall time is unknown)"
+    return job_wall_s, "the run job's wall time"
 
 
 def _strings(value: Any, path: str = "") -> list[tuple[str, str]]:
@@ -101,7 +114,8 @@ def number_problem(record: RunRecord) -> str | None:
 
 def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool = True) -> str | None:
     """Why ``record`` cannot be believed for the run ``expected`` describes (None: it can). ``check_hours``: bound a
-    real record's device-hours by the run job's wall time (off for calibration runs, whose sum is bounded instead)."""
+    real record's device-hours by the run job's wall time, or its timeout when that is unknown (:func:`wall_bound`;
+    off for calibration runs and a pair's sides, whose sum is bounded instead)."""
     if record.git_commit != expected.sha:
         return f"the record's git_commit {str(record.git_commit)[:40]!r} is not the measured sha {expected.sha}"
     if record.recipe_hash != content_hash(expected.recipe_text):
@@ -116,12 +130,10 @@ def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool =
     if not math.isfinite(hours) or hours < 0:
         return f"device_hours {hours!r}: expected a finite number >= 0"
     if not simulated and check_hours:
-        if expected.job_wall_s is None:
-            if hours > 0:
-                return "the run job's wall time is unknown, so its device-hours cannot be checked"
-        elif hours > expected.recipe.devices * expected.job_wall_s / 3600.0 * WALL_SLACK:
-            return (f"device_hours {hours:.6g} is more than the run job's wall time allows "
-                    f"({expected.recipe.devices} devices x {expected.job_wall_s:.0f} s)")
+        wall, what = wall_bound(expected.job_wall_s)
+        if hours > expected.recipe.devices * wall / 3600.0 * WALL_SLACK:
+            return (f"device_hours {hours:.6g} is more than {what} allows "
+                    f"({expected.recipe.devices} devices x {wall:.0f} s)")
     for name in ("run_id", "hardware", *(("model",) if record.model else ())):
         if not SAFE_NAME.match(getattr(record, name)):
             return f"{name} {getattr(record, name)[:60]!r}: expected 1-100 of [A-Za-z0-9._-]"

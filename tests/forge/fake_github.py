@@ -915,7 +915,9 @@ class FakeGitHub:
 
     def _op_repos_get_commit(self, params: dict[str, str], query: Any, body: Any) -> Any:
         """``GET /commits/{ref}``: the commit, the account it is linked to (``author``) and GitHub's verdict on its
-        signature (``commit.verification``)."""
+        signature (``commit.verification``). A full sha it does not have is GitHub's 422, any other unknown ref 404."""
+        if re.fullmatch(r"[0-9a-f]{40}", params["ref"]) and params["ref"] not in self.commits:
+            raise HTTPError(422, f"No commit found for SHA: {params['ref']}")
         sha = self._resolve(params["ref"])
         commit = self.commits[sha]
         out = self._rewrite(self.contract.example("commit"))

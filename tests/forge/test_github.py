@@ -655,3 +655,24 @@ def test_constructor_validates_its_arguments() -> None:
         GitHubForge("a/b", "")
     with pytest.raises(GitHubForgeError, match="GITHUB_REPOSITORY"):
         GitHubForge.from_env({})
+
+
+def test_commit_exists_asks_for_the_commit_and_takes_only_a_full_sha(fake_github: FakeGitHub, forge: GitHubForge) -> None:
+    head = fake_github.head("main")
+    assert forge.commit_exists(head) is True
+    assert forge.commit_exists("0123456789abcdef" * 2 + "01234567") is False  # GitHub's 422: no commit for that sha
+    assert [c.operation_id for c in fake_github.calls] == ["repos/get-commit", "repos/get-commit"]
+    for not_a_sha in ("main", head.upper(), head + "\n", head[:12]):
+        with pytest.raises(GitHubForgeError, match="expected 40 hexadecimal characters"):
+            forge.commit_exists(not_a_sha)
+    assert len(fake_github.calls) == 2
+
+
+def test_find_data_pr_finds_the_bot_pull_request_from_a_branch_in_any_state(fake_github: FakeGitHub, forge: GitHubForge) -> None:
+    assert forge.find_data_pr("attune/leaderboard/1") is None
+    ref = forge.open_data_pr("attune/leaderboard/1", {"leaderboard.md": "new\n"}, "attune: refresh leaderboard.md", "body")
+    found = forge.find_data_pr("attune/leaderboard/1")
+    assert found is not None and (found.number, found.head_sha, found.state) == (ref.number, ref.head_sha, "open")
+    forge.close(ref, "not needed")
+    closed = forge.find_data_pr("attune/leaderboard/1")
+    assert closed is not None and closed.state == "closed" and forge.find_data_pr("attune/leaderboard/2") is None

@@ -102,3 +102,19 @@ def test_check_trial_for_a_pair_names_the_default_branch_head_and_the_order(cont
     finally:
         gh.stop()
     gh.assert_contract_kept()
+
+
+class UntouchedForge:
+    """A forge a refused check may not ask anything."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"check_trial asked the forge for {name}")
+
+
+@pytest.mark.parametrize("issue", ["²", "٣", "1²", "-1", ""])
+def test_an_issue_that_is_no_plain_number_refuses_a_step_run_before_any_look_up(issue: str) -> None:
+    from bot.github.check_trial import check_trial
+
+    lines, reason = check_trial(UntouchedForge(), pr=5, sha="a" * 40, campaign="c1", kind="trial", runner_labels='["gpu"]',
+                                issue=issue)
+    assert "ok=false" in lines and reason == f"issue {issue!r}: expected the campaign issue's number"

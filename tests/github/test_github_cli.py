@@ -220,3 +220,129 @@ def test_handle_names_a_payload_field_of_the_wrong_kind_in_one_line(gh, tmp_path
     assert cli.cmd_handle(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"attune github: {needle}") and len(err.strip().splitlines()) == 1, err
+
+
+# ------------------------------------------------------------------ attune github handle --trial-result, as trial.yml's report job
+def started_campaign(gh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A campaign started on the fake (its first baseline run dispatched), and the environment the report job has."""
+    from test_trial_scenarios import Flow, Scripted
+
+    from bot.forge.github import GitHubForge
+
+    gh.workflows.update({"trial.yml", "leaderboard.yml"})
+    gh.permissions["alice"] = "write"
+    for name, value in (("ATTUNE_BOT_LOGIN", gh.actor), ("ATTUNE_GITHUB_PACING", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("GITHUB_RUN_ID", raising=False)
+    forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
+                        bot_login=gh.actor)
+    flow = Flow(gh, forge, tmp_path, Scripted())
+    assert flow.start().endswith("started")
+    return flow
+
+
+def report_args(inputs: dict[str, str], artifact: Path, **kw: object) -> argparse.Namespace:
+    """``attune github handle --trial-result`` as trial.yml's report job calls it for the dispatch ``inputs``."""
+    args = {"trial_result": str(artifact), "campaign": inputs["campaign"], "issue": int(inputs["issue"]), "pr": int(inputs["pr"]),
+            "sha": inputs["sha"], "base_sha": "", "run_job_result": "success", "kind": inputs["kind"],
+            "attempt": int(inputs["attempt"]), "check_refused": "", "run_id": "", "repo": None, "token_env": "GITHUB_TOKEN",
+            "event_path": None, "event_name": None}
+    return argparse.Namespace(**(args | kw))
+
+
+def uploaded(flow, tmp_path: Path, tps: float) -> Path:
+    """The artifact the run job leaves for the latest dispatch: its record, stamped as the runner stamps it."""
+    from test_trial_scenarios import record, stamped
+
+    inputs = flow.last
+    artifact = tmp_path / f"artifact-{inputs['kind']}-{inputs['attempt']}"
+    artifact.mkdir()
+    rec = stamped(record(flow.recipe, tps, run_id="b1"), flow.gh.file(inputs["recipe"], inputs["sha"]), inputs["sha"])
+    (artifact / "record.json").write_text(rec.model_dump_json())
+    return artifact
+
+
+def test_a_baseline_reported_without_a_run_id_is_kept_and_the_campaign_goes_on(gh, tmp_path, capsys, monkeypatch) -> None:
+    """The run job's wall time unreadable (here: no --run-id, no $GITHUB_RUN_ID) was fed as a crash, which ended the
+    campaign at its first baseline run. Now one line says so and the record's device-hours are bounded by the job's
+    timeout instead."""
+    flow = started_campaign(gh, tmp_path, monkeypatch)
+    baseline = flow.last
+    assert cli.cmd_handle(report_args(baseline, uploaded(flow, tmp_path, 1000.0))) == 0
+    out, err = capsys.readouterr()
+    assert "baseline run ok" in out
+    assert err.strip() == ("attune github: the run job's wall time is unknown (no --run-id or $GITHUB_RUN_ID); a record's "
+                           "device-hours are bounded by the job's timeout (360 min) instead")
+    state = flow.state()
+    assert state.phase != "finished" and state.baseline[0].outcome == "ok" and flow.last["attempt"] == "2"
+
+
+def test_an_actions_api_failure_is_one_line_and_leaves_the_wall_time_unknown(gh, capsys) -> None:
+    from github import GithubException
+
+    from bot.forge.github import GitHubForge
+
+    forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None)
+
+    def unavailable(run_id: int, job: str) -> float:
+        raise GithubException(502, {"message": "Server Error\nupstream timed out"}, None)
+
+    forge.job_wall_seconds = unavailable  # type: ignore[method-assign]
+    assert cli._run_job_wall(forge, "77") is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("attune github: the run job's wall time is unknown (the Actions API call failed, perhaps only "
+                           "for now: GithubException: 502") and line.endswith("bounded by the job's timeout (360 min) instead")
+
+
+@pytest.mark.parametrize(("flag", "value", "needle"), [
+    ("sha", "zz", "--sha 'zz': expected a commit sha (40 lower-case hex digits)"),
+    ("sha", "main", "--sha 'main': expected a commit sha"),
+    ("sha", "A" * 40, "--sha 'AAAA"),
+    ("sha", "a" * 39, "--sha 'aaaa"),
+    ("sha", "a" * 40 + "\n", "--sha 'aaaa"),
+    ("sha", "é" * 40, "--sha 'éééé"),
+    ("base_sha", "main", "--base-sha 'main': expected a commit sha"),
+    ("base_sha", "0" * 41, "--base-sha '0000"),
+    ("run_id", "²", "--run-id '²': expected a workflow run id (digits 0-9)"),
+])
+def test_handle_refuses_a_sha_that_is_no_commit_sha_before_any_work(gh, tmp_path, capsys, monkeypatch, flag, value, needle) -> None:
+    """``--sha zz`` was a GithubException traceback, ``--sha main`` read the recipe on the branch and ended the campaign
+    with a crashed baseline run; now: one line naming the flag, exit 2, and not one call to GitHub."""
+    flow = started_campaign(gh, tmp_path, monkeypatch)
+    before, calls = flow.state(), len(gh.calls)
+    assert cli.cmd_handle(report_args(flow.last, uploaded(flow, tmp_path, 1000.0), **{flag: value})) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attune github: {needle}") and len(err.strip().splitlines()) == 1, err
+    assert len(gh.calls) == calls and flow.state() == before
+
+
+@pytest.mark.parametrize("flag", ["sha", "base_sha"])
+def test_handle_refuses_a_sha_that_is_no_commit_of_the_repository_and_changes_nothing(gh, tmp_path, capsys, monkeypatch, flag) -> None:
+    flow = started_campaign(gh, tmp_path, monkeypatch)
+    before, writes = flow.state(), [c for c in gh.calls if c.method != "GET"]
+    missing = "0123456789abcdef" * 2 + "01234567"
+    assert cli.cmd_handle(report_args(flow.last, uploaded(flow, tmp_path, 1000.0), **{flag: missing})) == 2
+    err = capsys.readouterr().err
+    name = flag.replace("_", "-")
+    assert err == f"attune github: --{name} {missing}: no such commit in {gh.full_name}; expected the commit the run measured\n"
+    assert [c for c in gh.calls if c.method != "GET"] == writes and flow.state() == before
+
+
+def test_publish_leaderboard_without_a_run_id_never_collides_and_a_rerun_changes_nothing(gh, tmp_path, monkeypatch, capsys) -> None:
+    """Without ``GITHUB_RUN_ID`` every run named its branch ``attune/leaderboard/0``: the second one failed on it."""
+    checkout = tmp_path / "checkout"
+    for folder in ("recipes", "results"):
+        (checkout / folder).mkdir(parents=True)
+    monkeypatch.setenv("ATTUNE_REPO", str(checkout))
+    monkeypatch.setenv("ATTUNE_GITHUB_PACING", "0")
+    monkeypatch.delenv("GITHUB_RUN_ID", raising=False)
+    args = argparse.Namespace(run_id="", repo=None, token_env="GITHUB_TOKEN")
+    for stale in ("stale\n", "stale again\n"):  # leaderboard.md edited by hand on main after each run
+        gh.seed({"leaderboard.md": stale})
+        assert cli.cmd_publish_leaderboard(args) == 0
+        assert "through PR #" in capsys.readouterr().out
+    first, second = gh.pulls.values()
+    assert first.head_ref != second.head_ref and first.head_ref.startswith("attune/leaderboard/")
+    assert first.merged_at is not None and second.merged_at is not None
+    assert cli.cmd_publish_leaderboard(args) == 0  # again on the same content: up to date, nothing opened
+    assert "up to date" in capsys.readouterr().out and len(gh.pulls) == 2

@@ -95,3 +95,56 @@ def test_a_run_id_that_is_no_run_id_is_refused_before_anything_is_written(gh: Fa
     with pytest.raises(ValueError, match="expected the workflow run id"):
         publish(forge, NEW, run="../main")
     assert gh.pulls == {} and set(gh.refs) == {"heads/main"}
+
+
+def test_without_a_run_id_each_content_gets_a_branch_of_its_own(gh: FakeGitHub, forge: GitHubForge) -> None:
+    """Without a run id every branch was ``attune/leaderboard/0``: the second regeneration collided with the first."""
+    from bot.core.records import content_hash
+
+    head = gh.head("main")
+    publish(forge, NEW)
+    newer = NEW + "| llama3-8b | 2,345 |\n"
+    assert publish(forge, newer).startswith(f"{FILE} refreshed on main through PR #")
+    first, second = gh.pulls.values()
+    assert first.head_ref == f"attune/leaderboard/{head[:12]}-{content_hash(NEW)[:12]}"
+    assert second.head_ref.endswith(f"-{content_hash(newer)[:12]}") and second.head_ref != first.head_ref
+    assert first.merged_at is not None and second.merged_at is not None and gh.file(FILE) == newer
+
+
+@pytest.mark.parametrize("run", ["", "5-1"])
+def test_a_rerun_on_the_same_content_reports_the_open_pr_of_the_earlier_run(gh: FakeGitHub, forge: GitHubForge, run: str) -> None:
+    """The earlier run died between opening its pull request and merging it. A rerun naming the same branch reports
+    that pull request (whose head it did not make this time, so it neither gates nor merges it) and opens no other."""
+
+    def lost(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("the runner lost its network")
+
+    forge.set_status = lost  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        publish(forge, NEW, run=run)
+    del forge.set_status
+    (pull,) = gh.pulls.values()
+    calls = len(gh.calls)
+    said = publish(forge, NEW, run=run)
+    assert said == f"{FILE}: PR #{pull.number} from {pull.head_ref} is open already (an earlier run); not opening another"
+    assert len(gh.pulls) == 1 and pull.state == "open" and gh.statuses == [] and gh.file(FILE) == OLD
+    assert {c.method for c in gh.calls[calls:]} == {"GET"}  # looked, wrote nothing
+
+
+def test_a_rerun_after_a_refused_merge_opens_nothing_again(gh: FakeGitHub, forge: GitHubForge) -> None:
+    def sneak(fake: FakeGitHub) -> None:  # a person pushes onto the bot's branch: the merge is refused, the PR closed
+        (pull,) = fake.pulls.values()
+        fake.seed({"bot/cli/__init__.py": "import os\n"}, "a person's push", branch=pull.head_ref)
+
+    gh.after("pulls/create", sneak)
+    assert "closed unmerged" in publish(forge, NEW)
+    (pull,) = gh.pulls.values()
+    assert publish(forge, NEW) == f"{FILE}: PR #{pull.number} from {pull.head_ref} was closed by an earlier run; nothing to do"
+    assert len(gh.pulls) == 1 and gh.file(FILE) == OLD
+
+
+@pytest.mark.parametrize("run", ["٣١", "31²", "0-", "-1", "1--2"])
+def test_a_run_id_must_be_ascii_digits(gh: FakeGitHub, forge: GitHubForge, run: str) -> None:
+    with pytest.raises(ValueError, match=r"expected the workflow run id \(digits 0-9, '-'\)"):
+        publish(forge, NEW, run=run)
+    assert gh.pulls == {} and set(gh.refs) == {"heads/main"}

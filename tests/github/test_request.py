@@ -119,6 +119,15 @@ def test_bench_steps_out_of_range(steps: str) -> None:
     assert isinstance(error, RequestError) and error.problems[0].startswith("Bench steps")
 
 
+@pytest.mark.parametrize("steps", ["²", "1²", "٣٠", "５０", "50\u0660"])
+def test_bench_steps_take_only_ascii_digits(steps: str) -> None:
+    """``str.isdigit`` takes ``²`` (``int`` then raised) and other scripts' digits (``int`` read ``٣٠`` as 30)."""
+    assert steps.isdigit()
+    error = validate_request(body(steps=steps))
+    assert isinstance(error, RequestError) and len(error.problems) == 1
+    assert error.problems[0].startswith("Bench steps") and "digits 0-9" in error.problems[0]
+
+
 def test_runner_labels() -> None:
     assert parse_runner_labels("gpu, h100\nlinux-x64") == (["gpu", "h100", "linux-x64"], None)
     assert "use only" in parse_runner_labels("gpu, ${{ secrets.X }}")[1]

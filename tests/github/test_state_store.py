@@ -51,7 +51,7 @@ def started(gh: FakeGitHub) -> tuple[GitHubForge, int]:
 
 def command(gh: FakeGitHub, forge: GitHubForge, number: int, body: str, comment_id: int | None = None) -> str:
     cid = comment_id or gh.add_comment(number, body, user="alice")
-    return comments.handle(forge, {"issue": {"number": number}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}},
+    return comments.handle(forge, {"action": "created", "issue": {"number": number}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}},
                            lessons=[])
 
 
@@ -121,3 +121,20 @@ def test_permission_is_checked_before_a_stored_campaign_is_reconciled(gh: FakeGi
                                             "labels": [{"name": "attune:campaign"}]}}
     assert campaign_requests.handle(forge, event, lessons=[]).startswith("refused")
     assert len(gh.dispatches) == dispatches
+
+
+@pytest.mark.parametrize("event", ["edited", "deleted", "on-a-pull-request"])
+def test_an_edited_or_deleted_comment_or_one_on_a_pull_request_is_no_command(gh: FakeGitHub, event: str) -> None:
+    """campaign.yml lets only new comments on issues through, but the handler does not rely on the workflow's filter:
+    ``/attune stop`` edited into an old comment, a deleted one, or one on a step PR stops nothing."""
+    forge, number = started(gh)
+    before = load_state(forge, number)
+    cid = gh.add_comment(number, "/attune stop", user="alice")
+    issue: dict = {"number": number}
+    if event == "on-a-pull-request":
+        issue["pull_request"] = {"url": f"https://api.github.com/repos/{gh.full_name}/pulls/{number}"}
+    payload = {"action": "created" if event == "on-a-pull-request" else event, "issue": issue,
+               "comment": {"id": cid, "body": "/attune stop", "user": {"login": "alice"}}}
+    assert comments.handle(forge, payload, lessons=[]).startswith("ignored: a comment")
+    after = load_state(forge, number)
+    assert after.campaign == before.campaign and cid not in after.handled

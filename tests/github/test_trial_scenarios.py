@@ -312,7 +312,7 @@ def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> No
 
     def command(body: str) -> str:
         cid = gh.add_comment(flow.issue, body, user="alice")
-        return handle_comment(forge, {"issue": {"number": flow.issue}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}})
+        return handle_comment(forge, {"action": "created", "issue": {"number": flow.issue}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}})
 
     command("/attune budget +2")
     assert len(flow.trials()) == 1 and flow.state().budget == pytest.approx(3.0)
@@ -545,12 +545,39 @@ def test_an_upload_that_lies_is_a_crash_never_a_measurement(gh, forge, tmp_path,
     assert gh.file(f"campaigns/{cid}/step-1-trial.json", records_branch(cid)) is None  # nothing of it was stored
 
 
-def test_device_hours_cannot_be_checked_without_the_job_wall_time_so_the_record_is_refused(gh, forge, tmp_path) -> None:
+def test_an_unknown_job_wall_time_keeps_every_measurement_bounded_by_the_jobs_timeout(gh, forge, tmp_path) -> None:
+    """No run id, or the Actions API call failed: the run job's wall time is unknown. Its runs are still measurements
+    (a baseline run fed as a crash for it ended the campaign), their device-hours bounded by the job's timeout."""
+    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
+    flow.start()
+    assert "baseline run ok" in flow.answer(record(flow.recipe, 1000.0, run_id="b1"), job_wall_s=None)
+    state = flow.state()
+    assert state.phase != "finished" and state.baseline[0].outcome == "ok" and state.baseline[0].tps == 1000.0
+    assert (flow.last["kind"], flow.last["attempt"]) == ("baseline", "2")
+    flow.answer(record(flow.recipe, 1010.0, run_id="b2"), job_wall_s=None)
+    assert "calibrated" in flow.answer(cm.Calibrated(band=None, device_hours=0.02, note="no loss band: test"), job_wall_s=None)
+    assert "trial run ok" in flow.answer(record(flow.recipe, 1200.0, run_id="t1"), job_wall_s=None)
+    pair = (record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1"))
+    assert "pair 1 of step 1 ok" in flow.answer(pair, job_wall_s=None)
+    assert flow.state().step(1).state == "merged"
+
+
+@pytest.mark.parametrize("kind", ["trial", "pair"])
+def test_an_unknown_job_wall_time_still_refuses_more_device_hours_than_the_jobs_timeout_allows(gh, forge, tmp_path, kind) -> None:
+    from bot.github.uploads import RUN_JOB_TIMEOUT_S
+
     flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
     flow.through_calibration()
-    flow.answer(record(flow.recipe, 5000.0, run_id="t1"), job_wall_s=None)
-    run = flow.state().step(1).runs[0]
-    assert run.outcome == "crash" and "wall time is unknown" in run.reason
+    too_long = flow.recipe.devices * RUN_JOB_TIMEOUT_S / 3600.0 + 0.5
+    if kind == "pair":
+        flow.answer(record(flow.recipe, 1200.0, run_id="t1"))
+        said = flow.answer((record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1", cost=too_long)),
+                           job_wall_s=None)
+    else:
+        said = flow.answer(record(flow.recipe, 5000.0, run_id="t1", cost=too_long), job_wall_s=None)
+    assert "crash" in said
+    run = flow.state().step(1).runs[-1]
+    assert run.outcome == "crash" and "more than the run job's timeout (its wall time is unknown) allows" in run.reason
 
 
 def test_a_forged_calibration_run_gives_no_band(gh, forge, tmp_path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from bot.github import comments
 from bot.github.commands import Command, parse_command
 from bot.github.request import CampaignRequest, RequestError, validate_request
 
@@ -55,3 +56,41 @@ def test_comment_examples_are_not_commands_until_they_are(examples: dict[str, li
     event = copy.deepcopy(comments[0])
     event["comment"]["body"] = "/attune budget +2\n\nGPUs are free tonight."
     assert parse_command(event["comment"]["body"]) == Command(kind="budget", hours=2.0)
+
+
+class UntouchedForge:
+    """A forge an ignored event may not touch at all."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"an ignored comment event asked the forge for {name}")
+
+
+class ReadOnlyForge:
+    """A forge on which the commenter has no write permission: the first question a command asks."""
+
+    def can_write(self, user: str) -> bool:
+        return False
+
+
+def test_only_a_comment_created_on_an_issue_is_read_as_a_command(
+    examples: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Every ``issue_comment`` example with ``/attune stop`` put in it: an edited or deleted comment, or a new one on a
+    pull request, is ignored before the forge is asked anything; a new one on an issue goes on to the permission check."""
+    events = copy.deepcopy(examples["issue_comment"])
+    assert {e["action"] for e in events} == {"created", "edited", "deleted"}
+    for event in events:
+        event["comment"]["body"] = "/attune stop"
+        login = event["comment"]["user"]["login"]
+        if event["action"] != "created":
+            assert (
+                comments.handle(UntouchedForge(), event)
+                == f"ignored: a comment {event['action']!r} event, only a created comment is a command"
+            )
+            continue
+        assert comments.handle(ReadOnlyForge(), event) == f"ignored: {login} has no write permission"
+        event["issue"]["pull_request"] = {"url": event["issue"]["url"].replace("/issues/", "/pulls/")}
+        assert (
+            comments.handle(UntouchedForge(), event)
+            == "ignored: a comment on a pull request, not on a campaign issue"
+        )

@@ -258,10 +258,17 @@ def test_a_refused_check_reaches_the_report_job_with_its_reason() -> None:
 
 def test_the_bot_names_the_run_job_as_trial_yml_does() -> None:
     """The report job reads the run job's wall time by its name (it bounds a real record's device-hours): a renamed
-    job would make every real record unbelievable."""
+    job would leave every record bounded only by the job's timeout."""
     from bot.cli.github import RUN_JOB
 
     assert load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]["name"] == RUN_JOB
+
+
+def test_the_bot_knows_the_run_jobs_timeout_as_trial_yml_sets_it() -> None:
+    """Without the run job's wall time, its timeout bounds a record's device-hours: GitHub cancels the job then."""
+    from bot.github.uploads import RUN_JOB_TIMEOUT_S
+
+    assert load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]["timeout-minutes"] * 60 == RUN_JOB_TIMEOUT_S
 
 
 def test_the_bot_knows_its_own_login_when_the_app_writes() -> None:
