@@ -240,10 +240,14 @@ def campaign_rows(state) -> list[list[str]]:
     return rows
 
 
-def render_campaign_summary(state) -> str:
+def render_campaign_summary(state, status: str | None = None) -> str:
+    """The campaign's summary in markdown. ``status``: how it stands, where that is more than its phase (``campaign
+    show`` on one that finished with finish actions still pending says "finishing ..."; the summary those actions
+    commit is rendered while they are pending, so it cannot tell by itself)."""
     band = state.band
     sim = any(r.simulated for r in state.baseline)
-    head = f"## ATTUNE campaign {state.id}{' — SIMULATED' if sim else ''}\n\nRecipe `{state.recipe_path}`, policy `{state.policy}`, {state.phase}."
+    shown = status or state.phase
+    head = f"## ATTUNE campaign {state.id}{' — SIMULATED' if sim else ''}\n\nRecipe `{state.recipe_path}`, policy `{state.policy}`, {shown}."
     facts = [
         ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
                                                                       + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
@@ -260,7 +264,7 @@ def render_campaign_summary(state) -> str:
         verdict = state.finish_reason
         if state.incumbent_step == 0:
             verdict += " — no change cleared the minimum worthwhile gain with confidence; the recipe is kept as it was"
-        facts.append(["finished", verdict])
+        facts.append(["finished" if status is None or status == "finished" else "finishing", verdict])
     table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain [CI]", "decision (pairs)", "kept", "branch"], tablefmt="github")
     return f"{head}\n\n{tabulate(facts, headers=['campaign', 'value'], tablefmt='github')}\n\n### Steps\n\n{table}\n"
 

@@ -1,11 +1,14 @@
 """``attune campaign run|list|show|resume|stop`` and ``attune demo``: campaigns on this machine (the local ports of
 the one executor).
 
-A campaign lives under ``<repo>/.attune/campaigns/<id>/``. One process at a time drives it (a lock the kernel
-drops when that process dies: :mod:`bot.drive.lifecycle`). Ctrl-C or SIGTERM stops it at a safe point with no
-torchrun, rank or calibration worker left running, and ``resume`` continues it; so does ``resume`` after a SIGKILL
-or a power cut. ``stop`` ends a campaign for good (its open step is closed, its summary committed), signalling the
-process that runs it first if there is one.
+A campaign lives under ``<repo>/.attune/campaigns/<id>/``. One process at a time drives it, and one local-forge
+campaign at a time drives a checkout (locks the kernel drops when that process dies: :mod:`bot.drive.lifecycle`).
+Ctrl-C or SIGTERM stops it at a safe point with no torchrun, rank or calibration worker left running, and ``resume``
+continues it; so does ``resume`` after a SIGKILL or a power cut. ``stop`` ends a campaign for good (its open step is
+closed, its summary committed), signalling the process that runs it first if there is one. A local-forge campaign
+merges into the branch checked out when it started (``Campaign.base_branch``): ``resume`` and ``stop`` refuse to
+run on another one. With ``--json``, ``run``, ``resume`` and ``stop`` print one JSON object however they end
+(finished, already finished, interrupted): the campaign summary with its ``status`` and a ``message``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, console, emit_json
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from bot.core.state import Campaign
+    from bot.drive.lifecycle import LaunchFacts
 
 DEMO_RECIPE = "llama3-tiny/cpu.yaml"
 DEMO_RECIPES = (DEMO_RECIPE, "moe-tiny/cpu.yaml")  # the embedded examples: dense llama3, MoE (qwen3)
@@ -100,25 +109,119 @@ def _stored(repo: Path, cid: str):
         raise UsageError(str(exc)) from None
 
 
+@contextlib.contextmanager
+def _lock_errors() -> Iterator[None]:
+    """A lock file that cannot be opened (a folder, no permission) as the one-line user error it is."""
+    from bot.drive.lifecycle import LockError
+
+    try:
+        yield
+    except LockError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _status(repo: Path, state: Campaign) -> str:
+    """What campaign ``state`` of ``repo`` is now (:func:`bot.drive.lifecycle.status_of`)."""
+    from bot.drive.lifecycle import forge_of, holder, status_of
+
+    folder = _campaigns(repo) / state.id
+    with _lock_errors():
+        pid = holder(folder)
+    return status_of(state, pid, forge_of(folder))
+
+
+def _result(state: Campaign | None, repo: Path, cid: str, *, status: str, message: str) -> dict[str, Any]:
+    """What ``--json`` prints however a command on a campaign ends: the summary ``campaign run --json`` prints (just
+    the id where no state was saved), its ``status`` and a ``message``."""
+    from bot.campaign.report import summary_json
+
+    head = summary_json(state, repo) if state is not None else {"campaign": cid, "repo": str(repo)}
+    return {**head, "status": status, "message": message}
+
+
+def _already_finished(repo: Path, state: Campaign, as_json: bool) -> int:
+    message = f"campaign {state.id} already finished: {state.finish_reason}"
+    if as_json:
+        emit_json(_result(state, repo, state.id, status="finished", message=message))
+    else:
+        print(message)
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------- driving one campaign
+def _release(locks: list[Any]) -> None:
+    for lock in locks:
+        lock.release()
+
+
+def _take_locks(repo: Path, cid: str, forge: str) -> list[Any]:
+    """The checkout's lock (a local-forge campaign merges into the checked-out branch: one at a time; the in-memory
+    forge touches no git) and then the campaign's; a one-line error when either is held. They are released in the
+    order taken, so a ``stop`` that sees the campaign's lock let go finds the checkout's free too."""
+    from bot.core.repo import Repo
+    from bot.drive.lifecycle import CampaignBusy, CampaignLock, CheckoutBusy, CheckoutLock
+
+    wanted: list[Any] = [CheckoutLock(Repo(repo).work, cid)] if forge == "local" else []
+    wanted.append(CampaignLock(_campaigns(repo) / cid, cid))
+    taken: list[Any] = []
+    try:
+        with _lock_errors():
+            for lock in wanted:  # a lock file that cannot be opened is named before any lock is taken
+                lock.check()
+            for lock in wanted:
+                taken.append(lock.acquire())
+    except CheckoutBusy as exc:
+        other = exc.cid or cid
+        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {other} --repo {repo}`") from None
+    except CampaignBusy as exc:
+        _release(taken)
+        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {cid} --repo {repo}`") from None
+    except UsageError:
+        _release(taken)
+        raise
+    return taken
+
+
+def _interrupted(repo: Path, cid: str, exc: Any, state: Campaign | None, forge: str, as_json: bool) -> int:
+    """Say how a campaign stopped by a signal stands, and answer the shell's exit code for that signal."""
+    after = (f"`attune campaign resume {cid} --repo {repo}` continues it" if forge == "local" else
+             f"its steps were kept in memory (--forge {forge}), so it cannot be resumed: `attune campaign stop {cid} --repo {repo}` ends it")
+    message = f"campaign {cid} interrupted ({exc.signame}); no run is left running and its state is saved: {after}"
+    print(f"attune: {message}", file=sys.stderr)
+    if as_json:
+        emit_json(_result(state, repo, cid, status="interrupted", message=message))
+    return exc.exit_code
+
+
+def _report(repo: Path, state: Campaign, facts: LaunchFacts, as_json: bool) -> int:
+    """The campaign's summary once the command has driven it (with ``--json``: :func:`_result`)."""
+    from bot.campaign.report import render_campaign_summary
+    from bot.drive.lifecycle import status_of
+
+    if as_json:
+        status = status_of(state, None, facts.forge)
+        emit_json(_result(state, repo, state.id, status=status, message=f"campaign {state.id} {status}: {state.finish_reason}"))
+        return EXIT_OK
+    print(render_campaign_summary(state))  # markdown as it is: never re-wrapped, and its [links] are not rich markup
+    lb = repo / "leaderboard.md"
+    if facts.forge == "local" and lb.exists() and state.phase == "finished":
+        print(lb.read_text())
+    return EXIT_OK
+
+
 def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as_json: bool,
            begin: Callable[[Any], Any], shown: Any = None) -> int:
     """Drive campaign ``cid`` with ``begin(executor)`` (start, resume or stop) under its lock, with Ctrl-C and
     SIGTERM handled; report the result. ``shown``: the campaign as it starts, for the live progress display on a
     terminal (:mod:`bot.cli.progress`; none with ``--json`` or when stdout is not a terminal)."""
-    from bot.campaign.report import render_campaign_summary, summary_json
     from bot.cli.progress import CampaignDisplay, wanted
     from bot.drive import crashpoints
     from bot.drive.interrupt import GracefulStop, Interrupted
-    from bot.drive.lifecycle import CampaignBusy, CampaignLock
     from bot.drive.local import build_executor
 
     out = console()
     folder = _campaigns(repo) / cid
-    try:
-        lock = CampaignLock(folder, cid).acquire()
-    except CampaignBusy as exc:
-        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {cid} --repo {repo}`") from None
+    locks = _take_locks(repo, cid, facts.forge)
     display = CampaignDisplay(out, shown) if shown is not None and wanted(as_json) else contextlib.nullcontext()
     lines = None if as_json else _progress(out)
     on_event = lines
@@ -137,19 +240,10 @@ def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as
             try:
                 state = begin(executor)
             except Interrupted as exc:
-                print(f"attune: campaign {cid} interrupted ({exc.signame}); no run is left running and its state is saved: "
-                      f"`attune campaign resume {cid} --repo {repo}` continues it", file=sys.stderr)
-                return exc.exit_code
+                return _interrupted(repo, cid, exc, executor.states.load(cid), facts.forge, as_json)
     finally:
-        lock.release()
-    if as_json:
-        emit_json(summary_json(state, repo))
-        return EXIT_OK
-    print(render_campaign_summary(state))  # markdown as it is: never re-wrapped, and its [links] are not rich markup
-    lb = repo / "leaderboard.md"
-    if facts.forge == "local" and lb.exists() and state.phase == "finished":
-        print(lb.read_text())
-    return EXIT_OK
+        _release(locks)
+    return _report(repo, state, facts, as_json)
 
 
 def _check_flags(budget: float, max_steps: int | None) -> None:
@@ -222,6 +316,7 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     """Start a campaign; every check on the flags and the recipe comes first, so a refused one leaves nothing."""
     from bot.campaign.setup import measurement_options, new_state
     from bot.core.recipe import load_recipe
+    from bot.core.repo import current_branch
     from bot.drive.lifecycle import LaunchFacts
     from bot.runner import check_runnable
 
@@ -237,7 +332,8 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     options = measurement_options(recipe.cluster.launcher)  # e.g. a warm-up run first on this machine
     if max_steps is not None:
         options["max_steps"] = max_steps
-    state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, **options)
+    base = (current_branch(repo) or "") if forge == "local" else ""  # the branch its kept steps merge into
+    state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, base_branch=base, **options)
     facts = LaunchFacts(forge=forge, seed=seed, cache_dir=str(cache_dir) if cache_dir else None)
     return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state),
                   shown=state)
@@ -272,10 +368,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
                          cache_dir=home.work)
 
 
-def cmd_campaign_show(args: argparse.Namespace) -> int:
+def _summary_as_it_stands(state: Campaign, status: str) -> str:
+    """The campaign's summary. One that finished but whose summary and finish actions are still pending says so, not
+    "finished": the summary those actions commit is rendered while they are pending, so the report cannot tell."""
     from bot.campaign.report import render_campaign_summary
 
-    print(render_campaign_summary(_stored(_repo_root(args.repo), args.id)))
+    return render_campaign_summary(state, status if state.phase == "finished" and state.pending else None)
+
+
+def cmd_campaign_show(args: argparse.Namespace) -> int:
+    repo = _repo_root(args.repo)
+    state = _stored(repo, args.id)
+    status = _status(repo, state)
+    print(f"status: {status}\n")
+    print(_summary_as_it_stands(state, status))
     return EXIT_OK
 
 
@@ -313,18 +419,33 @@ def _facts_for(repo: Path, cid: str, command: str):
     except ValueError as exc:  # pydantic's ValidationError (a damaged file), or a byte that is not UTF-8
         why = first_problem(exc) if isinstance(exc, ValidationError) else "not UTF-8 text"
         raise UsageError(f"{folder / LAUNCH}: not the campaign's launch facts: {why}") from None
-    if facts.forge != "local":
-        raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {PAST[command]}")
+    if facts.forge != "local" and command == "resume":  # stop ends it: that needs its state only (lifecycle's docstring)
+        raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {PAST[command]} "
+                         f"(`attune campaign stop {cid} --repo {repo}` ends it)")
     return facts
+
+
+def _check_base_branch(repo: Path, state: Campaign, command: str) -> None:
+    """A local-forge campaign merges its kept steps, and commits its summary, into the branch checked out: refuse to
+    ``resume`` or ``stop`` it on a branch other than the one it started on. A state that recorded none (written before
+    the base branch was recorded, or an in-memory forge's) goes on with the branch checked out, as it always did."""
+    from bot.core.repo import current_branch
+
+    if not state.base_branch:
+        return
+    here = current_branch(repo)
+    if here != state.base_branch:
+        raise UsageError(f"{state.id}: started on branch {state.base_branch}, but {here or 'no branch'} is checked out in {repo}; "
+                         f"`git -C {repo} checkout {state.base_branch}` first, then {command} it (its steps and summary land on the branch checked out)")
 
 
 def cmd_campaign_resume(args: argparse.Namespace) -> int:
     repo = _repo_root(args.repo)
     state = _stored(repo, args.id)
     if state.phase == "finished" and not state.pending:
-        print(f"campaign {args.id} already finished: {state.finish_reason}")
-        return EXIT_OK
+        return _already_finished(repo, state, args.json)
     facts = _facts_for(repo, args.id, "resume")
+    _check_base_branch(repo, state, "resume")
     if not (repo / state.recipe_path).is_file():
         raise UsageError(f"{repo / state.recipe_path}: the campaign's recipe is not in the checkout (check out its base branch)")
     if not args.json:
@@ -340,17 +461,19 @@ def cmd_campaign_stop(args: argparse.Namespace) -> int:
     repo = _repo_root(args.repo)
     state = _stored(repo, args.id)
     if state.phase == "finished" and not state.pending:
-        print(f"campaign {args.id} already finished: {state.finish_reason}")
-        return EXIT_OK
+        return _already_finished(repo, state, args.json)
     facts = _facts_for(repo, args.id, "stop")
+    _check_base_branch(repo, state, "stop")
     folder = _campaigns(repo) / args.id
-    pid = holder(folder)
+    with _lock_errors():
+        pid = holder(folder)
     if pid:  # another process runs it: it stops at a safe point, with nothing left running, and lets go
         print(f"attune: stopping process {pid}, which runs campaign {args.id}", file=sys.stderr)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         try:
-            CampaignLock(folder, args.id).wait(STOP_WAIT_S).release()
+            with _lock_errors():
+                CampaignLock(folder, args.id).wait(STOP_WAIT_S).release()
         except CampaignBusy:
             print(f"attune: process {pid} still runs campaign {args.id} after {STOP_WAIT_S:.0f}s; not stopped", file=sys.stderr)
             return EXIT_FAILED

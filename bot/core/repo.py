@@ -72,6 +72,13 @@ def uncommitted(repo: Path, path: Path) -> str | None:
     return "has uncommitted changes" if status.stdout.strip() else None
 
 
+def current_branch(repo: Path) -> str | None:
+    """The branch checked out in the git work tree ``repo`` (``HEAD`` when it is detached; None when ``repo`` is not
+    a git repository or has no commit yet): the base a local-forge campaign merges into."""
+    out = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=Path(repo).resolve(), capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
 def staged(repo: Path) -> list[str]:
     """The paths whose staged content differs from HEAD (what ``git commit`` would take along; ``git merge`` refuses
     to merge into an index that holds them)."""

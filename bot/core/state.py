@@ -283,6 +283,9 @@ class Campaign(BaseModel):
     recipe_path: str
     recipe_id: str
     policy: str = "heuristic"
+    # the branch a local-forge campaign merges its kept steps into, as checked out when it started; "" where none was
+    # recorded (an in-memory or GitHub forge, or a state written before this field: resumed on the branch checked out)
+    base_branch: str = ""
     devices: int = 1
     usd_per_device_hour: float = 0.0
     budget: float  # device-hours

@@ -86,8 +86,8 @@ def test_max_steps_below_one_starts_nothing(repo: Path) -> None:
 
 
 def test_a_recipe_with_uncommitted_changes_or_untracked_is_refused_before_the_campaign_starts(repo: Path) -> None:
-    edit(repo, SIM, "  training.local_batch_size: 1                               # llama3_8b: local batch 1",
-         "  training.local_batch_size: 2", commit=False)
+    edit(repo, SIM, "  activation_checkpoint: selective                           # llama3_8b: selective (per-op SAC)",
+         "  activation_checkpoint: full", commit=False)  # a layout that runs: only the uncommitted edit is wrong
     line = refused(repo, "campaign", "run", SIM, "--budget", "5")
     assert line.startswith(f"attune: {SIM}: has uncommitted changes; a campaign's steps branch from the recipe as committed"), line
     git(repo, "add", SIM)  # staged is not committed either

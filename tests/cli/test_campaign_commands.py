@@ -1,14 +1,21 @@
-"""``attune campaign list|resume|stop`` on simulated campaigns (real ``attune`` processes, real git): what ``list``
-shows, ``stop`` closing the open step of a killed campaign and committing its summary once, and one-line errors
-(exit 2, nothing written) for unknown or malformed ids, a taken id, and a campaign that cannot be resumed."""
+"""``attune campaign list|show|resume|stop`` on simulated campaigns (real ``attune`` processes, real git): what
+``list`` and ``show`` say (running, resumable, finishing, finished, or interrupted with an in-memory forge), ``stop``
+closing the open step of a killed campaign and committing its summary once, ``--json`` as one object however a
+command ends, and one-line errors (exit 2, nothing written) for unknown or malformed ids, a taken id, a campaign that
+cannot be resumed, a checkout another campaign is running in, a branch other than the campaign's base, and a lock
+file that cannot be opened."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from crash_helpers import attune, campaign_trace, git, scratch_clone
+from crash_helpers import REPO, attune, campaign_trace, git, scratch_clone
+
+from bot import campaign as cm
 
 RECIPE = "recipes/glm-4.5/h100x128.yaml"
 
@@ -81,7 +88,151 @@ def test_unknown_or_malformed_ids_and_a_taken_id_are_one_line_errors_that_write_
     assert (repo / ".attune" / "campaigns" / "taken" / "state.json").read_text() == state
 
 
-def test_a_campaign_whose_steps_were_kept_in_memory_cannot_be_resumed(repo: Path, tmp_path: Path) -> None:
+def test_a_campaign_whose_steps_were_kept_in_memory_is_listed_as_such_and_can_be_stopped_not_resumed(repo: Path, tmp_path: Path) -> None:
     killed_with_an_open_step(repo, "mem", tmp_path, forge="none")
     line = one_line_error(attune(repo, "campaign", "resume", "mem"))
-    assert "--forge none" in line and "cannot be resumed" in line
+    assert "--forge none" in line and "cannot be resumed" in line and "attune campaign stop mem" in line
+    (row,) = listed(repo)
+    assert row["status"] == "interrupted (cannot resume: --forge none kept its steps in memory; `attune campaign stop mem` ends it)"
+    assert attune(repo, "campaign", "show", "mem").stdout.startswith(f"status: {row['status']}\n")
+    stop = attune(repo, "campaign", "stop", "mem", "--json")
+    assert stop.returncode == 0, stop.stderr[-2000:]
+    assert json.loads(stop.stdout)["status"] == "finished"
+    state = cm.Campaign.model_validate_json((repo / ".attune" / "campaigns" / "mem" / "state.json").read_text())
+    assert state.phase == "finished" and not state.pending and [s.state for s in state.steps] == ["closed"]
+    assert [r["status"] for r in listed(repo)] == ["finished"]
+
+
+# ----------------------------------------------------------------------------- the helpers of the tests below
+def listed(repo: Path) -> list[dict]:
+    proc = attune(repo, "campaign", "list", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])["campaigns"]
+
+
+def interrupted(repo: Path, cid: str, *more: str, after: int = 6) -> subprocess.CompletedProcess[str]:
+    """Campaign ``cid`` run until it gets SIGTERM right after its ``after``-th side effect (by default its first
+    baseline run's record: the campaign stops at the next safe point, resumable)."""
+    proc = attune(repo, "campaign", "run", RECIPE, "--budget", "350", "--id", cid, *more, env={"ATTUNE_SIGNAL_AFTER": str(after)})
+    assert proc.returncode == 143, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    return proc
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def one_json_object(proc: subprocess.CompletedProcess[str]) -> dict:
+    """stdout is one JSON object, on one line."""
+    lines = proc.stdout.strip("\n").splitlines()
+    assert len(lines) == 1, proc.stdout[-2000:]
+    return json.loads(lines[0])
+
+
+def stored(repo: Path, cid: str, **fields) -> Path:
+    """A campaign's folder with a state (``fields`` over a resumable one) and local launch facts, written by hand."""
+    folder = repo / ".attune" / "campaigns" / cid
+    folder.mkdir(parents=True)
+    state = cm.Campaign(id=cid, recipe_path=RECIPE, recipe_id="glm-4.5/h100x128", budget=350.0, **fields)
+    (folder / "state.json").write_text(state.model_dump_json(indent=1))
+    (folder / "launch.json").write_text('{"forge": "local", "seed": 0}')
+    return folder
+
+
+HOLD_CHECKOUT = ("import sys, time; from bot.drive.lifecycle import CheckoutLock; "
+                 "lock = CheckoutLock(sys.argv[1], 'other').acquire(); print('held', flush=True); time.sleep(600)")
+
+
+# ----------------------------------------------------------------------------- one campaign at a time in a checkout
+def test_a_second_campaign_in_a_checkout_another_one_runs_in_is_refused_naming_it(repo: Path) -> None:
+    interrupted(repo, "waiting")
+    before = folder_files(repo / ".attune" / "campaigns")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_CHECKOUT, str(repo / ".attune")], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        busy = f"{repo}: campaign other (process {holder.pid}) is running in this checkout"
+        for args in (["run", RECIPE, "--budget", "350", "--id", "second"], ["resume", "waiting"], ["stop", "waiting"]):
+            line = one_line_error(attune(repo, "campaign", *args))
+            assert line.startswith(f"attune: {busy}") and "attune campaign stop other" in line, (args, line)
+        assert folder_files(repo / ".attune" / "campaigns") == before  # no new campaign, the waiting one untouched
+    finally:
+        holder.kill()
+        holder.wait()
+    resumed = attune(repo, "campaign", "resume", "waiting", "--json")  # the kernel dropped the lock with its holder
+    assert resumed.returncode == 0 and one_json_object(resumed)["status"] == "finished", resumed.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------- the base branch
+def test_resume_and_stop_refuse_a_branch_other_than_the_one_the_campaign_started_on(repo: Path) -> None:
+    base = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
+    interrupted(repo, "b")
+    path = repo / ".attune" / "campaigns" / "b" / "state.json"
+    assert json.loads(path.read_text())["base_branch"] == base
+    git(repo, "checkout", "-q", "-b", "elsewhere")
+    before = folder_files(path.parent)
+    for command in ("resume", "stop"):
+        line = one_line_error(attune(repo, "campaign", command, "b"))
+        assert line.startswith(f"attune: b: started on branch {base}, but elsewhere is checked out in {repo}"), line
+        assert f"git -C {repo} checkout {base}" in line
+    assert folder_files(path.parent) == before and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "elsewhere"
+    # a state written before the base branch was recorded goes on with the branch checked out, as it always did
+    old = json.loads(path.read_text())
+    del old["base_branch"]
+    path.write_text(json.dumps(old))
+    resumed = attune(repo, "campaign", "resume", "b", "--json")
+    assert resumed.returncode == 0 and one_json_object(resumed)["status"] == "finished", resumed.stderr[-2000:]
+    assert any(s.startswith("attune: campaign b finished") for s in git(repo, "log", "--format=%s", "elsewhere").splitlines())
+
+
+# ----------------------------------------------------------------------------- --json however a command ends
+def test_json_is_one_object_with_status_and_message_when_interrupted_resumed_or_already_finished(repo: Path) -> None:
+    run = interrupted(repo, "j", "--json")
+    out = one_json_object(run)
+    assert (out["campaign"], out["status"], out["repo"]) == ("j", "interrupted", str(repo))
+    assert "interrupted (SIGTERM)" in out["message"] and "attune campaign resume j" in out["message"]
+    resumed = attune(repo, "campaign", "resume", "j", "--json")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    done = one_json_object(resumed)
+    assert (done["campaign"], done["status"]) == ("j", "finished") and done["message"] == f"campaign j finished: {done['finish_reason']}"
+    assert set(out) == set(done)  # the same shape as a campaign that ran to its end
+    for command in ("resume", "stop"):
+        again = attune(repo, "campaign", command, "j", "--json")
+        assert again.returncode == 0, again.stderr[-2000:]
+        answer = one_json_object(again)
+        assert set(answer) == set(done) and answer["status"] == "finished", answer
+        assert answer["message"] == f"campaign j already finished: {done['finish_reason']}"
+
+
+# ----------------------------------------------------------------------------- finishing is not finished
+def test_show_and_list_say_finishing_while_the_finish_actions_are_pending(repo: Path) -> None:
+    stored(repo, "f", phase="finished", finish_reason="budget exhausted",
+           pending=[cm.Comment(n=0, kind="summary"), cm.Finish(reason="budget exhausted")])
+    status = "finishing (2 actions pending; run `attune campaign resume f`)"
+    shown = attune(repo, "campaign", "show", "f")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.startswith(f"status: {status}\n") and f"policy `heuristic`, {status}." in shown.stdout
+    assert ", finished." not in shown.stdout and "\n| finished " not in shown.stdout
+    assert "\n| finishing " in shown.stdout and "budget exhausted" in shown.stdout  # the reason is still shown
+    assert [r["status"] for r in listed(repo)] == [status]
+    assert attune(repo, "campaign", "resume", "f").returncode == 0
+    shown = attune(repo, "campaign", "show", "f")
+    assert shown.stdout.startswith("status: finished\n") and ", finished." in shown.stdout
+
+
+# ----------------------------------------------------------------------------- a lock file that cannot be opened
+@pytest.mark.parametrize("where", ["campaign", "checkout"])
+def test_a_lock_file_that_is_a_folder_is_one_line_naming_it_in_every_command(repo: Path, where: str) -> None:
+    folder = stored(repo, "c1")
+    lock = folder / "lock" if where == "campaign" else repo / ".attune" / "checkout.lock"
+    lock.mkdir()
+    before = folder_files(repo / ".attune")
+    expected = f"attune: {lock}: cannot open this lock file (Is a directory); expected a regular file this user can read and write"
+    commands = [["resume", "c1"], ["stop", "c1"]] + ([["show", "c1"]] if where == "campaign" else [])
+    if where == "checkout":
+        commands.append(["run", RECIPE, "--budget", "350", "--id", "c2"])
+    for args in commands:
+        line = one_line_error(attune(repo, "campaign", *args))
+        assert line.startswith(expected), (args, line)
+    assert folder_files(repo / ".attune") == before and lock.is_dir()
+    (row,) = listed(repo)  # list still lists every campaign: the one it cannot tell about says why
+    assert row["status"].startswith(f"unknown: {expected.removeprefix('attune: ')}") if where == "campaign" else row["status"] == "resumable"

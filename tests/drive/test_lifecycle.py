@@ -1,6 +1,7 @@
-"""bot/drive/lifecycle.py and bot/drive/interrupt.py: one live process drives a campaign (a lock that dies with its
-holder); the list rows; a signal outside a run waits for the transition in progress, a signal inside a run ends it
-at once; crash points are off unless asked for."""
+"""bot/drive/lifecycle.py and bot/drive/interrupt.py: one live process drives a campaign, and one campaign a checkout
+(locks that die with their holder); a lock file that cannot be opened is one line; the list rows and statuses; a
+signal outside a run waits for the transition in progress, a signal inside a run ends it at once; crash points are
+off unless asked for."""
 
 from __future__ import annotations
 
@@ -15,7 +16,19 @@ import pytest
 from bot import campaign as cm
 from bot.drive import crashpoints
 from bot.drive.interrupt import GracefulStop, Interrupted
-from bot.drive.lifecycle import CampaignBusy, CampaignLock, LaunchFacts, holder, list_campaigns, row_of
+from bot.drive.lifecycle import (
+    CampaignBusy,
+    CampaignLock,
+    CheckoutBusy,
+    CheckoutLock,
+    LaunchFacts,
+    LockError,
+    checkout_holder,
+    holder,
+    list_campaigns,
+    row_of,
+    status_of,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HOLD = "import sys, time; from bot.drive.lifecycle import CampaignLock; lock = CampaignLock(sys.argv[1], 'c').acquire(); print('held', flush=True); time.sleep(600)"
@@ -45,6 +58,59 @@ def test_holder_names_the_pid_only_while_the_lock_is_held(tmp_path: Path) -> Non
     assert holder(tmp_path) is None
 
 
+HOLD_CHECKOUT = ("import sys, time; from bot.drive.lifecycle import CheckoutLock; lock = CheckoutLock(sys.argv[1], 'c7').acquire(); "
+                 "print('held', flush=True); time.sleep(600)")
+
+
+def test_a_checkout_held_by_a_live_process_names_its_campaign_and_dies_with_that_process(tmp_path: Path) -> None:
+    work = tmp_path / ".attune"
+    assert checkout_holder(work) is None
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_CHECKOUT, str(work)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        assert checkout_holder(work) == (proc.pid, "c7")
+        with pytest.raises(CheckoutBusy, match=rf"^{tmp_path}: campaign c7 \(process {proc.pid}\) is running in this checkout"):
+            CheckoutLock(work, "c8").acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert checkout_holder(work) is None
+    lock = CheckoutLock(work, "c8").acquire()
+    assert (work / "checkout.lock").read_text() == f"{os.getpid()} c8\n"
+    lock.release()
+
+
+def test_a_lock_file_that_is_a_folder_or_unreadable_is_one_line_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "lock").mkdir()
+    (tmp_path / "checkout.lock").mkdir()
+    expected = "cannot open this lock file (Is a directory); expected a regular file this user can read and write"
+    for call in (lambda: holder(tmp_path), lambda: CampaignLock(tmp_path, "c").acquire(), lambda: CampaignLock(tmp_path, "c").check(),
+                 lambda: checkout_holder(tmp_path), lambda: CheckoutLock(tmp_path, "c").acquire()):
+        with pytest.raises(LockError) as exc:
+            call()
+        assert str(exc.value).startswith(f"{tmp_path}/") and expected in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_lock_file_this_user_cannot_open_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Permission denied, as a user other than the file's owner gets it (root opens any file, so the tests, which may
+    run as root, have the open refuse as the kernel would for that user)."""
+    import builtins
+
+    (tmp_path / "lock").write_text("")
+    real_open = builtins.open
+
+    def refusing(file, *args, **kwargs):
+        if Path(file) == tmp_path / "lock":
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing)
+    with pytest.raises(LockError, match=r"cannot open this lock file \(Permission denied\)"):
+        holder(tmp_path)
+    with pytest.raises(LockError, match=r"cannot open this lock file \(Permission denied\)"):
+        CampaignLock(tmp_path, "c").check()
+
+
 def _state(**kw) -> cm.Campaign:
     return cm.Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=10.0, **kw)
 
@@ -54,15 +120,30 @@ def test_list_rows_say_running_resumable_finished_or_unreadable(tmp_path: Path) 
     assert row_of("c", _state(phase="stepping", spent=2.5), None).model_dump(include={"phase", "status", "spent", "budget"}) == {
         "phase": "stepping", "status": "resumable", "spent": 2.5, "budget": 10.0}
     assert row_of("c", _state(phase="finished", finish_reason="budget exhausted"), None).status == "finished"
-    # killed while finishing: the summary is still to be committed, so it is resumable
-    assert row_of("c", _state(phase="finished", pending=[cm.Finish(reason="x")]), None).status == "resumable"
+    # killed while finishing: the summary is still to be committed, which resume does
+    finishing = _state(phase="finished", pending=[cm.Finish(reason="x")])
+    assert row_of("c", finishing, None).status == "finishing (1 action pending; run `attune campaign resume c`)"
+    assert status_of(finishing.model_copy(update={"pending": [cm.Comment(n=0, kind="summary"), cm.Finish(reason="x")]}), None) == (
+        "finishing (2 actions pending; run `attune campaign resume c`)")
+    # an in-memory forge's steps died with its process: nothing to resume, but stop ends it
+    assert row_of("c", _state(phase="stepping"), None, forge="none").status == (
+        "interrupted (cannot resume: --forge none kept its steps in memory; `attune campaign stop c` ends it)")
+    assert status_of(_state(phase="finished"), None, "none") == "finished"
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "state.json").write_text(_state().model_copy(update={"id": "a"}).model_dump_json())
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "state.json").write_text("{not json")
     (tmp_path / "c").mkdir()  # a lock or launch file only: no campaign was saved
+    (tmp_path / "d").mkdir()  # an in-memory forge's campaign
+    (tmp_path / "d" / "state.json").write_text(_state().model_copy(update={"id": "d"}).model_dump_json())
+    LaunchFacts(forge="none").save(tmp_path / "d")
+    (tmp_path / "e").mkdir()  # a lock file that cannot be opened: the other campaigns are still listed
+    (tmp_path / "e" / "state.json").write_text(_state().model_copy(update={"id": "e"}).model_dump_json())
+    (tmp_path / "e" / "lock").mkdir()
     rows = list_campaigns(tmp_path)
-    assert [(r.id, r.status.split(":")[0]) for r in rows] == [("a", "resumable"), ("b", "unreadable")]
+    assert [(r.id, r.status.split(" ")[0].rstrip(":")) for r in rows] == [
+        ("a", "resumable"), ("b", "unreadable"), ("d", "interrupted"), ("e", "unknown")]
+    assert rows[3].status.startswith(f"unknown: {tmp_path / 'e' / 'lock'}: cannot open this lock file (Is a directory)")
     assert list_campaigns(tmp_path / "missing") == []
 
 

@@ -1,0 +1,45 @@
+"""bot/core/state.py and bot/core/repo.py for the campaign lifecycle: a state written before ``base_branch`` existed
+still reads (and records none), and the branch a checkout has checked out."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from bot.core.repo import current_branch
+from bot.core.state import Campaign, read_campaign
+
+
+def test_a_state_written_before_base_branch_reads_with_none_recorded(tmp_path: Path) -> None:
+    data = json.loads(
+        Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0).model_dump_json()
+    )
+    del data["base_branch"]
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    assert read_campaign(path).base_branch == ""
+    state = Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0, base_branch="main")
+    assert Campaign.model_validate_json(state.model_dump_json()).base_branch == "main"
+
+
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@localhost",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@localhost",
+}
+
+
+def git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, env={**os.environ, **IDENTITY})
+
+
+def test_current_branch_names_the_checked_out_branch_or_none(tmp_path: Path) -> None:
+    assert current_branch(tmp_path) is None  # not a git repository
+    git(tmp_path, "init", "-q", "-b", "trunk")
+    git(tmp_path, "commit", "-q", "--allow-empty", "-m", "first")
+    assert current_branch(tmp_path) == "trunk"
+    git(tmp_path, "checkout", "-q", "-b", "side")
+    assert current_branch(tmp_path) == "side"
