@@ -25,7 +25,7 @@ def render_run_summary(record: RunRecord, path: str | None = None) -> str:
         ["outcome", record.outcome + (f" — {record.reason}" if record.reason else "")],
         ["steps", s.steps_completed],
         ["loss first → last", f"{_fmt(s.loss_first, '.4f')} → {_fmt(s.loss_last, '.4f')}"],
-        ["tokens/s per device (median)", f"{_fmt(s.tps_median)}  (CV {_fmt((s.tps_cv or 0) * 100, '.1f')}%)"],
+        ["tokens/s per device (median)", f"{_fmt(s.tps_median)}  " + ("(CV: too few measured steps)" if s.tps_cv is None else f"(CV {_fmt(s.tps_cv * 100, '.1f')}%)")],
         ["step time (median)", f"{_fmt(s.step_time_median_s, '.3f')} s"],
         ["MFU", _fmt(s.mfu, ".2f") + "%" if s.mfu is not None and record.stack.device_family in PEAK_KNOWN else "— (device peak unknown)"],
         ["peak memory", f"{_fmt(s.peak_memory_gib, '.2f')} GiB"],
@@ -262,7 +262,9 @@ def render_campaign_summary(state, status: str | None = None) -> str:
     ]
     if state.phase == "finished":
         verdict = state.finish_reason
-        if state.incumbent_step == 0:
+        if state.incumbent_step == 0 and not state.steps:
+            verdict += " — no step was tried; the recipe is kept as it was"
+        elif state.incumbent_step == 0:
             verdict += " — no change cleared the minimum worthwhile gain with confidence; the recipe is kept as it was"
         facts.append(["finished" if status is None or status == "finished" else "finishing", verdict])
     table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain [CI]", "decision (pairs)", "kept", "branch"], tablefmt="github")

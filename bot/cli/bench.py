@@ -76,14 +76,19 @@ def _names(flag: str, text: str | None) -> list[str] | None:
 
 
 def _tuner_policies(policies: list[str] | None) -> list[str] | None:
-    """``--policies``: each one known, and ``claude`` only with its key (without it every step would be the heuristic's)."""
+    """``--policies``: each one known, and ``claude`` only with its key (without it every step would be the heuristic's).
+    The agent is ``attune`` in the benchmark's tables; ``heuristic``, its name for ``campaign run --policy``, means it."""
     from bot.agent import POLICIES
     from bot.bench.tuners import DEFAULT_POLICIES
 
     allowed = ("attune", *(p for p in POLICIES if p != "heuristic"))
+    if policies is not None:
+        policies = ["attune" if p == "heuristic" else p for p in policies]
+        if policies.count("attune") > 1:
+            raise UsageError("--policies: attune given twice (heuristic is the same agent); give it once")
     bad = [p for p in policies or [] if p not in allowed]
     if bad:
-        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (default {','.join(DEFAULT_POLICIES)})")
+        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (attune is also called heuristic; default {','.join(DEFAULT_POLICIES)})")
     if "claude" in (policies or []) and not os.environ.get("ANTHROPIC_API_KEY"):
         raise UsageError("--policies: claude needs ANTHROPIC_API_KEY set (without it every claude step would be the attune agent's); "
                          "set the key or leave claude out")

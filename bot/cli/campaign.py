@@ -49,7 +49,7 @@ def _progress(console):
             if r.kind == "baseline":
                 label = f"baseline {r.attempt}" + (" (warm-up, not counted)" if r.attempt <= state.baseline_warmup_runs else "")
             ab = "" if r.reference_tps is None else f" vs incumbent {r.reference_tps:,.0f}"
-            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device'}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
+            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device' + (' SIMULATED' if r.simulated else '')}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
             m = state.step(r.n).measurement if r.kind == "pair" else None
             if m is not None and m.lo is not None:
                 console.print(f"    estimate {m.estimate:+.1%} [{m.lo:+.1%}, {m.hi:+.1%}] ({m.confidence:.0%}, {m.pairs} pairs): {m.decision.replace('_', ' ')}")
@@ -204,7 +204,8 @@ def _report(repo: Path, state: Campaign, facts: LaunchFacts, as_json: bool) -> i
         return EXIT_OK
     print(render_campaign_summary(state))  # markdown as it is: never re-wrapped, and its [links] are not rich markup
     lb = repo / "leaderboard.md"
-    if facts.forge == "local" and lb.exists() and state.phase == "finished":
+    measured = not any(r.simulated for r in state.baseline)  # a simulated campaign files nothing on the board
+    if facts.forge == "local" and lb.exists() and state.phase == "finished" and measured:
         print(lb.read_text())
     return EXIT_OK
 

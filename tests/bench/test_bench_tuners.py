@@ -365,6 +365,7 @@ def _refused(proc, needle: str) -> str:
     (["--recipe", "recipes/llama3.1-8b/h100x8.yaml", "--recipe", "recipes/../recipes/llama3.1-8b/h100x8.yaml"],
      "--recipe recipes/../recipes/llama3.1-8b/h100x8.yaml: given twice (also as recipes/llama3.1-8b/h100x8.yaml)"),
     (["--recipe", "no/such.yaml"], "--recipe no/such.yaml: no such recipe"),
+    (["--policies", "attune,heuristic"], "--policies: attune given twice (heuristic is the same agent)"),
 ])
 def test_bad_bench_tuners_flags_are_refused_before_anything_runs(args: list[str], needle: str) -> None:
     _refused(_bench_tuners(*args), needle)
@@ -418,3 +419,10 @@ def test_bench_tuners_loads_each_recipe_once(monkeypatch: pytest.MonkeyPatch, ca
     assert main(["bench", "tuners", "--tasks", "llama3.1-8b/h100x8", "--policies", "greedy", "--seeds", "1"]) == 0
     assert "| greedy" in capsys.readouterr().out
     assert loads and set(loads.values()) == {1}, loads  # every recipe of the repository once, the one run too
+
+
+def test_heuristic_the_agents_name_in_campaign_run_is_the_benchmarks_attune(capsys: pytest.CaptureFixture[str]) -> None:
+    from bot.cli import main
+
+    assert main(["bench", "tuners", "--tasks", "llama3.1-8b/h100x8", "--policies", "heuristic", "--seeds", "1"]) == 0
+    assert "| attune" in capsys.readouterr().out

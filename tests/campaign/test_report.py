@@ -99,10 +99,32 @@ def test_the_campaign_summary_lists_every_step() -> None:
     assert "the recipe is kept as it was" not in summary  # step 1 won
 
 
+def test_a_campaign_that_ended_before_any_step_says_no_step_was_tried() -> None:
+    """Stopped before its first step (or a baseline that could not run): it tried nothing, so it cannot say that no
+    change cleared the minimum gain; one whose steps all failed to clear it says that."""
+    from bot.core.records import Stop
+
+    state = play(new_state(recipe_text()), lambda s: Stop(why="stopped by the user"), RULE)
+    assert state.phase == "finished" and not state.steps
+    summary = render_campaign_summary(state)
+    assert "no step was tried; the recipe is kept as it was" in summary and "no change cleared" not in summary
+    tried = play(new_state(recipe_text()), scripted(SCRIPT[1:2]), RULE)  # its one step runs out of memory
+    assert tried.steps and tried.incumbent_step == 0
+    assert "no change cleared the minimum worthwhile gain" in render_campaign_summary(tried)
+
+
 def test_run_summary_labels_simulated_runs() -> None:
     record = make_record(RECIPE, "ok", 1234.0, 0.02, simulated=True)
     text = render_run_summary(record, "runs/x.json")
     assert "(SIMULATED)" in text and "1,234" in text and "runs/x.json" in text
+
+
+def test_a_run_with_one_measured_step_has_no_spread_to_show() -> None:
+    record = make_record(RECIPE, "ok", 1234.0, 0.02)
+    assert "(CV 1.0%)" in render_run_summary(record, "runs/x.json")
+    one = record.model_copy(update={"summary": record.summary.model_copy(update={"tps_cv": None})})
+    text = render_run_summary(one, "runs/x.json")
+    assert "(CV: too few measured steps)" in text and "CV 0.0%" not in text
 
 
 def test_truncation_never_leaves_a_code_block_open() -> None:

@@ -236,3 +236,11 @@ def test_a_lock_file_that_is_a_folder_is_one_line_naming_it_in_every_command(rep
     assert folder_files(repo / ".attune") == before and lock.is_dir()
     (row,) = listed(repo)  # list still lists every campaign: the one it cannot tell about says why
     assert row["status"].startswith(f"unknown: {expected.removeprefix('attune: ')}") if where == "campaign" else row["status"] == "resumable"
+
+
+def test_the_progress_lines_of_a_simulated_campaign_label_every_number_simulated(repo: Path) -> None:
+    done = attune(repo, "campaign", "run", RECIPE, "--budget", "350", "--max-steps", "1")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stdout.splitlines() if "tok/s/device" in line]
+    assert lines and all("tok/s/device SIMULATED" in line for line in lines), lines
+    assert "TrainingThroughputBench" not in done.stdout  # it filed nothing there: the board is not reprinted

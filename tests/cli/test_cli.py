@@ -177,3 +177,13 @@ def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=60) == 141, err  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
     assert err == ""
+
+
+def test_sim_calibrate_json_is_one_json_object_and_the_table_is_for_people(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` prints the object alone (the table before it broke every JSON reader); without it, the table."""
+    assert main(["sim", "calibrate", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["simulated"] is True and report["rows"] == len(report["row_errors"]) > 0
+    assert main(["sim", "calibrate"]) == 0
+    table = capsys.readouterr().out
+    assert "simulated vs published" in table and not table.lstrip().startswith("{")
