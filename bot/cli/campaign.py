@@ -69,13 +69,21 @@ def _progress(console):
 
 
 # ----------------------------------------------------------------------------- where campaigns live
-def _repo_root(arg: str) -> Path:
-    """The repository whose campaigns ``--repo`` names (its git top level when it is inside one)."""
-    from bot.core.repo import git_toplevel
+def _repo_root(arg: str | None) -> Path:
+    """The repository whose campaigns ``--repo`` names (its git top level when it is inside one); without
+    ``--repo``, the ATTUNE repository ``$ATTUNE_REPO`` names or the one at or above the working directory
+    (:func:`bot.core.repo.find_repo`: a one-line error outside any)."""
+    from bot.core.repo import RepoError, find_repo, git_toplevel
 
-    path = Path(arg).resolve()
-    if not path.is_dir():
-        raise UsageError(f"--repo {arg}: no such folder")
+    if arg is None:
+        try:
+            path = find_repo().root
+        except RepoError as exc:
+            raise UsageError(f"{exc}, or give --repo") from None
+    else:
+        path = Path(arg).resolve()
+        if not path.is_dir():
+            raise UsageError(f"--repo {arg}: no such folder")
     return git_toplevel(path) or path
 
 
@@ -499,18 +507,18 @@ def register(sub: Any) -> None:
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_campaign_run)
     li = c.add_parser("list", help="the campaigns of a repository: phase, steps, gain, spent/budget, running or resumable")
-    li.add_argument("--repo", default=".")
+    li.add_argument("--repo", default=None, help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)")
     li.add_argument("--json", action="store_true")
     li.set_defaults(func=cmd_campaign_list)
     s = c.add_parser("show", help="the PR-like history of a campaign")
     s.add_argument("id")
-    s.add_argument("--repo", default=".")
+    s.add_argument("--repo", default=None, help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)")
     s.set_defaults(func=cmd_campaign_show)
     for name, func, text in (("resume", cmd_campaign_resume, "continue a campaign that was interrupted or killed"),
                              ("stop", cmd_campaign_stop, "end a campaign: its open step closed, its summary committed")):
         p = c.add_parser(name, help=text)
         p.add_argument("id")
-        p.add_argument("--repo", default=".")
+        p.add_argument("--repo", default=None, help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)")
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
 

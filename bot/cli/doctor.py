@@ -333,6 +333,23 @@ def _job_permissions(root: Path, env: Mapping[str, str]) -> tuple[str, str, dict
     return path, job, {str(k): str(v) for k, v in (perms or {}).items()}, ""
 
 
+
+def _recipe_path(arg: str) -> Path:
+    """The recipe file ``arg`` names: a path, or (as ``attune demo --recipe`` takes it) one under the ATTUNE
+    repository's ``recipes/`` (``moe-tiny/cpu.yaml``); a one-line error when it is neither."""
+    from bot.core.repo import RepoError, find_repo
+
+    recipe = Path(arg).resolve()
+    if recipe.is_file():
+        return recipe
+    try:
+        under = find_repo().recipes / arg.removeprefix("recipes/")
+    except RepoError:
+        under = None
+    if under is not None and under.is_file() and ".." not in Path(arg).parts:
+        return under.resolve()
+    raise UsageError(f"{arg}: no such recipe (a path to a recipe file, or one under recipes/ such as moe-tiny/cpu.yaml)")
+
 def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = False) -> Facts:
     from bot.agent.lessons import LessonFileError, load_lessons
     from bot.core.recipe import RecipeError, load_recipe
@@ -362,9 +379,7 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
             if top is None:
                 f.repo_error = "git is not on PATH: the demo clones this checkout with git" if not git else f"{root}: not a git checkout (the demo clones it)"
     else:
-        recipe = Path(recipe_arg).resolve()
-        if not recipe.is_file():
-            raise UsageError(f"{recipe_arg}: no such recipe")
+        recipe = _recipe_path(recipe_arg)
         top = git_toplevel(recipe) if git else None
         if top is None:
             f.repo_error = "git is not on PATH: cannot find the recipe's repository" if not git else f"{recipe}: not inside a git repository"

@@ -117,6 +117,9 @@ def cmd_handle(args: argparse.Namespace) -> int:
             return _handle_trial_result(args)
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
         name = args.event_name or os.environ.get("GITHUB_EVENT_NAME", "")
+        if not path:
+            return _fail("no event payload: give --event-path FILE (in a workflow, $GITHUB_EVENT_PATH names it), "
+                         "or --trial-result DIR")
         try:
             payload = json.loads(Path(path).read_text())
             if not isinstance(payload, dict):

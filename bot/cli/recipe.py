@@ -56,9 +56,14 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
 
 def cmd_recipe_set(args: argparse.Namespace) -> int:
     from bot.core.recipe import load_recipe, set_lever
+    from bot.runner.check import runnable_problem
+
+    def problem(recipe) -> str | None:  # the layout, hardware or model its launcher would refuse (bot.runner.check)
+        found = runnable_problem(recipe)
+        return None if found is None else f"{'.'.join(found[0])}: {found[1]}"
 
     before = load_recipe(args.recipe).levers.get(args.lever)
-    value = set_lever(args.recipe, args.lever, args.value)
+    value = set_lever(args.recipe, args.lever, args.value, check=problem)
     print(f"{args.recipe}: {args.lever}: {before!r} -> {value!r}")
     return EXIT_OK
 

@@ -371,8 +371,10 @@ def set_lever_text(text: str, lever: str, value: Scalar | str, *, source: str = 
     return new_text.replace("\n", "\r\n") if crlf else new_text
 
 
-def set_lever(path: str | Path, lever: str, value: Scalar | str) -> Scalar:
-    """Edit one lever of the recipe file in place (atomic write); returns the parsed value."""
+def set_lever(path: str | Path, lever: str, value: Scalar | str,
+              check: Callable[[Recipe], str | None] | None = None) -> Scalar:
+    """Edit one lever of the recipe file in place (atomic write); returns the parsed value. ``check``: why the edited
+    recipe could not run (None: it can); a reason refuses the edit and the file is left as it was."""
     p = Path(path)
     text = read_recipe_text(p)
     pinned = parse_recipe_text(text, str(p)).pinned
@@ -380,6 +382,10 @@ def set_lever(path: str | Path, lever: str, value: Scalar | str) -> Scalar:
         raise RecipeError(f"{p}: pinned.{lever}: part of the objective (what is trained), not a lever; a campaign never "
                           "changes it — edit pinned: by hand if you mean to train something else")
     new_text = set_lever_text(text, lever, value, source=str(p))
+    problem = check(parse_recipe_text(new_text, str(p))) if check is not None and new_text != text else None
+    if problem:
+        raise RecipeError(f"{p}: levers.{lever}: {value} would leave a recipe that cannot run: {problem}; the recipe is "
+                          "unchanged (to change several levers at once, edit the file by hand)")
     if new_text != text:
         atomic_write_text(p, new_text)
     return lever_catalog.parse_value(lever, value)

@@ -111,5 +111,6 @@ def find_repo(start: Path | None = None) -> Repo:
     for folder in (here, *here.parents):
         if any((folder / m).is_dir() for m in MARKERS):
             return Repo(folder)
-    raise RepoError(f"{here}: no ATTUNE repository here or above (a folder with recipes/ or lessons/); "
+    named = f"$ATTUNE_REPO={env}" if start is None and env else str(here)
+    raise RepoError(f"{named}: no ATTUNE repository there or above (a folder with recipes/ or lessons/); "
                     "run from a checkout of your tuning repository")

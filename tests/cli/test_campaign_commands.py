@@ -244,3 +244,18 @@ def test_the_progress_lines_of_a_simulated_campaign_label_every_number_simulated
     lines = [line for line in done.stdout.splitlines() if "tok/s/device" in line]
     assert lines and all("tok/s/device SIMULATED" in line for line in lines), lines
     assert "TrainingThroughputBench" not in done.stdout  # it filed nothing there: the board is not reprinted
+
+
+def test_without_repo_the_campaign_commands_find_the_repository_as_every_command_does(repo: Path, tmp_path: Path) -> None:
+    """``$ATTUNE_REPO``, else the repository at or above the working directory; outside any, one line (it used to
+    list ``no campaigns under /tmp/.attune/campaigns`` with exit 0)."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    line = one_line_error(attune(outside, "campaign", "list"))
+    assert "no ATTUNE repository there or above" in line and "give --repo" in line
+    named = attune(outside, "campaign", "list", "--json", env={"ATTUNE_REPO": str(repo)})
+    assert named.returncode == 0 and json.loads(named.stdout) == {"repo": str(repo), "campaigns": []}, named.stderr
+    missing = one_line_error(attune(outside, "campaign", "list", env={"ATTUNE_REPO": str(tmp_path / "none")}))
+    assert missing.startswith(f"attune: $ATTUNE_REPO={tmp_path / 'none'}: no ATTUNE repository there or above")
+    below = attune(repo / "recipes", "campaign", "list", "--json")  # from a folder inside it
+    assert below.returncode == 0 and json.loads(below.stdout)["repo"] == str(repo), below.stderr

@@ -86,7 +86,8 @@ def test_run_too_few_steps(recipe_copy: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("lever", "value", "fragment"),
-    [("training.local_batch_size", "abc", "expected an integer"), ("no.such", "1", "unknown lever"), ("activation_checkpoint", "half", "expected one of")],
+    [("training.local_batch_size", "abc", "expected an integer"), ("no.such", "1", "unknown lever"), ("activation_checkpoint", "half", "expected one of"),
+     ("training.local_batch_size", "3", "3 would leave a recipe that cannot run: ")],  # global batch 8: not divisible
 )
 def test_recipe_set_refused(recipe_copy: Path, lever: str, value: str, fragment: str) -> None:
     before = recipe_copy.read_bytes()

@@ -75,7 +75,16 @@ def test_doctor_names_every_miss_in_a_deliberately_broken_environment(tmp_path: 
 
 def test_a_recipe_that_does_not_exist_is_a_one_line_usage_error(tmp_path: Path) -> None:
     proc = subprocess.run([str(ATTUNE), "doctor", "nope.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip() == "attune: nope.yaml: no such recipe", proc.stderr
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("attune: nope.yaml: no such recipe (a path"), proc.stderr
+
+
+def test_a_recipe_named_as_the_demo_takes_it_is_found_under_recipes() -> None:
+    """``attune demo --recipe moe-tiny/cpu.yaml`` names it so; doctor said ``no such recipe`` to the same words."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([str(ATTUNE), "doctor", "moe-tiny/cpu.yaml", "--json"], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode in (0, 1) and "no such recipe" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["recipe"].endswith("recipes/moe-tiny/cpu.yaml")
 
 
 def test_a_simulated_recipe_on_hardware_the_simulator_does_not_know_fails_the_recipe_check(tmp_path: Path) -> None:

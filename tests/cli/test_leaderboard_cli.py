@@ -97,5 +97,5 @@ def test_without_repo_outside_any_repository_nothing_is_written(tmp_path: Path) 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     line = assert_one_line_error(attune(elsewhere, "leaderboard", env={"ATTUNE_REPO": ""}))
-    assert "no ATTUNE repository here or above" in line and str(elsewhere) in line
+    assert "no ATTUNE repository there or above" in line and str(elsewhere) in line
     assert os.listdir(elsewhere) == []

@@ -222,6 +222,15 @@ def test_handle_names_a_payload_field_of_the_wrong_kind_in_one_line(gh, tmp_path
     assert err.startswith(f"attune github: {needle}") and len(err.strip().splitlines()) == 1, err
 
 
+def test_handle_without_an_event_payload_says_which_flag_gives_one(monkeypatch, capsys) -> None:
+    """No --event-path and no $GITHUB_EVENT_PATH read the working directory: ``[Errno 21] Is a directory: '.'``."""
+    monkeypatch.delenv("GITHUB_EVENT_PATH", raising=False)
+    args = argparse.Namespace(trial_result=None, event_path=None, event_name=None, issue=None, repo=None, token_env="GITHUB_TOKEN")
+    assert cli.cmd_handle(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attune github: no event payload: give --event-path FILE") and len(err.strip().splitlines()) == 1, err
+
+
 # ------------------------------------------------------------------ attune github handle --trial-result, as trial.yml's report job
 def started_campaign(gh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A campaign started on the fake (its first baseline run dispatched), and the environment the report job has."""
