@@ -500,8 +500,9 @@ def register(sub: Any) -> None:
     r.add_argument("recipe")
     r.add_argument("--budget", type=float, required=True, help="device-hours (devices x wall hours)")
     r.add_argument("--policy", choices=POLICIES, default="heuristic")
-    r.add_argument("--forge", choices=FORGES, default="local")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--forge", choices=FORGES, default="local",
+                   help="local: steps on git branches of the recipe's repository, kept ones merged (default); none: steps kept in memory, nothing committed (cannot be resumed)")
+    r.add_argument("--seed", type=int, default=0, help="the seed of the random, tpe and gp policies' own draws (default 0)")
     r.add_argument("--id", default=None, help="the campaign's id (default: <recipe>-<date>-<time>)")
     r.add_argument("--max-steps", type=int, default=None, help="end the campaign after this many steps (default 50)")
     r.add_argument("--json", action="store_true")
