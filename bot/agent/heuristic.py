@@ -1221,12 +1221,34 @@ def _no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None
                 f"{share:.1%} of its step, less than the {campaign.min_gain:.1%} minimum worthwhile gain even if all were removed")
     left = no_gain_allowance_left(campaign, incumbent)
     if campaign.steps and left is not None and left < campaign.expected_run_cost():
-        counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
-        allowed = (counted + left) / campaign.budget
-        return (f"no gain found: {len(campaign.steps)} steps spent {counted / campaign.budget:.0%} of the budget "
-                f"(the {allowed:.0%} a recipe with no gain in hand may spend on probes) and none beat the recipe; "
-                "it is most likely at its optimum (keeping it rather than spend more on blind probes)")
+        n, spent = len(campaign.steps), _steps_spent(campaign)
+        past = (" (a step whose estimate cleared the minimum gain was measured to its decision past it)"
+                if spent > _no_gain_allowance(campaign, incumbent) else "")
+        return (f"no gain found: {n} step{'s' * (n != 1)} spent {spent / campaign.budget:.0%} of the budget "
+                f"and none beat the recipe; {_no_gain_allowance_text(campaign, incumbent)}{past}, and less than a run of "
+                "it is left: it is most likely at its optimum (keeping it rather than spend more on blind probes)")
     return None
+
+
+def _steps_spent(campaign: Campaign) -> float:
+    """Device-hours the campaign's steps spent (their trials and pairs; not the set-up: baseline and calibration)."""
+    return sum(r.device_hours for s in campaign.steps for r in s.runs)
+
+
+def _no_gain_allowance(campaign: Campaign, incumbent: Diagnosis | None) -> float:
+    """Device-hours the steps may spend in all while no step has been kept: :func:`no_gain_share` of the budget, never
+    less than MIN_PROBE_RUNS runs (one probe measured to its first pair: a small budget still tries)."""
+    return max(no_gain_share(incumbent) * campaign.budget, MIN_PROBE_RUNS * campaign.expected_run_cost())
+
+
+def _no_gain_allowance_text(campaign: Campaign, incumbent: Diagnosis | None) -> str:
+    """The allowance as the stop message states it, e.g. "a recipe with no gain in hand may spend 22% of the budget
+    on probes" (with the MIN_PROBE_RUNS floor, when that is larger, named)."""
+    allowed, share = _no_gain_allowance(campaign, incumbent), no_gain_share(incumbent)
+    text = f"a recipe with no gain in hand may spend {allowed / campaign.budget:.0%} of the budget on probes"
+    if allowed > share * campaign.budget:
+        text += f" ({MIN_PROBE_RUNS} runs' device-hours, more than its {share:.0%} share)"
+    return text
 
 
 def no_gain_share(incumbent: Diagnosis | None) -> float:
@@ -1245,10 +1267,7 @@ def no_gain_allowance_left(campaign: Campaign, incumbent: Diagnosis | None) -> f
     futile last probe cannot overrun it by its pairs: a recipe already at its optimum costs its set-up plus that share."""
     if campaign.incumbent_step != 0 or campaign.budget <= 0:
         return None
-    counted = sum(r.device_hours for s in campaign.steps for r in s.runs)
-    # never less than one probe measured to its first pair (a trial and an incumbent run): a small budget still tries
-    allowed = max(no_gain_share(incumbent) * campaign.budget, MIN_PROBE_RUNS * campaign.expected_run_cost())
-    return max(allowed - counted, 0.0)
+    return max(_no_gain_allowance(campaign, incumbent) - _steps_spent(campaign), 0.0)
 
 
 # the one cost a lever exists to remove, as named in the step-time breakdown

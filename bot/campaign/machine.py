@@ -14,7 +14,9 @@ after pair, until the interval on the gain decides *gain* or *no gain*, or the p
 -> merge on *gain*, else close. A trial whose unpaired look already says *no gain* is closed without pairs, and one
 that measures clearly slower than the incumbent ends early (``early_stop``, outcome ``stopped``). Budget is
 device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost does not fit what is
-left is not started.
+left is not started; likewise a run (or pair) of a step whose estimate so far is below the minimum gain when its
+expected cost does not fit what is left of the allowance its policy gave it (``Change.max_device_hours``): the step is
+then decided on the pairs it has, as at the pair cap (``Campaign.step_run_fits``).
 """
 
 from __future__ import annotations
@@ -262,16 +264,30 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
 
 
 def _run_or_close(s: Campaign, st: Step, action: Action, runs: int = 1) -> list[Action]:
+    """``action`` (``runs`` runs of step ``st``) when their expected cost fits both the step's allowance and the
+    campaign's budget; else the step is closed on the pairs it has (*undecided*, as at the pair cap), and a budget that
+    does not fit them finishes the campaign."""
     if not s.step_run_fits(st, runs):  # the policy's allowance for this step ends it; the campaign goes on
-        st.close_reason = (f"allowance: {'the run does' if runs == 1 else f'the {runs} runs do'} not fit the "
-                           f"{st.change.max_device_hours:.4g} device-hours the policy gave this step")
+        st.close_reason = f"allowance: {_runs_not_fit(s, runs)} the {_cap_left_text(s, st)}"
         _end_undecided(st, "the step's allowance ends the pairs")
         return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="undecided: allowance spent"), Close(n=st.n, reason=st.close_reason)]
     if not s.next_run_fits(runs):
-        st.close_reason = f"budget: {'the run does' if runs == 1 else f'the {runs} runs do'} not fit what is left"
+        st.close_reason = f"budget: {_runs_not_fit(s, runs)} the {s.budget - s.spent:.4g} device-hours left"
         _end_undecided(st, "the budget ends the pairs")
         return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
     return [action]
+
+
+def _runs_not_fit(s: Campaign, runs: int) -> str:
+    """``runs`` runs, their expected cost and the verb, e.g. "the 2 runs (~0.0121 device-hours) do not fit"."""
+    what = "the run" if runs == 1 else f"the {runs} runs"
+    return f"{what} (~{runs * s.expected_run_cost():.4g} device-hours) {'does' if runs == 1 else 'do'} not fit"
+
+
+def _cap_left_text(s: Campaign, st: Step) -> str:
+    """What is left of the allowance the policy gave step ``st``, e.g. "0.0046 left of the 0.0275 device-hours ..."."""
+    cap = st.change.max_device_hours or 0.0
+    return f"{max(cap - s.step_spent(st), 0.0):.4g} left of the {cap:.4g} device-hours the policy gave this step"
 
 
 def _end_undecided(st: Step, why: str) -> None:

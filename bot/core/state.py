@@ -401,9 +401,12 @@ class Campaign(BaseModel):
         return self.spent + runs * expected <= self.budget and (expected > 0 or self.spent < self.budget)
 
     def step_run_fits(self, st: Step, runs: int = 1) -> bool:
-        """Whether ``runs`` more runs of step ``st`` fit the allowance its policy gave it: always with none, and
-        always while its estimate so far (the paired one, or the trial's unpaired look before the first pair) clears
-        the minimum worthwhile gain -- the allowance stops a probe for futility, never a step on its way to a gain."""
+        """Whether ``runs`` more runs of step ``st`` fit the allowance its policy gave it (``Change.max_device_hours``):
+        always with none, and always while its estimate so far (the paired one, or the trial's unpaired look before the
+        first pair) clears the minimum worthwhile gain -- the allowance stops a probe for futility, never a step on its
+        way to a gain (such a step may spend past it, up to its pair cap: a real first gain is what a recipe with no gain
+        in hand most needs, and closing it undecided for want of one pair would lose it); else what the step spent plus
+        their expected cost (:meth:`expected_run_cost` each) must be within it."""
         cap = st.change.max_device_hours
         if cap is None:
             return True
@@ -413,7 +416,12 @@ class Campaign(BaseModel):
             est = trial.tps / self.incumbent_tps - 1.0 if trial is not None and trial.tps and self.incumbent_tps else None
         if est is not None and est >= self.min_gain:
             return True
-        return sum(r.device_hours for r in st.runs) + runs * self.expected_run_cost() <= cap
+        return self.step_spent(st) + runs * self.expected_run_cost() <= cap
+
+    @staticmethod
+    def step_spent(st: Step) -> float:
+        """Device-hours step ``st``'s runs spent (its trial and pairs, failed starts included)."""
+        return sum(r.device_hours for r in st.runs)
 
     def tried(self) -> set[tuple[str, str]]:
         return {(s.change.lever, repr(s.change.after)) for s in self.steps}

@@ -406,7 +406,38 @@ def test_the_no_gain_allowance_is_the_incumbents_addressable_share_when_that_is_
                      runs=[cm.RunRef(kind="trial", n=n, outcome="ok", tps=1000.0, device_hours=0.035)]) for n in (1, 2)]
     monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: small)  # the baseline run's record
     later = HeuristicPolicy().propose(state.model_copy(update={"steps": spent}), small, LESSONS, space, RECORDS)
-    assert isinstance(later, Stop) and later.why.startswith("no gain found") and "(the 9% a recipe" in later.why
+    assert isinstance(later, Stop) and later.why.startswith("no gain found: 2 steps spent 7% of the budget")
+    assert "a recipe with no gain in hand may spend 9% of the budget on probes" in later.why
+
+
+def test_the_no_gain_stop_states_the_allowance_and_what_one_step_spent(monkeypatch) -> None:
+    import bot.agent.heuristic as heuristic
+
+    # the demo's stop: one step spent 28% of a 0.12 budget; the allowance is 22% of it (a run costs 0.0055: two runs'
+    # floor, 2 x 1.1 x the 0.0117 trial, is less) -- the message used to call the spend itself the allowance ("1 steps spent 28% (the 28% ...)")
+    state = play(new_state(PP_RECIPE, budget=0.12), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]), cost=0.0055)
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": "", "steps": []})
+    change = Change(lever="training.gc_freq", before=50, after=100, why="t")
+    step = cm.Step(n=1, change=change, state="closed", levers={**state.incumbent_levers, "training.gc_freq": 100},
+                   runs=[cm.RunRef(kind="trial", n=1, outcome="ok", tps=1000.0, device_hours=0.0117),
+                         *(cm.RunRef(kind="pair", n=1, attempt=k, outcome="ok", tps=1000.0, reference_tps=1000.0, device_hours=0.011)
+                           for k in (1, 2))])
+    monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: None)
+    stop = HeuristicPolicy().propose(state.model_copy(update={"steps": [step]}), OK, LESSONS,
+                                     space_fn(parse_recipe_text(PP_RECIPE)), RECORDS)
+    assert isinstance(stop, Stop)
+    assert stop.why.startswith("no gain found: 1 step spent 28% of the budget and none beat the recipe; a recipe with no "
+                               "gain in hand may spend 22% of the budget on probes (a step whose estimate cleared the minimum gain was measured "
+                               "to its decision past it), and less than a run of it is left")
+
+
+def test_the_no_gain_stop_names_the_two_run_floor_when_it_is_the_allowance() -> None:
+    from bot.agent.heuristic import _no_gain_allowance_text
+
+    # a budget of 3 runs: 22% of it is less than two runs, which the allowance gives instead
+    state = play(new_state(PP_RECIPE, budget=0.3), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]), cost=0.1)
+    assert _no_gain_allowance_text(state, None) == ("a recipe with no gain in hand may spend 73% of the budget on probes "
+                                                    "(2 runs' device-hours, more than its 22% share)")
 
 
 def test_the_no_gain_allowance_always_leaves_one_probe_measured_to_its_first_pair() -> None:

@@ -173,7 +173,7 @@ def test_a_futile_step_ends_at_the_allowance_its_policy_gave_it_and_the_campaign
     step = state.step(1)
     assert kinds(actions, 1).count("measure_pair") == 1 and not step.kept
     assert sum(r.device_hours for r in step.runs) <= 0.035
-    assert step.close_reason.startswith("allowance: the 2 runs do not fit the 0.035 device-hours")
+    assert step.close_reason.startswith("allowance: the 2 runs (~0.022 device-hours) do not fit the 0.005 left of the 0.035 device-hours")
     assert step.measurement.decision == "undecided" and "allowance ends the pairs" in step.measurement.why
     assert state.step(2).kept  # the campaign went on to the next proposal, and its budget was not touched
     assert state.finish_reason == "policy stopped: script exhausted"
@@ -188,6 +188,24 @@ def test_a_step_on_its_way_to_a_gain_is_measured_past_its_allowance(tmp_path: Pa
     step = state.step(1)
     assert sum(r.device_hours for r in step.runs) > 0.015
     assert kinds(actions, 1).count("measure_pair") >= 2 and not step.close_reason.startswith("allowance")
+
+
+def test_the_allowance_is_checked_on_the_state_alone_with_the_measured_run_cost() -> None:
+    # pure: step_run_fits reads the step's runs, its estimate and the campaign's expected run cost (1.1 x the largest
+    # run so far); a trial that looks +20% is on its way to a gain and may go on, one that looks -5% may not
+    text = recipe_text()
+    change = Change(lever="activation_checkpoint", before="full", after="none", why="t", max_device_hours=0.0275)
+    trial = cm.RunRef(kind="trial", n=1, outcome="ok", tps=950.0, device_hours=0.0229)
+    step = cm.Step(n=1, change=change, runs=[trial])
+    state = new_state(text).model_copy(update={"baseline": [cm.RunRef(kind="baseline", attempt=1, outcome="ok", tps=1000.0, device_hours=0.0055)],
+                                               "steps": [step], "incumbent_tps": 1000.0})
+    assert state.expected_run_cost() == pytest.approx(0.0229 * 1.1)
+    assert not state.step_run_fits(step, 1)  # 0.0046 left: not even one run
+    roomy = step.model_copy(update={"change": change.model_copy(update={"max_device_hours": 0.05})})
+    assert state.step_run_fits(roomy, 1) and not state.step_run_fits(roomy, 2)
+    assert state.step_run_fits(step.model_copy(update={"change": change.model_copy(update={"max_device_hours": None})}), 2)
+    gaining = step.model_copy(update={"runs": [trial.model_copy(update={"tps": 1200.0})]})
+    assert state.step_run_fits(gaining, 2)  # on its way to a gain: measured to its decision
 
 
 def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> None:
