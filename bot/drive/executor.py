@@ -222,7 +222,7 @@ class Executor:
 
     def on_run_trial(self, state: cm.Campaign, action: cm.RunTrial) -> Any:
         bound = state.early_stop_bound()
-        stop = EarlyStop(below_tps=bound) if bound is not None else None
+        stop = EarlyStop(below_tps=bound, basis="the incumbent less the noise band") if bound is not None else None
         run = self._run(state, self.step_recipe_text(state, action.n), "trial", action.n, 1, early_stop=stop)
         return SUSPENDED if run is None else cm.RunFinished(run=run)
 

@@ -4,7 +4,8 @@ The launcher registry lives here, at the package's face, and is the only importe
 ``local`` (torchrun on this machine, :mod:`.local`), ``slurm`` (sbatch + ``srun torchrun`` from a Slurm login node,
 :mod:`.slurm`) and ``sim`` (the calibrated simulator, :mod:`.sim`). What every backend shares is in :mod:`.base`; the
 torchrun command line in :mod:`.command`; torchtitan's resolved config in :mod:`.resolve`; the rank-0 log parser in
-:mod:`.logparse`; the batch script in :mod:`.slurmscript`; what Slurm's commands print in :mod:`.slurmtext`.
+:mod:`.logparse`; the batch script in :mod:`.slurmscript`; what Slurm's commands print in :mod:`.slurmtext`; the
+runs' torch.compile cache, never left half-written by a killed run, in :mod:`.compilecache`.
 Whether a recipe can run on its launcher at all, before anything starts, is :func:`check_runnable` (:mod:`.check`).
 """
 

@@ -21,13 +21,16 @@ from bot.core.records import RunRecord, RunSummary, StackFingerprint, StepMetric
 
 
 class EarlyStop(BaseModel):
-    """Stop a trial that is clearly slower than the recipe it must beat: once ``after_steps`` steps past the
-    warm-up are measured, a median below ``below_tps`` (the incumbent's tokens/s less the noise band) ends the
-    run with outcome ``stopped``. Such a candidate would need to gain twice the noise band over its remaining
-    steps to be kept; its device-hours go to the next candidate instead."""
+    """Stop a run that is clearly too slow: once ``after_steps`` steps past the warm-up are measured, a median
+    below ``below_tps`` tokens/s/device ends the run with outcome ``stopped``. A campaign sets the bound to the
+    incumbent's tokens/s less the noise band (such a candidate would need to gain twice the band over its remaining
+    steps to be kept; its device-hours go to the next candidate instead); ``attune run --stop-below`` to the
+    user's number. ``basis``: what the bound is, in a few words, for the reason (e.g. "the incumbent less the noise
+    band"); None says only the number."""
 
     below_tps: float = Field(gt=0)
     after_steps: int = Field(default=3, ge=2)
+    basis: str | None = Field(default=None, max_length=120)
 
 
 def early_stop_reason(steps: list[StepMetric], warmup_steps: int, rule: EarlyStop | None) -> str | None:
@@ -40,14 +43,22 @@ def early_stop_reason(steps: list[StepMetric], warmup_steps: int, rule: EarlySto
     med = statistics.median(tps)
     if med >= rule.below_tps:
         return None
+    basis = f" ({rule.basis})" if rule.basis else ""
     return (f"stopped early: the median of {len(tps)} measured steps, {med:,.0f} tokens/s/device, is below "
-            f"{rule.below_tps:,.0f} (the incumbent less the noise band)")
+            f"the early-stop threshold of {rule.below_tps:,.0f}{basis}")
+
+
+def wall_cap_reason(max_wall_s: float) -> str:
+    """Why a run stopped at its ``max_wall_s``: true of a campaign's budget cap (what is left of the budget, as wall
+    seconds on the recipe's devices) and of ``attune run --max-wall-s`` alike."""
+    return f"stopped at the wall-clock cap of {max_wall_s:,.0f} s"
 
 
 class Runner(Protocol):
-    """``max_wall_s``: the run is stopped (outcome ``timeout``) before it has run this long — the campaign's
-    hard budget cap, what is left of the budget in wall seconds on the recipe's devices. ``early_stop``: a
-    trial that measures clearly slower than the incumbent ends early (outcome ``stopped``)."""
+    """``max_wall_s``: the run is stopped (outcome ``timeout``) before it has run this long, in wall seconds — in a
+    campaign its hard budget cap, what is left of the budget in wall seconds on the recipe's devices; under
+    ``attune run``, ``--max-wall-s``. ``early_stop``: a run that measures clearly slower than its bound ends early
+    (outcome ``stopped``; see :class:`EarlyStop`)."""
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
             recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord: ...

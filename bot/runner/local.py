@@ -9,10 +9,13 @@
    exception by the caller) torchrun and every rank are killed — each rank runs in a process group of its own.
    torchrun gets SIGTERM when the process that started it dies, even by SIGKILL (:func:`.procs.die_with_parent`),
    and then terminates its ranks. A run into a folder an interrupted run left starts without that run's files.
+4. Compile cache: every run compiles into the runner's Inductor cache (:mod:`.compilecache`), kept across runs; a
+   run that did not end ``ok`` has what it wrote there removed, so no half-written kernel reaches a later run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
@@ -27,8 +30,17 @@ from pathlib import Path
 from bot.core.recipe import Recipe
 from bot.core.records import Outcome, RunRecord, StepMetric, content_hash
 from bot.inrank import IMPORT_ROOT, SITE_DIR
-from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, stack_fingerprint, summarize
+from bot.runner.base import (
+    EarlyStop,
+    early_stop_reason,
+    git_commit,
+    new_run_id,
+    stack_fingerprint,
+    summarize,
+    wall_cap_reason,
+)
 from bot.runner.command import build_launch
+from bot.runner.compilecache import CACHE_ENV, CompileCache, Lease, cache_root, default_root
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.procs import die_with_parent, end_tree
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
@@ -47,15 +59,19 @@ class LocalRunner:
         on_step=None,
         seed_cache: Path | None = None,
         check_layout: bool = True,
+        compile_cache: Path | None = None,
     ) -> None:
         """``seed_cache``: where seed checkpoints are cached; when given, every run loads its objective's seed
-        checkpoint (:mod:`bot.runner.seed`, made on first use), so that layouts start from the same weights."""
+        checkpoint (:mod:`bot.runner.seed`, made on first use), so that layouts start from the same weights.
+        ``compile_cache``: the Inductor cache of the runs when neither the environment nor ``extra_env`` sets
+        ``TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/attune_inductor_<user>``; see :mod:`.compilecache`)."""
         self.hang_s, self.startup_s, self.timeout_s = hang_s, startup_s, timeout_s
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
         self.check_layout = check_layout  # False: launch what the catalog would refuse (the real-run matrix measures it)
         self.hook = hook
         self.extra_env = extra_env or {}
         self.on_step = on_step
+        self.compile_cache = Path(compile_cache) if compile_cache is not None else None
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None,
             max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
@@ -124,16 +140,33 @@ class LocalRunner:
             env["ATTUNE_CPU_COMPAT"] = "1"
         if self.hook:
             env["ATTUNE_HOOK"] = self.hook
-        outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s,
-                                                                        early_stop, recipe.bench.warmup_steps)
+        lease = self._lease(env)
+        try:
+            outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s,
+                                                                            early_stop, recipe.bench.warmup_steps)
+        except BaseException:
+            _end_lease(lease, ok=False)
+            raise
+        _end_lease(lease, ok=outcome == "ok")
         summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall, startup_s=startup, tokens_per_step=tokens_per_step)
         spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
         return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=metrics, spans_ms=spans, summary=summary, log_tail=log_tail)
 
+    def _lease(self, env: dict[str, str]) -> Lease | None:
+        """Point the run's ``env`` at the compile cache and register the run there (None: the cache could not be
+        prepared; the run goes on, and torch reports the folder if it cannot use it either). A recipe's own
+        ``TORCHINDUCTOR_CACHE_DIR`` is overridden: the cache's place is this runner's, not a training knob."""
+        root = cache_root(os.environ, self.extra_env, default=self.compile_cache or default_root())
+        env[CACHE_ENV] = str(root)
+        try:
+            return CompileCache(root).begin()
+        except OSError:
+            return None
+
     def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int, max_wall_s: float | None = None,
                 early_stop: EarlyStop | None = None, warmup_steps: int = 0) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
         log_path = out_dir / "train.log"
-        # the budget cap stops the run early enough that killing every rank still ends inside it
+        # the wall-clock cap stops the run early enough that killing every rank still ends inside it
         budget_s = None if max_wall_s is None else max(0.0, max_wall_s - KILL_MARGIN_S)
         timeout_s = self.timeout_s if budget_s is None else min(self.timeout_s, budget_s)
         t0 = time.monotonic()
@@ -202,8 +235,8 @@ class LocalRunner:
         got = [metrics[k] for k in sorted(metrics)]
         tail_text = "\n".join(tail)
         if killed == "timeout":
-            if budget_s is not None and timeout_s == budget_s:
-                why = f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left); process group killed"
+            if max_wall_s is not None and timeout_s == budget_s:
+                why = f"{wall_cap_reason(max_wall_s)}; process group killed"
                 return "timeout", why, got, tail_text, wall, startup
             return "timeout", f"wall clock over {self.timeout_s:.0f}s; process group killed", got, tail_text, wall, startup
         if killed == "stopped":
@@ -228,6 +261,13 @@ def _first_error(log: str) -> str:
         if any(k in s for k in ("Error:", "Error ", "error:", "Exception:")) and "lspci" not in s and "WARNING" not in s:
             return s[-400:]
     return ""
+
+
+def _end_lease(lease: Lease | None, *, ok: bool) -> None:
+    """The run is over: a run that did not end ``ok`` leaves nothing it wrote in the compile cache."""
+    if lease is not None:
+        with contextlib.suppress(OSError):
+            lease.end(ok=ok)
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bot.core.recipe import Recipe
 from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
-from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, summarize
+from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, summarize, wall_cap_reason
 
 SIM_STARTUP_S = 240.0  # launch, init, checkpoint load and compile on a large cluster (modelled)
 
@@ -64,9 +64,9 @@ class SimRunner:
             if why is not None:
                 metrics, wall, outcome, reason = metrics[: i + 1], self.startup_s + (metrics[i].time_s or 0.0), "stopped", why
                 break
-        if max_wall_s is not None and wall > max_wall_s:  # the campaign's budget cap stops it where it got to
+        if max_wall_s is not None and wall > max_wall_s:  # the wall-clock cap (a campaign's budget cap) stops it where it got to
             metrics = [m for m in metrics if self.startup_s + (m.time_s or 0.0) <= max_wall_s]
-            reason = f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left; the run needed {wall:.0f}s)"
+            reason = f"{wall_cap_reason(max_wall_s)} (the run needed {wall:,.0f} s)"
             wall, outcome = math.floor(max_wall_s * 1000) / 1000, "timeout"  # the summary keeps milliseconds: never round up past the cap
         summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall,
                             startup_s=self.startup_s if metrics else None, tokens_per_step=res.tokens_per_step,

@@ -8,7 +8,7 @@
 3. Follow the job with ``squeue`` while it is queued or running, then read its end from ``scontrol show job``, the
    accounting database (``sacct``) or the job completion log (``JobCompType=jobcomp/filetxt``), whichever answers
    (:mod:`.slurmtext`). Global rank 0's lines of the job log go through the local runner's metric parser.
-4. Stop the job with ``scancel`` for the campaign's hard budget cap (running time only: queue wait is not device
+4. Stop the job with ``scancel`` at the run's wall-clock cap (a campaign's hard budget cap; running time only: queue wait is not device
    time), an early stop, a hang, a queue wait over the recipe's ``queue_budget``, a requeue, or an interrupted
    runner (Ctrl-C, SIGTERM from a cancelled workflow).
 5. Classify: ``ok``; ``oom``; ``crash``; ``hang``; ``stopped``; ``timeout`` (Slurm's time limit, or the budget
@@ -20,6 +20,11 @@ The stack fingerprint is global rank 0's (it writes ``stack.json`` at exit: :mod
 node's when rank 0 did not exit normally. Device-hours are the allocated devices (nodes x devices per node) times the job's running time, start-up included,
 on Slurm's clock; the queue wait is recorded (``launch.queue_wait_s``), never charged. The run folder must be on a
 filesystem the compute nodes share with the login node (the job writes its log there).
+
+The job compiles into ``<root>/g-<generation>`` on each node (``TORCHINDUCTOR_CACHE_DIR``; root: the runner's
+environment's or ``extra_env``'s ``TORCHINDUCTOR_CACHE_DIR``, else ``/tmp/attune_inductor_<user>``), kept across
+jobs; a job that ran and did not end ``ok`` retires its generation, so a kernel half-written when it was cancelled
+never reaches a later job (:class:`.compilecache.Generations`).
 """
 
 from __future__ import annotations
@@ -44,8 +49,17 @@ from bot.core.records import LaunchShape, Outcome, RunRecord, StackFingerprint, 
 from bot.core.slurm import SlurmSettings, minutes_text
 from bot.inrank import IMPORT_ROOT, SITE_DIR
 from bot.runner import slurmscript
-from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, stack_fingerprint, summarize
+from bot.runner.base import (
+    EarlyStop,
+    early_stop_reason,
+    git_commit,
+    new_run_id,
+    stack_fingerprint,
+    summarize,
+    wall_cap_reason,
+)
 from bot.runner.command import titan_args
+from bot.runner.compilecache import CACHE_ENV, Generations, cache_root, default_root, user_name
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
 from bot.runner.seed import SeedCheckpoint, SeedError, ensure_seed_checkpoint, load_args, wants_seed
@@ -95,7 +109,7 @@ def classify(info: JobInfo | None, *, stopped: Stopped | None, steps: list[StepM
         return "preempted", f"Slurm preempted the job ({state}, restarts {info.restarts}){where}; not a measurement"
     if state in ("TIMEOUT", "DEADLINE"):
         if backstop_min is not None:
-            return "timeout", (f"Slurm time limit reached ({backstop_min} min, set from the campaign's budget cap "
+            return "timeout", (f"Slurm time limit reached ({backstop_min} min, set from the run's wall-clock cap "
                                f"because this runner could not stop the job itself){where}")
         return "timeout", f"Slurm time limit reached ({state}){where}"
     if state == "OUT_OF_MEMORY" or is_oom(job_log):
@@ -179,10 +193,11 @@ def torchrun_command(settings: SlurmSettings) -> list[str]:
 
 def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float | None = None, hook: str | None = None,
                  extra_env: dict[str, str] | None = None, payload: list[str] | None = None,
-                 seed: SeedCheckpoint | None = None) -> tuple[str, str | None]:
-    """The batch script of a run (see :mod:`.slurmscript`) and, when the campaign's budget cap is the tighter limit,
+                 seed: SeedCheckpoint | None = None, compile_cache: str | None = None) -> tuple[str, str | None]:
+    """The batch script of a run (see :mod:`.slurmscript`) and, when the run's wall-clock cap is the tighter limit,
     the job's time limit in minutes set from it (a backstop should this runner die; else None). ``seed``: the
-    checkpoint every rank loads its initial weights from (its folder is mounted into a container as well)."""
+    checkpoint every rank loads its initial weights from (its folder is mounted into a container as well).
+    ``compile_cache``: the job's ``TORCHINDUCTOR_CACHE_DIR`` on the nodes (over the recipe's own, if it has one)."""
     settings = recipe.cluster.slurm or SlurmSettings()
     targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"), extra=load_args(seed) if seed else None)
     command = payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun_command(settings))
@@ -192,6 +207,8 @@ def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float
         env["ATTUNE_CPU_COMPAT"] = "1"
     if hook:
         env["ATTUNE_HOOK"] = hook
+    if compile_cache:
+        env[CACHE_ENV] = compile_cache
     backstop = minutes_text(max_wall_s) if max_wall_s is not None else None
     limit = settings.time_limit
     if backstop is not None and (settings.time_limit_s is None or int(backstop) * 60 < settings.time_limit_s):
@@ -208,15 +225,20 @@ class SlurmRunner:
     hang. ``poll_s``: how often squeue is asked. ``payload``: test-only, replaces torchrun on every node (a sleep
     job for the classification tests); it is recorded as the run's hook. ``seed_cache``: where seed
     checkpoints are cached (on the filesystem the nodes share); when given, every run loads its objective's seed
-    checkpoint (:mod:`bot.runner.seed`), made on first use on this (login) node with one rank, as the local runner makes it."""
+    checkpoint (:mod:`bot.runner.seed`), made on first use on this (login) node with one rank, as the local runner makes it.
+    ``compile_state``: the file on this node that holds the jobs' compile-cache generation (default
+    ``<tmp>/attune_slurm_<user>/compile-generation``; see :mod:`.compilecache`)."""
 
     def __init__(self, *, hang_s: float = 300.0, startup_s: float = 900.0, poll_s: float = 2.0, hook: str | None = None,
                  extra_env: dict[str, str] | None = None, on_step: Callable[[StepMetric], None] | None = None,
-                 payload: list[str] | None = None, slurm_env: dict[str, str] | None = None, seed_cache: Path | None = None) -> None:
+                 payload: list[str] | None = None, slurm_env: dict[str, str] | None = None, seed_cache: Path | None = None,
+                 compile_state: Path | None = None) -> None:
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
         self.hang_s, self.startup_s, self.poll_s = hang_s, startup_s, poll_s
         self.hook, self.extra_env, self.on_step, self.payload = hook, extra_env or {}, on_step, payload
         self.slurm_env = {**os.environ, **(slurm_env or {})}  # what Slurm's commands run with (SLURM_CONF, PATH)
+        state = compile_state or default_root().with_name(f"attune_slurm_{user_name()}") / "compile-generation"
+        self.generations = Generations(state)
 
     # -- Slurm's commands -------------------------------------------------------------------------------------------
     def _slurm(self, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -251,6 +273,27 @@ class SlurmRunner:
     def _cancel(self, job_id: str) -> None:
         self._slurm("scancel", job_id)
 
+    # -- the compile cache ------------------------------------------------------------------------------------------
+    def _generation(self) -> str | None:
+        """The compile-cache generation the next job compiles into (None: the state file is out of reach)."""
+        try:
+            return self.generations.current()
+        except OSError:
+            return None
+
+    def _compile_cache(self, gen: str | None) -> str | None:
+        """The job's ``TORCHINDUCTOR_CACHE_DIR`` on the nodes, for generation ``gen``."""
+        if gen is None:
+            return None
+        root = cache_root(os.environ, self.extra_env, default=default_root("/tmp"))
+        return self.generations.path(str(root), gen)
+
+    def _retire(self, gen: str | None) -> None:
+        """A job of generation ``gen`` ran and did not end ok: later jobs compile into a new generation."""
+        if gen is not None:
+            with contextlib.suppress(OSError):
+                self.generations.retire(gen)
+
     # -- the run ------------------------------------------------------------------------------------------------------
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
             recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
@@ -282,9 +325,11 @@ class SlurmRunner:
             except (SeedError, OSError, subprocess.TimeoutExpired) as exc:
                 return RunRecord(**base, launch=shape, outcome="crash", reason=f"seed checkpoint: {exc}")
             base["seed_checkpoint"] = seed.key
+        gen = self._generation()
         try:
             body, backstop = batch_script(recipe, steps=steps, out_dir=out_dir, max_wall_s=max_wall_s, hook=self.hook,
-                                          extra_env=self.extra_env, payload=self.payload, seed=seed)
+                                          extra_env=self.extra_env, payload=self.payload, seed=seed,
+                                          compile_cache=self._compile_cache(gen))
         except ValueError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         gbs = int(flat["training.global_batch_size"])
@@ -309,11 +354,14 @@ class SlurmRunner:
                 follow = self._follow(recipe, settings, job_id, job_log, out_dir / "train.log", steps, max_wall_s, early_stop)
             except BaseException:  # the runner itself interrupted: leave no job behind
                 self._cancel(job_id)
+                self._retire(gen)
                 raise
         info = follow.info
         log_text = job_log.read_text(errors="replace") if job_log.exists() else ""
         outcome, reason = classify(info, stopped=follow.stopped, steps=follow.steps, want_steps=steps, job_log=log_text,
                                    backstop_min=backstop)
+        if outcome not in ("ok", "pending_timeout"):  # it may have been killed while it compiled
+            self._retire(gen)
         elapsed = (info.elapsed_s if info else None) or follow.running_s
         nodes = (info.num_nodes if info and info.num_nodes else recipe.cluster.nodes)
         shape.job_state, shape.node_list = (info.state, info.node_list) if info else (None, None)
@@ -403,9 +451,9 @@ class SlurmRunner:
                         seen.queued_s = now - t_submit
                         last_progress = now
                     ran = now - t_run
-                    if budget_s is not None and ran > budget_s and seen.stopped is None:
+                    if max_wall_s is not None and budget_s is not None and ran > budget_s and seen.stopped is None:
                         seen.stopped = Stopped(outcome="timeout", reason=(
-                            f"stopped at the campaign's budget cap ({max_wall_s:.0f}s of device time were left); job {job_id} cancelled"))
+                            f"{wall_cap_reason(max_wall_s)} of running time; job {job_id} cancelled"))
                     idle_limit = self.hang_s if metrics else self.startup_s
                     if seen.stopped is None and now - last_progress > idle_limit:
                         what = "no new step line" if metrics else "no first step line"

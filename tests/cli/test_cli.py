@@ -152,7 +152,8 @@ def test_run_takes_the_campaign_limits(tmp_path: Path, capsys: pytest.CaptureFix
     assert stopped["outcome"] == "stopped" and stopped["tps_median"] > 0 and stopped["simulated"] is True
     assert main(["run", str(GLM), "--json", "--out", str(tmp_path / "c"), "--max-wall-s", "600"]) == 3
     capped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert capped["outcome"] == "timeout" and "budget cap" in capped["reason"]
+    assert capped["outcome"] == "timeout" and capped["reason"].startswith("stopped at the wall-clock cap of 600 s")
+    assert "campaign" not in capped["reason"] and "campaign" not in stopped["reason"]  # a run on its own: the user's caps
 
 
 @pytest.mark.parametrize("args", [["--max-wall-s", "0"], ["--stop-below", "-5"], ["--stop-below", "10", "--stop-after", "1"]])

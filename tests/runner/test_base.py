@@ -92,7 +92,9 @@ def test_early_stop_waits_for_measured_steps_then_stops_a_clearly_slower_run() -
     rule = EarlyStop(below_tps=100.0, after_steps=3)
     assert early_stop_reason(steps[:3], 1, rule) is None  # steps 2-3: only two measured past the warm-up
     why = early_stop_reason(steps[:4], 1, rule)
-    assert why is not None and "median of 3 measured steps, 90 tokens/s/device" in why and "below 100" in why
+    assert why == "stopped early: the median of 3 measured steps, 90 tokens/s/device, is below the early-stop threshold of 100"
+    based = early_stop_reason(steps[:4], 1, EarlyStop(below_tps=100.0, basis="the incumbent less the noise band"))
+    assert based == why + " (the incumbent less the noise band)"  # a campaign says what its bound is
     assert early_stop_reason(steps, 1, EarlyStop(below_tps=80.0)) is None  # not slower than the bound: runs on
     assert early_stop_reason(steps, 1, None) is None
     assert early_stop_reason(steps[:4], 2, rule) is None  # a longer warm-up leaves two measured steps

@@ -120,14 +120,14 @@ def test_hang_is_killed_with_every_rank(cpu_recipe: Recipe, tmp_path: Path, monk
 
 
 def test_budget_cap_stops_the_run_inside_what_is_left(cpu_recipe: Recipe, tmp_path: Path) -> None:
-    """A run that would go on (hung at step 3, hang_s far away) is stopped at the campaign's budget cap,
-    every rank included, and its wall clock — what the campaign is charged — stays inside the cap."""
+    """A run that would go on (hung at step 3, hang_s far away) is stopped at its wall-clock cap (a campaign's budget
+    cap), every rank included, and its wall clock — what the campaign is charged — stays inside the cap."""
     from bot.runner.local import KILL_MARGIN_S
 
     cap = KILL_MARGIN_S + 30.0
     record = LocalRunner(hook="hang_at:3", hang_s=600, extra_env=ONE_THREAD).run(cpu_recipe, steps=STEPS, out_dir=tmp_path, max_wall_s=cap)
     assert record.outcome == "timeout", f"{record.outcome}: {record.reason}\n{record.log_tail}"
-    assert "budget cap" in record.reason
+    assert record.reason == f"stopped at the wall-clock cap of {cap:,.0f} s; process group killed"
     assert record.summary.wall_s <= cap
     assert _survivors(str(tmp_path)) == []
 

@@ -49,7 +49,8 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
     and read back (what a trial leaves behind)."""
     recipe = recipe or load_recipe(SLURM_RECIPE)
     out_dir = (tmp_path / "run").resolve()
-    runner = SlurmRunner(payload=SLEEP, poll_s=0.5, startup_s=600, slurm_env=cluster.env)
+    runner = SlurmRunner(payload=SLEEP, poll_s=0.5, startup_s=600, slurm_env=cluster.env,
+                         compile_state=tmp_path / "compile-generation")
     errors: list[BaseException] = []
 
     def act() -> None:
@@ -234,7 +235,12 @@ def test_a_preempted_job_is_preempted(slurm_cluster: SlurmCluster, tmp_path: Pat
 def test_the_budget_cap_cancels_the_job_inside_the_cap(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     record = sleep_run(slurm_cluster, tmp_path, max_wall_s=16.0)
     assert record.outcome == "timeout", record.reason
-    assert "budget cap" in record.reason and record.launch.job_state == "CANCELLED"
+    assert record.reason.startswith("stopped at the wall-clock cap of 16 s of running time; job ")
+    assert record.launch.job_state == "CANCELLED"
+    # the job was cancelled, perhaps while it compiled: later jobs compile into a new generation of the cache
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    gen = (tmp_path / "compile-generation").read_text().strip()
+    assert "export TORCHINDUCTOR_CACHE_DIR=" in script and f"/g-{gen}\n" not in script
     assert 0 < record.summary.device_hours <= 2 * 16.0 / 3600
     assert "#SBATCH --time=1" in (tmp_path / "run" / "job.sbatch").read_text()  # Slurm's backstop: the cap, in minutes
 

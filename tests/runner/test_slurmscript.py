@@ -155,9 +155,9 @@ def test_this_runners_own_stop_wins_over_slurms_cancelled() -> None:
     assert classify(job("COMPLETED"), stopped=stop, steps=steps(10), want_steps=10, job_log="")[0] == "ok"
 
 
-def test_a_time_limit_set_from_the_budget_cap_says_so() -> None:
+def test_a_time_limit_set_from_the_wall_clock_cap_says_so() -> None:
     outcome, reason = classify(job("TIMEOUT"), stopped=None, steps=steps(3), want_steps=10, job_log="", backstop_min="5")
-    assert outcome == "timeout" and "5 min, set from the campaign's budget cap" in reason
+    assert outcome == "timeout" and "5 min, set from the run's wall-clock cap" in reason and "campaign" not in reason
 
 
 def test_job_times_give_elapsed_and_queue_wait() -> None:
