@@ -48,6 +48,7 @@ from bot.core.state import (
     OpenStep,
     Propose,
     Proposed,
+    RunAbandoned,
     RunBaseline,
     RunFinished,
     RunRef,
@@ -67,7 +68,7 @@ def advance(state: Campaign, event: Event) -> tuple[Campaign, list[Action]]:
     s = state.model_copy(deep=True)
     if isinstance(event, RunFinished) and _already_recorded(s, event.run):
         return s, []  # a re-delivered run result: already counted, answers nothing
-    if s.pending and not isinstance(event, CampaignRequested | StopRequested | BudgetAdded):
+    if s.pending and not isinstance(event, CampaignRequested | StopRequested | BudgetAdded | RunAbandoned):
         s.pending.pop(0)  # the action this event answers
     new = _transition(s, event)
     if s.stop_requested and s.phase != "finished":
@@ -94,6 +95,10 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
             return []  # nothing left to stop; keep the reason it finished for
         s.stop_requested = True
         s.finish_reason = ev.why
+        return []
+    if isinstance(ev, RunAbandoned):  # its devices were held: spent, though the run is made again on resume
+        s.spent += ev.device_hours
+        s.abandoned += ev.device_hours
         return []
     if isinstance(ev, BudgetAdded):
         s.budget += ev.device_hours

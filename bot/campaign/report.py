@@ -257,7 +257,8 @@ def render_campaign_summary(state, status: str | None = None) -> str:
         ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
         ["gain", f"{state.gain:+.1%} (the kept steps' paired estimates, compounded)"],
-        ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"],
+        ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"
+                   + (f" ({state.abandoned:.4f} of them in runs stopped by a signal, not recorded)" if state.abandoned else "")],
         ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
     ]
     if state.phase == "finished":

@@ -270,9 +270,18 @@ class BudgetAdded(BaseModel):
     device_hours: float
 
 
+class RunAbandoned(BaseModel):
+    """A real run this process started and stopped before it ended (Ctrl-C, SIGTERM): it leaves no record, but the
+    devices it held for ``device_hours`` were spent. It answers no action: the run it was stays pending, and
+    ``resume`` runs it again."""
+
+    type: Literal["run_abandoned"] = "run_abandoned"
+    device_hours: float = Field(ge=0.0, allow_inf_nan=False)
+
+
 Event = Annotated[
     CampaignRequested | RunFinished | Proposed | StepOpened | GateVerdict | Calibrated | StepMerged | StepClosed | Done | BudgetExhausted
-    | StopRequested | BudgetAdded,
+    | StopRequested | BudgetAdded | RunAbandoned,
     Field(discriminator="type"),
 ]
 
@@ -290,6 +299,7 @@ class Campaign(BaseModel):
     usd_per_device_hour: float = 0.0
     budget: float  # device-hours
     spent: float = 0.0
+    abandoned: float = 0.0  # of ``spent``: device-hours of real runs stopped by a signal before they ended (no record)
     # measured baseline runs: two at least, so the campaign has a noise estimate of its own, unless the machine kind's
     # run noise is known (noise_prior_df > 0), when one does: the prior is the estimate (bot.campaign.setup)
     baseline_runs_wanted: int = Field(default=2, ge=1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -171,12 +172,29 @@ class Executor:
             max_wall_s = max(0.0, state.budget - state.spent - already) * 3600.0 / max(recipe.devices, 1)
             request = RunRequest(key=key, kind=kind, n=n, attempt=attempt, recipe_text=text, max_wall_s=max_wall_s,
                                  early_stop=early_stop, steps=measured_only_steps(state, recipe, kind, attempt))
-            record = self.runs.run(state, request)
+            record = self._run_or_abandon(state, recipe, request)
             if record is None:
                 return None
             where = self.records.put_run(state.id, key, record)
         return cm.RunRef.of(record, kind="pair" if kind.startswith("pair-") else kind, n=n, attempt=attempt, ref=where,
                             window=measure_window(state, recipe))
+
+    def _run_or_abandon(self, state: cm.Campaign, recipe: Recipe, request: RunRequest) -> RunRecord | None:
+        """The run port's run; one stopped by a signal before it ended (:class:`bot.drive.interrupt.Interrupted`) is
+        saved as spent (``RunAbandoned``: its devices x the wall time it held them) before the signal goes on, so a
+        campaign interrupted and resumed again and again cannot spend past its budget unseen. A simulated run has no
+        device time of its own to lose."""
+        from bot.drive.interrupt import Interrupted
+
+        started = time.monotonic()
+        try:
+            return self.runs.run(state, request)
+        except Interrupted:
+            if recipe.cluster.launcher != "sim":
+                held = recipe.devices * (time.monotonic() - started) / 3600.0
+                state, _ = cm.advance(state, cm.RunAbandoned(device_hours=held))
+                self.states.save(state)
+            raise
 
     # ------------------------------------------------------------------ actions
     def execute(self, state: cm.Campaign, action: Any) -> Any:

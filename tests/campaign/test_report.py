@@ -208,3 +208,10 @@ def test_every_mermaid_chart_the_bot_emits_parses_with_mermaid_itself() -> None:
     assert {r["type"] for r in results} == {"xychart"}
     broken = parse_all(["xychart-beta\n    x-axis [1, 2\n    line [1"])  # and the check can fail
     assert broken[0]["ok"] is False
+
+
+def test_the_summary_says_how_much_of_the_spend_went_to_runs_stopped_by_a_signal() -> None:
+    state = campaign()
+    assert "stopped by a signal" not in render_campaign_summary(state)
+    lost = state.model_copy(update={"spent": state.spent + 0.0125, "abandoned": 0.0125})
+    assert f"{lost.spent:.4f} of {lost.budget:.4f} device-hours (0.0125 of them in runs stopped by a signal, not recorded)" in render_campaign_summary(lost)

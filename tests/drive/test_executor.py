@@ -265,3 +265,36 @@ def test_runs_that_are_only_measured_stop_after_the_measurement_window(tmp_path:
     # a measured-only run costs less than a full one: the start-up and fewer steps
     full_cost = records.read(state.baseline[0].record).summary.device_hours
     assert all(records.read(r.reference_record).summary.device_hours < full_cost for r in pairs)
+
+
+def test_a_run_stopped_by_a_signal_is_spent_and_made_again_on_resume(template: Path, reference, tmp_path: Path) -> None:
+    """Ctrl-C in the middle of a real run leaves no record, but the devices were held: the time is saved as spent
+    (``RunAbandoned``) before the signal goes on, the run stays pending, and ``resume`` makes it again. A campaign
+    stopped 45 s into its baseline used to show 0.0000 device-hours spent."""
+    import time
+
+    from bot.drive.interrupt import Interrupted
+
+    repo = tmp_path / "repo"
+    shutil.copytree(template, repo)
+    runner = FakeRunner(rule)
+    real_run = runner.run
+
+    def stopped_once(recipe, **kw):
+        runner.run = real_run  # the next run is not interrupted
+        time.sleep(0.3)
+        raise Interrupted(2)
+
+    runner.run = stopped_once
+    driver = drivers(repo, runner)
+    state = new_state(recipe_text())
+    with pytest.raises(Interrupted):
+        driver.start(state)
+    saved = driver.states.load(state.id)
+    devices = saved.devices
+    assert saved.abandoned == saved.spent and 0.3 * devices / 3600 <= saved.spent < 5 * devices / 3600
+    assert [type(a).__name__ for a in saved.pending] == ["RunBaseline"] and not saved.baseline
+    done = drivers(repo, runner).resume(state.id)
+    reference_state = reference[0]
+    assert done.phase == "finished" and done.spent == pytest.approx(reference_state.spent + saved.abandoned)
+    assert decisions(done)["steps"] == decisions(reference_state)["steps"]  # the same campaign, the lost run's time on top
