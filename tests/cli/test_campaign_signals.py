@@ -63,6 +63,7 @@ def test_sigterm_during_the_first_real_run_ends_torchrun_and_every_rank_and_leav
     folder = repo / ".attune" / "campaigns" / "term"
     state = json.loads((folder / "state.json").read_text())
     assert state["phase"] == "baseline" and state["pending"][0] == {"type": "run_baseline", "attempt": 1}
+    assert state["abandoned"] > 0 and state["spent"] == state["abandoned"]  # the stopped run held its device: spent
     assert (folder / "baseline-1" / "train.log").exists() and not (folder / "baseline-1" / "record.json").exists()
     listed = json.loads(attune(repo, "campaign", "list", "--json").stdout.strip().splitlines()[-1])
     assert [(c["id"], c["status"]) for c in listed["campaigns"]] == [("term", "resumable")]
@@ -108,7 +109,10 @@ def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_a
     (baseline,) = trace["baseline"]  # the killed run was made again once, and recorded once
     assert baseline[:2] == (1, "ok")
     assert list(trace["records"]) == ["baseline-1"] and trace["records"]["baseline-1"][0] == "ok"
-    assert trace["spent"] == pytest.approx(trace["records"]["baseline-1"][2])  # only the recorded run is paid for
+    # paid for: the recorded run, and the time the run `stop` interrupted held its device (not recorded; the run the
+    # SIGKILL ended is not counted: the process that held it died without a word)
+    abandoned = json.loads((folder / "state.json").read_text())["abandoned"]
+    assert abandoned > 0 and trace["spent"] == pytest.approx(trace["records"]["baseline-1"][2] + abandoned)
     assert trace["steps"] == [] and trace["branches"] == []
     assert trace["base_commits"][0].count("attune: campaign kill finished (+0.0%)") == 1
     steps = [m.step for m in map(parse_step_line, (folder / "baseline-1" / "train.log").read_text().splitlines()) for m in ([m[0]] if m else [])]
