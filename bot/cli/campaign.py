@@ -484,7 +484,10 @@ def cmd_campaign_stop(args: argparse.Namespace) -> int:
             with _lock_errors():
                 CampaignLock(folder, args.id).wait(STOP_WAIT_S).release()
         except CampaignBusy:
-            print(f"attune: process {pid} still runs campaign {args.id} after {STOP_WAIT_S:.0f}s; not stopped", file=sys.stderr)
+            message = f"process {pid} still runs campaign {args.id} after {STOP_WAIT_S:.0f}s; not stopped"
+            print(f"attune: {message}", file=sys.stderr)
+            if args.json:
+                emit_json(_result(state, repo, args.id, status=f"running (pid {pid})", message=message))
             return EXIT_FAILED
     why = "stopped by `attune campaign stop`"
     return _drive(repo, state.recipe_path, args.id, policy=state.policy, facts=facts, as_json=args.json,

@@ -259,3 +259,32 @@ def test_without_repo_the_campaign_commands_find_the_repository_as_every_command
     assert missing.startswith(f"attune: $ATTUNE_REPO={tmp_path / 'none'}: no ATTUNE repository there or above")
     below = attune(repo / "recipes", "campaign", "list", "--json")  # from a folder inside it
     assert below.returncode == 0 and json.loads(below.stdout)["repo"] == str(repo), below.stderr
+
+
+def test_stop_json_is_one_object_when_the_running_process_does_not_let_go(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A process that holds the campaign and ignores SIGTERM: ``stop`` gives up after its wait, exit 3, and with
+    ``--json`` says so in one object (it printed only to stderr)."""
+    import bot.cli.campaign as campaign_cli
+    from bot.cli import main
+
+    killed_with_an_open_step(repo, "c4", tmp_path)
+    folder = repo / ".attune" / "campaigns" / "c4"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time\n"
+         "from pathlib import Path\nfrom bot.drive.lifecycle import CampaignLock\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         f"lock = CampaignLock(Path({str(folder)!r}), 'c4').acquire()\nprint('held', flush=True)\ntime.sleep(60)\n"],
+        cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(campaign_cli, "STOP_WAIT_S", 1.0)
+        assert main(["campaign", "stop", "c4", "--repo", str(repo), "--json"]) == 3
+        out = capsys.readouterr()
+        result = json.loads(out.out)
+        assert result["status"] == f"running (pid {holder.pid})" and result["campaign"] == "c4"
+        assert result["message"] == f"process {holder.pid} still runs campaign c4 after 1s; not stopped"
+        assert f"attune: {result['message']}" in out.err
+    finally:
+        holder.kill()
+        holder.wait()
