@@ -178,12 +178,9 @@ def _take_locks(repo: Path, cid: str, forge: str) -> list[Any]:
                 lock.check()
             for lock in wanted:
                 taken.append(lock.acquire())
-    except CheckoutBusy as exc:
-        other = exc.cid or cid
-        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {other} --repo {repo}`") from None
-    except CampaignBusy as exc:
+    except (CheckoutBusy, CampaignBusy) as exc:  # the checkout's holder may run another campaign: name that one
         _release(taken)
-        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {cid} --repo {repo}`") from None
+        raise UsageError(f"{exc}; wait for it, or `attune campaign stop {exc.cid or cid} --repo {repo}`") from None
     except UsageError:
         _release(taken)
         raise

@@ -28,6 +28,7 @@ from bot.core.diagnosis import Diagnosis, diagnose
 from bot.core.recipe import Recipe, set_lever_text
 from bot.core.recipe import parse_recipe_text as _parse_recipe_text
 from bot.core.records import MEASURED_OUTCOMES, RunRecord, Verdict
+from bot.drive.interrupt import Interrupted
 from bot.drive.ports import RecordStore, RunPort, RunRequest, StateStore
 from bot.forge.base import StepRequest
 from bot.runner import EarlyStop
@@ -184,8 +185,6 @@ class Executor:
         saved as spent (``RunAbandoned``: its devices x the wall time it held them) before the signal goes on, so a
         campaign interrupted and resumed again and again cannot spend past its budget unseen. A simulated run has no
         device time of its own to lose."""
-        from bot.drive.interrupt import Interrupted
-
         started = time.monotonic()
         try:
             return self.runs.run(state, request)
