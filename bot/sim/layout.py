@@ -413,7 +413,8 @@ def resolve_layout(
             raise LayoutError(f"{schedule} fails with torch.compile (pytorch#161904)")
         if schedule in MB_GE_STAGES and n_mb < n_stages:
             # torch/distributed/pipelining/schedules.py: Schedule1F1B and ScheduleDualPipeV refuse fewer microbatches
-            raise LayoutError(f"{schedule} needs at least as many microbatches ({n_mb}) as stages ({n_stages})")
+            raise LayoutError(f"{schedule} needs at least as many microbatches ({n_mb} = training.local_batch_size/microbatch size) "
+                              f"as stages ({n_stages}; pipeline_parallel_degree {pp} x {v} per rank)")
         if schedule in ("Interleaved1F1B", "InterleavedZeroBubble"):
             rounds = max(1, n_mb // pp)
             if n_mb % rounds:
@@ -423,7 +424,7 @@ def resolve_layout(
                 )
         stage_layers = _stage_split(m, n_stages, first_less, last_less, megatron=megatron_v is not None)
         if min(stage_layers) < 0 or (megatron_v is not None and min(stage_layers) < 1):
-            raise LayoutError(f"{n_stages} pipeline stages leave a stage without layers ({stage_layers})")
+            raise LayoutError(f"{n_stages} pipeline stages (pipeline_parallel_degree {pp} x {v} per rank) leave a stage without layers ({stage_layers})")
         ranks = _rank_loads(m, stage_layers, pp, v_shape=schedule in V_SCHEDULES)
     else:
         n_mb, v, n_stages, mbs = 1, 1, 1, lbs

@@ -1325,3 +1325,46 @@ def test_a_change_measured_clearly_slower_on_its_enabler_is_not_proposed_again_a
         assert again is None
     else:
         assert isinstance(again, Change) and (again.lever, again.after) == ("training.local_batch_size", 4)
+
+
+PARTNER_RECIPE = """\
+id: test/partners
+workload: {module: torchtitan.models.llama3, config: llama3_8b, model: llama3.1-8b}
+cluster: {hardware: h100-sxm-80gb, nodes: 8, devices_per_node: 8, launcher: sim, usd_per_device_hour: 2.0}
+levers:
+  parallelism.data_parallel_shard_degree: -1
+  parallelism.tensor_parallel_degree: 1
+  parallelism.context_parallel_degree: 1
+  training.local_batch_size: 2
+  activation_checkpoint: selective
+pinned:
+  training.global_batch_size: 128
+  training.seq_len: 8192
+  optimizer.lr: 0.0003
+  lr_scheduler.total_steps: 1000
+  debug.seed: 42
+bench: {steps: 20, warmup_steps: 5}
+"""
+
+
+def test_memory_partners_are_tried_in_the_order_the_cost_model_predicts_fastest_tensor_parallel_among_them() -> None:
+    """Selective -> none ran out of memory at 8192 tokens, with both context and tensor parallel free to change:
+    the analytic cost model predicts the recompute saving kept under TP 2 faster than under CP 2 (ring attention over
+    half the ranks), so TP 2 inside the node is the partner, stacked on the failed step; once TP is at the node's
+    width it is no partner (TP across nodes), and CP is."""
+    from bot.agent.costmodel import estimate_of
+
+    state, space = _state_and_space(PARTNER_RECIPE)
+    ac, tp, cp = "activation_checkpoint", "parallelism.tensor_parallel_degree", "parallelism.context_parallel_degree"
+    none = {**state.incumbent_levers, ac: "none"}
+    assert estimate_of(space.recipe, {**none, tp: 2}).step_s < estimate_of(space.recipe, {**none, cp: 2}).step_s
+    oom = cm.Step(n=1, change=Change(lever=ac, before="selective", after="none", why="t"), state="closed", levers=none,
+                  runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
+    s = state.model_copy(update={"steps": [oom]})
+    got = HeuristicPolicy()._oom_retry(s, space)
+    assert isinstance(got, Change) and (got.lever, got.before, got.after, got.stacked_on) == (tp, 1, 2, 1)
+    assert got.lessons == ["less-recompute-partner-tensor-parallel"] and "inside the node" in got.why
+    wide = state.model_copy(update={"incumbent_levers": {**state.incumbent_levers, tp: 8}})
+    oom8 = oom.model_copy(update={"levers": {**none, tp: 8}})
+    got = HeuristicPolicy()._oom_retry(wide.model_copy(update={"steps": [oom8]}), space)
+    assert isinstance(got, Change) and got.lever != tp

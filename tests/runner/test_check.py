@@ -89,6 +89,22 @@ def test_a_simulated_global_batch_the_data_parallel_degree_does_not_divide_is_re
     assert "not divisible" in message
 
 
+def test_a_pipeline_with_fewer_microbatches_than_stages_is_refused_at_the_local_batch(tmp_path: Path) -> None:
+    """The simulator's reason names the local batch the microbatches come from (it used to name no lever, and the
+    refusal pointed at cluster.devices_per_node)."""
+    source = REPO / "recipes" / "llama3.1-405b" / "h200x128.yaml"
+    text = source.read_text().splitlines()
+    path, _ = edited(tmp_path, source, next(ln for ln in text if ln.startswith("  parallelism.pipeline_parallel_schedule:")),
+                     "  parallelism.pipeline_parallel_schedule: 1F1B")
+    path, _ = edited(tmp_path, path, next(ln for ln in text if ln.startswith("  training.global_batch_size:")),
+                     "  training.global_batch_size: 8")
+    path, line = edited(tmp_path, path, next(ln for ln in text if ln.startswith("  training.local_batch_size:")),
+                        "  training.local_batch_size: 4")
+    message = refusal(path)
+    assert message.startswith(f"{path}:{line}: levers.training.local_batch_size: the layout cannot run: 1F1B needs at least "
+                              "as many microbatches (4 = training.local_batch_size/microbatch size) as stages (8; ")
+
+
 def test_a_local_layout_torchtitan_refuses_is_refused_before_any_launch(tmp_path: Path) -> None:
     """torchtitan's own ConfigManager resolves a local recipe in-process, as the runner does before a launch; two
     replicas on a one-device machine cannot start, and the error points at the degree that asks for them."""
