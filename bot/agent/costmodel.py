@@ -13,7 +13,9 @@ layouts with, built only from textbook formulas and datasheet figures, with no f
   reduce-scatter / all-to-all move (n-1)/n of the message; time = α per collective + bytes / (bandwidth x
   ``LINK_EFF``); NVLink inside a node, the scale-out NIC across nodes (datasheet figures, ``bot.sim.hardware``).
   TP (2 all-gathers + 2 reduce-scatters per layer forward, the same backward, the forward again under full AC) and
-  EP (dispatch + combine all-to-all forward and backward) are on the critical path; FSDP's all-gathers and
+  EP (dispatch + combine all-to-all forward and backward; EP borrows its ranks from FSDP and TP, so a group is ep
+  consecutive ranks, and each TP rank routes its own 1/tp of the tokens: torchtitan.md, EP degree;
+  ``ReordererSequenceParallel`` in torchtitan/distributed/expert_parallel.py) are on the critical path; FSDP's all-gathers and
   reduce-scatters (bf16 params, fp32 grads: ZeRO-3 volumes) overlap with compute except what exceeds it; CP's ring
   K/V exchange overlaps with attention; PP sends one activation per microbatch and stage boundary.
 * **Pipeline bubble** (perfmodel.md §4.3): (p-1)/(v·m) for GPipe/1F1B (v = 1) and interleaved schedules (v = 2,
@@ -125,6 +127,17 @@ def _coll(bytes_: float, n: int, bw_gbs: float) -> float:
     return ALPHA_S + (n - 1) / n * bytes_ / (bw_gbs * 1e9 * LINK_EFF)
 
 
+def ep_layer_comm(m: ModelSpec, hw: HardwareSpec, s: Shape, tokens: float) -> float:
+    """One MoE layer's EP all-to-alls (dispatch + combine, forward and backward) for a microbatch of ``tokens`` per
+    TP group. EP borrows its ranks from FSDP and TP (dp_shard*cp*tp = efsdp*ep, TP innermost), so a group is ep
+    consecutive ranks -- NVLink while it fits a node -- and each TP rank dispatches a different 1/tp of the tokens
+    (torchtitan's ReordererSequenceParallel); 0 for a dense model or EP 1."""
+    if m.n_experts <= 0 or s.ep <= 1:
+        return 0.0
+    bw = hw.nvlink_gbs if s.ep <= hw.gpus_per_node else hw.internode_gbs
+    return 4 * _coll(tokens / s.tp * m.top_k * m.hidden * 2, s.ep, bw)
+
+
 def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: Shape) -> Estimate:
     """The estimated step time and peak memory of one layout (no legality check: callers filter first)."""
     dp = max(world // (s.tp * s.pp * s.cp), 1)
@@ -139,7 +152,8 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     fpt = 6 * active + 12 * layers * m.q_dim * seq
     recompute = {"none": 0.0, "selective": 1 / 6, "memory_budget": 1 / 6, "full": 1 / 3}.get(s.ac, 1 / 3)
     width = (m.ffn_expert if moe else m.ffn_dense) / (1 if moe else s.tp)
-    gm = tokens_mb * (m.top_k / max(m.n_experts, 1) * s.ep if moe else 1.0)  # tokens one expert (or the FFN) sees
+    # tokens one expert (or the FFN) sees: with EP, each TP rank routes its own 1/tp of the tokens (below)
+    gm = tokens_mb * (m.top_k / max(m.n_experts, 1) * s.ep / s.tp if moe else 1.0)
     k, n = m.hidden, max(width, 1)
     intensity = 2 * gm * n * k / (2 * (gm * k + k * n + gm * n))  # FLOP per byte (bf16)
     flops = min(hw.bf16_tflops * 1e12, intensity * hw.hbm_tbs * 1e12) * GEMM_EFF
@@ -154,11 +168,7 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     tp_comm = n_mb * layers_rank * tp_msgs * _coll(tokens_mb * m.hidden * 2, s.tp, tp_bw)
     if s.async_tp:
         tp_comm *= 0.5  # async TP overlaps the collectives with the matmuls they feed (torchtitan AsyncTP)
-    ep_comm = 0.0
-    if moe and s.ep > 1:
-        ep_bw = intra if s.ep * s.tp <= hw.gpus_per_node else inter
-        moe_layers_rank = (m.n_layers - m.n_dense_layers) / pp
-        ep_comm = n_mb * moe_layers_rank * 4 * _coll(tokens_mb * m.top_k * m.hidden * 2, s.ep, ep_bw)
+    ep_comm = n_mb * ep_layer_comm(m, hw, s, tokens_mb) * (m.n_layers - m.n_dense_layers) / pp
     shard = dp * s.cp
     spans_nodes = s.tp * s.cp * dp > hw.gpus_per_node or pp == 1 and world > hw.gpus_per_node
     dp_bw = inter if spans_nodes else intra

@@ -182,6 +182,24 @@ def test_the_cost_model_follows_its_textbook_terms() -> None:
     assert acts["1F1B"] < acts["Interleaved1F1B"] < acts["GPipe"]
 
 
+def test_the_cost_models_expert_parallel_groups_borrow_tensor_parallel_ranks_as_torchtitans_do() -> None:
+    """torchtitan 0.3 has no expert-TP: EP borrows its ranks from FSDP and TP (dp_shard*cp*tp = efsdp*ep, TP
+    innermost), so EP 8 with TP 2 is one node's 8 consecutive ranks, and each TP rank dispatches its own 1/tp of the
+    tokens (ReordererSequenceParallel). The all-to-all of EP 8 x TP 2 is the NVLink one carrying half the bytes of
+    EP 8 x TP 1; EP 16 crosses the NIC whatever the TP degree; a dense model or EP 1 has none."""
+    from bot.agent.costmodel import _coll, ep_layer_comm
+
+    m, hw = get_model("qwen3-235b-a22b"), get_hardware("h200")
+    shape = Shape(tp=1, pp=1, cp=1, ep=8, local_batch=2, microbatch=1, schedule="1F1B", ac="none")
+    tokens, message = 8192.0, 8192.0 * m.top_k * m.hidden * 2
+    assert ep_layer_comm(m, hw, shape, tokens) == pytest.approx(4 * _coll(message, 8, hw.nvlink_gbs))
+    tp2 = Shape(**{**shape.__dict__, "tp": 2})
+    assert ep_layer_comm(m, hw, tp2, tokens) == pytest.approx(4 * _coll(message / 2, 8, hw.nvlink_gbs))
+    assert ep_layer_comm(m, hw, Shape(**{**tp2.__dict__, "ep": 16}), tokens) == pytest.approx(4 * _coll(message / 2, 16, hw.internode_gbs))
+    assert ep_layer_comm(m, hw, Shape(**{**shape.__dict__, "ep": 1}), tokens) == 0.0
+    assert ep_layer_comm(get_model("llama3.1-8b"), hw, shape, tokens) == 0.0
+
+
 def test_the_cost_model_imports_only_the_model_and_hardware_facts_of_the_simulator() -> None:
     src = Path(__file__).resolve().parents[2] / "bot" / "agent" / "costmodel.py"
     mods = {n.module for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.ImportFrom) and n.module}

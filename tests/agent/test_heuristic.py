@@ -1368,3 +1368,10 @@ def test_memory_partners_are_tried_in_the_order_the_cost_model_predicts_fastest_
     oom8 = oom.model_copy(update={"levers": {**none, tp: 8}})
     got = HeuristicPolicy()._oom_retry(wide.model_copy(update={"steps": [oom8]}), space)
     assert isinstance(got, Change) and got.lever != tp
+    # TP partners the recompute change itself, never another partner (minimax-m2 on 64 H200s lost every gain to TP 4
+    # stacked on a PP partner): CP 2 stacked on it ran out of memory too, and the next move is the last resort, half
+    # the local batch on that chain, not TP 2 on top of CP 2
+    cp2 = cm.Step(n=2, change=Change(lever=cp, before=1, after=2, why="t", stacked_on=1), stacked_on=1, state="closed",
+                  levers={**none, cp: 2}, runs=[cm.RunRef(kind="trial", n=2, outcome="oom")])
+    got = HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [oom, cp2]}), space)
+    assert isinstance(got, Change) and (got.lever, got.before, got.after, got.stacked_on) == ("training.local_batch_size", 2, 1, 2)
