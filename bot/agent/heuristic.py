@@ -102,6 +102,7 @@ import re
 from collections.abc import Callable
 
 from bot.agent.costmodel import bubble_fraction, estimate_of
+from bot.agent.costmodel_tuner import MODELLED
 from bot.agent.layout_jump import layout_jump
 from bot.agent.lessons import Lesson, LeverChange, apply_op, relevant
 from bot.agent.memory_screen import MeasuredPeak, change_levers, predicted_oom, predicted_peak, reference_peak
@@ -270,7 +271,8 @@ class HeuristicPolicy:
         stepped = [campaign.baseline_levers, *(s.levers for s in campaign.steps if s.runs or not s.change.enabler)]
         jump = layout_jump(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
                            frozenset(_unmeasurable(campaign, diagnosis)), anchor or reference_peak(campaign, None, records),
-                           campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None)
+                           campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None,
+                           last_layout_step(campaign))
         if jump is None:
             return None
         current = catalog.effective(campaign.incumbent_levers)
@@ -1331,6 +1333,23 @@ def _aimed_at_a_larger_cost(driven: Change | None, lesson_change: Change, diagno
         return False
     d, lesson = diagnosis.breakdown.get(_aimed_cost(driven)), diagnosis.breakdown.get(_aimed_cost(lesson_change))
     return d is not None and lesson is not None and d > LARGER_COST * lesson
+
+
+def last_layout_step(campaign: Campaign) -> tuple[dict[str, Scalar], float] | None:
+    """The campaign's latest kept step that changed a lever the cost model has a term for, as (the incumbent's levers
+    before it, its measured speed-up): the second check of :func:`bot.agent.layout_jump.layout_jump`'s model.
+    None without one (or without its paired estimate). A kept compile or async-TP step is skipped: the model has
+    no term for it, so it could not reproduce it."""
+    before = dict(campaign.baseline_levers)
+    found: tuple[dict[str, Scalar], float] | None = None
+    for step in campaign.steps:
+        if not step.kept:
+            continue
+        a, b = catalog.effective(before), catalog.effective(step.levers)
+        if step.gain is not None and any(a.get(k) != b.get(k) for k in MODELLED):
+            found = (before, 1.0 + step.gain)
+        before = dict(step.levers)
+    return found
 
 
 def _fastest_first(campaign: Campaign, space: LeverSpace, last: Step, options: list[tuple[str, Scalar, str, str]]) -> list[tuple[str, Scalar, str, str]]:

@@ -179,6 +179,45 @@ def test_no_jump_where_the_model_got_the_measured_speedup_to_the_incumbent_wrong
     assert jump(predicted * 1.5) is None and jump(predicted / 1.5) is None
 
 
+def test_a_model_wrong_about_the_path_is_still_trusted_where_it_reproduced_the_latest_layout_step() -> None:
+    """The path from the baseline is misjudged (half the measured speed-up), but the latest kept layout step -- from a
+    layout in between to the incumbent -- is reproduced: the jump is made; wrong about both, it is not."""
+    peak = MeasuredPeak(SETTLED, 144.0, 180.0)
+    between = {**SETTLED, "activation_checkpoint": "full"}
+    path = estimate_of(RECIPE, dict(RECIPE.levers)).step_s / estimate_of(RECIPE, SETTLED).step_s
+    step = estimate_of(RECIPE, between).step_s / estimate_of(RECIPE, SETTLED).step_s
+    assert step != pytest.approx(1.0)
+
+    def jump(last_speedup: float):
+        return layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), between, SETTLED],
+                           SPACE.model, measured=peak, speedup=path * 2.0, last=(between, last_speedup))
+
+    assert jump(step) is not None and jump(step * 1.05) is not None
+    assert jump(step * 1.5) is None and jump(step / 1.5) is None
+
+
+def test_the_latest_kept_step_the_model_can_judge_skips_steps_it_has_no_term_for() -> None:
+    """last_layout_step: the latest kept step that changed a modelled lever, with the levers before it; a later kept
+    compile step is skipped (the model has no term for it); no kept layout step, no check."""
+    from bot.agent.heuristic import last_layout_step
+    from bot.core.records import Change
+    from bot.core.state import Campaign, Step
+
+    base = dict(RECIPE.levers)
+    ac = {**base, "activation_checkpoint": "selective"}
+    compiled = {**ac, "compile.enable": True}
+    steps = [Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="selective"), levers=ac, kept=True, gain=0.2),
+             Step(n=2, change=Change(lever="training.local_batch_size", before=1, after=2), levers={**ac, "training.local_batch_size": 2},
+                  gain=-0.1),
+             Step(n=3, change=Change(lever="compile.enable", before=False, after=True), levers=compiled, kept=True, gain=0.1)]
+    state = Campaign(id="c", recipe_path="r.yaml", recipe_id=RECIPE.id, budget=100.0, baseline_levers=base, incumbent_levers=compiled,
+                     steps=steps)
+    assert last_layout_step(state) == (base, pytest.approx(1.2))
+    only_compile = Step(n=1, change=Change(lever="compile.enable", before=False, after=True), levers={**base, "compile.enable": True},
+                        kept=True, gain=0.1)
+    assert last_layout_step(state.model_copy(update={"steps": [only_compile]})) is None
+
+
 # torchtitan's llama3_70b config on 64 simulated H100 (80 GiB): the campaign settles at TP 4 / CP 2 / selective
 # recompute, measured at about 75 GiB; the formula puts it at 129 GiB and rejects every layout without recompute
 H100 = load_recipe(ROOT / "recipes" / "llama3.1-70b" / "h100x64.yaml")
