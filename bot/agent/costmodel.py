@@ -15,9 +15,10 @@ layouts with, built only from textbook formulas and datasheet figures, with no f
   TP (2 all-gathers + 2 reduce-scatters per layer forward, the same backward, the forward again under full AC) and
   EP (dispatch + combine all-to-all forward and backward; EP borrows its ranks from FSDP and TP, so a group is ep
   consecutive ranks, and each TP rank routes its own 1/tp of the tokens: torchtitan.md, EP degree;
-  ``ReordererSequenceParallel`` in torchtitan/distributed/expert_parallel.py) are on the critical path; FSDP's all-gathers and
-  reduce-scatters (bf16 params, fp32 grads: ZeRO-3 volumes) overlap with compute except what exceeds it; CP's ring
-  K/V exchange overlaps with attention; PP sends one activation per microbatch and stage boundary.
+  ``ReordererSequenceParallel`` in torchtitan/distributed/expert_parallel.py) are on the critical path; FSDP's
+  all-gathers and reduce-scatters (bf16 params, fp32 grads: ZeRO-3 volumes) overlap with compute except what
+  exceeds it; CP's ring K/V exchange overlaps with attention; PP sends one activation per microbatch and stage
+  boundary.
 * **Pipeline bubble** (perfmodel.md §4.3): (p-1)/(v·m) for GPipe/1F1B (v = 1) and interleaved schedules (v = 2,
   torchtitan's default stages per rank), a third of that for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B).
 * **Memory** (perfmodel.md §4.2): FSDP2 model states 16 B per parameter over the shard group; unsharded bf16

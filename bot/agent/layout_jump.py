@@ -29,9 +29,9 @@ predicts from the baseline to the incumbent must match the measured one within i
 (``MIN_SAVING``: a ratio of the two within [0.9, 1/0.9]). Where it does not, it is wrong about the very terms that
 changed (qwen3-235b-a22b on 32 B200s: an incumbent with EP 8 x TP 4 estimated at 21 s a step, measured at 4.8 s,
 against a baseline estimated within 1 % -- the model then put an EP group with TP on the NIC and sent every token
-TP times; it now places EP on consecutive ranks, as torchtitan does, and estimates that incumbent at 6.0 s). Over the 47 simulated tasks (3 seeds; the check measured before it was
-added), the jumps proposed outside the window were faster than their incumbent in 11 of 66 cases, those inside it
-in 16 of 29. The model may instead reproduce the latest kept step that changed a lever it models (from the
+TP times; it now places EP on consecutive ranks, as torchtitan does, and estimates that incumbent at 6.0 s). Over
+the 47 simulated tasks (3 seeds; the check measured before it was added), the jumps proposed outside the window
+were faster than their incumbent in 11 of 66 cases, those inside it in 16 of 29. The model may instead reproduce the latest kept step that changed a lever it models (from the
 layout before it to the incumbent): a term it misjudged on the way -- the baseline's pipeline bubble, whose schedule
 a first step replaced (deepseek-v3 on 512 H100s: Interleaved1F1B -> ZBVZeroBubble measured x3.03, predicted x1.73)
 -- says little about the incumbent's neighbourhood, while a recent step it did reproduce says it models that
@@ -110,8 +110,9 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         return None
     if here.step_s <= 0 or anchor is not None and not anchor > 0:
         return None
-    if speedup is not None and speedup > 0 and not consistent(start.step_s / here.step_s, speedup) and not (
-            last is not None and before_last is not None and consistent(before_last.step_s / here.step_s, last[1])):
+    reproduced = (speedup is not None and consistent(start.step_s / here.step_s, speedup)
+                  or last is not None and before_last is not None and consistent(before_last.step_s / here.step_s, last[1]))
+    if speedup is not None and speedup > 0 and not reproduced:
         return None
 
     def fits(est: Estimate) -> bool:
