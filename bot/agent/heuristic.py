@@ -176,6 +176,9 @@ class HeuristicPolicy:
         less = self._less_recompute_that_fits(campaign, levers, records)
         if less is not None:
             return less
+        review = self._jump_review(campaign, levers, records)
+        if review is not None:
+            return review
         if campaign.budget > 0 and campaign.spent >= JUMP_AT * campaign.budget and not any(JUMP_LESSON in s.change.lessons for s in campaign.steps):
             jump = self._layout_jump(campaign, levers, lessons, diagnosis, records)
             if jump is not None:
@@ -742,6 +745,54 @@ class HeuristicPolicy:
                 return change
         return None
 
+    def _jump_review(self, campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
+        """A kept layout jump moved several parallel degrees at once on the analytic model's word, and its measured
+        gain says how the whole move paid, not whether each degree went as far as it should: the model that ranked
+        the target errs most on the terms the jump traded (the bubble of few microbatches, CP's ring attention), so
+        one of its degrees may have gone a notch too far. Each degree the jump moved, one notch back towards where
+        it came from (the local batch following the pinned global batch's share as an enabler where the DP degree
+        changes), is measured once on the incumbent -- a coordinate-descent pass over the jump's own coordinates
+        (lesson ``layout-jump-review``): the reviews predicted fastest first, none whose peak, anchored on the
+        incumbent's measured one, exceeds the device (the jump's own fit test, no margin), and no more once one
+        ran and measured no gain (an out-of-memory run, cheap, does not end them). Proposed after the recompute the
+        incumbent can shed and before the lessons. Simulated, 5 seeds: qwen3-30b-a3b on 16 B200s, whose jump to
+        PP 4 measured +44 % where the model predicted +224 %, keeps PP 2 at +4-9 % (94.9 -> 97.6 % of the
+        oracle); llama3.1-70b on 32 B200s keeps CP 2 over the jump's CP 4 at +5-9 % (93.6 -> 96.2 %). On the other
+        24 tasks (the 12 unseen probes at 3 seeds) no oracle fraction moved: where the jump placed every degree
+        right the first review ends the pass at about one run (minimax-m2 on 128 H100s: TP 1 -> 2 stopped at
+        -25 %; with every degree reviewed it lost 93.5 -> 89.0 %, and before the lessons' recompute change,
+        qwen3-235b-a22b on 32 B200s lost 82.9 -> 71.7 %)."""
+        jumps = [s for s in campaign.steps if s.kept and any(JUMP_LESSON in campaign.step(m).change.lessons for m in _chain_steps(campaign, s.n))]
+        if not jumps:
+            return None
+        jump = jumps[-1]
+        reviews = [s for s in campaign.steps if s.n > jump.n and REVIEW_LESSON in s.change.lessons and s.runs]
+        if any(not s.kept and all(r.outcome != "oom" for r in s.runs) for s in reviews):
+            return None  # a review measured no gain: the degrees the model ranks below it are not worth a run
+        current = catalog.effective(campaign.incumbent_levers)
+        tried = _tried_from_incumbent(campaign)
+        options = []
+        for m in _chain_steps(campaign, jump.n):
+            c = campaign.step(m).change
+            if c.lever not in DEGREES or c.lever not in space.values or current.get(c.lever) != c.after:
+                continue
+            back = _notch_toward(space.values[c.lever], c.after, c.before)
+            if back is None or (c.lever, str(back)) in tried or _proposed_by(campaign, REVIEW_LESSON, c.lever, back):
+                continue
+            peak = predicted_peak(campaign, _with_batch_share(campaign.incumbent_levers, c.lever, back), None, space, records)
+            if peak is not None and peak.predicted > peak.capacity:
+                continue  # the jump's own test (layout_jump): anchored on the measured peak, no margin
+            options.append((c, back))
+        options.sort(key=lambda o: _predicted_step(space, _with_batch_share(campaign.incumbent_levers, o[0].lever, o[1])))
+        for c, back in options:
+            why = (f"step {jump.n} (the layout jump, kept at {jump.gain:+.1%}) moved {c.lever.rsplit('.', 1)[-1]} {c.before} -> "
+                   f"{c.after} together with other levers, on the cost model's word: one notch back, {c.after} -> {back}, "
+                   "measured once on the incumbent (a coordinate-descent pass over the jump's degrees)")
+            change = self._checked(campaign, space, c.lever, back, why, [REVIEW_LESSON])
+            if change is not None:
+                return change
+        return None
+
     def _push_further(self, campaign: Campaign, space: LeverSpace) -> Change | None:
         """The last step (one numeric lever, from the incumbent) measured a positive estimate but ended *undecided*
         (its interval still straddled the minimum gain at the pair cap): move the same lever one notch further in
@@ -1033,6 +1084,7 @@ COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
 LESS_RECOMPUTE_FITS_LESSON = "ac-less-recompute-when-predicted-to-fit"
 JUMP_LESSON = "layout-jump-from-cost-model"
+REVIEW_LESSON = "layout-jump-review"  # each degree a kept jump moved, one notch back (_jump_review)
 JUMP_AT = 0.5  # of the budget spent: the jump is proposed then (once a campaign) if the lessons have not run out before
 
 
@@ -1157,6 +1209,24 @@ def _next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar |
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values or before == after:
         return None
     i = values.index(after) + (1 if after > before else -1)  # type: ignore[operator]
+    return values[i] if 0 <= i < len(values) else None
+
+
+def _with_batch_share(levers: dict[str, Scalar], lever: str, value: Scalar) -> dict[str, Scalar]:
+    """``levers`` with ``lever=value`` and the local batch scaled with the model-parallel degree, as the pinned global
+    batch's share would be (``_enabler``)."""
+    cur = catalog.effective(levers)
+    new = {**levers, lever: value}
+    old_mp, new_mp = _model_parallel(cur), _model_parallel(catalog.effective(new))
+    lbs = int(cur["training.local_batch_size"])
+    return {**new, "training.local_batch_size": lbs * new_mp // old_mp} if (lbs * new_mp) % old_mp == 0 and lbs * new_mp >= old_mp else new
+
+
+def _notch_toward(values: list[Scalar], at: Scalar, toward: Scalar) -> Scalar | None:
+    """The value one step from ``at`` in the direction of ``toward`` on an ordered numeric lever, or None."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, at, toward)) or at not in values or at == toward:
+        return None
+    i = values.index(at) + (1 if toward > at else -1)  # type: ignore[operator]
     return values[i] if 0 <= i < len(values) else None
 
 

@@ -9,17 +9,19 @@ import pytest
 from campaign_fakes import new_state
 
 from bot import campaign as cm
+from bot.agent import heuristic
 from bot.agent.costmodel import estimate_of
-from bot.agent.heuristic import ENABLER, JUMP_LESSON, HeuristicPolicy
+from bot.agent.heuristic import ENABLER, JUMP_LESSON, REVIEW_LESSON, HeuristicPolicy
 from bot.agent.layout_jump import MIN_SAVING, consistent, layout_jump
 from bot.agent.lessons import load_lessons
-from bot.agent.memory_screen import MeasuredPeak
+from bot.agent.memory_screen import MeasuredPeak, PeakPrediction
 from bot.agent.space import layout_problem, make_space
-from bot.bench.tuners import run_campaign
+from bot.bench.tuners import BUDGET_RUNS, run_campaign
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
 from bot.core.recipe import load_recipe
 from bot.core.records import Change, RunRecord
+from bot.runner.sim import SimRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 # torchtitan's llama3_70b config (TP 8, full recompute, CUDA graphs on) on 32 simulated B200: its rule-guided
@@ -314,3 +316,69 @@ def test_no_reaimed_jump_without_a_new_peak_to_anchor_on_nor_a_third_jump(strip_
     state, space, records, _ = _after_a_failed_jump(strip_peak=strip_peak, jumps=jumps)
     lessons = load_lessons(ROOT / "lessons")
     assert HeuristicPolicy()._reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records) is None
+
+
+# qwen3-30b-a3b on 16 simulated B200 from torchtitan's config: its jump lands on four pipeline stages, measured far
+# short of the model's prediction, and two stages (one notch back) is faster still
+QWEN_PATH = ROOT / "recipes" / "qwen3-30b-a3b" / "b200x16.yaml"
+
+
+@pytest.fixture(scope="module")
+def reviewed(tmp_path_factory: pytest.TempPathFactory):
+    recipe = load_recipe(QWEN_PATH)
+    run_cost = SimRunner(seed=0).run(recipe, out_dir=None).summary.device_hours
+    return run_campaign(QWEN_PATH, "heuristic", 0, BUDGET_RUNS * run_cost, tmp_path_factory.mktemp("review")), make_space(recipe)
+
+
+def _jump_and_reviews(campaign: cm.Campaign):
+    jump = next(s for s in campaign.steps if s.kept and JUMP_LESSON in s.change.lessons)
+    chain = [campaign.step(n) for n in range(1, jump.n + 1) if JUMP_LESSON in campaign.step(n).change.lessons]
+    reviews = [s for s in campaign.steps if REVIEW_LESSON in s.change.lessons and s.runs]
+    return jump, chain, reviews
+
+
+def test_each_degree_a_kept_jump_moved_is_measured_one_notch_back_until_one_measures_no_gain(reviewed) -> None:
+    campaign, space = reviewed
+    jump, chain, reviews = _jump_and_reviews(campaign)
+    assert reviews, [s.change.title() for s in campaign.steps]
+    moved = {s.change.lever: (s.change.before, s.change.after) for s in chain if s.change.lever in catalog.PARALLEL_DEGREES}
+    for r in reviews:
+        assert r.n > jump.n and r.change.lever in moved
+        before, after = moved[r.change.lever]
+        values = sorted(space.values[r.change.lever])
+        assert r.change.before == after and abs(values.index(r.change.after) - values.index(after)) == 1
+        assert (r.change.after - after) * (before - after) > 0  # towards where the jump came from
+    # the jump to PP 4 measured far short of the model; PP 2 is kept on it
+    assert any(r.kept and r.change.lever == "parallelism.pipeline_parallel_degree" and r.change.after == 2 for r in reviews)
+    # no review after one that ran and measured no gain (an out-of-memory run does not count)
+    misses = [r for r in reviews if not r.kept and all(run.outcome != "oom" for run in r.runs)]
+    assert len(misses) <= 1 and (not misses or misses[0] is reviews[-1])
+
+
+def _right_after_the_jump(campaign: cm.Campaign) -> cm.Campaign:
+    jump, _, _ = _jump_and_reviews(campaign)
+    return campaign.model_copy(update={"steps": campaign.steps[:jump.n], "incumbent_step": jump.n, "incumbent_levers": jump.levers})
+
+
+def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(reviewed) -> None:
+    campaign, space = reviewed
+    state = _right_after_the_jump(campaign)
+    review = HeuristicPolicy()._jump_review(state, space, NoRecords())
+    assert review is not None and REVIEW_LESSON in review.lessons
+    assert HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords()) == review
+    # nothing to review where the jump was not kept
+    rejected = state.model_copy(update={"steps": [s.model_copy(update={"kept": False}) if s.n == state.incumbent_step else s
+                                                  for s in state.steps]})
+    assert HeuristicPolicy()._jump_review(rejected, space, NoRecords()) is None
+
+
+def test_a_review_predicted_not_to_fit_is_not_run(reviewed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jump's own fit test: the measured peak times the memory model's ratio, over the device -> not proposed."""
+    campaign, space = reviewed
+    state = _right_after_the_jump(campaign)
+    over = PeakPrediction(predicted=200.0, capacity=179.0, measured=150.0, ratio=200 / 150)
+    monkeypatch.setattr(heuristic, "predicted_peak", lambda *a, **k: over)
+    assert HeuristicPolicy()._jump_review(state, space, NoRecords()) is None
+    fits = over._replace(predicted=170.0)
+    monkeypatch.setattr(heuristic, "predicted_peak", lambda *a, **k: fits)
+    assert HeuristicPolicy()._jump_review(state, space, NoRecords()) is not None
