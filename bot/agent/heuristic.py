@@ -164,7 +164,7 @@ class HeuristicPolicy:
         reaimed = self._reaimed_jump(campaign, levers, lessons, diagnosis, records)
         if reaimed is not None:
             return reaimed
-        retry = self._oom_retry(campaign, levers)
+        retry = self._oom_retry(campaign, levers, records)
         if retry is not None and not (OOM_LESSON in retry.lessons and _from_a_blind_probe(campaign, retry.stacked_on)
                                       and _patience_stop(campaign)):
             return retry
@@ -532,8 +532,12 @@ class HeuristicPolicy:
             return None
         return change
 
-    def _oom_retry(self, campaign: Campaign, space: LeverSpace) -> Change | None:
-        """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages."""
+    def _oom_retry(self, campaign: Campaign, space: LeverSpace, records: RecordReader | None = None) -> Change | None:
+        """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages.
+        Under full recompute a degree change is retried with half the local batch (or PP microbatch) first; a halved
+        retry that ran out of memory again is halved once more only where the memory model, anchored on the peak it
+        measured (``records``), puts the half within the device (glm-4.5 on 64 simulated H200s: PP 8 -> 1 at local
+        batch 8 measured 165 GiB of 140; at 4 it was the oracle's layout, kept at +10 %)."""
         last, trial = _last_step_trial(campaign)
         if last is None or trial is None or trial.outcome != "oom":
             return None
@@ -556,6 +560,13 @@ class HeuristicPolicy:
             halve = self._halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
             if halve is not None and last.change.lever in DEGREES and _chain_depth(campaign, last) < MAX_CHAIN:
                 return halve
+            if (halve is not None and OOM_BATCH_LESSON in last.change.lessons and last.stacked_on is not None
+                    and _chain_depth(campaign, last) < MAX_CHAIN and records is not None):
+                peak = predicted_peak(campaign, change_levers(campaign, halve), last.n, space, records)
+                if peak is not None and peak.predicted <= peak.capacity:
+                    return halve.model_copy(update={"why": halve.why + (
+                        f"; halved once already, it measured {peak.measured:.0f} GiB, and the memory model, anchored on "
+                        f"that peak, puts half of it at {peak.predicted:.0f} GiB of {peak.capacity:.0f}")})
             if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES:
                 return None  # only a parallel-degree change that ran out of memory is worth re-sharding
             if 2 * pp not in space.values[pp_name] or layout_problem(space.recipe, {**last.levers, pp_name: 2 * pp}):

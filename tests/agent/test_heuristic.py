@@ -1375,3 +1375,45 @@ def test_memory_partners_are_tried_in_the_order_the_cost_model_predicts_fastest_
                   levers={**none, cp: 2}, runs=[cm.RunRef(kind="trial", n=2, outcome="oom")])
     got = HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [oom, cp2]}), space)
     assert isinstance(got, Change) and (got.lever, got.before, got.after, got.stacked_on) == ("training.local_batch_size", 2, 1, 2)
+
+
+HALVED_TWICE = _sim_recipe("halve-twice", """\
+  parallelism.tensor_parallel_degree: 2
+  training.local_batch_size: 16
+  activation_checkpoint: full
+""")
+
+
+@pytest.mark.parametrize("predicted, halves", [(170.0, True), (190.0, False)])
+def test_a_halved_batch_that_ran_out_of_memory_again_is_halved_once_more_only_where_its_own_peak_says_it_fits(
+        monkeypatch, predicted: float, halves: bool) -> None:
+    """Under full recompute a degree change that ran out of memory is retried with half the local batch; where that
+    ran out of memory too, its measured peak anchors the memory model, and a second halving is tried only where the
+    prediction fits the device (glm-4.5 on 64 simulated H200: PP 8 -> 1 with local batch 16 predicted at 231 GiB, at
+    8 measured 165 GiB of 140, at 4 kept +10 %: the oracle's layout)."""
+    from bot.agent import heuristic
+    from bot.agent.heuristic import OOM_BATCH_LESSON
+    from bot.agent.memory_screen import PeakPrediction
+    space = space_fn(parse_recipe_text(HALVED_TWICE))
+    script = [Change(lever="parallelism.tensor_parallel_degree", before=2, after=1, why="t"),
+              Change(lever="training.local_batch_size", before=16, after=8, why="t", stacked_on=1, lessons=[OOM_BATCH_LESSON])]
+    state = play(new_state(HALVED_TWICE, budget=100.0), lambda s: script[len(s.steps)] if len(s.steps) < len(script) else Stop(why="-"),
+                 table_rule({(("parallelism.tensor_parallel_degree", 1),): "oom"}, [1000.0, 1010.0]), cost=0.01)
+    assert [s.runs[0].outcome for s in state.steps] == ["oom", "oom"] and state.step(2).stacked_on == 1
+    state = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
+    seen = []
+
+    def peak(campaign, levers, stacked_on, space, records):
+        seen.append((catalog.effective(levers)["training.local_batch_size"], stacked_on))
+        return PeakPrediction(predicted=predicted, capacity=180.0, measured=200.0, ratio=predicted / 200.0)
+
+    monkeypatch.setattr(heuristic, "predicted_peak", peak)
+    retry = HeuristicPolicy()._oom_retry(state, space, RECORDS)
+    assert seen == [(4, 2)]  # the next halving, anchored on the run that ran out of memory
+    if halves:
+        assert retry is not None and (retry.lever, retry.before, retry.after, retry.stacked_on) == ("training.local_batch_size", 8, 4, 2)
+        assert "it measured 200 GiB" in retry.why and f"at {predicted:.0f} GiB of 180" in retry.why
+    else:
+        assert retry is None
+    # without the records to anchor on, the ladder ends as before
+    assert HeuristicPolicy()._oom_retry(state, space) is None
