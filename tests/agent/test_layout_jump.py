@@ -12,7 +12,7 @@ from bot import campaign as cm
 from bot.agent import heuristic
 from bot.agent.costmodel import estimate_of
 from bot.agent.heuristic import ENABLER, JUMP_LESSON, REVIEW_LESSON, HeuristicPolicy
-from bot.agent.layout_jump import MIN_SAVING, consistent, layout_jump
+from bot.agent.layout_jump import MIN_SAVING, TIE, consistent, layout_jump, tie_broken
 from bot.agent.lessons import load_lessons
 from bot.agent.memory_screen import MeasuredPeak, PeakPrediction
 from bot.agent.space import layout_problem, make_space
@@ -382,3 +382,16 @@ def test_a_review_predicted_not_to_fit_is_not_run(reviewed, monkeypatch: pytest.
     fits = over._replace(predicted=170.0)
     monkeypatch.setattr(heuristic, "predicted_peak", lambda *a, **k: fits)
     assert HeuristicPolicy()._jump_review(state, space, NoRecords()) is not None
+
+
+def test_among_layouts_the_model_cannot_tell_apart_the_jump_changes_the_fewest_levers() -> None:
+    three = {"a": 1, "b": 2, "c": 3}
+    two = {"a": 1, "b": 2}
+    cands = [(1.000, {}, three, "x"), (1.000 * (1 + TIE / 2), {}, two, "y"), (0.9, {}, {**three, "d": 4}, "z")]
+    # 0.9 is clearly the fastest: first whatever it changes; the other two are not within TIE of it
+    assert [c[3] for c in tie_broken(cands)] == ["z", "x", "y"]
+    # without it, the two within TIE of each other: the one with fewer changed levers first
+    assert [c[3] for c in tie_broken(cands[:2])] == ["y", "x"]
+    # just outside the tie, speed decides again
+    apart = [(1.0, {}, three, "x"), (1.0 * (1 + 2 * TIE), {}, two, "y")]
+    assert [c[3] for c in tie_broken(apart)] == ["x", "y"]
