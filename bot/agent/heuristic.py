@@ -769,7 +769,7 @@ class HeuristicPolicy:
         incumbent can shed and before the lessons. Simulated, 5 seeds: qwen3-30b-a3b on 16 B200s, whose jump to
         PP 4 measured +44 % where the model predicted +224 %, keeps PP 2 at +4-9 % (94.9 -> 97.6 % of the
         oracle); llama3.1-70b on 32 B200s keeps CP 2 over the jump's CP 4 at +5-9 % (93.6 -> 96.2 %). On the other
-        24 tasks (the 12 unseen probes at 3 seeds) no oracle fraction moved: where the jump placed every degree
+        24 simulated tasks (the 12 scratch probes at 3 seeds) no oracle fraction moved: where the jump placed every degree
         right the first review ends the pass at about one run (minimax-m2 on 128 H100s: TP 1 -> 2 stopped at
         -25 %; with every degree reviewed it lost 93.5 -> 89.0 %, and before the lessons' recompute change,
         qwen3-235b-a22b on 32 B200s lost 82.9 -> 71.7 %)."""
