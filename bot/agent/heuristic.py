@@ -411,7 +411,7 @@ class HeuristicPolicy:
         cur = catalog.effective(base)
         old_mp, new_mp = _model_parallel(cur), _model_parallel({**cur, lever: value})
         lbs = int(cur[lbs_name])
-        target = lbs * new_mp // old_mp if (lbs * new_mp) % old_mp == 0 else 0
+        target = _batch_share(lbs, old_mp, new_mp)
         if target < 1 or target not in space.values[lbs_name]:
             return None
         enabled = {**base, lbs_name: target, lever: value}
@@ -487,9 +487,9 @@ class HeuristicPolicy:
         cur = catalog.effective(campaign.incumbent_levers)
         old_mp, new_mp = _model_parallel(cur), _model_parallel({**cur, change.lever: change.after})
         lbs = int(cur[lbs_name])
-        if new_mp >= old_mp or (lbs * new_mp) % old_mp:
+        share = _batch_share(lbs, old_mp, new_mp)
+        if new_mp >= old_mp or not share:
             return None
-        share = lbs * new_mp // old_mp
         enabled = {**target, lbs_name: share}
         if (share not in space.values[lbs_name] or layout_problem(space.recipe, enabled) is not None
                 or layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: share}) is not None
@@ -790,12 +790,12 @@ class HeuristicPolicy:
             back = _notch_toward(space.values[c.lever], c.after, c.before)
             if back is None or (c.lever, str(back)) in tried or _proposed_by(campaign, REVIEW_LESSON, c.lever, back):
                 continue
-            peak = predicted_peak(campaign, _with_batch_share(campaign.incumbent_levers, c.lever, back), None, space, records)
+            target = _with_batch_share(campaign.incumbent_levers, c.lever, back)
+            peak = predicted_peak(campaign, target, None, space, records)
             if peak is not None and peak.predicted > peak.capacity:
                 continue  # the jump's own test (layout_jump): anchored on the measured peak, no margin
-            options.append((c, back))
-        options.sort(key=lambda o: _predicted_step(space, _with_batch_share(campaign.incumbent_levers, o[0].lever, o[1])))
-        for c, back in options:
+            options.append((_predicted_step(space, target), c, back))
+        for _, c, back in sorted(options, key=lambda o: o[0]):
             why = (f"step {jump.n} (the layout jump, kept at {jump.gain:+.1%}) moved {c.lever.rsplit('.', 1)[-1]} {c.before} -> "
                    f"{c.after} together with other levers, on the cost model's word: one notch back, {c.after} -> {back}, "
                    "measured once on the incumbent (a coordinate-descent pass over the jump's degrees)")
@@ -1215,30 +1215,41 @@ def _dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:
     return c.nodes > 1 and c.nodes * c.devices_per_node // max(_model_parallel(eff), 1) > c.devices_per_node
 
 
-def _next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar | None:
-    """The value one step past ``after`` in the direction ``before -> after`` of an ordered numeric lever, or None."""
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, before, after)) or after not in values or before == after:
+def _notch(values: list[Scalar], at: Scalar, up: bool) -> Scalar | None:
+    """The value one step up (or down) from ``at`` on an ordered numeric lever, or None."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, at)) or at not in values:
         return None
-    i = values.index(after) + (1 if after > before else -1)  # type: ignore[operator]
+    i = values.index(at) + (1 if up else -1)
     return values[i] if 0 <= i < len(values) else None
 
 
-def _with_batch_share(levers: dict[str, Scalar], lever: str, value: Scalar) -> dict[str, Scalar]:
-    """``levers`` with ``lever=value`` and the local batch scaled with the model-parallel degree, as the pinned global
-    batch's share would be (``_enabler``)."""
-    cur = catalog.effective(levers)
-    new = {**levers, lever: value}
-    old_mp, new_mp = _model_parallel(cur), _model_parallel(catalog.effective(new))
-    lbs = int(cur["training.local_batch_size"])
-    return {**new, "training.local_batch_size": lbs * new_mp // old_mp} if (lbs * new_mp) % old_mp == 0 and lbs * new_mp >= old_mp else new
+def _next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar | None:
+    """The value one step past ``after`` in the direction ``before -> after`` of an ordered numeric lever, or None."""
+    if not isinstance(before, int) or isinstance(before, bool) or before == after:
+        return None
+    return _notch(values, after, after > before)  # type: ignore[operator]
 
 
 def _notch_toward(values: list[Scalar], at: Scalar, toward: Scalar) -> Scalar | None:
     """The value one step from ``at`` in the direction of ``toward`` on an ordered numeric lever, or None."""
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*values, at, toward)) or at not in values or at == toward:
+    if not isinstance(toward, int) or isinstance(toward, bool) or at == toward:
         return None
-    i = values.index(at) + (1 if toward > at else -1)  # type: ignore[operator]
-    return values[i] if 0 <= i < len(values) else None
+    return _notch(values, at, toward > at)  # type: ignore[operator]
+
+
+def _batch_share(lbs: int, old_mp: int, new_mp: int) -> int:
+    """The local batch that keeps a rank's share of the pinned global batch when the model-parallel degree TP x CP x PP
+    goes from ``old_mp`` to ``new_mp`` (the DP degree the other way); 0 where that is not a whole number."""
+    return lbs * new_mp // old_mp if (lbs * new_mp) % old_mp == 0 else 0
+
+
+def _with_batch_share(levers: dict[str, Scalar], lever: str, value: Scalar) -> dict[str, Scalar]:
+    """``levers`` with ``lever=value`` and the local batch at the pinned global batch's share (:func:`_batch_share`,
+    as ``_enabler`` sets it), where that is a whole number."""
+    cur = catalog.effective(levers)
+    new = {**levers, lever: value}
+    share = _batch_share(int(cur["training.local_batch_size"]), _model_parallel(cur), _model_parallel(catalog.effective(new)))
+    return {**new, "training.local_batch_size": share} if share else new
 
 
 def _already_stepped(campaign: Campaign, levers: dict[str, Scalar]) -> bool:
