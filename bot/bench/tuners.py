@@ -85,13 +85,28 @@ def default_tasks() -> list[Path]:
     return list(default_task_recipes())
 
 
-def true_tps(recipe: Recipe, levers: dict[str, Any]) -> float:
-    """The simulator's noiseless tokens/s per device for a lever set (0 when it does not run)."""
+def _noiseless(recipe: Recipe, levers: dict[str, Any]) -> Any:
     from bot.sim.simulate import simulate
 
     c = recipe.cluster
-    res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
+    return simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
+
+
+def true_tps(recipe: Recipe, levers: dict[str, Any]) -> float:
+    """The simulator's noiseless tokens/s per device for a lever set (0 when it does not run)."""
+    res = _noiseless(recipe, levers)
     return res.tokens_per_s_per_device if res.outcome == "ok" else 0.0
+
+
+def baseline_problem(recipe: Recipe) -> str | None:
+    """Why the recipe as written does not run in the simulator (its outcome and reason: ``oom: peak memory ...``),
+    or None where it runs. A task's gains are measured over its recipe, and the campaigns stop at a baseline that
+    fails (the recipe must work before it is tuned), so such a task has no gain to measure: scored, it would read as
+    a flat task every policy met."""
+    res = _noiseless(recipe, dict(recipe.levers))
+    if res.outcome == "ok" and res.tokens_per_s_per_device > 0:
+        return None
+    return f"{res.outcome}: {res.reason}" if res.reason else str(res.outcome)
 
 
 STRUCTURAL = catalog.PARALLEL_DEGREES
@@ -347,6 +362,10 @@ def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None
     policies = policies or default_policies()
     known = dict(loaded or {})
     tasks_loaded = {p: known[p] if p in known else load_recipe(p) for p in recipes}
+    failing = {r.name: problem for r in tasks_loaded.values() if (problem := baseline_problem(r)) is not None}
+    if failing:
+        raise ValueError("a task's recipe does not run in the simulator, so it has no gain to measure: "
+                         + "; ".join(f"{task} ({problem})" for task, problem in failing.items()))
     ids = [r.name for r in tasks_loaded.values()]
     if len(set(ids)) < len(ids):
         raise ValueError(f"two recipes are the same task: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}")

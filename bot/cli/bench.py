@@ -98,7 +98,7 @@ def _tuner_policies(policies: list[str] | None) -> list[str] | None:
 def _tuner_recipes(given: list[str]) -> dict[Path, Recipe]:
     """The tasks' recipes, each loaded once: the ``--recipe`` files (each a different ``launcher: sim`` recipe), or
     every simulated recipe of the repository."""
-    from bot.bench.tuners import default_task_recipes
+    from bot.bench.tuners import baseline_problem, default_task_recipes
     from bot.core.recipe import load_recipe
     from bot.runner import check_runnable
 
@@ -122,6 +122,10 @@ def _tuner_recipes(given: list[str]) -> dict[Path, Recipe]:
             raise UsageError(f"--recipe {text}: cluster.launcher is {recipe.cluster.launcher!r}; bench tuners runs simulated recipes "
                              "only (launcher: sim)")
         check_runnable(recipe, path)  # hardware and model the simulator knows, before any task runs
+        problem = baseline_problem(recipe)
+        if problem is not None:
+            raise UsageError(f"--recipe {text}: the recipe as written does not run in the simulator ({problem}); a task "
+                             "starts from a working recipe, whose gains the tuners are measured by")
         if recipe.name in ids:
             raise UsageError(f"--recipe {text}: the same task ({recipe.name}) as {ids[recipe.name]}; give each task once")
         seen[path.resolve()], ids[recipe.name], loaded[path] = text, text, recipe

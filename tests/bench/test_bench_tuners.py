@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.tuners import bench, oracle, render, true_tps
+from bot.bench.tuners import baseline_problem, bench, oracle, render, true_tps
 from bot.core.recipe import load_recipe
 
 # Llama 3.1 8B on one simulated 8 x H100 node: a start that recomputes everything at a small local batch,
@@ -392,6 +392,23 @@ def test_a_recipe_on_hardware_the_simulator_does_not_know_is_refused_before_any_
              f"{alien}:")
     line = _refused(_bench_tuners("--recipe", str(alien), "--policies", "greedy"), "cluster.hardware: 'tpu9' is unknown to the simulator")
     assert "h100-sxm-80gb" in line
+
+
+def test_a_recipe_whose_baseline_does_not_run_is_refused_before_any_task_runs(small_recipe: Path, tmp_path: Path) -> None:
+    """Its campaigns would all stop at the failed baseline and its oracle gain be 0: scored, it read as a flat task
+    every policy met ("all met"), a benchmark task with nothing to measure."""
+    broken = tmp_path / "broken.yaml"  # 32 sequences of 4096 tokens a rank without recompute: far over 80 GiB
+    broken.write_text(small_recipe.read_text().replace("id: llama3.1-8b/h100x8-test", "id: llama3.1-8b/h100x8-broken")
+                      .replace("training.local_batch_size: 1", "training.local_batch_size: 32").replace("activation_checkpoint: full", "activation_checkpoint: none")
+                      .replace("training.global_batch_size: 32", "training.global_batch_size: 256"))
+    problem = baseline_problem(load_recipe(broken))
+    assert problem is not None and problem.startswith("oom: peak memory"), problem
+    assert baseline_problem(load_recipe(small_recipe)) is None
+    line = _refused(_bench_tuners("--recipe", str(small_recipe), "--recipe", str(broken), "--policies", "greedy"),
+                    f"--recipe {broken}: the recipe as written does not run in the simulator (oom: peak memory")
+    assert "a task starts from a working recipe" in line
+    with pytest.raises(ValueError, match="llama3.1-8b/h100x8-broken \\(oom: peak memory"):
+        bench([small_recipe, broken], seeds=1, policies=["greedy"])
 
 
 def test_claude_runs_only_with_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
