@@ -1096,7 +1096,9 @@ RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
 LESS_RECOMPUTE_FITS_LESSON = "ac-less-recompute-when-predicted-to-fit"
 JUMP_LESSON = "layout-jump-from-cost-model"
 REVIEW_LESSON = "layout-jump-review"  # each degree a kept jump moved, one notch back (_jump_review)
-JUMP_AT = 0.5  # of the budget spent: the jump is proposed then (once a campaign) if the lessons have not run out before
+# of the budget spent: the jump is proposed then (once a campaign) if the lessons have not run out before; a third
+# leaves its basin two thirds of the budget (simulated, 33 tasks: mean oracle fraction 95.5 % at a half, 96.5 % here)
+JUMP_AT = 1 / 3
 
 
 def _refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bool:
