@@ -760,19 +760,20 @@ class HeuristicPolicy:
         """A kept layout jump moved several parallel degrees at once on the analytic model's word, and its measured
         gain says how the whole move paid, not whether each degree went as far as it should: the model that ranked
         the target errs most on the terms the jump traded (the bubble of few microbatches, CP's ring attention), so
-        one of its degrees may have gone a notch too far. Each degree the jump moved, one notch back towards where
-        it came from (the local batch following the pinned global batch's share as an enabler where the DP degree
-        changes), is measured once on the incumbent -- a coordinate-descent pass over the jump's own coordinates
-        (lesson ``layout-jump-review``): the reviews predicted fastest first, none whose peak, anchored on the
-        incumbent's measured one, exceeds the device (the jump's own fit test, no margin), and no more once one
-        ran and measured no gain (an out-of-memory run, cheap, does not end them). Proposed after the recompute the
-        incumbent can shed and before the lessons. Simulated, 5 seeds: qwen3-30b-a3b on 16 B200s, whose jump to
-        PP 4 measured +44 % where the model predicted +224 %, keeps PP 2 at +4-9 % (94.9 -> 97.6 % of the
-        oracle); llama3.1-70b on 32 B200s keeps CP 2 over the jump's CP 4 at +5-9 % (93.6 -> 96.2 %). On the other
-        24 simulated tasks (the 12 scratch probes at 3 seeds) no oracle fraction moved: where the jump placed every degree
-        right the first review ends the pass at about one run (minimax-m2 on 128 H100s: TP 1 -> 2 stopped at
-        -25 %; with every degree reviewed it lost 93.5 -> 89.0 %, and before the lessons' recompute change,
-        qwen3-235b-a22b on 32 B200s lost 82.9 -> 71.7 %)."""
+        one of its degrees may have gone a notch too far, or stopped a notch short. Each degree the jump moved, one
+        notch back towards where it came from and one notch further the way it went (the local batch following the
+        pinned global batch's share as an enabler where the DP degree changes), is measured once on the incumbent --
+        a coordinate-descent pass over the jump's own coordinates, each tried both ways (lesson
+        ``layout-jump-review``): the reviews predicted fastest first, none whose peak, anchored on the incumbent's
+        measured one, exceeds the device (the jump's own fit test, no margin), and no more once one ran and measured
+        no gain (an out-of-memory run, cheap, does not end them). Proposed after the recompute the incumbent can shed
+        and before the lessons. Simulated, 5 seeds: qwen3-30b-a3b on 16 B200s, whose jump to PP 4 measured +44 %
+        where the model predicted +224 %, keeps PP 2 at +4-9 % (94.9 -> 97.6 % of the oracle); llama3.1-70b on 32
+        B200s keeps CP 2 over the jump's CP 4 at +5-9 % (93.6 -> 96.2 %). One notch further: minimax-m2 on 128 H100s
+        (a scratch probe, 3 seeds), whose jump went PP 4 -> 8, keeps PP 16 with local batch 32 at +6 % (93.5 -> 99.0 %);
+        no other of 33 simulated tasks moved. Where the jump placed every degree right the first review ends the
+        pass at about one run; with every degree reviewed regardless of misses minimax-m2 on 128 H100s lost
+        93.5 -> 89.0 %, and before the lessons' recompute change, qwen3-235b-a22b on 32 B200s lost 82.9 -> 71.7 %."""
         jumps = [s for s in campaign.steps if s.kept and any(JUMP_LESSON in campaign.step(m).change.lessons for m in _chain_steps(campaign, s.n))]
         if not jumps:
             return None
@@ -787,17 +788,18 @@ class HeuristicPolicy:
             c = campaign.step(m).change
             if c.lever not in DEGREES or c.lever not in space.values or current.get(c.lever) != c.after:
                 continue
-            back = _notch_toward(space.values[c.lever], c.after, c.before)
-            if back is None or (c.lever, str(back)) in tried or _proposed_by(campaign, REVIEW_LESSON, c.lever, back):
-                continue
-            target = _with_batch_share(campaign.incumbent_levers, c.lever, back)
-            peak = predicted_peak(campaign, target, None, space, records)
-            if peak is not None and peak.predicted > peak.capacity:
-                continue  # the jump's own test (layout_jump): anchored on the measured peak, no margin
-            options.append((_predicted_step(space, target), c, back))
-        for _, c, back in sorted(options, key=lambda o: o[0]):
+            for back, way in ((_notch_toward(space.values[c.lever], c.after, c.before), "back"),
+                              (_next_notch(space.values[c.lever], c.before, c.after), "further")):
+                if back is None or (c.lever, str(back)) in tried or _proposed_by(campaign, REVIEW_LESSON, c.lever, back):
+                    continue
+                target = _with_batch_share(campaign.incumbent_levers, c.lever, back)
+                peak = predicted_peak(campaign, target, None, space, records)
+                if peak is not None and peak.predicted > peak.capacity:
+                    continue  # the jump's own test (layout_jump): anchored on the measured peak, no margin
+                options.append((_predicted_step(space, target), c, back, way))
+        for _, c, back, way in sorted(options, key=lambda o: o[0]):
             why = (f"step {jump.n} (the layout jump, kept at {jump.gain:+.1%}) moved {c.lever.rsplit('.', 1)[-1]} {c.before} -> "
-                   f"{c.after} together with other levers, on the cost model's word: one notch back, {c.after} -> {back}, "
+                   f"{c.after} together with other levers, on the cost model's word: one notch {way}, {c.after} -> {back}, "
                    "measured once on the incumbent (a coordinate-descent pass over the jump's degrees)")
             change = self._checked(campaign, space, c.lever, back, why, [REVIEW_LESSON])
             if change is not None:
@@ -1095,7 +1097,7 @@ COMM_FRAC = 0.25  # exposed communication share that calls for fewer FSDP ranks
 RECOMPUTE_LESSON = "ac-less-recompute-when-it-dominates"
 LESS_RECOMPUTE_FITS_LESSON = "ac-less-recompute-when-predicted-to-fit"
 JUMP_LESSON = "layout-jump-from-cost-model"
-REVIEW_LESSON = "layout-jump-review"  # each degree a kept jump moved, one notch back (_jump_review)
+REVIEW_LESSON = "layout-jump-review"  # each degree a kept jump moved, one notch back and one further (_jump_review)
 # of the budget spent: the jump is proposed then (once a campaign) if the lessons have not run out before; a third
 # leaves its basin two thirds of the budget (simulated, 33 tasks: mean oracle fraction 95.5 % at a half, 96.5 % here)
 JUMP_AT = 1 / 3

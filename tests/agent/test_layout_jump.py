@@ -3,6 +3,7 @@ time through legal layouts, proposed by the default policy as a chain of enabler
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from bot.agent.space import layout_problem, make_space
 from bot.bench.tuners import BUDGET_RUNS, run_campaign
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
-from bot.core.recipe import load_recipe
+from bot.core.recipe import load_recipe, set_lever_text
 from bot.core.records import Change, RunRecord
 from bot.runner.sim import SimRunner
 
@@ -351,6 +352,39 @@ def test_each_degree_a_kept_jump_moved_is_measured_one_notch_back_until_one_meas
     # the jump to PP 4 measured far short of the model; PP 2 is kept on it
     assert any(r.kept and r.change.lever == "parallelism.pipeline_parallel_degree" and r.change.after == 2 for r in reviews)
     # no review after one that ran and measured no gain (an out-of-memory run does not count)
+    misses = [r for r in reviews if not r.kept and all(run.outcome != "oom" for run in r.runs)]
+    assert len(misses) <= 1 and (not misses or misses[0] is reviews[-1])
+
+
+# minimax-m2 on 128 simulated H100 (16 nodes) from the shipped 64 x H200 recipe with four pipeline stages: its jump
+# goes to PP 8 / CP 2 / TP 1, and sixteen stages (one notch further along the jump's own PP move) are faster still
+def _minimax_on_h100(tmp_path: Path) -> Path:
+    text = (ROOT / "recipes" / "minimax-m2" / "h200x64.yaml").read_text()
+    text = set_lever_text(text, "parallelism.pipeline_parallel_degree", 4)
+    text = re.sub(r"(\n  hardware:) \S+", r"\1 h100-sxm-80gb", re.sub(r"(\n  nodes:) \d+", r"\1 16", text))
+    text = re.sub(r"(\n  training.global_batch_size:) \d+", r"\1 128", text.replace("id: minimax-m2/h200x64", "id: minimax-m2/h100x128"))
+    path = tmp_path / "minimax-m2-h100x128.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_degree_the_jump_moved_is_reviewed_one_notch_further_too(tmp_path: Path) -> None:
+    """Coordinate descent tries each coordinate both ways: the jump may have stopped a notch short as well as gone a
+    notch too far. Here the review moves PP 8 -> 16 (the jump's 4 -> 8, one notch further, the local batch filling the
+    deeper pipeline) and it is kept; the reviews stop at the first that measured no gain."""
+    path = _minimax_on_h100(tmp_path)
+    recipe = load_recipe(path)
+    assert recipe.levers["parallelism.pipeline_parallel_degree"] == 4 and recipe.cluster.hardware == "h100-sxm-80gb"
+    run_cost = SimRunner(seed=0).run(recipe, out_dir=None).summary.device_hours
+    campaign = run_campaign(path, "heuristic", 0, BUDGET_RUNS * run_cost, tmp_path / "work")
+    jump = next(s for s in campaign.steps if s.kept and JUMP_LESSON in s.change.lessons)
+    moved = {campaign.step(n).change.lever: campaign.step(n).change for n in range(1, jump.n + 1) if JUMP_LESSON in campaign.step(n).change.lessons}
+    assert (moved["parallelism.pipeline_parallel_degree"].before, moved["parallelism.pipeline_parallel_degree"].after) == (4, 8)
+    further = next(s for s in campaign.steps if REVIEW_LESSON in s.change.lessons and s.change.lever == "parallelism.pipeline_parallel_degree")
+    assert (further.change.before, further.change.after) == (8, 16) and "one notch further" in further.change.why
+    measured = next(s for s in campaign.steps if s.n > further.n and s.runs)  # the change it enabled (the fill), or itself
+    assert measured.kept and measured.levers["parallelism.pipeline_parallel_degree"] == 16, measured.change.title()
+    reviews = [s for s in campaign.steps if REVIEW_LESSON in s.change.lessons and s.runs]
     misses = [r for r in reviews if not r.kept and all(run.outcome != "oom" for run in r.runs)]
     assert len(misses) <= 1 and (not misses or misses[0] is reviews[-1])
 
