@@ -788,20 +788,20 @@ class HeuristicPolicy:
             c = campaign.step(m).change
             if c.lever not in DEGREES or c.lever not in space.values or current.get(c.lever) != c.after:
                 continue
-            for back, way in ((_notch_toward(space.values[c.lever], c.after, c.before), "back"),
-                              (_next_notch(space.values[c.lever], c.before, c.after), "further")):
-                if back is None or (c.lever, str(back)) in tried or _proposed_by(campaign, REVIEW_LESSON, c.lever, back):
+            for notch, way in ((_notch_toward(space.values[c.lever], c.after, c.before), "back"),
+                               (_next_notch(space.values[c.lever], c.before, c.after), "further")):
+                if notch is None or (c.lever, str(notch)) in tried or _proposed_by(campaign, REVIEW_LESSON, c.lever, notch):
                     continue
-                target = _with_batch_share(campaign.incumbent_levers, c.lever, back)
+                target = _with_batch_share(campaign.incumbent_levers, c.lever, notch)
                 peak = predicted_peak(campaign, target, None, space, records)
                 if peak is not None and peak.predicted > peak.capacity:
                     continue  # the jump's own test (layout_jump): anchored on the measured peak, no margin
-                options.append((_predicted_step(space, target), c, back, way))
-        for _, c, back, way in sorted(options, key=lambda o: o[0]):
+                options.append((_predicted_step(space, target), c, notch, way))
+        for _, c, notch, way in sorted(options, key=lambda o: o[0]):
             why = (f"step {jump.n} (the layout jump, kept at {jump.gain:+.1%}) moved {c.lever.rsplit('.', 1)[-1]} {c.before} -> "
-                   f"{c.after} together with other levers, on the cost model's word: one notch {way}, {c.after} -> {back}, "
+                   f"{c.after} together with other levers, on the cost model's word: one notch {way}, {c.after} -> {notch}, "
                    "measured once on the incumbent (a coordinate-descent pass over the jump's degrees)")
-            change = self._checked(campaign, space, c.lever, back, why, [REVIEW_LESSON])
+            change = self._checked(campaign, space, c.lever, notch, why, [REVIEW_LESSON])
             if change is not None:
                 return change
         return None

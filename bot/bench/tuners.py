@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -46,6 +46,9 @@ from bot.drive.executor import Executor
 from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.forge.memory import MemoryForge
 from bot.runner.sim import SimRunner
+
+if TYPE_CHECKING:
+    from bot.sim.simulate import SimResult
 
 __all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "FLAT_GAIN", "GROUP_LABEL", "aggregate", "bench", "default_policies",
            "default_task_recipes", "default_tasks", "load_tasks", "oracle", "payback_hours", "render", "render_targets", "render_trace",
@@ -85,7 +88,8 @@ def default_tasks() -> list[Path]:
     return list(default_task_recipes())
 
 
-def _noiseless(recipe: Recipe, levers: dict[str, Any]) -> Any:
+def _noiseless(recipe: Recipe, levers: dict[str, Any]) -> SimResult:
+    """One noiseless simulated trial of ``recipe`` with ``levers`` (seed 0)."""
     from bot.sim.simulate import simulate
 
     c = recipe.cluster
