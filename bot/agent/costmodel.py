@@ -15,7 +15,10 @@ layouts with, built only from textbook formulas and datasheet figures, with no f
   TP (2 all-gathers + 2 reduce-scatters per layer forward, the same backward, the forward again under full AC) and
   EP (dispatch + combine all-to-all forward and backward; EP borrows its ranks from FSDP and TP, so a group is ep
   consecutive ranks, and each TP rank routes its own 1/tp of the tokens: torchtitan.md, EP degree;
-  ``ReordererSequenceParallel`` in torchtitan/distributed/expert_parallel.py) are on the critical path; FSDP's
+  ``ReordererSequenceParallel`` in torchtitan/distributed/expert_parallel.py) are on the critical path -- except
+  EP's under DualPipeV, which pairs a forward and a backward chunk on each rank so that one's all-to-all runs under
+  the other's computation (DeepSeek-V3 technical report §3.2.1; perfmodel.md §4.3): there the paired chunks expose
+  only what exceeds their compute, and the unpaired warm-up and cool-down chunks (about p of m) all of theirs; FSDP's
   all-gathers and reduce-scatters (bf16 params, fp32 grads: ZeRO-3 volumes) overlap with compute except what
   exceeds it; CP's ring K/V exchange overlaps with attention; PP sends one activation per microbatch and stage
   boundary.
@@ -57,6 +60,9 @@ MULTI_STAGE = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZero
 # all forwards of a flush before any backward: every microbatch's activations are held at once (torch's ScheduleGPipe,
 # ScheduleLoopedBFS; Narayanan et al. 2021 section 2.2: 1F1B bounds the in-flight microbatches by p, GPipe does not)
 EVERY_MICROBATCH = ("GPipe", "LoopedBFS")
+# a forward and a backward chunk run together, each one's EP all-to-all under the other's computation (DeepSeek-V3
+# technical report §3.2.1, "DualPipe"; torchtitan's DualPipeV is its V-shaped two-stages-per-rank form)
+OVERLAPS_EP_COMM = ("DualPipeV",)
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,15 @@ def bubble_fraction(pp: int, schedule: str, microbatches: int) -> float:
     return frac / 3 if schedule in ZERO_BUBBLE else frac
 
 
+def dualpipe_exposed(comm: float, compute: float, pp: int, microbatches: int) -> float:
+    """The EP all-to-all left exposed under DualPipeV: a forward and a backward chunk that run together hide each
+    other's all-to-all up to their computation (DeepSeek-V3 report §3.2.1), but the warm-up forwards and cool-down
+    backwards run unpaired -- about p of the m microbatches' chunks on a rank (the report's Figure 5) -- and expose
+    theirs in full."""
+    unpaired = min(1.0, pp / max(microbatches, 1))
+    return comm * unpaired + max(0.0, (comm - compute) * (1.0 - unpaired))
+
+
 def _coll(bytes_: float, n: int, bw_gbs: float) -> float:
     """One ring collective (all-gather / reduce-scatter / all-to-all) over n ranks: α + (n-1)/n·M / BW."""
     if n <= 1 or bytes_ <= 0:
@@ -170,6 +185,8 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     if s.async_tp:
         tp_comm *= 0.5  # async TP overlaps the collectives with the matmuls they feed (torchtitan AsyncTP)
     ep_comm = n_mb * ep_layer_comm(m, hw, s, tokens_mb) * (m.n_layers - m.n_dense_layers) / pp
+    if pp > 1 and s.schedule in OVERLAPS_EP_COMM:
+        ep_comm = dualpipe_exposed(ep_comm, compute, pp, m_flush)
     shard = dp * s.cp
     spans_nodes = s.tp * s.cp * dp > hw.gpus_per_node or pp == 1 and world > hw.gpus_per_node
     dp_bw = inter if spans_nodes else intra

@@ -275,7 +275,7 @@ class HeuristicPolicy:
         jump = layout_jump(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
                            frozenset(_unmeasurable(campaign, diagnosis)), anchor or reference_peak(campaign, None, records),
                            campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None,
-                           last_layout_step(campaign))
+                           last_layout_step(campaign), _compile_untried(campaign, space))
         if jump is None:
             return None
         current = catalog.effective(campaign.incumbent_levers)
@@ -1081,6 +1081,7 @@ SCHEDULE_PARTNER_LESSON = "less-recompute-partner-1f1b"
 PP_PARTNER_LESSON = "less-recompute-partner-pipeline"
 TP_PARTNER_LESSON = "less-recompute-partner-tensor-parallel"
 TP_NAME = "parallelism.tensor_parallel_degree"
+COMPILE_NAME = "compile.enable"
 BUBBLE_LESSON = "pp-fill-the-pipeline"
 SCHEDULE = "parallelism.pipeline_parallel_schedule"
 STONE_LESSON = "pp-schedule-stepping-stone"
@@ -1429,6 +1430,14 @@ def _aimed_at_a_larger_cost(driven: Change | None, lesson_change: Change, diagno
         return False
     d, lesson = diagnosis.breakdown.get(_aimed_cost(driven)), diagnosis.breakdown.get(_aimed_cost(lesson_change))
     return d is not None and lesson is not None and d > LARGER_COST * lesson
+
+
+def _compile_untried(campaign: Campaign, space: LeverSpace) -> bool:
+    """Whether torch.compile is off in the incumbent, legal to turn on in the space, and not yet measured on by any
+    step (the lessons will propose it: :func:`bot.agent.layout_jump.layout_jump` compares layouts as compiled)."""
+    on = [v for v in space.values.get(COMPILE_NAME, []) if v is True]
+    return bool(on) and not catalog.effective(campaign.incumbent_levers)[COMPILE_NAME] and not any(
+        s.runs and catalog.effective(s.levers)[COMPILE_NAME] for s in campaign.steps)
 
 
 def last_layout_step(campaign: Campaign) -> tuple[dict[str, Scalar], float] | None:

@@ -64,6 +64,10 @@ from bot.core.records import Scalar
 DEGREES = catalog.PARALLEL_DEGREES
 MIN_SAVING = 0.10  # of the incumbent's estimated step: the model's error on one layout is of this order (perfmodel.md §4.6)
 TIE = 0.01  # of the fastest estimate: layouts within it are a tie the model cannot break (it errs by MIN_SAVING)
+# torch.compile's cited speed-up (torchtitan benchmarks/llama3_h100_202412: Llama 3.1 8B FSDP on 8 H100, 5,762 -> 6,667
+# tokens/s/GPU; lesson compile-on-gpu): what a layout that rules compile out forgoes while the campaign has yet to try it
+COMPILE_SPEEDUP = 6667 / 5762
+COMPILE = "compile.enable"
 HEAD = 64  # ranked layouts re-estimated with the incumbent's levers: the ranking's order moves little with them
 # the order of a jump's links: prerequisites, then the parallel degrees, the batch split, the schedule, recompute last
 # (a zero-bubble schedule is refused with recompute on, torchtitan#773, so recompute comes off before it)
@@ -89,7 +93,7 @@ class Jump(BaseModel):
 def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str, Scalar], space: dict[str, list[Scalar]],
                 stepped: list[dict[str, Scalar]], model: ModelFacts | None = None, moot: frozenset[str] = frozenset(),
                 measured: MeasuredPeak | None = None, speedup: float | None = None,
-                last: tuple[dict[str, Scalar], float] | None = None) -> Jump | None:
+                last: tuple[dict[str, Scalar], float] | None = None, compile_untried: bool = False) -> Jump | None:
     """The best layout (by the cost model) reached from ``incumbent`` by changing only modelled levers (and their
     prerequisites), predicted to fit and to save MIN_SAVING of the incumbent's estimated step, legal, every lever
     within ``space``, and not among the ``stepped`` configurations (effective values); None without one, or where
@@ -100,7 +104,12 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
     ``measured``: a peak the campaign measured, which the memory predictions are anchored on; ``speedup``: the
     incumbent's measured throughput over the baseline's, which the model must reproduce (module docstring), or else
     ``last``: the levers before the latest kept step that changed a modelled lever, and that step's measured
-    speed-up (the incumbent's neighbourhood, where the jump starts)."""
+    speed-up (the incumbent's neighbourhood, where the jump starts). ``compile_untried``: torch.compile is off and
+    the campaign has yet to measure it (the lessons will): the incumbent and every candidate are then compared as
+    they would run once compiled -- COMPILE_SPEEDUP faster where the layout allows compile, as estimated where it
+    does not (the V-shaped schedules, pytorch#161904) -- so a jump to DualPipeV is not taken for its all-to-all
+    overlap alone when it gives up more than that (qwen3-30b-a3b on 16 B200s, 5 seeds: DualPipeV kept, then compile
+    ruled out, 92.5 % of the oracle; compared as compiled, the compiled InterleavedZeroBubble optimum: 100 %)."""
     try:
         ranked_json = recipe.model_copy(update={"levers": dict(baseline)}).model_dump_json()
         both_fit = ranking(ranked_json)
@@ -112,6 +121,15 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         return None
     if here.step_s <= 0 or anchor is not None and not anchor > 0:
         return None
+
+    def attainable(levers: dict[str, Scalar], est: Estimate) -> tuple[float, str]:
+        """``est``'s step as the layout would run once compiled, where compile is yet to be tried, and what was done."""
+        if not compile_untried:
+            return est.step_s, ""
+        if layout_problem(recipe, {**levers, COMPILE: True}) is None:
+            return est.step_s / COMPILE_SPEEDUP, f"; {est.step_s / COMPILE_SPEEDUP:.2f} s once compiled"
+        return est.step_s, "; not compiled: the schedule rules compile out (pytorch#161904)"
+
     reproduced = (speedup is not None and consistent(start.step_s / here.step_s, speedup)
                   or last is not None and before_last is not None and consistent(before_last.step_s / here.step_s, last[1]))
     if speedup is not None and speedup > 0 and not reproduced:
@@ -133,6 +151,7 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         return None  # the model predicts the incumbent does not fit, and no measured peak corrects it
     current = catalog.effective(incumbent)
     seen = [catalog.effective(s) for s in stepped]
+    here_s = attainable(incumbent, here)[0]
 
     def best(ranked: tuple[Ranked, ...]) -> Jump | None:
         candidates = []
@@ -152,12 +171,13 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
                 continue
             if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
                 continue
-            if est.step_s <= (1.0 - MIN_SAVING) * here.step_s:
-                candidates.append((est.step_s, levers, diff, est.summary + anchored(est)))
+            step_s, compiled = attainable(levers, est)
+            if step_s <= (1.0 - MIN_SAVING) * here_s:
+                candidates.append((step_s, levers, diff, est.summary + anchored(est) + compiled))
         for step_s, levers, diff, summary in tie_broken(candidates):
             links = _links(recipe, incumbent, diff, seen)
             if links is not None:
-                return Jump(links=links, levers=levers, step_s=step_s, incumbent_step_s=here.step_s, summary=summary)
+                return Jump(links=links, levers=levers, step_s=step_s, incumbent_step_s=here_s, summary=summary)
         return None
 
     # the layouts both the formula and the measured peak say fit first; then, with a peak, those only it says fit

@@ -182,6 +182,24 @@ def test_the_cost_model_follows_its_textbook_terms() -> None:
     assert acts["1F1B"] < acts["Interleaved1F1B"] < acts["GPipe"]
 
 
+def test_under_dualpipev_the_expert_all_to_all_hides_under_the_paired_chunks_computation_except_the_unpaired_ones() -> None:
+    """DeepSeek-V3 report §3.2.1: a forward and a backward chunk run together, each one's all-to-all under the other's
+    computation; the warm-up forwards and cool-down backwards (about p of the m microbatches) run unpaired."""
+    from bot.agent.costmodel import dualpipe_exposed
+
+    assert dualpipe_exposed(1.0, 10.0, 4, 16) == pytest.approx(0.25)  # a quarter unpaired; the rest hidden
+    assert dualpipe_exposed(1.0, 10.0, 4, 4) == pytest.approx(1.0)  # no pairs at all: all exposed
+    assert dualpipe_exposed(2.0, 1.0, 2, 8) == pytest.approx(2.0 * 0.25 + (2.0 - 1.0) * 0.75)  # more than the compute
+    hw = get_hardware("h100-sxm-80gb")
+    pp = Shape(tp=1, pp=4, cp=1, ep=8, local_batch=16, microbatch=1, schedule="ZBVZeroBubble", ac="full")
+    moe = get_model("deepseek-v3")
+    zbv, dual = (estimate(moe, hw, 256, 256, 4096, Shape(**{**pp.__dict__, "schedule": s})) for s in ("ZBVZeroBubble", "DualPipeV"))
+    assert dual.comm_s < zbv.comm_s and dual.compute_s == zbv.compute_s
+    dense = get_model("llama3.1-70b")  # no all-to-all to hide: the two V schedules estimate alike
+    zbv, dual = (estimate(dense, hw, 256, 256, 4096, Shape(**{**pp.__dict__, "ep": 1, "schedule": s})) for s in ("ZBVZeroBubble", "DualPipeV"))
+    assert dual == zbv
+
+
 def test_the_cost_models_expert_parallel_groups_borrow_tensor_parallel_ranks_as_torchtitans_do() -> None:
     """torchtitan 0.3 has no expert-TP: EP borrows its ranks from FSDP and TP (dp_shard*cp*tp = efsdp*ep, TP
     innermost), so EP 8 with TP 2 is one node's 8 consecutive ranks, and each TP rank dispatches its own 1/tp of the

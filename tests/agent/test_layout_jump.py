@@ -3,6 +3,7 @@ time through legal layouts, proposed by the default policy as a chain of enabler
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from bot import campaign as cm
 from bot.agent import heuristic
 from bot.agent.costmodel import estimate_of
 from bot.agent.heuristic import ENABLER, JUMP_LESSON, REVIEW_LESSON, HeuristicPolicy
-from bot.agent.layout_jump import MIN_SAVING, TIE, consistent, layout_jump, tie_broken
+from bot.agent.layout_jump import COMPILE_SPEEDUP, MIN_SAVING, TIE, consistent, layout_jump, tie_broken
 from bot.agent.lessons import load_lessons
 from bot.agent.memory_screen import MeasuredPeak, PeakPrediction
 from bot.agent.space import layout_problem, make_space
@@ -429,3 +430,45 @@ def test_among_layouts_the_model_cannot_tell_apart_the_jump_changes_the_fewest_l
     # just outside the tie, speed decides again
     apart = [(1.0, {}, three, "x"), (1.0 * (1 + 2 * TIE), {}, two, "y")]
     assert [c[3] for c in tie_broken(apart)] == ["x", "y"]
+
+
+def test_while_compile_is_untried_a_schedule_that_rules_it_out_is_ranked_without_the_gain_compile_would_bring() -> None:
+    """qwen3-30b-a3b on 16 B200s after its expert-parallel line search, compile not yet tried: ranked as they run
+    now, DualPipeV (which hides the all-to-all, but cannot be compiled: pytorch#161904) is the jump; ranked as each
+    layout would run once the lessons turn compile on, a layout that compiles is, faster by the cited speed-up."""
+    recipe = load_recipe(ROOT / "recipes" / "qwen3-30b-a3b" / "b200x16.yaml")
+    space = make_space(recipe)
+    incumbent = {**recipe.levers, "parallelism.expert_parallel_degree": 8, "training.disable_cuda_graphs": True}
+
+    def jump(untried: bool):
+        return layout_jump(recipe, dict(recipe.levers), incumbent, space.values, [dict(recipe.levers)], space.model,
+                           compile_untried=untried)
+
+    blind, aware = jump(False), jump(True)
+    schedule = "parallelism.pipeline_parallel_schedule"
+    assert blind is not None and aware is not None
+    assert blind.levers[schedule] in catalog.V_SCHEDULES
+    assert aware.levers[schedule] not in catalog.V_SCHEDULES
+    assert layout_problem(recipe, {**aware.levers, "compile.enable": True}) is None
+    assert "compile.enable" not in dict(aware.links)  # compared as compiled, but compile is still the lessons' step
+    assert aware.step_s == pytest.approx(estimate_of(recipe, aware.levers).step_s / COMPILE_SPEEDUP)
+    assert aware.incumbent_step_s == pytest.approx(estimate_of(recipe, incumbent).step_s / COMPILE_SPEEDUP)
+    assert "once compiled" in aware.summary
+
+
+def test_compile_counts_as_untried_until_a_step_has_run_with_it() -> None:
+    from bot.agent.heuristic import _compile_untried
+    from bot.core.state import Campaign, RunRef, Step
+
+    base = dict(RECIPE.levers)
+    state = Campaign(id="c", recipe_path="r.yaml", recipe_id=RECIPE.id, budget=100.0, baseline_levers=base, incumbent_levers=base)
+    assert _compile_untried(state, SPACE)
+    compiled = {**base, "compile.enable": True}
+    chained = Step(n=1, change=Change(lever="compile.enable", before=False, after=True, enabler=True), levers=compiled)
+    assert _compile_untried(state.model_copy(update={"steps": [chained]}), SPACE)  # an enabler not run measures nothing
+    ran = Step(n=1, change=Change(lever="compile.enable", before=False, after=True), levers=compiled, gain=-0.02,
+               runs=[RunRef(kind="trial", n=1, outcome="ok", tps=1.0)])
+    assert not _compile_untried(state.model_copy(update={"steps": [ran]}), SPACE)  # measured: no longer a prospect
+    assert not _compile_untried(state.model_copy(update={"incumbent_levers": compiled}), SPACE)  # already on
+    no_compile = dataclasses.replace(SPACE, values={k: v for k, v in SPACE.values.items() if k != "compile.enable"})
+    assert not _compile_untried(state, no_compile)  # not a lever this space may turn on
