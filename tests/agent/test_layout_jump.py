@@ -454,6 +454,14 @@ def test_while_compile_is_untried_a_schedule_that_rules_it_out_is_ranked_without
     assert aware.step_s == pytest.approx(estimate_of(recipe, aware.levers).step_s / COMPILE_SPEEDUP)
     assert aware.incumbent_step_s == pytest.approx(estimate_of(recipe, incumbent).step_s / COMPILE_SPEEDUP)
     assert "once compiled" in aware.summary
+    # from an incumbent that cannot be compiled itself (DualPipeV, measured), compile's cited gain, not yet measured
+    # on any layout, does not pull the jump away from it: both rankings are the model's own
+    on_v = {**incumbent, "parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_parallel_schedule": "DualPipeV",
+            "training.local_batch_size": 4, "activation_checkpoint": "none"}
+    assert layout_problem(recipe, on_v) is None and layout_problem(recipe, {**on_v, "compile.enable": True}) is not None
+    from_v = [layout_jump(recipe, dict(recipe.levers), on_v, space.values, [dict(recipe.levers)], space.model, compile_untried=u)
+              for u in (False, True)]
+    assert from_v[0] == from_v[1]
 
 
 def test_compile_counts_as_untried_until_a_step_has_run_with_it() -> None:
