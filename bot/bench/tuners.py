@@ -64,7 +64,7 @@ DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmod
 # here), qwen3-235b-a22b/h200x64 (added report-only; its session-17 trace, a PP 1 -> 4 chain rejected under the
 # incumbent's never-chosen 1F1B, motivated the schedule follow-up, so it moved here), llama3.1-70b/b200x32 (added
 # report-only; its session-19 trace, a TP 4 -> 2 on its local-batch enabler stopped early twice, made a change stacked on
-# its enabler count for _refuted, so it moved here), llama3.1-70b/h200x32 (added report-only; in session 29 its jump
+# its enabler count for refuted, so it moved here), llama3.1-70b/h200x32 (added report-only; in session 29 its jump
 # reviews, one notch back and each measured slower, were read while the review's stop rule was chosen, so it moved
 # here); every other task is report-only: run to report, its traces not used for rules
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",

@@ -320,7 +320,7 @@ def test_a_blind_probe_that_ran_out_of_memory_gets_no_recompute_retry_once_patie
     """A blind probe that measured nothing and one that ran out of memory (a real start) spend the patience: the
     second's retry with more recompute is another blind probe, and the campaign stops instead. A lesson-driven
     change that ran out of memory keeps its retry (the rule that made the published campaigns)."""
-    from bot.agent.heuristic import EXPLORING
+    from bot.agent.history import EXPLORING
     text = recipe_text(activation_checkpoint="none")
     space = space_fn(parse_recipe_text(text))
     script = [Change(lever="training.local_batch_size", before=1, after=2, why="t"),
@@ -369,7 +369,7 @@ def test_with_nothing_addressable_in_the_diagnosis_the_agent_stops_before_the_fi
 
 
 def test_with_no_gain_in_hand_no_new_move_starts_past_the_no_gain_share_of_the_budget() -> None:
-    from bot.agent.heuristic import NO_GAIN_SHARE
+    from bot.agent.stopping import NO_GAIN_SHARE
 
     # every step measures like the baseline: nothing is ever kept; each run costs 5% of the budget
     state = play(new_state(PP_RECIPE, budget=1.0), lambda s: HeuristicPolicy().propose(s, Diagnosis(outcome="ok"), LESSONS,
@@ -388,7 +388,7 @@ def test_with_no_gain_in_hand_no_new_move_starts_past_the_no_gain_share_of_the_b
 
 def test_the_no_gain_allowance_is_the_incumbents_addressable_share_when_that_is_smaller(monkeypatch) -> None:
     import bot.agent.heuristic as heuristic
-    from bot.agent.heuristic import NO_GAIN_SHARE, no_gain_share
+    from bot.agent.stopping import NO_GAIN_SHARE, no_gain_share
 
     small = Diagnosis(outcome="ok", breakdown={"compute": 0.91, "exposed_comm": 0.09, "bubble": 0.0, "recompute": 0.0}, mem_headroom_frac=0.5)
     large = Diagnosis(outcome="ok", breakdown={"compute": 0.6, "exposed_comm": 0.2, "bubble": 0.0, "recompute": 0.2}, mem_headroom_frac=0.5)
@@ -404,7 +404,7 @@ def test_the_no_gain_allowance_is_the_incumbents_addressable_share_when_that_is_
     assert isinstance(first, Change) and first.max_device_hours == pytest.approx(0.09)
     spent = [cm.Step(n=n, change=first, state="closed", levers={**state.incumbent_levers, first.lever: first.after},
                      runs=[cm.RunRef(kind="trial", n=n, outcome="ok", tps=1000.0, device_hours=0.035)]) for n in (1, 2)]
-    monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: small)  # the baseline run's record
+    monkeypatch.setattr(heuristic, "incumbent_diagnosis", lambda campaign, records: small)  # the baseline run's record
     later = HeuristicPolicy().propose(state.model_copy(update={"steps": spent}), small, LESSONS, space, RECORDS)
     assert isinstance(later, Stop) and later.why.startswith("no gain found: 2 steps spent 7% of the budget")
     assert "a recipe with no gain in hand may spend 9% of the budget on probes" in later.why
@@ -422,7 +422,7 @@ def test_the_no_gain_stop_states_the_allowance_and_what_one_step_spent(monkeypat
                    runs=[cm.RunRef(kind="trial", n=1, outcome="ok", tps=1000.0, device_hours=0.0117),
                          *(cm.RunRef(kind="pair", n=1, attempt=k, outcome="ok", tps=1000.0, reference_tps=1000.0, device_hours=0.011)
                            for k in (1, 2))])
-    monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: None)
+    monkeypatch.setattr(heuristic, "incumbent_diagnosis", lambda campaign, records: None)
     stop = HeuristicPolicy().propose(state.model_copy(update={"steps": [step]}), OK, LESSONS,
                                      space_fn(parse_recipe_text(PP_RECIPE)), RECORDS)
     assert isinstance(stop, Stop)
@@ -432,16 +432,16 @@ def test_the_no_gain_stop_states_the_allowance_and_what_one_step_spent(monkeypat
 
 
 def test_the_no_gain_stop_names_the_two_run_floor_when_it_is_the_allowance() -> None:
-    from bot.agent.heuristic import _no_gain_allowance_text
+    from bot.agent.stopping import no_gain_allowance_text
 
     # a budget of 3 runs: 22% of it is less than two runs, which the allowance gives instead
     state = play(new_state(PP_RECIPE, budget=0.3), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]), cost=0.1)
-    assert _no_gain_allowance_text(state, None) == ("a recipe with no gain in hand may spend 73% of the budget on probes "
+    assert no_gain_allowance_text(state, None) == ("a recipe with no gain in hand may spend 73% of the budget on probes "
                                                     "(2 runs' device-hours, more than its 22% share)")
 
 
 def test_the_no_gain_allowance_always_leaves_one_probe_measured_to_its_first_pair() -> None:
-    from bot.agent.heuristic import MIN_PROBE_RUNS, no_gain_allowance_left
+    from bot.agent.stopping import MIN_PROBE_RUNS, no_gain_allowance_left
 
     # a budget of 3 runs: 22% of it is less than a trial and one incumbent run, which the allowance still gives
     state = play(new_state(PP_RECIPE, budget=0.3), lambda s: Stop(why="-"), table_rule({}, [1000.0, 1010.0]), cost=0.1)
@@ -457,19 +457,6 @@ def test_once_a_step_is_kept_proposals_carry_no_allowance() -> None:
     state = state.model_copy(update={"steps": [kept], "incumbent_step": 1})
     proposal = HeuristicPolicy().propose(state, OK, LESSONS, space, RECORDS)
     assert isinstance(proposal, Change) and proposal.max_device_hours is None
-
-
-# ----------------------------------------------------------------------------- the dominant cost first
-@pytest.mark.parametrize(("comm", "first"), [(0.89, "reshard-never-when-memory-allows"), (0.43, "reshard-never-when-memory-allows"),
-                                           (0.35, "ac-full-to-selective-with-headroom")])
-def test_lessons_aimed_at_a_cost_that_dominates_the_step_come_first(comm: float, first: str) -> None:
-    from bot.agent.heuristic import dominant_cost_first
-
-    by_id = {ls.id: ls for ls in LESSONS}
-    relevant = [by_id["ac-full-to-selective-with-headroom"], by_id["reshard-never-when-memory-allows"]]  # priority 60, 40
-    diagnosis = Diagnosis(outcome="ok", breakdown={"compute": 0.96 - comm, "exposed_comm": comm, "bubble": 0.0, "recompute": 0.04})
-    assert [ls.id for ls in dominant_cost_first(relevant, diagnosis)][0] == first
-    assert dominant_cost_first(relevant, Diagnosis(outcome="ok")) == relevant  # no breakdown: the lessons' own order
 
 
 # ----------------------------------------------------------------------------- a line search along what paid
@@ -545,7 +532,7 @@ def test_less_recompute_follows_a_rejected_coupling_only_where_the_recompute_is_
     top = {**inc, pp: 4, lbs: 32, ac: "full"}
     behind = _measured(2, Change(lever=lbs, before=16, after=32, why="t", stacked_on=1), top, -0.05, stacked_on=1, outcome="ok")
     s = state.model_copy(update={"steps": [gated, behind], "incumbent_levers": inc})
-    monkeypatch.setattr(heuristic, "_incumbent_diagnosis", lambda campaign, records: Diagnosis(outcome="ok", mem_headroom_frac=headroom))
+    monkeypatch.setattr(heuristic, "incumbent_diagnosis", lambda campaign, records: Diagnosis(outcome="ok", mem_headroom_frac=headroom))
     assert heuristic._recompute_left_behind(s, behind, space, RECORDS) == left
     d = Diagnosis(outcome="ok", breakdown={"compute": 0.7, "exposed_comm": 0.1, "bubble": 0.0, "recompute": 0.2}, mem_headroom_frac=0.4)
     fix = HeuristicPolicy()._fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05, recompute_left=left)
@@ -714,19 +701,6 @@ def test_a_lesson_aimed_at_the_same_cost_goes_before_the_diagnosis_driven_move()
     assert (proposal.lever, proposal.after, proposal.lessons) == ("parallelism.fsdp_reshard_after_forward", "never", ["reshard"])
 
 
-def test_a_lesson_that_fires_on_the_dominant_costs_share_is_aimed_at_it() -> None:
-    """A lesson is aimed at a cost when a lever it tries exists to remove it, or when it fires on that cost's share of
-    the step: pipeline stages across nodes (PP) fire on exposed communication, so they come first when it dominates."""
-    from bot.agent.heuristic import _aims_at, dominant_cost_first
-
-    by_id = {ls.id: ls for ls in LESSONS}
-    pp = by_id["pp-across-nodes-when-fsdp-comm-dominates"]
-    ac = by_id["ac-full-to-selective-with-headroom"]
-    assert _aims_at(pp, "exposed_comm") and not _aims_at(pp, "recompute") and not _aims_at(ac, "exposed_comm")
-    comm_bound = Diagnosis(outcome="ok", breakdown={"compute": 0.08, "exposed_comm": 0.89, "bubble": 0.0, "recompute": 0.03})
-    assert [ls.id for ls in dominant_cost_first([ac, pp], comm_bound)] == [pp.id, ac.id]
-
-
 @pytest.mark.parametrize(("nodes", "comm", "pp", "fires"), [(2, 0.9, 1, True), (1, 0.9, 1, False), (2, 0.3, 1, False), (2, 0.9, 2, False)])
 def test_pipeline_stages_across_nodes_are_tried_only_when_fsdp_communication_dominates_a_multi_node_step(nodes, comm, pp, fires) -> None:
     from bot.agent.lessons import relevant
@@ -848,7 +822,7 @@ def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kep
 def test_a_blind_probe_gated_as_an_enabler_is_still_a_blind_probe() -> None:
     """_fill_first keeps the probe's why inside the enabler's: a retry stacked on the local batch it enabled is a
     blind probe's retry, which the patience stop bounds."""
-    from bot.agent.heuristic import EXPLORING, _from_a_blind_probe
+    from bot.agent.history import EXPLORING, from_a_blind_probe
 
     state, _ = _state_and_space(recipe_text())
     pp = Change(lever="parallelism.pipeline_parallel_degree", before=1, after=2, enabler=True,
@@ -857,7 +831,7 @@ def test_a_blind_probe_gated_as_an_enabler_is_still_a_blind_probe() -> None:
     lesson = pp.model_copy(update={"why": "enabler of training.local_batch_size=8: a lesson; alone, ..."})
     for root, blind in ((pp, True), (lesson, False)):
         steps = [cm.Step(n=1, change=root, state="closed"), cm.Step(n=2, change=lbs, stacked_on=1, state="closed")]
-        assert _from_a_blind_probe(state.model_copy(update={"steps": steps}), 2) == blind
+        assert from_a_blind_probe(state.model_copy(update={"steps": steps}), 2) == blind
 
 
 FEW_MICROBATCHES = _sim_recipe("few-microbatches", """\
@@ -998,12 +972,12 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     s6 = s4.model_copy(update={"steps": [*s4.steps, tried, kept_later], "incumbent_levers": later, "incumbent_step": 6})
     assert HeuristicPolicy()._restore_schedule(s6, space) is None
     # no stepping stone where the chain would pass MAX_CHAIN: the out-of-memory step already four deep
-    from bot.agent import heuristic
+    from bot.agent import heuristic, history
 
     deep = [cm.Step(n=i, change=Change(lever="training.disable_cuda_graphs", before=False, after=True, why="t", enabler=True,
                                        stacked_on=i - 1 or None), stacked_on=i - 1 or None, state="closed", levers=base) for i in range(1, 4)]
     oom4 = oom.model_copy(update={"n": 4, "stacked_on": 3, "change": oom.change.model_copy(update={"stacked_on": 3})})
-    assert heuristic._chain_depth(state.model_copy(update={"steps": [*deep, oom4]}), oom4) == heuristic.MAX_CHAIN - 1
+    assert history.chain_depth(state.model_copy(update={"steps": [*deep, oom4]}), oom4) == heuristic.MAX_CHAIN - 1
     assert HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [*deep, oom4]}), space) is None
 
 
@@ -1272,7 +1246,8 @@ def test_a_blind_probe_the_memory_screen_ruled_out_spends_patience_once_with_its
     """A blind probe predicted to run out of memory found nothing, like one that ran out for real: after a measured
     probe that gained nothing it ends blind exploration. Its retry, stacked on it and screened out too, is the same
     probe: a screened probe and its screened retry alone leave the patience half spent."""
-    from bot.agent.heuristic import EXPLORING, _patience_stop
+    from bot.agent.history import EXPLORING
+    from bot.agent.stopping import patience_stop
     text = recipe_text(activation_checkpoint="none")
     space = space_fn(parse_recipe_text(text))
     script = [Change(lever="training.local_batch_size", before=1, after=2, why="t"),
@@ -1289,7 +1264,7 @@ def test_a_blind_probe_the_memory_screen_ruled_out_spends_patience_once_with_its
         retry = Change(lever="activation_checkpoint", before="none", after="selective", why="retry", stacked_on=n_played + 1)
         steps.append(_screened(n_played + 2, retry, {**inc, "compile.enable": True, "activation_checkpoint": "selective"}))
     state = state.model_copy(update={"phase": "stepping", "finish_reason": "", "steps": [*state.steps, *steps]})
-    stop = _patience_stop(state)
+    stop = patience_stop(state)
     if first_probe_measured:
         assert stop is not None and "the last 2 measured steps gained nothing" in stop
         proposal = HeuristicPolicy().propose(state, OK, [], space, RECORDS)

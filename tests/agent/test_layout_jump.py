@@ -13,7 +13,8 @@ from campaign_fakes import new_state
 from bot import campaign as cm
 from bot.agent import heuristic
 from bot.agent.costmodel import estimate_of
-from bot.agent.heuristic import ENABLER, JUMP_LESSON, REVIEW_LESSON, HeuristicPolicy
+from bot.agent.heuristic import JUMP_LESSON, REVIEW_LESSON, HeuristicPolicy
+from bot.agent.history import ENABLER
 from bot.agent.layout_jump import COMPILE_SPEEDUP, MIN_SAVING, TIE, consistent, layout_jump, tie_broken
 from bot.agent.lessons import load_lessons
 from bot.agent.memory_screen import MeasuredPeak, PeakPrediction
@@ -203,7 +204,7 @@ def test_a_model_wrong_about_the_path_is_still_trusted_where_it_reproduced_the_l
 def test_the_latest_kept_step_the_model_can_judge_skips_steps_it_has_no_term_for() -> None:
     """last_layout_step: the latest kept step that changed a modelled lever, with the levers before it; a later kept
     compile step is skipped (the model has no term for it); no kept layout step, no check."""
-    from bot.agent.heuristic import last_layout_step
+    from bot.agent.history import last_layout_step
     from bot.core.records import Change
     from bot.core.state import Campaign, Step
 
@@ -465,18 +466,18 @@ def test_while_compile_is_untried_a_schedule_that_rules_it_out_is_ranked_without
 
 
 def test_compile_counts_as_untried_until_a_step_has_run_with_it() -> None:
-    from bot.agent.heuristic import _compile_untried
+    from bot.agent.history import compile_untried
     from bot.core.state import Campaign, RunRef, Step
 
     base = dict(RECIPE.levers)
     state = Campaign(id="c", recipe_path="r.yaml", recipe_id=RECIPE.id, budget=100.0, baseline_levers=base, incumbent_levers=base)
-    assert _compile_untried(state, SPACE)
+    assert compile_untried(state, SPACE)
     compiled = {**base, "compile.enable": True}
     chained = Step(n=1, change=Change(lever="compile.enable", before=False, after=True, enabler=True), levers=compiled)
-    assert _compile_untried(state.model_copy(update={"steps": [chained]}), SPACE)  # an enabler not run measures nothing
+    assert compile_untried(state.model_copy(update={"steps": [chained]}), SPACE)  # an enabler not run measures nothing
     ran = Step(n=1, change=Change(lever="compile.enable", before=False, after=True), levers=compiled, gain=-0.02,
                runs=[RunRef(kind="trial", n=1, outcome="ok", tps=1.0)])
-    assert not _compile_untried(state.model_copy(update={"steps": [ran]}), SPACE)  # measured: no longer a prospect
-    assert not _compile_untried(state.model_copy(update={"incumbent_levers": compiled}), SPACE)  # already on
+    assert not compile_untried(state.model_copy(update={"steps": [ran]}), SPACE)  # measured: no longer a prospect
+    assert not compile_untried(state.model_copy(update={"incumbent_levers": compiled}), SPACE)  # already on
     no_compile = dataclasses.replace(SPACE, values={k: v for k, v in SPACE.values.items() if k != "compile.enable"})
-    assert not _compile_untried(state, no_compile)  # not a lever this space may turn on
+    assert not compile_untried(state, no_compile)  # not a lever this space may turn on
