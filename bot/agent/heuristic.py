@@ -128,6 +128,7 @@ from bot.agent.history import (
     chain_depth,
     chain_steps,
     compile_untried,
+    enabled_why,
     from_a_blind_probe,
     incumbent_diagnosis,
     last_layout_step,
@@ -564,7 +565,7 @@ class HeuristicPolicy:
         except catalog.LeverError:
             return None
         cur = catalog.effective(base_levers(campaign, last.change) if not last.kept else campaign.incumbent_levers)
-        why = f"the change step {last.n} enabled ({last.change.title()}: {last.change.why.split(': ', 1)[-1]})"
+        why = enabled_why(campaign, last)
         then = m.group("then")
         if then:  # the first link of a two-link chain: the change it enables is the gated enabler of the second
             why = f"enabler of {then}: {why}"

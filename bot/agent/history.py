@@ -208,3 +208,36 @@ def compile_untried(campaign: Campaign, space: LeverSpace) -> bool:
     on = [v for v in space.values.get(COMPILE_NAME, []) if v is True]
     return bool(on) and not catalog.effective(campaign.incumbent_levers)[COMPILE_NAME] and not any(
         s.runs and catalog.effective(s.levers)[COMPILE_NAME] for s in campaign.steps)
+
+
+# a chain link's own reason, as ``enabled_why`` writes it: "the change step N enabled (...)"
+CHAIN_LINK = re.compile(r"^the change step (?P<n>\d+) enabled \(")
+
+
+def link_reason(step: Step) -> str:
+    """The reason ``step``'s change gives, without the "enabler of ...:" prefix that names what it enables."""
+    why = step.change.why
+    return why.split(": ", 1)[-1] if ENABLER.match(why) else why
+
+
+def chain_root(campaign: Campaign, step: Step) -> Step:
+    """The step whose own reason began the enabler chain ``step`` is a link of (``step`` itself, where it began one)."""
+    seen = {step.n}
+    while m := CHAIN_LINK.match(link_reason(step)):
+        prior = next((s for s in campaign.steps if s.n == int(m.group("n"))), None)
+        if prior is None or prior.n in seen:
+            break
+        seen.add(prior.n)
+        step = prior
+    return step
+
+
+def enabled_why(campaign: Campaign, enabler: Step) -> str:
+    """Why the change an enabler step enables is proposed: that step, and the reason the chain it belongs to began,
+    stated once -- a link of a long chain names the step that began it, not every link before it (each link used to
+    quote the whole why of the one before, which grew with every link)."""
+    root = chain_root(campaign, enabler)
+    if root.n == enabler.n:
+        return f"the change step {enabler.n} enabled ({enabler.change.title()}: {link_reason(enabler)})"
+    return (f"the change step {enabler.n} enabled ({enabler.change.title()}), a link of the chain step {root.n} began "
+            f"({root.change.title()}: {link_reason(root)})")
