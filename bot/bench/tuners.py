@@ -13,6 +13,7 @@ Each recipe file is loaded once per run (:func:`load_tasks`); the report is :mod
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
 import os
 import statistics
@@ -71,6 +72,22 @@ DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64",
              "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64", "llama3.1-70b/b200x32",
              "llama3.1-70b/h200x32")
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
+
+
+# the packages the search baselines draw their points through: tpe, gp and cmaes (optuna, its cmaes and scipy backends,
+# numpy underneath) -- another version of one may draw other points from the same seed, so the report names them
+SAMPLER_PACKAGES = ("optuna", "cmaes", "scipy", "numpy")
+
+
+def sampler_versions() -> dict[str, str]:
+    """The installed version of each of SAMPLER_PACKAGES ("not installed" where one is missing)."""
+    out = {}
+    for name in SAMPLER_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
 
 
 def load_tasks(paths: Iterable[Path]) -> dict[Path, Recipe]:
@@ -383,6 +400,6 @@ def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None
             if task_traces:
                 traces[recipe.name] = task_traces
     tasks = aggregate(rows, {t: o["devices"] for t, o in oracles.items()})
-    result = {"simulated": True, "seeds": seeds, "budget_runs": BUDGET_RUNS, "tasks": tasks, "oracle": oracles,
-              "groups": {task: o["group"] for task, o in oracles.items()}, "traces": traces}
+    result = {"simulated": True, "seeds": seeds, "budget_runs": BUDGET_RUNS, "versions": sampler_versions(), "tasks": tasks,
+              "oracle": oracles, "groups": {task: o["group"] for task, o in oracles.items()}, "traces": traces}
     return {**result, "targets": targets(result), "wall_s": time.monotonic() - t0}

@@ -54,6 +54,9 @@ def oracle_header(o: dict[str, Any]) -> str:
 
 def render(result: dict[str, Any]) -> str:
     lines = [f"# Tuner benchmark — SIMULATED ({result['seeds']} seeds, budget = {result['budget_runs']} baseline-run equivalents per task)\n"]
+    if result.get("versions"):
+        lines.append("Baselines drawn through " + ", ".join(f"{k} {v}" for k, v in result["versions"].items())
+                     + " (another version may draw other points from the same seed).\n")
     for task, pols in result["tasks"].items():
         o = result["oracle"][task]
         lines.append(f"## {task} [{GROUP_LABEL[o.get('group', 'report')]}] — SIMULATED ({o.get('devices', '?')} x {o.get('hardware', '?')}; "

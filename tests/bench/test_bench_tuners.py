@@ -89,6 +89,10 @@ def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
     text = render(result)
     assert "SIMULATED" in text and "attune" in text and "oracle" in text
     assert "The agent against the best alternative" in text
+    # the samplers' versions: another optuna may draw other points from the same seed
+    import optuna
+    assert result["versions"]["optuna"] == optuna.__version__ and set(result["versions"]) == {"optuna", "cmaes", "scipy", "numpy"}
+    assert f"optuna {optuna.__version__}, cmaes " in text
 
 
 def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
