@@ -117,7 +117,7 @@ class ScriptedPolicy:
         cur = catalog.effective(campaign.step(spec["stacked_on"]).levers if spec.get("stacked_on") else campaign.incumbent_levers)
         return Change(lever=spec["lever"], before=cur.get(spec["lever"]), after=spec["to"], why="scripted", policy=self.name,
                       stacked_on=spec.get("stacked_on"), enabler=spec.get("enabler", False), max_device_hours=spec.get("max_device_hours"),
-                      predicted_oom=spec.get("predicted_oom", ""))
+                      predicted_oom=spec.get("predicted_oom", ""), predicted_slower=spec.get("predicted_slower", ""))
 
 
 def gate_ok(baseline: Recipe, candidate: Recipe) -> Verdict:

@@ -236,10 +236,15 @@ def shape_of(eff: dict[str, Scalar]) -> Shape:
                  loss_chunks=int(eff["loss.num_chunks"]))
 
 
+def global_batch(recipe: Recipe, levers: dict[str, Scalar]) -> int:
+    """The sequences one step of ``recipe`` trains with ``levers``: the pinned global batch, else local batch x DP."""
+    eff = catalog.effective(levers)
+    dp = recipe.devices // (int(eff[TP]) * int(eff[PP]) * int(eff[CP]))
+    return int(recipe.pinned.get("training.global_batch_size", 0) or 0) or int(eff[LBS]) * max(dp, 1)
+
+
 def estimate_of(recipe: Recipe, levers: dict[str, Scalar]) -> Estimate:
     """The cost model's estimate for ``recipe`` run with ``levers`` (KeyError: a model or hardware it does not know)."""
     eff = catalog.effective(levers)
     m, hw = get_model(recipe.workload.model or ""), get_hardware(recipe.cluster.hardware)
-    dp = recipe.devices // (int(eff[TP]) * int(eff[PP]) * int(eff[CP]))
-    gbs = int(recipe.pinned.get("training.global_batch_size", 0) or 0) or int(eff[LBS]) * max(dp, 1)
-    return estimate(m, hw, recipe.devices, gbs, int(recipe.pinned.get("training.seq_len", 2048)), shape_of(eff))
+    return estimate(m, hw, recipe.devices, global_batch(recipe, levers), int(recipe.pinned.get("training.seq_len", 2048)), shape_of(eff))

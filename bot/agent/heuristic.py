@@ -17,7 +17,10 @@ stop without a change :mod:`bot.agent.stopping`, which cost a move is aimed at a
    A change the memory screen predicts to run out of memory (:mod:`bot.agent.memory_screen`: a measured peak
    scaled by the analytic memory model, over the device by more than its margin) is proposed with that
    prediction and not run: the campaign records it as an out-of-memory trial that cost nothing, and the
-   retries above follow from it as from a real one. A memory partner (``_memory_partner``: context parallel, 1F1B,
+   retries above follow from it as from a real one. A retry (and a line search's next notch, 1c and the push past
+   an undecided step) the speed screen predicts slower than the incumbent by more than the analytic model's error
+   (:mod:`bot.agent.speed_screen`, GPUs only) is proposed with that prediction and not run either: the step closes
+   with no gain at no cost, and patience counts it as the run it stands in for. A memory partner (``_memory_partner``: context parallel, 1F1B,
    more stages, twice the TP inside the node (on the recompute change itself) -- tried in the order the analytic cost
    model predicts fastest -- then smaller microbatches, for a recompute saving that ran out of memory) that runs out
    of memory itself is retried one notch further in its place, stacked on the same recompute change, so the chain
@@ -158,6 +161,7 @@ from bot.agent.lessons import Lesson, LeverChange, apply_op, relevant
 from bot.agent.memory_screen import MeasuredPeak, change_levers, predicted_oom, predicted_peak, reference_peak
 from bot.agent.policy import LeverSpace, base_levers, lesson_context, validate_change
 from bot.agent.space import layout_problem
+from bot.agent.speed_screen import predicted_slower
 from bot.agent.stopping import NO_RECOMPUTE_HEADROOM, no_gain_allowance_left, no_gain_stop, patience_stop
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis, diagnose
@@ -195,9 +199,9 @@ class HeuristicPolicy:
         decision = self._propose(campaign, diagnosis, lessons, levers, records, incumbent)
         if isinstance(decision, Change) and not decision.enabler:  # not run when it cannot fit: an OOM, for free
             oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
-            if oom is not None:
-                decision = decision.model_copy(update={"predicted_oom": oom})
-            else:
+            if oom is not None:  # a layout that cannot fit is not slow: its retries follow from the out-of-memory trial
+                decision = decision.model_copy(update={"predicted_oom": oom, "predicted_slower": ""})
+            elif not decision.predicted_slower:
                 decision = self._fill_first(campaign, levers, decision) or decision
         left = no_gain_allowance_left(campaign, incumbent)
         if isinstance(decision, Change) and left:  # a probe with no gain in hand spends what is left of it
@@ -209,12 +213,13 @@ class HeuristicPolicy:
         reaimed = self._reaimed_jump(campaign, levers, lessons, diagnosis, records)
         if reaimed is not None:
             return reaimed
-        retry = self._oom_retry(campaign, levers, records)
+        retry = self._screened(campaign, levers, self._oom_retry(campaign, levers, records))
         if retry is not None and not (OOM_LESSON in retry.lessons and from_a_blind_probe(campaign, retry.stacked_on)
                                       and patience_stop(campaign)):
             return retry
-        follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records, lessons) or self._push_further(campaign, levers)
-                  or self._keep_going(campaign, levers, incumbent) or self._restore_schedule(campaign, levers)
+        follow = (self._enabled_change(campaign, levers) or self._follow_up(campaign, levers, records, lessons)
+                  or self._screened(campaign, levers, self._push_further(campaign, levers))
+                  or self._screened(campaign, levers, self._keep_going(campaign, levers, incumbent)) or self._restore_schedule(campaign, levers)
                   or self._second_pass(campaign, levers, lessons, just_kept=True))
         if follow is not None:
             return follow
@@ -334,6 +339,15 @@ class HeuristicPolicy:
         change = Change(lever=lever, before=current.get(lever), after=value, lessons=[JUMP_LESSON], policy=self.name,
                         why=why, enabler=bool(rest))
         return change if validate_change(campaign, change, space) is None else None
+
+    def _screened(self, campaign: Campaign, space: LeverSpace, change: Change | None) -> Change | None:
+        """``change`` -- an out-of-memory retry or a line search's next notch, moves that carry no knowledge of their
+        own about speed -- with the speed screen's prediction where the analytic model puts the layout it leads to
+        slower than the incumbent by more than its error (:mod:`bot.agent.speed_screen`): proposed, not run."""
+        if change is None or change.enabler:
+            return change
+        slower = predicted_slower(space, campaign.incumbent_levers, change_levers(campaign, change))
+        return change.model_copy(update={"predicted_slower": slower}) if slower is not None else change
 
     def _fill_first(self, campaign: Campaign, space: LeverSpace, change: Change) -> Change | None:
         """A change to more pipeline stages that would leave too few microbatches per flush -- an analytic bubble

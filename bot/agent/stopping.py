@@ -29,8 +29,9 @@ def patience_stop(campaign: Campaign) -> str | None:
         return None
     since = [s for s in campaign.steps if s.n > campaign.incumbent_step]
     # a blind probe that failed found nothing too: a real start that ran out of memory or crashed (a retry of it
-    # included), or a probe the memory screen predicted to run out (its free retries are the same probe)
-    measured = [s for s in since if any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES or (
+    # included), or a probe the memory screen predicted to run out (its free retries are the same probe); and a step
+    # the speed screen predicted slower, which stands in for the run that would have measured it
+    measured = [s for s in since if s.change.predicted_slower or any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES or (
         (r.device_hours > 0 or (r.outcome == "oom" and s.stacked_on is None)) and from_a_blind_probe(campaign, s.n)))
                                         for r in s.runs)]
     run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)

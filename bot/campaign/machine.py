@@ -255,6 +255,10 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
             st.close_reason = f"trial oom (predicted, not run): {st.change.predicted_oom}"
             return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="predicted out of memory (not run)"),
                     Close(n=st.n, reason=st.close_reason)]
+        if st.change.predicted_slower:  # not started: a step that gains nothing, at no cost
+            st.close_reason = f"no gain (predicted, not run): {st.change.predicted_slower}"
+            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; predicted slower (not run)"),
+                    Close(n=st.n, reason=st.close_reason)]
         return _run_or_close(s, st, RunTrial(n=st.n))
     st.verdict = v
     if not v.ok:

@@ -187,7 +187,8 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
                                                                         and step.config_verdict.ok and not step.config_verdict.requires_convergence
                                                                         else "not reached")],
         ["trial", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"),
-                       "not run: an enabler (the change it enables is stacked on it and measured)" if ch.enabler else "not run yet")],
+                       "not run: an enabler (the change it enables is stacked on it and measured)" if ch.enabler
+                       else f"not run: {ch.predicted_slower}" if ch.predicted_slower else "not run yet")],
         ["cost", f"this step {step_cost:.4f} device-hours; campaign {state.spent:.4f} of {state.budget:.4f}"],
     ]
     parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]

@@ -159,6 +159,9 @@ class Change(BaseModel):
     # the policy's prediction that this layout runs out of memory (why, with the figures): the trial is not run but
     # recorded as out of memory at no cost, so the policy's out-of-memory retries follow as from a failed start
     predicted_oom: str = ""
+    # the policy's prediction that this layout is slower than the incumbent by more than its model's error (why, with
+    # the figures): the trial is not run; the step closes with no gain at no cost (bot.agent.speed_screen)
+    predicted_slower: str = ""
 
     model_config = {"populate_by_name": True}
 

@@ -641,6 +641,23 @@ def test_an_enabler_is_gated_but_not_run_and_the_change_it_enables_is_measured_o
     assert "not run: an enabler" in render_step_report(state, one, None, None)
 
 
+def test_a_change_predicted_slower_closes_with_no_gain_and_costs_nothing(tmp_path: Path) -> None:
+    """The policy's speed screen proposes a layout it predicts slower than the incumbent with that prediction: the
+    step is gated, closed with no gain and no run (no device-hours, no trial record), and the next step runs."""
+    why = "predicted slower: the analytic cost model puts this layout at 12.00 s a step against the incumbent's 10.00 s, 17% fewer tokens/s"
+    script = [{"lever": "activation_checkpoint", "to": "none", "predicted_slower": why},
+              {"lever": "training.local_batch_size", "to": 2}]
+    state, _, runner, actions = run_campaign(tmp_path, {LBS2: [1300.0, 1290.0]}, script=script)
+    one, two = state.step(1), state.step(2)
+    assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
+    assert one.runs == [] and one.state == "closed" and not one.kept and one.gain is None
+    assert one.close_reason == f"no gain (predicted, not run): {why}"
+    assert len(runner.calls) == 2 + 3  # two baseline runs, then step 2's trial and one pair: nothing for step 1
+    assert two.kept and state.incumbent_step == 2
+    assert state.spent == pytest.approx(sum(r.device_hours for r in [*state.baseline, *two.runs]))
+    assert f"not run: {why}" in render_step_report(state, one, None, None)
+
+
 def test_a_change_predicted_to_run_out_of_memory_is_an_oom_trial_that_costs_nothing(tmp_path: Path) -> None:
     """The policy's memory screen proposes a layout it predicts cannot fit with that prediction: the step is gated,
     recorded as an out-of-memory trial without a run (no device-hours), closed, and a retry stacked on it runs."""
