@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import math
 
-from bot.agent.costmodel import estimate_of, global_batch
+from bot.agent.cost_focus import predicted_step
+from bot.agent.costmodel import global_batch
 from bot.agent.layout_jump import MIN_SAVING
 from bot.agent.policy import LeverSpace
-from bot.core import levers as catalog
 from bot.core.records import Scalar
 from bot.sim.hardware import get_hardware
 
@@ -42,14 +42,10 @@ from bot.sim.hardware import get_hardware
 def predicted_tps(space: LeverSpace, levers: dict[str, Scalar]) -> tuple[float, float] | None:
     """The analytic cost model's (sequences per second, step seconds) for the recipe run with ``levers``; None where
     it cannot tell."""
-    try:
-        est = estimate_of(space.recipe, levers)
-        gbs = global_batch(space.recipe, levers)
-    except (KeyError, ValueError, ZeroDivisionError, catalog.LeverError):
+    step_s = predicted_step(space, levers)
+    if not (step_s > 0 and math.isfinite(step_s)):
         return None
-    if not (est.step_s > 0 and math.isfinite(est.step_s)):
-        return None
-    return gbs / est.step_s, est.step_s
+    return global_batch(space.recipe, levers) / step_s, step_s
 
 
 def predicted_slower(space: LeverSpace, incumbent: dict[str, Scalar], levers: dict[str, Scalar]) -> str | None:
