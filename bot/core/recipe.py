@@ -137,12 +137,28 @@ ENV_ALLOWED_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "NCCL_", "
                         "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCH_LOGS",
                         "TORCH_CPP_LOG_LEVEL", "TORCHINDUCTOR_", "ATTUNE_TORCH_THREADS", "LOGLEVEL", "TOKENIZERS_PARALLELISM",
                         "CUBLAS_WORKSPACE_CONFIG", "NVTE_")
-ENV_ALLOWED_TEXT = "threads (OMP_*, GOMP_*, MKL_*), NCCL_*/GLOO_*, the CUDA allocator, torch logging and inductor settings"
+ENV_ALLOWED_TEXT = ("threads (OMP_*, GOMP_*, MKL_*), NCCL_*/GLOO_*, the CUDA allocator, torch logging and inductor settings, "
+                    "never a plugin, library, file, folder or remote cache")
+
+
+# ... and within those prefixes, never one that names code, a file, a folder or a server to load from or write to:
+# NCCL_NET_PLUGIN / NCCL_TUNER_PLUGIN (a library NCCL loads), OMP_TOOL_LIBRARIES (an OpenMP tool library),
+# TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE / TORCHINDUCTOR_REDIS_HOST (compiled code fetched from a server),
+# TORCHINDUCTOR_CACHE_DIR (compiled code loaded from a folder: the runner owns it), NCCL_DEBUG_FILE, TORCH_LOGS_OUT.
+# Any name with one of these words (between underscores) is refused.
+ENV_REFUSED_WORDS = frozenset({"PLUGIN", "PLUGINS", "LIB", "LIBS", "LIBRARY", "LIBRARIES", "TOOL", "TOOLS", "PRELOAD",
+                               "PATH", "PATHS", "FILE", "FILES", "DIR", "DIRS", "OUT", "REMOTE", "REDIS", "MEMCACHE",
+                               "MEMCACHED", "HOST", "PORT", "URL", "ADDR", "SERVER", "CONF", "CONFIG"})
+# names ending in CONF/CONFIG that are settings, not files
+ENV_SETTINGS = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"})
 
 
 def env_allowed(name: str) -> bool:
-    """Whether a recipe may set the environment variable ``name`` (``ENV_ALLOWED_PREFIXES``)."""
-    return name.isupper() and name.replace("_", "").isalnum() and name.startswith(ENV_ALLOWED_PREFIXES)
+    """Whether a recipe may set the environment variable ``name`` (``ENV_ALLOWED_PREFIXES``, none of
+    ``ENV_REFUSED_WORDS``)."""
+    if not (name.isupper() and name.replace("_", "").isalnum() and name.startswith(ENV_ALLOWED_PREFIXES)):
+        return False
+    return name in ENV_SETTINGS or not ENV_REFUSED_WORDS & set(name.split("_"))
 
 
 def _shown(value: Any) -> str:

@@ -29,7 +29,17 @@ OWNED_OPTIONS = {
     "--time": "cluster.slurm.time_limit", "-t": "cluster.slurm.time_limit", "--gpus-per-node": "cluster.slurm.gpus_per_node",
     "--gres": "cluster.slurm.gres", "--cpus-per-task": "cluster.slurm.cpus_per_task", "-c": "cluster.slurm.cpus_per_task",
     "--wrap": "the runner (it writes the batch script)", "--array": "the runner (one job per trial)", "-a": "the runner (one job per trial)",
+    "--chdir": "the runner (the job works in the run folder)", "-D": "the runner (the job works in the run folder)",
+    "--input": "the runner", "-i": "the runner",
+    # what changes the job's environment or the code it runs is never a recipe's: a step PR edits only levers
+    "--export": "the runner (the job's environment)", "--export-file": "the runner (the job's environment)",
+    "--get-user-env": "the runner (the job's environment)", "--container": "cluster.slurm.container_image",
+    "--container-id": "cluster.slurm.container_image",
 }
+# real sbatch long options that are also the start of an owned one (getopt_long takes an exact name over a prefix)
+_NOT_ABBREVIATIONS = {"--gpus"}
+# one token on an #SBATCH line: sbatch splits the line into arguments at blanks and removes quotes and backslashes
+_ONE_TOKEN = re.compile(r"^[^\s'\"\\#]+$")
 
 
 def duration_s(text: str) -> int:
@@ -59,6 +69,21 @@ def _one_line(value: str) -> str:
     return value
 
 
+def owned_option(token: str) -> str | None:
+    """The owned sbatch option that ``token`` (one argument of an #SBATCH line) sets, or None: an exact name, a
+    short option with its value attached (``-N4``) or an abbreviation getopt_long would expand (``--outp=x``)."""
+    if token.startswith("--"):
+        name = token.split("=", 1)[0]
+        if name in OWNED_OPTIONS:
+            return name
+        if len(name) > 2 and name not in _NOT_ABBREVIATIONS:
+            return next((o for o in OWNED_OPTIONS if o.startswith(name)), None)
+        return None
+    if token.startswith("-") and len(token) > 1:
+        return token[:2] if token[:2] in OWNED_OPTIONS else None
+    return None
+
+
 class SlurmSettings(BaseModel):
     """``cluster.slurm``: every field optional; unset ones are left to the cluster's defaults."""
 
@@ -85,6 +110,14 @@ class SlurmSettings(BaseModel):
             raise ValueError("expected one non-blank line")
         return value
 
+    @field_validator("partition", "account", "qos", "gres")
+    @classmethod
+    def _single_token(cls, value: str | None) -> str | None:
+        if value is not None and value.strip() and not _ONE_TOKEN.match(value):
+            raise ValueError(f"{value!r}: expected one word (no blanks, quotes, backslashes or #): it becomes one "
+                             "argument of an #SBATCH line")
+        return value
+
     @field_validator("time_limit", "queue_budget", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
@@ -103,9 +136,13 @@ class SlurmSettings(BaseModel):
             _one_line(option)
             if not option.startswith("-"):
                 raise ValueError(f"{option!r}: expected an sbatch option such as --exclusive or --mem=0 (without #SBATCH)")
-            name = re.split(r"[= ]", option.strip(), maxsplit=1)[0]
-            if name in OWNED_OPTIONS:
-                raise ValueError(f"{option!r}: {name} is set by {OWNED_OPTIONS[name]}")
+            if any(c in option for c in "'\"\\"):
+                raise ValueError(f"{option!r}: expected no quotes or backslashes (sbatch removes them, so they can hide "
+                                 "an option)")
+            for token in option.split():  # sbatch reads every argument of the line, not only the first
+                name = owned_option(token)
+                if name is not None:
+                    raise ValueError(f"{option!r}: {name} is set by {OWNED_OPTIONS[name]}")
         return value
 
     @field_validator("prologue", "container_mounts")

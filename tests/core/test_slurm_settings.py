@@ -65,6 +65,14 @@ def _with(text: str, line: str) -> str:
     ("rdzv_port: 80", "cluster.slurm.rdzv_port", "greater than or equal to 1024"),
     ("gpus: 8", "cluster.slurm.gpus", "unknown field"),
     ("partition: ''", "cluster.slurm.partition", "at least 1 character"),
+    # every argument of an #SBATCH line counts, not only the first
+    ("extra_sbatch: ['--exclusive --output=/tmp/x']", "cluster.slurm.extra_sbatch", "--output is set by the runner"),
+    ("extra_sbatch: ['--mem=0 -o/tmp/x']", "cluster.slurm.extra_sbatch", "-o is set by the runner"),
+    ("extra_sbatch: ['--outp=/tmp/x']", "cluster.slurm.extra_sbatch", "--output is set by the runner"),
+    ("extra_sbatch: ['--export=ALL,LD_PRELOAD=/tmp/x.so']", "cluster.slurm.extra_sbatch", "--export is set by the runner"),
+    ("extra_sbatch: ['--comment=\"a --output=/x\"']", "cluster.slurm.extra_sbatch", "no quotes"),
+    ("partition: 'gpu --output=/tmp/x'", "cluster.slurm.partition", "expected one word"),
+    ("account: 'a --export=ALL'", "cluster.slurm.account", "expected one word"),
 ])
 def test_bad_slurm_settings_name_file_line_and_field(line: str, field: str, fragment: str) -> None:
     text = _with(SLURM_RECIPE.read_text(), line)
@@ -74,3 +82,8 @@ def test_bad_slurm_settings_name_file_line_and_field(line: str, field: str, frag
     message = str(err.value)
     assert "\n" not in message and fragment in message, message
     assert message.startswith(f"r.yaml:{want_line}: {field}: "), message
+
+
+def test_sbatch_options_that_are_no_owned_ones_still_pass() -> None:
+    settings = SlurmSettings(partition="gpu,debug", gres="gpu:h100:8", extra_sbatch=["--exclusive --mem=0", "--gpus=8"])
+    assert settings.extra_sbatch == ["--exclusive --mem=0", "--gpus=8"]

@@ -38,7 +38,11 @@ def test_a_lever_the_campaign_did_not_propose_is_refused() -> None:
     assert problem is not None and "not the levers of this step" in problem
 
 
-@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH", "PATH", "BASH_ENV", "PYTHONSTARTUP", "omp_num_threads"])
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH", "PATH", "BASH_ENV", "PYTHONSTARTUP", "omp_num_threads",
+                                  # inside the allowed prefixes, but they load code or write files
+                                  "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "OMP_TOOL_LIBRARIES", "TORCHINDUCTOR_CACHE_DIR",
+                                  "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_REDIS_HOST", "NCCL_DEBUG_FILE",
+                                  "TORCH_LOGS_OUT"])
 def test_a_recipe_cannot_set_a_variable_that_changes_what_code_runs(name: str) -> None:
     text = BASE.replace("OMP_NUM_THREADS:", f"{name}: x\n  OMP_NUM_THREADS:")
     with pytest.raises(RecipeError, match=f"{name}: not an allowed variable"):
