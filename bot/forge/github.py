@@ -238,7 +238,7 @@ class GitHubForge:
 
         Idempotent: an existing step is returned as it is; a branch left by a crash is reused when it holds exactly
         this edit. Calls ``GET /git/ref/heads/<base>``, ``GET /contents/<recipe>?ref=<sha>``,
-        ``POST /git/refs``, ``PUT /contents/<recipe>``, ``POST /pulls``, ``POST /issues/{n}/labels`` (after
+        the Git Data calls of :meth:`add_files`, ``POST /git/refs``, ``POST /pulls``, ``POST /issues/{n}/labels`` (after
         ``find_step``'s look-ups).
         """
         existing = self.find_step(req.campaign, req.n)
@@ -276,31 +276,64 @@ class GitHubForge:
         )
 
     def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
-        """Commit ``files`` on the step branch through the contents API (one commit per file).
+        """Commit ``files`` on the step branch in one commit whose parent is ``step.head_sha`` (the head the bot
+        measured or made), through the Git Data API, and move the branch to it only as a fast-forward.
 
-        Refuses when the branch head is not ``step.head_sha`` (someone else pushed): the returned head is then
-        always a descendant of the measured commit made by the bot alone. Calls ``GET /git/ref/heads/<branch>``,
-        then per file ``GET /contents/<path>?ref=<branch>`` and ``PUT /contents/<path>``.
+        Refuses when the branch head is not ``step.head_sha`` (someone else pushed), and GitHub refuses the ref
+        update (``force=false``) when someone pushes inside the window: the returned head is therefore always the
+        bot's own commit on the expected head, never one on a head it did not expect. Unchanged files add nothing.
+        Calls ``GET /git/ref/heads/<branch>``, per file ``GET /contents/<path>?ref=<sha>``, then ``GET
+        /git/commits/{sha}``, per changed file ``POST /git/blobs``, ``POST /git/trees``, ``POST /git/commits`` and
+        ``PATCH /git/refs/heads/<branch>``.
         """
         head = self._branch_head(step.branch)
         if head != step.head_sha:
             raise GitHubForgeError(
                 f"branch {step.branch} is at {head or 'nothing'}, not at {step.head_sha}; not adding files"
             )
+        made = self._write_commit(step.head_sha, files, message)
+        if made is None:
+            return step
+        self._move_branch(step.branch, made, step.head_sha)
+        return step.model_copy(update={"head_sha": made})
+
+    def _write_commit(self, parent: str, files: Mapping[str, str], message: str) -> str | None:
+        """A commit of ``files`` on top of ``parent`` (blobs, tree, commit; on no branch yet): its sha, or None when
+        every file already has that text at ``parent``. GitHub signs it for the token: it is the bot's."""
+        from github.InputGitTreeElement import InputGitTreeElement
+
+        changed: dict[str, str] = {}
         for path, text in files.items():
             _require_repo_path(path)
             try:
-                existing = self._get_file(path, step.branch)
-            except UnknownObjectException:
-                result = self._repo.create_file(path, message, text, branch=step.branch)
-            else:
-                if existing.text == text:
+                if self._get_file(path, parent).text == text:
                     continue
-                result = self._repo.update_file(
-                    path, message, text, sha=existing.blob_sha, branch=step.branch
-                )
-            head = result["commit"].sha
-        return step.model_copy(update={"head_sha": head})
+            except UnknownObjectException:
+                pass
+            changed[path] = text
+        if not changed:
+            return None
+        base = self._repo.get_git_commit(self._require_sha(parent))
+        elements = [
+            InputGitTreeElement(path, "100644", "blob",
+                                sha=self._repo.create_git_blob(base64.b64encode(text.encode()).decode(), "base64").sha)
+            for path, text in changed.items()
+        ]
+        tree = self._repo.create_git_tree(elements, base_tree=base.tree)
+        return self._repo.create_git_commit(message, tree, [base]).sha
+
+    def _move_branch(self, branch: str, sha: str, expected: str) -> None:
+        """Move ``branch`` to ``sha`` as a fast-forward only (``PATCH /git/refs/heads/<branch>``, ``force=false``):
+        GitHub answers 422 when the branch is no longer an ancestor of ``sha`` (someone pushed after ``expected``)."""
+        try:
+            self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - PyGithub's transport: the one PATCH
+                "PATCH", f"{self._repo.url}/git/refs/heads/{branch}", input={"sha": sha, "force": False})
+        except GithubException as exc:
+            if exc.status in (409, 422):
+                raise GitHubForgeError(
+                    f"branch {branch} moved away from {expected} while the bot committed on it "
+                    f"({exc.status}: {_message(exc)}); not committing on a head it did not expect") from exc
+            raise
 
     # -- comments, statuses, dashboard --------------------------------------------------------------------
 
@@ -372,7 +405,8 @@ class GitHubForge:
     def merge(self, step: StepRef, message: str) -> StepRef:
         """Merge the step's pull request at exactly ``step.head_sha``; raise ``MergeRefused`` otherwise.
 
-        Calls ``GET /pulls/{n}`` (bot branch? open? head still the measured sha?) and
+        Calls ``GET /pulls/{n}`` (bot branch? open? head still the measured sha?), ``GET /compare/<base>...<sha>``
+        (every commit the head adds to the base branch is the bot's own: :meth:`foreign_commits`) and
         ``PUT /pulls/{n}/merge`` with ``sha``; GitHub's 409 (head moved meanwhile) and 405 (not mergeable) become
         ``MergeRefused`` with GitHub's reason. An already merged step at that sha is returned as merged.
         """
@@ -391,6 +425,13 @@ class GitHubForge:
             raise MergeRefused(
                 f"PR #{number} head is {pr.head.sha}, not the measured {sha}; not merging an unmeasured commit"
             )
+        try:
+            foreign = self.foreign_commits(self.base_branch, sha, require_descent=False)
+        except GitHubForgeError as exc:
+            raise MergeRefused(f"PR #{number} not merged: {exc}") from exc
+        if foreign:
+            raise MergeRefused(f"PR #{number} not merged: {sha[:12]} carries commits that are not the bot's own "
+                               f"since {self.base_branch}: {'; '.join(foreign[:5])}")
         try:
             result = pr.merge(
                 commit_message=message,
@@ -436,22 +477,24 @@ class GitHubForge:
         to the base branch: how the bot lands its own data without pushing to the base branch (a protected one
         then needs no bypass actor). The answer's ``head_sha`` is the bot's last commit; ``campaign`` is empty.
 
-        Calls ``GET /git/ref/heads/<base>``, ``POST /git/refs``, per file ``GET``/``PUT /contents/<path>``, then
-        ``POST /pulls``.
+        Calls ``GET /git/ref/heads/<base>``, the Git Data calls of :meth:`add_files` (the commit is made first), then
+        ``POST /git/refs`` at that commit and ``POST /pulls``.
         """
         if not branch.startswith(BOT_BRANCH_PREFIX) or not re.fullmatch(r"[A-Za-z0-9._/-]+", branch) or ".." in branch:
             raise GitHubForgeError(f"branch {branch!r}: expected a name under {BOT_BRANCH_PREFIX} of [A-Za-z0-9._/-]")
         base_sha = self._branch_head(self.base_branch)
         if base_sha is None:
             raise GitHubForgeError(f"base branch {self.base_branch!r} not found in {self.full_name}")
-        try:
-            self._repo.create_git_ref(f"refs/heads/{branch}", base_sha)
+        made = self._write_commit(base_sha, files, title)
+        if made is None:
+            raise GitHubForgeError(f"{', '.join(files) or 'no file'}: already so on {self.base_branch}; nothing to open")
+        try:  # the branch is born holding the bot's commit: there is no window to push into
+            self._repo.create_git_ref(f"refs/heads/{branch}", made)
         except GithubException as exc:
             if exc.status == 422:  # never build on a branch someone else may have filled
                 raise GitHubForgeError(f"branch {branch} exists already; not reusing it") from exc
             raise
-        ref = StepRef(campaign="", n=0, branch=branch, head_sha=base_sha)
-        ref = self.add_files(ref, files, title)
+        ref = StepRef(campaign="", n=0, branch=branch, head_sha=made)
         pr = self._repo.create_pull(base=self.base_branch, head=branch, title=markers.one_line(title, markers.TITLE_LIMIT),
                                     body=markers.cap(body, markers.GITHUB_BODY_LIMIT), draft=False)
         self._repo.get_issue(pr.number).add_to_labels(self.labels.bot)
@@ -620,6 +663,31 @@ class GitHubForge:
         verified = bool(((data.get("commit") or {}).get("verification") or {}).get("verified"))
         return ((data.get("author") or {}).get("login")), verified
 
+    def foreign_commits(self, since: str, head: str, *, require_descent: bool = True) -> list[str]:
+        """The commits on ``head`` since ``since`` (a branch or sha) that are not the bot's own -- linked to the
+        bot's login *and* signed by GitHub, as its API writes are -- one short line each; [] when all are its own.
+        ``require_descent``: ``head`` must descend from ``since`` (a rewritten history is reported). More commits
+        than GitHub lists in one compare (250) are reported too. One ``GET /compare/{since}...{head}``; read-only.
+        Raises :class:`GitHubForgeError` when the bot's login is unknown (no commit can be told to be its own)."""
+        if not self.bot_login:
+            raise GitHubForgeError("the bot's own login is unknown (set ATTUNE_BOT_LOGIN): no commit can be trusted")
+        _, data = self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - one call, the JSON as GitHub sent it
+            "GET", f"{self._repo.url}/compare/{since}...{head}")
+        data = data or {}
+        found: list[str] = []
+        if require_descent and int(data.get("behind_by") or 0):
+            found.append(f"{head[:12]} does not descend from {since[:40]}")
+        commits = data.get("commits") or []
+        if int(data.get("total_commits") or 0) > len(commits):
+            found.append(f"{data.get('total_commits')} commits since {since[:40]}, more than one compare lists")
+        for commit in commits:
+            login = (commit.get("author") or {}).get("login")
+            verified = bool(((commit.get("commit") or {}).get("verification") or {}).get("verified"))
+            if login != self.bot_login or not verified:
+                found.append(f"{str(commit.get('sha'))[:12]} (linked to {login or 'no account'}, "
+                             f"{'signed' if verified else 'unsigned'})")
+        return found
+
     def _branch_head(self, branch: str) -> str | None:
         try:
             return self._repo.get_git_ref(f"heads/{branch}").object.sha
@@ -639,19 +707,25 @@ class GitHubForge:
     def _commit_edit(
         self, branch: str, base_sha: str, path: str, current: _File, new_text: str, req: StepRequest
     ) -> str:
+        """The step's one-line commit on ``base_sha`` (Git Data API); the branch is created at it, or moved to it as
+        a fast-forward from ``base_sha``, so the branch never holds a commit of anyone else's under the bot's."""
+        message = f"attune: {req.campaign} step {req.n}: set {req.lever} = {req.value}"
         head = self._branch_head(branch)
-        if head is None:
-            try:
-                self._repo.create_git_ref(f"refs/heads/{branch}", base_sha)
-                head = base_sha
-            except GithubException as exc:  # 422: another driver created it meanwhile
-                head = self._branch_head(branch) if exc.status == 422 else None
-                if head is None:
-                    raise
-        if head == base_sha:
-            message = f"attune: {req.campaign} step {req.n}: set {req.lever} = {req.value}"
-            result = self._repo.update_file(path, message, new_text, sha=current.blob_sha, branch=branch)
-            return result["commit"].sha
+        if head is None or head == base_sha:
+            made = self._write_commit(base_sha, {path: new_text}, message)
+            if made is None:
+                raise GitHubForgeError(f"{path}: setting {req.lever} to {req.value!r} changes nothing")
+            if head is None:
+                try:
+                    self._repo.create_git_ref(f"refs/heads/{branch}", made)
+                    return made
+                except GithubException as exc:  # 422: another driver created it meanwhile
+                    head = self._branch_head(branch) if exc.status == 422 else None
+                    if head is None:
+                        raise
+            if head == base_sha:
+                self._move_branch(branch, made, base_sha)
+                return made
         if self._get_file(path, head).text != new_text:  # left by a crash: reuse only if it is this very edit
             raise GitHubForgeError(f"branch {branch} already exists with a different {path}; not reusing it")
         return head

@@ -147,6 +147,8 @@ class FakeGitHub:
         self.actor = actor
         self.commits: dict[str, Commit] = {}
         self.refs: dict[str, str] = {}  # "heads/main" -> sha
+        self.blobs: dict[str, str] = {}  # blob sha -> text (Git Data API writes)
+        self.trees: dict[str, dict[str, str]] = {}  # tree sha -> its files (every tree a commit named)
         self.pulls: dict[int, Pull] = {}
         self.issues: dict[int, Issue] = {}
         self.comments: dict[int, Comment] = {}
@@ -748,6 +750,91 @@ class FakeGitHub:
         self.refs[name] = sha
         return 201, self._ref_obj(name)
 
+    # -- the Git Data API: blobs, trees, commits, ref updates (how the bot commits on the head it expects) ----
+
+    def _tree_sha(self, tree: dict[str, str]) -> str:
+        """A tree's sha (the fake's own, stable for equal trees); the tree is kept so a commit can name it."""
+        sha = hashlib.sha1(json.dumps(sorted(tree.items())).encode()).hexdigest()
+        self.trees[sha] = dict(tree)
+        return sha
+
+    def _git_commit_obj(self, commit: Commit) -> dict[str, Any]:
+        obj = self._rewrite(self.contract.example("git-commit"))
+        tree = self._tree_sha(commit.tree)
+        obj.update(sha=commit.sha, node_id=f"C_{commit.sha[:12]}", url=self._api(f"/git/commits/{commit.sha}"),
+                   html_url=f"{WEB_HOST}/{self.full_name}/commit/{commit.sha}", message=commit.message,
+                   tree={"sha": tree, "url": self._api(f"/git/trees/{tree}")},
+                   parents=[{"sha": p, "url": self._api(f"/git/commits/{p}"),
+                             "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}"} for p in commit.parents],
+                   verification={"verified": commit.verified, "reason": "valid" if commit.verified else "unsigned",
+                                 "signature": "-----BEGIN PGP SIGNATURE-----" if commit.verified else None,
+                                 "payload": f"tree {tree}" if commit.verified else None,
+                                 "verified_at": self._now() if commit.verified else None})
+        return obj
+
+    def _op_git_get_commit(self, params: dict[str, str], query: Any, body: Any) -> Any:
+        commit = self.commits.get(params["commit_sha"])
+        if commit is None:
+            raise HTTPError(404, "Not Found")
+        return 200, self._git_commit_obj(commit)
+
+    def _op_git_create_blob(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
+        try:
+            text = (base64.b64decode(body["content"], validate=True).decode() if body.get("encoding") == "base64"
+                    else body["content"])
+        except (ValueError, UnicodeDecodeError) as exc:  # the fake keeps text files only
+            raise HTTPError(422, "content is not valid Base64 of UTF-8 text",
+                            [{"code": "invalid", "field": "content"}]) from exc
+        sha = blob_sha(text)
+        self.blobs[sha] = text
+        return 201, {"url": self._api(f"/git/blobs/{sha}"), "sha": sha}
+
+    def _op_git_create_tree(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
+        base = body.get("base_tree")
+        if base is not None and base not in self.trees:
+            raise HTTPError(422, f"base_tree {base} does not exist", [{"code": "invalid", "field": "base_tree"}])
+        tree = dict(self.trees[base]) if base else {}
+        for entry in body["tree"]:
+            if entry.get("type", "blob") != "blob" or entry.get("mode", "100644") != "100644":
+                raise HTTPError(422, "the fake keeps regular files only", [{"code": "invalid", "field": "tree"}])
+            if "content" in entry:
+                tree[entry["path"]] = entry["content"]
+            elif entry.get("sha") is None:
+                tree.pop(entry["path"], None)
+            elif entry["sha"] in self.blobs:
+                tree[entry["path"]] = self.blobs[entry["sha"]]
+            else:
+                raise HTTPError(422, f"tree.sha {entry['sha']} is not a valid blob", [{"code": "invalid", "field": "tree"}])
+        sha = self._tree_sha(tree)
+        obj = self._rewrite(self.contract.example("git-tree"))
+        obj.update(sha=sha, url=self._api(f"/git/trees/{sha}"), truncated=False, tree=[
+            {"path": path, "mode": "100644", "type": "blob", "size": len(text.encode()), "sha": blob_sha(text),
+             "url": self._api(f"/git/blobs/{blob_sha(text)}")} for path, text in sorted(tree.items())])
+        return 201, obj
+
+    def _op_git_create_commit(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
+        if body["tree"] not in self.trees:
+            raise HTTPError(422, f"Tree SHA does not exist: {body['tree']}")
+        parents = list(body.get("parents") or [])
+        if any(p not in self.commits for p in parents):
+            raise HTTPError(422, "Parent SHA does not exist or is not a commit object")
+        sha = self._commit(self.trees[body["tree"]], parents, body["message"])
+        # GitHub signs the commits its API makes for a token unless the caller names an author or a signature
+        by_token = not any(k in body for k in ("author", "committer", "signature"))
+        self.commits[sha].author, self.commits[sha].verified = self.actor, by_token
+        return 201, self._git_commit_obj(self.commits[sha])
+
+    def _op_git_update_ref(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
+        name, sha = params["ref"], body["sha"]
+        if name not in self.refs:
+            raise HTTPError(422, "Reference does not exist")
+        if sha not in self.commits:
+            raise HTTPError(422, "Object does not exist")
+        if not body.get("force") and self.refs[name] not in self._ancestors(sha):
+            raise HTTPError(422, "Update is not a fast forward")
+        self.refs[name] = sha
+        return 200, self._ref_obj(name)
+
     def _op_repos_get_content(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         ref = query.get("ref", [self.default_branch])[0]
         text = self.commits[self._resolve(ref)].tree.get(params["path"])
@@ -960,6 +1047,11 @@ class FakeGitHub:
             obj.update(sha=sha, url=self._api(f"/commits/{sha}"), html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
                        parents=[{"sha": p, "url": self._api(f"/commits/{p}")} for p in self.commits[sha].parents])
             obj["commit"]["message"] = self.commits[sha].message
+            c = self.commits[sha]  # who it is linked to and GitHub's verdict on its signature, as get-commit says
+            obj["author"] = self._user(c.author) if c.author else {}
+            obj["committer"] = self._user("web-flow") if c.verified else self._user(c.author) if c.author else {}
+            obj["commit"]["verification"] = {"verified": c.verified, "reason": "valid" if c.verified else "unsigned",
+                                             "signature": None, "payload": None, "verified_at": None}
             return obj
 
         url = self._api(f"/compare/{basehead}")
