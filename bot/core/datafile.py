@@ -29,6 +29,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
 from bot.core.textfile import NotText, read_utf8
+from bot.core.yamlguard import yaml_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -105,6 +106,9 @@ def load_yaml(path: Path) -> tuple[Any, Lines]:
         raise DataFileError(str(exc)) from None
     except OSError as exc:
         raise DataFileError(f"{where}: cannot read file: {exc.strerror or exc}") from None
+    problem = yaml_problem(text, where)  # no anchors or aliases, at most 1 MiB
+    if problem is not None:
+        raise DataFileError(problem)
     yaml = YAML(typ="rt", pure=True)
     try:
         root = yaml.load(text)

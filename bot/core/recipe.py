@@ -85,6 +85,17 @@ PIN_TYPES: dict[str, PinType] = {
 }
 
 
+def global_overrides(overrides: list[str]) -> list[str]:
+    """A workload's overrides before torchtitan's ``activation-checkpoint:`` subcommand: the recipe states the AC mode
+    and its flags as levers (``attune recipe init`` reads them from the overrides' resolved config)."""
+    out: list[str] = []
+    for tok in overrides:
+        if tok.startswith("activation-checkpoint:"):
+            break
+        out.append(tok)
+    return out
+
+
 class RecipeError(Exception):
     """A recipe problem, already phrased as one line: ``file:line: field: what was expected``."""
 
@@ -93,7 +104,10 @@ class Workload(BaseModel):
     model_config = ConfigDict(extra="forbid")
     module: str = Field(min_length=1)
     config: str = Field(min_length=1)
-    model: str | None = None  # model id (simulator zoo / leaderboard)
+    model: str | None = None  # model id (leaderboard label; names a zoo model the config does not build)
+    # torchtitan overrides as on the torchrun command line, verbatim (`attune recipe init ... -- OVERRIDES`); passed
+    # right after --module/--config, before the recipe's pins and levers
+    overrides: list[str] = Field(default_factory=list)
 
 
 class Cluster(BaseModel):
@@ -283,6 +297,10 @@ def _line_of(data: Any, loc: tuple[Any, ...]) -> int | None:
 
 def parse_recipe_text(text: str, source: str = "<recipe>") -> Recipe:
     """Parse and validate recipe text; raise :class:`RecipeError` with file, line and field."""
+    from bot.core.yamlguard import yaml_problem  # no anchors or aliases, at most 1 MiB
+
+    if (problem := yaml_problem(text, source)) is not None:
+        raise RecipeError(problem)
     try:
         data = _yaml().load(text)
     except YAMLError as exc:
