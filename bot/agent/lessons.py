@@ -1,6 +1,8 @@
 """Lessons catalog: cited tuning heuristics that guide which lever a policy tries next.
 
-The data lives in ``lessons/*.yaml`` (one file per topic, each ``{lessons: [...]}``). A lesson is
+ATTUNE's catalog ships with the package (``bot/agent/lessons_catalog/*.yaml``, package data: one file per topic, each
+``{lessons: [...]}``); the tuning repository's own ``lessons/*.yaml``, when it has any, add lessons to it or replace
+a packaged lesson of the same id (:func:`load_lessons`). A lesson is
 
 * ``id``; ``when``: a ``bot.core.matcher`` condition over the context below (omitted = always);
 * ``try``: ordered lever changes, ``{lever, value}`` or relative ``{lever, op: double|halve|next|prev}``
@@ -39,6 +41,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -260,20 +263,18 @@ def lesson_to_data(lesson: Lesson) -> dict[str, Any]:
     return data
 
 
-def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
-    """Load every ``*.yaml`` directly in ``dir`` (default: ``lessons/`` of the repository at or above the working
-    directory, :func:`bot.core.repo.find_repo`; never a folder next to the installed package), sorted by file name.
+CATALOG = "lessons_catalog"  # the packaged catalog: a folder of this package (pyproject.toml's package-data)
 
-    Lesson ids are unique across files; every ``try`` is one a campaign can make (:func:`try_problem`). Raises
-    ``LessonFileError`` on the first problem (a file that is not UTF-8 text included).
-    """
-    if dir:
-        folder = Path(dir)
-    else:
-        try:
-            folder = find_repo().lessons
-        except RepoError as exc:
-            raise LessonFileError(str(exc)) from None
+
+def catalog_dir() -> Path:
+    """The folder of ATTUNE's own lessons, wherever the package is installed (editable or not)."""
+    return Path(str(resources.files(__package__ or "bot.agent").joinpath(CATALOG)))
+
+
+def load_lesson_folder(folder: Path | str) -> list[Lesson]:
+    """Every ``*.yaml`` directly in ``folder`` alone (no packaged catalog), sorted by file name; ids unique across
+    its files. Raises ``LessonFileError`` on the first problem, a missing folder included."""
+    folder = Path(folder)
     if not folder.is_dir():
         raise LessonFileError(f"{folder}: lessons folder not found")
     lessons: list[Lesson] = []
@@ -287,6 +288,37 @@ def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
             origin[lesson.id] = str(path)
             lessons.append(lesson)
     return lessons
+
+
+def repo_lessons_dir() -> Path | None:
+    """``lessons/`` of the repository at or above the working directory (``$ATTUNE_REPO`` overrides), or None."""
+    try:
+        return find_repo().lessons
+    except RepoError:
+        return None
+
+
+def packaged_lessons() -> list[Lesson]:
+    """ATTUNE's own catalog, as shipped with the package (no repository's lessons)."""
+    shipped = catalog_dir()
+    if not shipped.is_dir():
+        raise LessonFileError(f"{shipped}: ATTUNE's lessons catalog is missing from the installed package; reinstall ATTUNE")
+    return load_lesson_folder(shipped)
+
+
+def load_lessons(dir: Path | str | None = None) -> list[Lesson]:
+    """The catalog a campaign uses: ATTUNE's packaged lessons (:func:`catalog_dir`), then those of the tuning
+    repository's folder ``dir`` (default: :func:`repo_lessons_dir`; nothing is added when there is no repository or
+    the folder does not exist). A repository lesson whose id is a packaged lesson's replaces it in its place; the
+    others follow, in file-name order. Every ``try`` is one a campaign can make (:func:`try_problem`). Raises
+    ``LessonFileError`` on the first problem (a file that is not UTF-8 text, a duplicate id within either folder).
+    """
+    lessons = packaged_lessons()
+    folder = Path(dir) if dir else repo_lessons_dir()
+    own = load_lesson_folder(folder) if folder is not None and folder.is_dir() else []
+    mine = {lesson.id: lesson for lesson in own}
+    merged = [mine.pop(lesson.id, lesson) for lesson in lessons]
+    return merged + [lesson for lesson in own if lesson.id in mine]
 
 
 def _glob_any(value: Any, patterns: Sequence[str]) -> bool:

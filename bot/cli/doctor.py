@@ -67,7 +67,8 @@ class Facts(BaseModel):
     repo_root: str | None = None  # the git work tree a campaign makes its branches in
     repo_error: str = ""
     data_root: str | None = None  # where recipes/ and lessons/ are read (the repository, else the folder holding recipes/)
-    lessons: int | None = None  # lessons loaded from lessons/ there (None: not loaded)
+    lessons: int | None = None  # lessons a campaign loads: ATTUNE's packaged catalog with lessons/ there (None: not loaded)
+    own_lessons: int = 0  # of which the repository's own lessons/ holds (additions and overrides)
     lessons_error: str = ""
     git: str | None = None  # `git --version`, or None when git is not on PATH
     git_identity: str | None = None  # "name <email>" configured for the recipe's repository
@@ -155,12 +156,11 @@ def check_launcher(f: Facts) -> Check:
 
 
 def check_lessons(f: Facts) -> Check:
-    if f.data_root is None:
-        return Check(name="lessons", status="skip", found="no repository")
     if f.lessons is not None:
-        return Check(name="lessons", status="ok", found=f"{f.lessons} lessons in {f.data_root}/lessons")
+        own = f", {f.own_lessons} of them from {f.data_root}/lessons" if f.own_lessons else ""
+        return Check(name="lessons", status="ok", found=f"{f.lessons} lessons (ATTUNE's catalog{own})")
     return Check(name="lessons", status="miss", found=f.lessons_error,
-                 fix="copy lessons/ from ATTUNE into the repository (campaigns read the catalog from it), or fix the file named")
+                 fix="fix the lessons file named (the repository's lessons/ adds to ATTUNE's catalog or overrides it by id)")
 
 
 def check_torch(f: Facts) -> Check:
@@ -351,7 +351,7 @@ def _recipe_path(arg: str) -> Path:
     raise UsageError(f"{arg}: no such recipe (a path to a recipe file, or one under recipes/ such as moe-tiny/cpu.yaml)")
 
 def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = False) -> Facts:
-    from bot.agent.lessons import LessonFileError, load_lessons
+    from bot.agent.lessons import LessonFileError, load_lesson_folder, load_lessons, packaged_lessons
     from bot.core.recipe import RecipeError, load_recipe
     from bot.core.repo import RepoError, find_repo, git_toplevel
     from bot.runner import LAUNCHERS, check_runnable
@@ -396,16 +396,17 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
         except RecipeError as exc:
             f.recipe_error = str(exc)
     f.data_root = f.data_root or f.repo_root
-    if f.data_root:
-        try:
-            f.lessons = len(load_lessons(Path(f.data_root) / "lessons"))
-        except LessonFileError as exc:
-            f.lessons_error = str(exc)
-        if git and recipe_arg is not None and f.repo_root:
-            name = _out([git, "config", "user.name"], cwd=Path(f.repo_root))
-            email = _out([git, "config", "user.email"], cwd=Path(f.repo_root))
-            if name[0] == 0 and email[0] == 0 and name[1] and email[1]:
-                f.git_identity = f"{name[1]} <{email[1]}>"
+    own = Path(f.data_root) / "lessons" if f.data_root else None
+    try:  # ATTUNE's packaged catalog, with the repository's own lessons/ when it has one
+        f.lessons = len(load_lessons(own) if own is not None else packaged_lessons())
+        f.own_lessons = len(load_lesson_folder(own)) if own is not None and own.is_dir() else 0
+    except LessonFileError as exc:
+        f.lessons_error = str(exc)
+    if f.data_root and git and recipe_arg is not None and f.repo_root:
+        name = _out([git, "config", "user.name"], cwd=Path(f.repo_root))
+        email = _out([git, "config", "user.email"], cwd=Path(f.repo_root))
+        if name[0] == 0 and email[0] == 0 and name[1] and email[1]:
+            f.git_identity = f"{name[1]} <{email[1]}>"
     # the software a real run needs
     if _real(f):
         f.torch_version, f.torch_error, torch = _module_version("torch")

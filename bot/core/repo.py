@@ -1,4 +1,5 @@
-"""Where a repository keeps its data: ``recipes/``, ``lessons/``, ``results/``, ``leaderboard.md``.
+"""Where a repository keeps its data: ``recipes/``, ``lessons/`` (its own lessons, added to ATTUNE's packaged catalog),
+``results/``, ``leaderboard.md``.
 
 They are always read from the checkout being tuned — the recipe's repository, or the working directory for commands
 without a recipe (``attune lessons``, ``attune github ...`` in a workflow's checkout) — never next to the installed

@@ -59,7 +59,7 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
                    runner_options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
                    progress: Any = None, lessons: list | None = None) -> Executor:
     """The executor with local ports for the recipe ``recipe_rel`` of ``repo``; ``cache_dir`` holds the gate's
-    calibration runs (default ``<repo>/.attune``). Lessons come from the repository's ``lessons/``."""
+    calibration runs (default ``<repo>/.attune``). Lessons: ATTUNE's packaged catalog with the repository's ``lessons/``."""
     recipe = load_recipe(repo / recipe_rel)
     if forge == "local":
         from bot.forge.local import LocalForge

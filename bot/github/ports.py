@@ -412,8 +412,8 @@ class GitHubPorts:
 def github_executor(forge: GitHubForge, stored: Stored, *, dispatch_ref: str | None = None, redispatch: bool = False,
                     policy: Any = None, lessons: list | None = None, space_fn: Any = None, gate_config: Any = None,
                     gate_convergence: Any = None, calibrate: Any = None) -> tuple[Any, GitHubPorts]:
-    """The one executor with GitHub's ports for the campaign stored on ``stored.issue`` (and those ports). Lessons
-    come from ``lessons/`` of the checkout the workflow runs in (the working directory)."""
+    """The one executor with GitHub's ports for the campaign stored on ``stored.issue`` (and those ports). Lessons:
+    ATTUNE's packaged catalog with ``lessons/`` of the checkout the workflow runs in (the working directory)."""
     from bot.agent import get_policy
     from bot.agent.lessons import load_lessons
     from bot.agent.space import make_space

@@ -11,9 +11,11 @@ from bot.agent.lessons import (
     Lesson,
     LessonFileError,
     apply_op,
+    catalog_dir,
     change_problem,
     find_lesson,
     lever_names,
+    load_lesson_folder,
     load_lessons,
     propose_lessons,
     relevant,
@@ -90,7 +92,7 @@ def test_seed_catalog_loads_with_at_least_15_cited_lessons() -> None:
 
 
 def test_topic_files_exist() -> None:
-    names = {p.name for p in (ROOT / "lessons").glob("*.yaml")}
+    names = {p.name for p in catalog_dir().glob("*.yaml")}
     assert {"memory.yaml", "parallelism.yaml", "compile.yaml", "cpu.yaml", "moe.yaml"} <= names
 
 
@@ -280,12 +282,12 @@ def folder_with(tmp_path: Path, body: str, name: str = "topic.yaml") -> Path:
 
 def lesson_error(folder: Path) -> str:
     with pytest.raises(LessonFileError) as info:
-        load_lessons(folder)
+        load_lesson_folder(folder)
     return str(info.value)
 
 
 def test_good_file_loads(tmp_path: Path) -> None:
-    assert ids(load_lessons(folder_with(tmp_path, GOOD))) == ["good-one"]
+    assert ids(load_lesson_folder(folder_with(tmp_path, GOOD))) == ["good-one"]
 
 
 @pytest.mark.parametrize(
@@ -343,6 +345,39 @@ def test_duplicate_ids_across_files(tmp_path: Path) -> None:
 
 def test_missing_folder(tmp_path: Path) -> None:
     assert "lessons folder not found" in lesson_error(tmp_path / "nope")
+
+
+def test_the_catalog_ships_with_the_package_and_loads_outside_any_repository(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """No repository and no lessons/ (a user's machine): the packaged catalog alone; the folder a campaign writes
+    proposals to (``lessons/proposed/`` of the tuning repository) is not part of the package."""
+    monkeypatch.delenv("ATTUNE_REPO", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert catalog_dir().is_relative_to(Path(__file__).resolve().parents[2] / "bot")
+    loaded = load_lessons()
+    assert ids(loaded) == ids(load_lesson_folder(catalog_dir())) and "oom-enable-recompute" in ids(loaded)
+    assert not (catalog_dir() / "proposed").exists()
+
+
+def test_a_repository_lesson_replaces_a_packaged_one_by_id_and_adds_its_own(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ATTUNE_REPO", raising=False)
+    repo = tmp_path / "tune"
+    (repo / "recipes").mkdir(parents=True)
+    own = GOOD.replace("id: good-one", "id: oom-enable-recompute").replace("why: because", "why: our own reason")
+    (repo / "lessons" / "proposed").mkdir(parents=True)
+    folder_with(repo / "lessons", own + GOOD.split("lessons:\n", 1)[1], "ours.yaml")
+    (repo / "lessons" / "proposed" / "x.yaml").write_text("not: [a catalog")  # proposals are not loaded
+    packaged = load_lesson_folder(catalog_dir())
+    monkeypatch.chdir(repo / "recipes")
+    loaded = load_lessons()
+    assert ids(loaded) == [*ids(packaged), "good-one"]  # the override keeps its place; the new one follows
+    assert {lesson.id: lesson for lesson in loaded}["oom-enable-recompute"].why == "our own reason"
+    assert load_lessons(repo / "lessons") == loaded
+    bad = repo / "lessons" / "zz.yaml"
+    bad.write_text(GOOD)  # good-one twice in the repository's folder: one line naming both files
+    with pytest.raises(LessonFileError, match="zz.yaml.*duplicate id, also in .*ours.yaml"):
+        load_lessons()
 
 
 def test_repository_path_sources_are_accepted() -> None:
@@ -433,11 +468,11 @@ def test_two_campaigns_on_one_model_and_hardware_propose_lessons_with_distinct_i
     assert one[0]["id"] != two[0]["id"]
     write_proposed(one, tmp_path / "a.yaml", merge=False)
     write_proposed(two, tmp_path / "b.yaml", merge=False)
-    assert {lesson.id for lesson in load_lessons(tmp_path)} == {one[0]["id"], two[0]["id"]}
+    assert {lesson.id for lesson in load_lesson_folder(tmp_path)} == {one[0]["id"], two[0]["id"]}
 
 
 def test_the_shipped_proposed_lessons_load_as_one_catalog() -> None:
-    proposed = load_lessons(ROOT / "lessons" / "proposed")
+    proposed = load_lesson_folder(ROOT / "lessons" / "proposed")
     assert proposed and all(lesson.status == "proposed" for lesson in proposed)
 
 
@@ -478,9 +513,9 @@ def test_write_proposed_round_trips_and_merges(tmp_path: Path) -> None:
         [{**MEASURED[0], "lever": "training.gc_freq", "from": 50, "to": 100, "gain": 0.03}]
     )
     write_proposed(more, target)
-    assert len(load_lessons(target.parent)) == 2
+    assert len(load_lesson_folder(target.parent)) == 2
     write_proposed(more, target, merge=False)
-    assert len(load_lessons(target.parent)) == 1
+    assert len(load_lesson_folder(target.parent)) == 1
     assert sorted(p.name for p in target.parent.iterdir()) == ["campaign-1.yaml"]  # no temp files left
 
 
@@ -520,10 +555,10 @@ def test_interleaved_zero_bubble_only_without_recompute_and_with_a_bubble_left(s
 
 # --------------------------------------------------------------------------- every try is one a campaign can make
 
-SHIPPED_CATALOGS = sorted((ROOT / "lessons").glob("*.yaml")) + sorted((ROOT / "lessons" / "proposed").glob("*.yaml"))
+SHIPPED_CATALOGS = sorted(catalog_dir().glob("*.yaml")) + sorted((ROOT / "lessons" / "proposed").glob("*.yaml"))
 
 
-@pytest.mark.parametrize("path", SHIPPED_CATALOGS, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", SHIPPED_CATALOGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_shipped_catalog_passes_the_try_check(path: Path) -> None:
     lessons = load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson", check=try_problem)
     assert lessons
@@ -533,8 +568,8 @@ def test_every_shipped_catalog_passes_the_try_check(path: Path) -> None:
 
 
 def test_the_shipped_catalogs_are_the_topic_files_and_the_proposed_ones() -> None:
-    names = {str(p.relative_to(ROOT / "lessons")) for p in SHIPPED_CATALOGS}
-    assert {"memory.yaml", "cpu.yaml"} <= names and any(n.startswith("proposed/") for n in names)
+    names = {f"{p.parent.name}/{p.name}" for p in SHIPPED_CATALOGS}
+    assert {"lessons_catalog/memory.yaml", "lessons_catalog/cpu.yaml"} <= names and any(n.startswith("proposed/") for n in names)
 
 
 BAD_TRY = [
@@ -589,7 +624,7 @@ def test_a_try_no_campaign_could_make_is_refused_at_load(tmp_path: Path, change:
 )
 def test_a_try_a_campaign_can_make_loads(tmp_path: Path, change: str) -> None:
     folder, _ = _catalog_with_second_try(tmp_path, change)
-    assert ids(load_lessons(folder)) == ["good-one"]
+    assert ids(load_lesson_folder(folder)) == ["good-one"]
 
 
 def test_ops_by_kind_names_every_op_and_lever_kind() -> None:
@@ -626,8 +661,8 @@ def test_a_catalog_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
 def test_a_crlf_catalog_loads_like_its_lf_twin(tmp_path: Path) -> None:
     (tmp_path / "lf").mkdir()
     (tmp_path / "crlf").mkdir()
-    lf = load_lessons(folder_with(tmp_path / "lf", GOOD))
-    crlf = load_lessons(folder_with(tmp_path / "crlf", GOOD.replace("\n", "\r\n")))
+    lf = load_lesson_folder(folder_with(tmp_path / "lf", GOOD))
+    crlf = load_lesson_folder(folder_with(tmp_path / "crlf", GOOD.replace("\n", "\r\n")))
     assert crlf == lf
 
 

@@ -1,4 +1,4 @@
-"""The MoE CPU lessons (lessons/moe.yaml ``moe-cpu-*``) drive the heuristic on the moe-tiny recipes."""
+"""The MoE CPU lessons (bot/agent/lessons_catalog/moe.yaml ``moe-cpu-*``) drive the heuristic on the moe-tiny recipes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``attune doctor``: exit 0 here for the demo's recipe; in a deliberately broken environment (no git or sinfo on PATH,
-a repository without lessons/, a Slurm recipe, a broken torch and an old torchtitan shadowing the real ones, a GitHub
+a repository without lessons/ (not a miss: the catalog ships with ATTUNE), a Slurm recipe, a broken torch and an old torchtitan shadowing the real ones, a GitHub
 workflow without a token) exit 1 with every miss named and a fix for each; the checks themselves on made-up facts
 (GPU machines: no driver, too few devices, a CPU build of torch; the job permissions of the real workflow files)."""
 
@@ -61,10 +61,11 @@ def test_doctor_names_every_miss_in_a_deliberately_broken_environment(tmp_path: 
     assert rc == 1 and not result["ok"], result
     checks = by_name(result)
     misses = {name for name, c in checks.items() if c["status"] == "miss"}
-    want = {"git", "repository", "lessons", "torch", "torchtitan", "slurm", "github token"} | ({"launcher"} if "slurm" not in LAUNCHERS else set())
+    want = {"git", "repository", "torch", "torchtitan", "slurm", "github token"} | ({"launcher"} if "slurm" not in LAUNCHERS else set())
     assert misses == want, {n: checks[n] for n in misses ^ want}
     assert checks["git"]["found"] == "not on PATH"
-    assert "lessons folder not found" in checks["lessons"]["found"]
+    # no lessons/ of its own: ATTUNE's packaged catalog is what its campaigns read (nothing to copy)
+    assert checks["lessons"]["status"] == "ok" and checks["lessons"]["found"].endswith("lessons (ATTUNE's catalog)"), checks["lessons"]
     assert "libtorch_cpu.so" in checks["torch"]["found"]
     assert checks["torchtitan"]["found"] == "0.2.1 (ATTUNE needs 0.3.0)"
     assert checks["slurm"]["found"] == "sinfo not on PATH"
@@ -144,3 +145,11 @@ def test_the_bots_token_permissions_are_read_from_the_running_workflow_job(workf
         assert all(f"{k}: {v}" in check.found for k, v in BOT_PERMISSIONS.items())
     app = {c.name: c.status for c in run_checks(facts.model_copy(update={"github_token": "ATTUNE_GITHUB_TOKEN"}))}
     assert app["github permissions"] == "skip"  # an App token's permissions are the installation's
+
+
+def test_the_lessons_check_never_asks_to_copy_the_catalog() -> None:
+    """The catalog ships with ATTUNE: a repository's own lessons/ is counted, and only a broken lessons file is a miss."""
+    checks = {c.name: c for c in run_checks(Facts(**{**GPU, "lessons": 40, "own_lessons": 3}))}
+    assert checks["lessons"].status == "ok" and checks["lessons"].found == "40 lessons (ATTUNE's catalog, 3 of them from /r/lessons)"
+    broken = {c.name: c for c in run_checks(Facts(**{**GPU, "lessons": None, "lessons_error": "/r/lessons/x.yaml:2: not UTF-8 text"}))}
+    assert broken["lessons"].status == "miss" and "copy" not in (broken["lessons"].fix or "")

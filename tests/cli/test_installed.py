@@ -3,7 +3,8 @@ test venv's dependencies (nothing is downloaded), run from a checkout that holds
 
 ``attune lessons list``, a simulated ``attune campaign run`` and ``attune github handle`` for an issue-opened payload
 (against the OpenAPI-validated GitHub fake, served over HTTP) must each work: repository data (``recipes/``,
-``lessons/``, ``results/``, ``leaderboard.md``) is read from the checkout, never from next to the installed package.
+``lessons/``, ``results/``, ``leaderboard.md``) is read from the checkout, never from next to the installed package; ATTUNE's
+own lessons catalog is package data, which the checkout's ``lessons/`` adds to.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
-    """A repository to tune: recipes, lessons and the leaderboard, no code, under git."""
+    """A repository to tune: recipes, its proposed lessons and the leaderboard, no code, under git."""
     repo = tmp_path / "checkout"
     repo.mkdir()
     for part in ("recipes", "lessons"):
@@ -77,14 +78,18 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONSAFEPATH": "1", **extra}
 
 
-def test_lessons_are_read_from_the_checkout(installed: Path, checkout: Path) -> None:
+def test_the_lessons_catalog_ships_with_the_package_and_the_checkout_adds_to_it(installed: Path, checkout: Path) -> None:
+    """ATTUNE's catalog is package data: found from a checkout without lessons/ and from no repository at all; the
+    checkout's own lessons/ adds a lesson to it."""
+    shutil.rmtree(checkout / "lessons")
+    for cwd in (checkout, checkout.parent):
+        out = run([str(installed / "attune"), "lessons", "list"], cwd=cwd, env=clean_env())
+        assert out.returncode == 0 and "oom-enable-recompute" in out.stdout, out.stderr
+    (checkout / "lessons").mkdir()
+    own = (ROOT / "bot" / "agent" / "lessons_catalog" / "cpu.yaml").read_text().replace("id: cpu-", "id: ours-cpu-")
+    (checkout / "lessons" / "ours.yaml").write_text(own)
     out = run([str(installed / "attune"), "lessons", "list"], cwd=checkout, env=clean_env())
-    assert out.returncode == 0, out.stderr
-    ids = {p.stem for p in (ROOT / "lessons").glob("*.yaml")}
-    assert ids and "oom-enable-recompute" in out.stdout
-    # from a folder that holds no repository: one clear line, exit 2, no traceback
-    out = run([str(installed / "attune"), "lessons", "list"], cwd=checkout.parent, env=clean_env())
-    assert out.returncode == 2 and "no ATTUNE repository" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 0 and "oom-enable-recompute" in out.stdout and "ours-cpu-" in out.stdout, out.stderr
 
 
 def test_a_simulated_campaign_runs_from_the_installed_package(installed: Path, checkout: Path) -> None:
