@@ -46,6 +46,7 @@ class RunSpec(BaseModel):
     repeat: int = 0  # a deliberate repeat of an otherwise identical run gets its own key
     recipe_path: str | None = None
     seed: bool = True  # load the objective's seed checkpoint (bot/runner/seed.py, cached in the cache dir)
+    max_wall_s: float | None = None  # the run is stopped at this wall time (a campaign's budget cap; not in its key)
 
 
 def code_fingerprint() -> str:
@@ -121,7 +122,8 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     launcher = "slurm" if recipe.cluster.launcher == "slurm" else "local"
     seed = {"seed_cache": Path(cache_dir)} if spec.seed else {}
     runner = get_runner(launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, **seed)
-    record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text)
+    record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text,
+                        max_wall_s=spec.max_wall_s)
     write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))
     return record
 

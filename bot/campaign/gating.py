@@ -14,6 +14,7 @@ simulator's modelled reduction-order drift (no runs, labelled simulated).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from bot.core import levers as catalog
 from bot.core.recipe import Recipe, parse_recipe_text
-from bot.core.records import CheckResult, RunRecord, StepMetric, Verdict, write_record
+from bot.core.records import CheckResult, RunRecord, StepMetric, Verdict, read_record, write_record
 from bot.core.state import Calibrated
 from gate.convergence import Band
 
@@ -84,6 +85,7 @@ SIM_DRIFT_RUNS = 3  # modelled reduction-order perturbations a simulated band is
 
 
 def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[Band, str]:
+    from bot.sim.models import model_label
     from bot.sim.noise import sim_loss_curve
     from gate.convergence import calibrate_band
 
@@ -91,7 +93,7 @@ def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[Band, str]:
     n = gate_steps(reference)
     runs = []
     for k in range(1, SIM_DRIFT_RUNS + 1):
-        loss = sim_loss_curve(n, int(p.get("debug.seed", 0)), model=recipe.workload.model or "",
+        loss = sim_loss_curve(n, int(p.get("debug.seed", 0)), model=model_label(recipe.workload),
                               global_batch_size=int(p["training.global_batch_size"]), seq_len=int(p["training.seq_len"]),
                               lr=float(p["optimizer.lr"]), warmup_steps=int(p.get("lr_scheduler.warmup_steps", 0)),
                               total_steps=int(p["lr_scheduler.total_steps"]), perturbation=k)
@@ -107,6 +109,20 @@ def calibration_plan(recipe_text: str, reference: RunRecord) -> dict[str, Any]:
     from gate.calibration import calibration_specs
 
     return calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline")
+
+
+def fresh_calibration_runs(recipe_text: str, recipe: Recipe, cache_dir: Path) -> int:
+    """How many runs a campaign's calibration of this recipe will make (those not in ``cache_dir``): none for a
+    simulated recipe (its band is modelled). Its baseline's first run runs ``bench.steps``: the window is known."""
+    if recipe.cluster.launcher == "sim":
+        return 0
+    from gate.calibration import calibration_specs
+    from gate.runs import lookup
+
+    specs = calibration_specs(recipe_text, steps=min(GATE_STEPS, recipe.bench.steps), env={}, label="baseline")
+    if not (Path(cache_dir) / "runs").is_dir():  # nothing cached (and no need to fingerprint the stack to know it)
+        return len(specs)
+    return sum(1 for spec in specs.values() if lookup(spec, Path(cache_dir)) is None)
 
 
 def band_from_runs(specs: dict[str, Any], records: dict[str, RunRecord], reference: RunRecord, *, spent: float,
@@ -136,7 +152,7 @@ def record_name(sid: str) -> str:
 
 
 def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Path, jobs: int = 2, progress: Any = None,
-                        records_out: Path | None = None) -> Calibrated:
+                        records_out: Path | None = None, max_wall_s: float | None = None) -> Calibrated:
     """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
 
     Real recipes: the calibration runs of ``gate.calibration`` (a repeat, an init perturbation, a
@@ -144,7 +160,8 @@ def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Pa
     baseline run; runs already in ``cache_dir`` are reused and cost nothing. A calibration that
     cannot be made returns no band, and tier-R/N steps then fail closed. ``records_out``: where the
     calibration runs' records are also written (a self-hosted runner uploads them; the report job
-    recomputes the band from them, :func:`band_from_runs`).
+    recomputes the band from them, :func:`band_from_runs`). ``max_wall_s``: the campaign's budget cap (what is
+    left, in wall seconds on the recipe's devices), shared equally by the fresh runs, each stopped at its share.
     """
     from gate.runs import lookup, run_many
 
@@ -154,16 +171,35 @@ def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Pa
         return Calibrated(band=band, note=note)
     specs = calibration_plan(recipe_text, reference)
     fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
+    if max_wall_s is not None and fresh:  # the budget cap, shared: the fresh runs together never pass it, however many run at once
+        share = max_wall_s / len(fresh)
+        specs = {sid: spec.model_copy(update={"max_wall_s": share}) if sid in fresh else spec for sid, spec in specs.items()}
     try:
         records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
     except RuntimeError as exc:
-        return Calibrated(note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed")
+        return Calibrated(device_hours=_spent_on([specs[sid] for sid in fresh], cache_dir),
+                          note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed")
     if records_out is not None:
         for sid, record in records.items():
             write_record(record, Path(records_out) / record_name(sid))
     spent = sum(records[sid].summary.device_hours for sid in fresh)
     return band_from_runs(specs, records, reference, spent=spent,
                           where=f"; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}")
+
+
+def _spent_on(specs: list[Any], cache_dir: Path) -> float:
+    """Device-hours of the runs of ``specs`` that left a record (ok, or failed: kept aside) before one failed; a failed
+    record left by an earlier campaign counts too (over, never under, what was spent)."""
+    from gate.runs import cached_path
+
+    spent = 0.0
+    for spec in specs:
+        path = cached_path(spec, cache_dir)
+        where = next((p for p in (path, Path(cache_dir) / "failed" / path.name) if p.is_file()), None)
+        if where is not None:
+            with contextlib.suppress(OSError, ValueError):
+                spent += read_record(where).summary.device_hours
+    return spent
 
 
 def make_calibrator(cache_dir: Path, *, jobs: int = 1, progress: Any = None) -> Callable[[str, RunRecord], Calibrated]:

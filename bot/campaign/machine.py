@@ -16,7 +16,10 @@ that measures clearly slower than the incumbent ends early (``early_stop``, outc
 device-hours (devices x wall hours, start-up included), hard-capped: a run whose expected cost does not fit what is
 left is not started; likewise a run (or pair) of a step whose estimate so far is below the minimum gain when its
 expected cost does not fit what is left of the allowance its policy gave it (``Change.max_device_hours``): the step is
-then decided on the pairs it has, as at the pair cap (``Campaign.step_run_fits``).
+then decided on the pairs it has, as at the pair cap (``Campaign.step_run_fits``). The set-up (baseline and
+calibration runs) is fitted to the budget as a whole, leaving room for one trial, before it starts where a run's
+cost is estimated and after each baseline run: scaled down, or refused naming the smallest budget
+(:mod:`.setupcost`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from bot.campaign import measure as ms
+from bot.campaign.setupcost import fit_setup
 from bot.core.records import Stop
 from bot.core.state import (
     Action,
@@ -89,6 +93,9 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
         if s.pending or s.baseline or s.phase != "baseline":
             return []  # re-delivered request (or a campaign already finished): nothing new
         s.baseline_levers = dict(s.baseline_levers)
+        refused = _fit_setup(s)  # with a run-cost estimate (the simulator's) the set-up is fitted before it starts
+        if refused:
+            return [Comment(n=0, kind="start"), *_finish(s, refused)]
         return [Comment(n=0, kind="start"), *_run_or_finish(s, RunBaseline(attempt=1))]
     if isinstance(ev, StopRequested):
         if s.phase == "finished":
@@ -145,6 +152,15 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
     raise TypeError(f"unknown event {ev!r}")
 
 
+def _fit_setup(s: Campaign) -> str:
+    """Fit the set-up left (baseline and calibration runs) and one trial to the budget (:mod:`.setupcost`): scaled
+    where needed, saying so; answers why it cannot be ("" when it fits)."""
+    fit = fit_setup(s)
+    for field, value in fit.updates.items():
+        setattr(s, field, value)
+    return fit.refusal
+
+
 def _run_or_finish(s: Campaign, action: Action) -> list[Action]:
     if not s.next_run_fits():
         return _finish(s, f"budget: the next run (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
@@ -156,6 +172,9 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         s.baseline.append(run)
         if run.outcome != "ok":
             return _finish(s, f"baseline run failed ({run.outcome}: {run.reason}); the recipe must work before it is tuned")
+        refused = _fit_setup(s)  # the runs so far are the estimate: the set-up left and one trial must fit
+        if refused:
+            return _finish(s, refused)
         if len(s.baseline) < s.baseline_runs_wanted + s.baseline_warmup_runs:
             return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
         s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor,
@@ -163,7 +182,7 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         s.incumbent_levers = dict(s.baseline_levers)
         s.incumbent_tps = s.baseline_tps
         s.phase = "stepping"
-        return _run_or_finish(s, Calibrate())
+        return [Propose()] if s.calibrated else _run_or_finish(s, Calibrate())  # calibrated: left out to fit the budget
     st = s.step(run.n)
     st.runs.append(run)
     if run.kind == "trial":

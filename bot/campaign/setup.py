@@ -100,7 +100,20 @@ def github_measurement_options() -> dict[str, Any]:
     return {"early_stop": True, "early_stop_k": 2.0, "pair_with_trial": False, "min_gain": 0.02, "max_pairs": 4}
 
 
+def sim_run_cost(recipe: Recipe, *, seed: int = 0) -> float:
+    """Device-hours the first run of a simulated recipe costs, from the simulator (a campaign's first run is the same
+    draw: run 0 of ``seed``); 0 for a real recipe (no estimate before its first run)."""
+    if recipe.cluster.launcher != "sim":
+        return 0.0
+    from bot.runner.sim import SimRunner
+
+    return SimRunner(seed=seed).run(recipe, run_index=0).summary.device_hours
+
+
 def new_state(recipe: Recipe, recipe_rel: str, *, budget: float, policy: str, campaign_id: str | None = None, **kw: Any) -> Campaign:
+    """A campaign's first state. A simulated recipe's calibration makes no runs (its band is modelled): planned 0."""
+    if recipe.cluster.launcher == "sim":
+        kw.setdefault("calibration_runs_planned", 0)
     return Campaign(
         id=campaign_id or new_campaign_id(recipe), recipe_path=recipe_rel, recipe_id=recipe.name, policy=policy,
         devices=recipe.devices, usd_per_device_hour=recipe.cluster.usd_per_device_hour, budget=budget,

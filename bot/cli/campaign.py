@@ -317,12 +317,29 @@ def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
     return cid
 
 
+def _fit_to_budget(state: Campaign, recipe: Any, text: str, cache: Path) -> tuple[Campaign, str]:
+    """The set-up's cost estimated before anything is written (:mod:`bot.campaign.setupcost`): a simulated run's
+    from the simulator, a real one's only once its first run is in (the campaign fits the set-up then); the
+    calibration runs not in the cache. A budget that cannot hold the set-up and one trial is refused, naming the
+    smallest that can; one that holds them scaled down says so (the note answered)."""
+    from bot.campaign.gating import fresh_calibration_runs
+    from bot.campaign.setup import sim_run_cost
+    from bot.campaign.setupcost import fit_setup
+
+    state = state.model_copy(update={"run_cost_estimate": sim_run_cost(recipe),
+                                      "calibration_runs_planned": fresh_calibration_runs(text, recipe, cache)})
+    fit = fit_setup(state)
+    if fit.refusal:
+        raise UsageError(f"--budget {state.budget:g}: {fit.refusal.removeprefix('budget: ')}")
+    return state.model_copy(update=fit.updates), fit.note
+
+
 def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
                   cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
     """Start a campaign; every check on the flags and the recipe comes first, so a refused one leaves nothing."""
     from bot.campaign.setup import measurement_options, new_state
     from bot.core.recipe import load_recipe
-    from bot.core.repo import current_branch
+    from bot.core.repo import Repo, current_branch
     from bot.drive.lifecycle import LaunchFacts
     from bot.runner import check_runnable
 
@@ -332,14 +349,17 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     _check_committed(repo, recipe_rel, forge)
     _check_results(repo, forge)
     cid = _new_id(repo, recipe, campaign_id)
-    if not as_json:
-        console().print(f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
-                        f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)")
     options = measurement_options(recipe.cluster.launcher)  # e.g. a warm-up run first on this machine
     if max_steps is not None:
         options["max_steps"] = max_steps
     base = (current_branch(repo) or "") if forge == "local" else ""  # the branch its kept steps merge into
     state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, base_branch=base, **options)
+    state, note = _fit_to_budget(state, recipe, (repo / recipe_rel).read_text(), cache_dir or Repo(repo).work)
+    if not as_json:
+        console().print(f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
+                        f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)")
+        if note:
+            console().print(f"  {note}", markup=False)
     facts = LaunchFacts(forge=forge, seed=seed, cache_dir=str(cache_dir) if cache_dir else None)
     return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state),
                   shown=state)

@@ -327,6 +327,9 @@ class Campaign(BaseModel):
     early_stop_k: float = Field(default=1.0, gt=0.0)
     max_steps: int = 50
     run_cost_estimate: float = 0.0  # device-hours a run is expected to cost before any was measured (0 = unknown)
+    # fresh runs the gate's calibration will make (bot.campaign.setupcost); None: not planned (a state stored before)
+    calibration_runs_planned: int | None = Field(default=None, ge=0)
+    setup_note: str = ""  # how the set-up was scaled to fit the budget ("": as planned)
     phase: Phase = "baseline"
     baseline_levers: dict[str, Scalar] = Field(default_factory=dict)
     baseline: list[RunRef] = Field(default_factory=list)

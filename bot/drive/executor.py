@@ -29,7 +29,7 @@ from bot.core.recipe import Recipe, set_lever_text
 from bot.core.recipe import parse_recipe_text as _parse_recipe_text
 from bot.core.records import MEASURED_OUTCOMES, RunRecord, Verdict
 from bot.drive.interrupt import Interrupted
-from bot.drive.ports import RecordStore, RunPort, RunRequest, StateStore
+from bot.drive.ports import RecordStore, RunPort, RunRequest, StateStore, budget_cap_s
 from bot.forge.base import StepRequest
 from bot.runner import EarlyStop
 
@@ -170,7 +170,7 @@ class Executor:
             record, where = found
         else:
             # the hard budget cap: a run is stopped before it spends more than what is left of the budget
-            max_wall_s = max(0.0, state.budget - state.spent - already) * 3600.0 / max(recipe.devices, 1)
+            max_wall_s = budget_cap_s(state, recipe.devices, already)
             request = RunRequest(key=key, kind=kind, n=n, attempt=attempt, recipe_text=text, max_wall_s=max_wall_s,
                                  early_stop=early_stop, steps=measured_only_steps(state, recipe, kind, attempt))
             record = self._run_or_abandon(state, recipe, request)

@@ -70,6 +70,12 @@ class RunRequest(BaseModel):
     steps: int | None = None  # a run that is only measured stops after this many steps (None: the recipe's bench.steps)
 
 
+def budget_cap_s(state: cm.Campaign, devices: int, already: float = 0.0) -> float:
+    """The hard budget cap of the next run(s): what is left of the budget (less ``already``, device-hours the action
+    spent before), in wall seconds on ``devices`` devices."""
+    return max(0.0, state.budget - state.spent - already) * 3600.0 / max(devices, 1)
+
+
 class RunPort(Protocol):
     def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord | None:
         """Run now and answer the record, or start the run elsewhere and answer None (suspended: its result comes
@@ -171,4 +177,6 @@ class LocalRunPort:
             return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")
         if self.calibrator is None:
             return cm.Calibrated(note="no loss-band calibration configured: tier-R/N steps fail closed")
+        if _takes(self.calibrator, "max_wall_s"):  # its runs are capped at what is left of the budget, like every run
+            return self.calibrator(recipe_text, reference, max_wall_s=budget_cap_s(state, state.devices))
         return self.calibrator(recipe_text, reference)
