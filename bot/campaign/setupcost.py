@@ -73,7 +73,9 @@ def _runs(n: int, what: str) -> str:
 def fit_setup(s: Campaign) -> SetupFit:
     """Whether the set-up left and one trial fit what is left of the budget, scaled where needed (module docstring).
     With no run-cost estimate yet (a real recipe before its first run) nothing is known: as planned."""
-    cost = s.expected_run_cost()
+    # the runs so far (their largest plus 10 %), or before any the estimate plus the same 10 %: the trial after the
+    # set-up is then checked against the same margin (Campaign.next_run_fits)
+    cost = s.expected_run_cost() * (1.0 if s.baseline else 1.1)
     if cost <= 0 or setup_runs_left(s) == 0 or _fits(s, cost):
         return SetupFit(updates={})
     before = (baseline_runs_left(s), calibration_runs_left(s))
