@@ -45,7 +45,8 @@ from bot.core import levers as catalog
 from bot.core.recipe import Recipe
 from bot.core.records import Scalar
 from bot.sim.hardware import HardwareSpec, get_hardware
-from bot.sim.zoo import ModelSpec, get_model
+from bot.sim.models import model_for
+from bot.sim.zoo import ModelSpec
 
 GIB = 2.0**30
 TP, PP, CP, EP = catalog.PARALLEL_DEGREES
@@ -246,5 +247,5 @@ def global_batch(recipe: Recipe, levers: dict[str, Scalar]) -> int:
 def estimate_of(recipe: Recipe, levers: dict[str, Scalar]) -> Estimate:
     """The cost model's estimate for ``recipe`` run with ``levers`` (KeyError: a model or hardware it does not know)."""
     eff = catalog.effective(levers)
-    m, hw = get_model(recipe.workload.model or ""), get_hardware(recipe.cluster.hardware)
+    m, hw = model_for(recipe.workload), get_hardware(recipe.cluster.hardware)
     return estimate(m, hw, recipe.devices, global_batch(recipe, levers), int(recipe.pinned.get("training.seq_len", 2048)), shape_of(eff))

@@ -33,7 +33,7 @@ from bot.core.recipe import Recipe
 from bot.core.records import Change, RecordReader, Scalar, Stop
 from bot.core.state import Campaign
 from bot.sim.hardware import get_hardware
-from bot.sim.zoo import get_model
+from bot.sim.models import model_for
 
 MODELLED = (TP, PP, CP, EP, LBS, MB, SCHED, AC)
 
@@ -84,7 +84,7 @@ def _layouts(recipe_json: str) -> tuple[tuple[Ranked, bool], ...]:
     space = search_space(recipe)
     base = dict(recipe.levers)
     eff = catalog.effective(base)
-    m = get_model(recipe.workload.model or "")
+    m = model_for(recipe.workload)
     hw = get_hardware(recipe.cluster.hardware)
     gbs = int(recipe.pinned.get("training.global_batch_size", 0) or 0)
     seq = int(recipe.pinned.get("training.seq_len", 2048))

@@ -11,7 +11,7 @@ from bot.agent.policy import LeverSpace
 from bot.core import levers as catalog
 from bot.core.recipe import Recipe
 from bot.core.records import Scalar
-from bot.sim.zoo import get_model
+from bot.sim.models import model_for
 
 
 def _powers(lo: int, hi: int) -> list[int]:
@@ -64,11 +64,10 @@ def layout_problem(recipe: Recipe, levers: dict[str, Scalar]) -> str | None:
     layout checker knows (the trial then finds out)."""
     from bot.sim.hardware import get_hardware
     from bot.sim.layout import LayoutError, resolve_layout
-    from bot.sim.zoo import get_model
 
     c = recipe.cluster
     try:
-        model, hw = get_model(recipe.workload.model or ""), get_hardware(c.hardware)
+        model, hw = model_for(recipe.workload), get_hardware(c.hardware)
     except (KeyError, ValueError):
         return None
     try:
@@ -85,10 +84,9 @@ def make_space(recipe: Recipe) -> LeverSpace:
     simulator's zoo knows the model (head and layer counts bound TP and PP)."""
     facts = None
     where = {"devices": recipe.devices}
-    if recipe.workload.model:
-        try:
-            m = get_model(recipe.workload.model)
-            facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None, **where)
-        except (KeyError, ValueError):
-            facts = None
+    try:
+        m = model_for(recipe.workload)
+        facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None, **where)
+    except (KeyError, ValueError):
+        facts = None
     return LeverSpace(recipe=recipe, values=search_space(recipe), model=facts)

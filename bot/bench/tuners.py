@@ -47,6 +47,7 @@ from bot.drive.executor import Executor
 from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.forge.memory import MemoryForge
 from bot.runner.sim import SimRunner
+from bot.sim.models import model_for, model_label
 
 if TYPE_CHECKING:
     from bot.sim.simulate import SimResult
@@ -110,7 +111,7 @@ def _noiseless(recipe: Recipe, levers: dict[str, Any]) -> SimResult:
     from bot.sim.simulate import simulate
 
     c = recipe.cluster
-    return simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
+    return simulate(model_for(recipe.workload), c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
 
 
 def true_tps(recipe: Recipe, levers: dict[str, Any]) -> float:
@@ -165,7 +166,7 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
         nonlocal legal
         key = tuple(sorted((k, repr(v)) for k, v in levers.items()))
         if key not in cache:
-            res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
+            res = simulate(model_for(recipe.workload), c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
             legal += res.outcome != "invalid"
             cache[key] = res.tokens_per_s_per_device if res.outcome == "ok" else (0.0 if res.outcome == "oom" else -1.0)
         return cache[key]
@@ -353,7 +354,7 @@ def _bench_task(path: Path, recipe: Recipe, policies: list[str], seeds: int, wor
     best, best_levers, ocost, grid = oracle(recipe, run_cost)
     entry = {"oracle_tps": best, "oracle_gain": best / base_true - 1.0 if base_true else 0.0, "oracle_device_hours": ocost,
              "grid": grid, "budget": budget, "baseline_tps": base_true, "oracle_levers": best_levers,
-             "group": task_group(task), "model": recipe.workload.model, "devices": recipe.devices,
+             "group": task_group(task), "model": model_label(recipe.workload), "devices": recipe.devices,
              "hardware": recipe.cluster.hardware}
     rows: list[dict[str, Any]] = []
     traces: dict[str, list[dict[str, Any]]] = {}

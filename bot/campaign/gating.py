@@ -104,11 +104,13 @@ def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[Band, str]:
     return band, f"SIMULATED loss band: modelled reduction-order drift ({SIM_DRIFT_RUNS} perturbations), safety {band.safety:g}; no runs"
 
 
-def calibration_plan(recipe_text: str, reference: RunRecord) -> dict[str, Any]:
-    """The calibration runs of a campaign's baseline (run id -> ``gate.runs.RunSpec``)."""
+def calibration_plan(recipe_text: str, reference: RunRecord, workdir: Path | None = None) -> dict[str, Any]:
+    """The calibration runs of a campaign's baseline (run id -> ``gate.runs.RunSpec``); ``workdir``: the recipe's
+    repository root, where their ranks start (default: where they are run from)."""
     from gate.calibration import calibration_specs
 
-    return calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline")
+    return calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline",
+                             workdir=str(workdir) if workdir is not None else None)
 
 
 def fresh_calibration_runs(recipe_text: str, recipe: Recipe, cache_dir: Path) -> int:
@@ -152,7 +154,7 @@ def record_name(sid: str) -> str:
 
 
 def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Path, jobs: int = 2, progress: Any = None,
-                        records_out: Path | None = None, max_wall_s: float | None = None) -> Calibrated:
+                        records_out: Path | None = None, max_wall_s: float | None = None, workdir: Path | None = None) -> Calibrated:
     """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
 
     Real recipes: the calibration runs of ``gate.calibration`` (a repeat, an init perturbation, a
@@ -169,7 +171,7 @@ def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Pa
     if reference.simulated or recipe.cluster.launcher == "sim":
         band, note = _sim_band(recipe, reference)
         return Calibrated(band=band, note=note)
-    specs = calibration_plan(recipe_text, reference)
+    specs = calibration_plan(recipe_text, reference, workdir)
     fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
     if max_wall_s is not None and fresh:  # the budget cap, shared: the fresh runs together never pass it, however many run at once
         share = max_wall_s / len(fresh)
@@ -202,6 +204,8 @@ def _spent_on(specs: list[Any], cache_dir: Path) -> float:
     return spent
 
 
-def make_calibrator(cache_dir: Path, *, jobs: int = 1, progress: Any = None) -> Callable[[str, RunRecord], Calibrated]:
-    """The driver's ``calibrate`` callable: :func:`calibrate_loss_band` with its cache and parallelism fixed."""
-    return functools.partial(calibrate_loss_band, cache_dir=Path(cache_dir), jobs=jobs, progress=progress)
+def make_calibrator(cache_dir: Path, *, jobs: int = 1, progress: Any = None,
+                    workdir: Path | None = None) -> Callable[[str, RunRecord], Calibrated]:
+    """The driver's ``calibrate`` callable: :func:`calibrate_loss_band` with its cache, parallelism and the recipe's
+    repository root (where the calibration runs' ranks start) fixed."""
+    return functools.partial(calibrate_loss_band, cache_dir=Path(cache_dir), jobs=jobs, progress=progress, workdir=workdir)

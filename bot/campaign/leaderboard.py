@@ -145,6 +145,7 @@ class ResultRecord(_Strict):
 
     recipe_id: Cell
     model: Cell | None = None
+    moe: bool | None = None
     hardware: Annotated[Cell, Field(min_length=1)]
     outcome: Outcome
     simulated: bool = True
@@ -225,9 +226,11 @@ def _commit_of(repo: Path, path: Path) -> str:
 
 
 def is_moe(rec: ResultRecord) -> bool:
-    """A mixture-of-experts model: the simulator's zoo says so, or its recipe has expert levers."""
+    """A mixture-of-experts model: its record says so (the model's facts), the zoo does, or it has expert levers."""
     from bot.sim.zoo import get_model
 
+    if rec.moe is not None:
+        return rec.moe
     try:
         return bool(get_model(rec.model or "").n_experts)
     except (KeyError, ValueError):

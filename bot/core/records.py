@@ -104,6 +104,7 @@ class RunRecord(BaseModel):
     recipe_path: str | None = None
     recipe_hash: str
     model: str | None = None
+    moe: bool | None = None  # a mixture-of-experts model (from the model's facts; None: not known)
     hardware: str
     levers: dict[str, Scalar] = Field(default_factory=dict)
     pinned: dict[str, Scalar] = Field(default_factory=dict)

@@ -12,7 +12,7 @@ import statistics
 import subprocess
 import uuid
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -141,3 +141,14 @@ def summarize(
         startup_s=startup_s,
         device_hours=devices * wall_s / 3600.0,
     )
+
+
+def model_fields(recipe: Recipe, root: Path | None = None) -> dict[str, Any]:
+    """A run record's ``model`` (the recipe's label) and ``moe`` (from the model's facts; None where unknown)."""
+    from bot.sim.models import UnknownModel, model_for, model_label
+
+    try:
+        moe: bool | None = model_for(recipe.workload, root).is_moe
+    except (UnknownModel, ValueError):
+        moe = None
+    return {"model": model_label(recipe.workload), "moe": moe}

@@ -1,7 +1,7 @@
 """Whether a valid recipe can run on its launcher, decided before anything starts (no run, no file, no branch).
 
-A recipe can pass validation and still not run: ``launcher: sim`` needs hardware and a model the simulator's zoo
-knows (:data:`bot.sim.hardware.HARDWARE`, :data:`bot.sim.zoo.ZOO`), and ``launcher: local`` runs one node. Nor
+A recipe can pass validation and still not run: ``launcher: sim`` needs hardware the simulator knows
+(:data:`bot.sim.hardware.HARDWARE`) and a model torchtitan builds here or the zoo holds (:func:`bot.sim.models.model_for`), and ``launcher: local`` runs one node. Nor
 can a layout torchtitan refuses (TP 16 on 8 devices, a global batch the data-parallel degree does not divide): a
 simulated recipe is resolved by the simulator's model of torchtitan's checks (:func:`bot.sim.layout.resolve_layout`),
 a local or Slurm one by torchtitan's own ConfigManager, in-process on the CPU, as its runner does before a launch
@@ -25,15 +25,16 @@ Problem = tuple[tuple[str, ...], str]  # (the field's path in the recipe, what i
 
 def _sim_problem(recipe: Recipe) -> Problem | None:
     from bot.sim.hardware import HARDWARE
+    from bot.sim.models import UnknownModel, model_for
     from bot.sim.zoo import ZOO
 
     if recipe.cluster.hardware not in HARDWARE:
         return ("cluster", "hardware"), f"{recipe.cluster.hardware!r} is unknown to the simulator; known: {', '.join(sorted(HARDWARE))}"
-    model = recipe.workload.model
-    if not model:
-        return ("workload", "model"), f"required by the simulator (launcher: sim); known: {', '.join(sorted(ZOO))}"
-    if model not in ZOO:
-        return ("workload", "model"), f"{model!r} is unknown to the simulator; known: {', '.join(sorted(ZOO))}"
+    try:
+        model_for(recipe.workload)
+    except UnknownModel as exc:
+        field = "model" if recipe.workload.model and recipe.workload.model not in ZOO else "config"
+        return ("workload", field), f"the simulator cannot know this model: {exc}"
     return None
 
 
@@ -70,45 +71,50 @@ def _field_named(recipe: Recipe, reason: str) -> tuple[str, ...]:
 def _sim_layout_problem(recipe: Recipe) -> Problem | None:
     from bot.sim.hardware import get_hardware
     from bot.sim.layout import LayoutError, resolve_layout
-    from bot.sim.zoo import get_model
+    from bot.sim.models import model_for
 
     c = recipe.cluster
     try:
-        resolve_layout(get_model(recipe.workload.model or ""), get_hardware(c.hardware), c.nodes, c.devices_per_node,
+        resolve_layout(model_for(recipe.workload), get_hardware(c.hardware), c.nodes, c.devices_per_node,
                        dict(recipe.levers), dict(recipe.pinned))
     except LayoutError as exc:
         return _field_named(recipe, str(exc)), f"the layout cannot run: {exc}"
     return None
 
 
-def _titan_layout_problem(recipe: Recipe) -> Problem | None:
+def _titan_layout_problem(recipe: Recipe, path: str | Path | None = None) -> Problem | None:
+    """torchtitan's refusal, resolved as the ranks would start: from the recipe's repository root (:mod:`.workdir`).
+    A module or config function torchtitan cannot find is the workload's field, not the layout's."""
     try:
         from bot.runner.resolve import ResolveError, resolve_recipe
+        from bot.runner.workdir import recipe_root
 
-        resolve_recipe(recipe)
+        resolve_recipe(recipe, workdir=recipe_root(path))
     except ImportError:
         return None  # no torchtitan here: the runner, where it runs, answers
     except ResolveError as exc:
+        if exc.field is not None:
+            return exc.field, str(exc)
         return _field_named(recipe, str(exc)), f"the layout cannot run: {exc}"
     return None
 
 
-def runnable_problem(recipe: Recipe) -> Problem | None:
+def runnable_problem(recipe: Recipe, path: str | Path | None = None) -> Problem | None:
     """What keeps ``recipe`` from running on its launcher, found without running it (None: nothing found).
     ``slurm``: its hardware is the cluster's to answer (``attune doctor`` asks it); its layout is checked."""
     launcher = recipe.cluster.launcher
     if launcher == "sim":
         return _sim_problem(recipe) or _sim_layout_problem(recipe)
     if launcher == "local":
-        return _local_problem(recipe) or _titan_layout_problem(recipe)
+        return _local_problem(recipe) or _titan_layout_problem(recipe, path)
     if launcher == "slurm":
-        return _titan_layout_problem(recipe)
+        return _titan_layout_problem(recipe, path)
     return None
 
 
 def check_runnable(recipe: Recipe, path: str | Path) -> None:
     """Raise :class:`~bot.core.recipe.RecipeError` (``file:line: field: problem``) when ``recipe``, read from
     ``path``, cannot run on its launcher; see the module docstring."""
-    problem = runnable_problem(recipe)
+    problem = runnable_problem(recipe, path)
     if problem is not None:
         raise RecipeError(field_error(path, *problem))

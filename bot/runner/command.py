@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from bot.core import levers as lever_catalog
-from bot.core.recipe import PIN_ALIASES, Recipe
+from bot.core.recipe import PIN_ALIASES, Recipe, global_overrides
 from bot.core.records import Scalar
 
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
@@ -39,6 +39,7 @@ def titan_args(recipe: Recipe, *, steps: int, dump_folder: str, extra: list[str]
     """torchtitan's arguments for this recipe (without the torchrun prefix); ``extra``: the runner's own global flags
     (a seed checkpoint's, :mod:`bot.runner.seed`), placed before the activation-checkpoint subcommand."""
     args = ["--module", recipe.workload.module, "--config", recipe.workload.config]
+    args += global_overrides(recipe.workload.overrides)
     for key, value in recipe.pinned.items():
         if key not in PIN_ALIASES:
             args += flag(key, value)

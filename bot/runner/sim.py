@@ -18,6 +18,7 @@ from pathlib import Path
 from bot.core.recipe import Recipe
 from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
 from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, summarize, wall_cap_reason
+from bot.sim.models import model_for, model_label
 
 SIM_STARTUP_S = 240.0  # launch, init, checkpoint load and compile on a large cluster (modelled)
 
@@ -39,12 +40,12 @@ class SimRunner:
         steps = steps or recipe.bench.steps
         seed = self.seed * 100_003 + (next(self.counter) if run_index is None else run_index)
         c = recipe.cluster
-        res = simulate(recipe.workload.model or "", c.hardware, c.nodes, c.devices_per_node, dict(recipe.levers), dict(recipe.pinned), seed)
+        res = simulate(model_for(recipe.workload), c.hardware, c.nodes, c.devices_per_node, dict(recipe.levers), dict(recipe.pinned), seed)
         metrics: list[StepMetric] = []
         wall = 30.0  # an invalid layout is refused at start-up, before any step
         if res.outcome == "ok":
             p = recipe.pinned
-            loss = sim_loss_curve(steps, int(p.get("debug.seed", 0)), model=recipe.workload.model or "",
+            loss = sim_loss_curve(steps, int(p.get("debug.seed", 0)), model=model_label(recipe.workload),
                                   global_batch_size=int(p["training.global_batch_size"]), seq_len=int(p["training.seq_len"]),
                                   lr=float(p["optimizer.lr"]), warmup_steps=int(p.get("lr_scheduler.warmup_steps", 0)),
                                   total_steps=int(p["lr_scheduler.total_steps"]))
@@ -79,7 +80,7 @@ class SimRunner:
         return RunRecord(
             run_id=new_run_id(), recipe_id=recipe.name, recipe_path=recipe_path, recipe_hash=content_hash(text),
             git_commit=git_commit(Path(recipe_path).resolve().parent) if recipe_path and Path(recipe_path).is_file() else None,
-            model=recipe.workload.model, hardware=c.hardware, levers=recipe.levers, pinned=recipe.pinned,
+            model=model_label(recipe.workload), moe=model_for(recipe.workload).is_moe, hardware=c.hardware, levers=recipe.levers, pinned=recipe.pinned,
             stack=StackFingerprint(python="-", torch="simulated", torchtitan="0.3.0", device_name=c.hardware, device_family="sim"),
             launch=LaunchShape(launcher="sim", nodes=c.nodes, devices_per_node=c.devices_per_node, world_size=recipe.devices),
             outcome=outcome, reason=reason, steps=metrics,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from bot.facts.activation import layer_elems_per_token
 from bot.sim.efficiency import EfficiencyFactors
 from bot.sim.flops import param_counts
 from bot.sim.layout import Layout, StageLoad
@@ -77,16 +78,7 @@ def rank_params(m: ModelSpec, lay: Layout, load: StageLoad) -> RankParams:
 
 def activation_elems_per_token(m: ModelSpec, lay: Layout, moe: bool) -> float:
     """bf16 elements autograd saves per token for one layer with no activation checkpointing (one TP rank)."""
-    h, t = m.hidden, lay.tp
-    t_sp = t if lay.sp else 1
-    e = 2 * h / t_sp  # inputs of the two RMSNorms (residual stream; sequence-sharded with SP)
-    e += 2 * h  # all-gathered inputs of the QKV and FFN-in GEMMs (full sequence on every TP rank)
-    e += (3 * m.q_dim + 4 * m.kv_dim) / t  # q, k, v before/after RoPE, attention output
-    if moe:
-        e += (2 * m.top_k * h + 4 * m.top_k * m.ffn_expert) / t  # dispatched tokens, expert SwiGLU, expert out
-        e += 4 * m.n_shared_experts * m.ffn_shared / t + 2 * m.n_experts / t  # shared expert, router scores
-    else:
-        e += 4 * m.ffn_dense / t  # gate, up, silu(gate), product
+    e = layer_elems_per_token(m, moe=moe, tp=lay.tp, sp=lay.sp)
     e *= 2.0 if lay.param_fp32 else 1.0  # fp32 compute dtype doubles every saved tensor (counted in bf16 units)
     return e * (COMPILE_ACTIVATION if lay.compile else 1.0)
 

@@ -18,7 +18,7 @@ from bot.sim.layout import Layout, LayoutError, resolve_layout
 from bot.sim.memory import MemoryBreakdown, peak_memory
 from bot.sim.noise import SimulatedSeries, measured_throughput, stable_seed, step_throughputs
 from bot.sim.steptime import StepBreakdown, step_time
-from bot.sim.zoo import get_model
+from bot.sim.zoo import ModelSpec, get_model
 
 Outcome = Literal["ok", "oom", "invalid"]
 
@@ -83,7 +83,7 @@ def _notes(lay: Layout) -> list[str]:
 
 
 def evaluate(
-    model: str,
+    model: str | ModelSpec,
     hardware: str,
     nodes: int,
     devices_per_node: int,
@@ -94,7 +94,8 @@ def evaluate(
     check_memory: bool = True,
 ) -> SimResult:
     """``simulate`` with explicit efficiency factors; ``check_memory=False`` reports speed even when it would OOM."""
-    m = get_model(model)
+    m = model if isinstance(model, ModelSpec) else get_model(model)
+    model = m.id
     hw = get_hardware(hardware)
     world = nodes * devices_per_node
     key = str(stable_seed(model, hardware, nodes, devices_per_node, levers, pinned))
@@ -129,7 +130,7 @@ def evaluate(
 
 
 def simulate(
-    model: str,
+    model: str | ModelSpec,
     hardware: str,
     nodes: int,
     devices_per_node: int,
@@ -139,7 +140,7 @@ def simulate(
 ) -> SimResult:
     """Simulate one benchmark run of a torchtitan recipe (pure, deterministic in ``seed``; results are simulated).
 
-    ``levers`` and ``pinned`` use torchtitan 0.3.0 dotted names (missing ones take torchtitan defaults);
+    ``model``: a zoo id or the workload's spec (:func:`bot.sim.models.model_for`). ``levers`` and ``pinned`` use torchtitan 0.3.0 dotted names (missing ones take torchtitan defaults);
     see ``bot.sim.layout.LEVER_DEFAULTS``. Unknown names are listed in ``ignored_levers``.
     """
     return evaluate(model, hardware, nodes, devices_per_node, dict(levers), dict(pinned), seed)
