@@ -5,7 +5,9 @@ default branch's head (``base_sha``), whose recipe must be a recipe file there a
 calibrate) needs ``sha`` to be the default branch head and ``recipe`` a recipe file there; a calibration also
 needs the campaign's records branch (the recipe as the baseline ran it and the baseline record), whose head
 becomes ``records_sha`` so the runner reads exactly what was checked. The ``limits`` input is checked here too:
-nothing but its numbers reaches the runner.
+nothing but its numbers reaches the runner. A step run is also refused when its branch renames a file out of (or a
+recipe within) a step's paths, or is based on an older default branch whose code has changed since
+(``step_base_problem``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 from typing import Any
 
 from bot.drive.executor import BASELINE_RECIPE
-from bot.forge.github import GitHubForgeError
+from bot.forge.github import COMPARE_FILE_LIMIT, DATA_PATHS, DATA_SUFFIXES, GitHubForgeError
 from bot.github.ports import records_branch
 from bot.github.request import plain_digits, runs_on
 
@@ -57,7 +59,10 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
         else:
             tc = forge.check_trial(pr, sha)
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
-            if tc.ok:  # the paths are a step's: now what the recipe says
+            problem = step_base_problem(forge, pr, sha) if tc.ok else None
+            if problem:
+                check = {"ok": False, "recipe": "", "reason": problem}
+            elif tc.ok:  # the paths are a step's: now what the recipe says
                 try:
                     allowed = allowed_levers(forge, int(issue) if issue is not None else None, campaign, pr)
                 except GitHubForgeError as exc:  # the bot's login unknown: no state is trusted, so nothing may run
@@ -86,6 +91,43 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
     # the report job feeds a refusal back to the campaign with this reason: one line, printable, capped
     lines.append("reason=" + "".join(c if c.isprintable() else " " for c in reason)[:500])
     return lines, reason
+
+
+def _compare(forge: Any, base: str, head: str) -> dict[str, Any]:
+    """``GET /compare/{base}...{head}`` as GitHub sent it (files of ``head`` since the merge base, ``behind_by``)."""
+    _, data = forge._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - one call, the JSON as GitHub sent it
+        "GET", f"{forge._repo.url}/compare/{base}...{head}")  # noqa: SLF001
+    return data or {}
+
+
+def _step_file(forge: Any, name: str) -> bool:
+    return name.startswith(tuple(forge.trial_paths)) or (name.startswith(DATA_PATHS) and name.endswith(DATA_SUFFIXES))
+
+
+def step_base_problem(forge: Any, pr: int, sha: str) -> str | None:
+    """Why step PR ``pr``'s head ``sha`` may not run although its own changes are a step's (None: it may).
+
+    A rename is one entry of a compare, named by its new path with the old one as ``previous_filename``: both
+    names must be a step's (a code file renamed into recipes/ deletes that code), and a recipe is never renamed.
+    A branch based on an older default branch runs that older code (three dots list only the branch's side): when
+    the default branch moved on, no file outside a step's paths may have changed there since the merge base. One
+    compare, and one more (``sha...<default branch>``) only when the branch is behind."""
+    base = forge.base_branch
+    ahead = _compare(forge, base, sha)
+    for entry in ahead.get("files") or []:
+        old = entry.get("previous_filename")
+        if old and (not _step_file(forge, old) or old.startswith("recipes/")):
+            return f"PR #{pr} renames {old[:120]} to {str(entry.get('filename'))[:120]}; a step renames nothing"
+    if not int(ahead.get("behind_by") or 0):
+        return None
+    behind = _compare(forge, sha, base)
+    files = behind.get("files") or []
+    code = sorted({f.get("previous_filename") or "" for f in files} | {str(f.get("filename")) for f in files})
+    code = [name for name in code if name and not _step_file(forge, name)]
+    if code or len(files) >= COMPARE_FILE_LIMIT:
+        return (f"PR #{pr} is based on an older {base} ({ahead.get('behind_by')} commits behind) whose code differs "
+                f"({', '.join(code[:3]) or 'too many files to list'}): it would run that older code")
+    return None
 
 
 def records_problem(forge: Any, campaign: str, records_sha: str, recipe: str, sha: str) -> str | None:

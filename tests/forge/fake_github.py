@@ -693,7 +693,22 @@ class FakeGitHub:
                     "patch": "\n".join(patch),
                 }
             )
-        return files
+        return self._renames(files, old, new)
+
+    @staticmethod
+    def _renames(files: list[dict[str, Any]], old: dict[str, str], new: dict[str, str]) -> list[dict[str, Any]]:
+        """A removed file whose exact content was added under another path is one ``renamed`` entry, named by its
+        new path with the old one as ``previous_filename`` (as GitHub lists an exact rename)."""
+        removed = {old[f["filename"]]: f["filename"] for f in files if f["status"] == "removed"}
+        out, gone = [], set()
+        for f in files:
+            was = removed.get(new.get(f["filename"], "")) if f["status"] == "added" else None
+            if was is not None and was not in gone:
+                gone.add(was)
+                f = {**f, "status": "renamed", "previous_filename": was, "additions": 0, "deletions": 0, "changes": 0,
+                     "patch": ""}
+            out.append(f)
+        return [f for f in out if not (f["status"] == "removed" and f["filename"] in gone)]
 
     def _mergeable(self, pull: Pull) -> bool:
         head = self.head_sha(pull)

@@ -122,3 +122,58 @@ def test_an_issue_that_is_no_plain_number_refuses_a_step_run_before_any_look_up(
     lines, reason = check_trial(UntouchedForge(), pr=5, sha="a" * 40, campaign="c1", kind="trial", runner_labels='["gpu"]',
                                 issue=issue)
     assert "ok=false" in lines and reason == f"issue {issue!r}: expected the campaign issue's number"
+
+
+def _step_forge(gh):  # type: ignore[no-untyped-def]
+    from forge_helpers import TOKEN
+
+    from bot.forge.base import StepRequest
+    from bot.forge.github import GitHubForge
+
+    gh.seed({PATH: BASE, "bot/github/router.py": "# the router\n"})
+    forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
+                        bot_login=gh.actor)
+    ref = forge.open_step(StepRequest(campaign="c1", n=1, recipe_path=PATH, lever="training.local_batch_size", value="2",
+                                      title="attune step 1", body="step"))
+    return forge, ref
+
+
+def test_check_trial_refuses_a_step_branch_based_on_an_older_default_branch_whose_code_moved_on(contract) -> None:
+    """Three dots list only the branch's side: a step branch cut before a code change on the default branch would run
+    the older code. Results or recipes landing there in the meantime (another campaign's merge) do not refuse it."""
+    from fake_github import FakeGitHub
+
+    from bot.github.check_trial import check_trial
+
+    gh = FakeGitHub(contract).start()
+    try:
+        forge, ref = _step_forge(gh)
+        gh.seed({"results/other/record.json": "{}\n"}, "another campaign's record", by_bot=True)
+        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", runner_labels='["gpu"]')
+        assert reason == "ok" and "ok=true" in lines
+        gh.seed({"bot/github/router.py": "# the router, fixed\n"}, "a fix on main")
+        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", runner_labels='["gpu"]')
+        assert "ok=false" in lines and "based on an older main" in reason and "bot/github/router.py" in reason, reason
+    finally:
+        gh.stop()
+    gh.assert_contract_kept()
+
+
+@pytest.mark.parametrize("to", ["campaigns/c1/notes.md", "results/c1/router.json"])
+def test_check_trial_checks_a_rename_by_both_names(contract, to: str) -> None:
+    """A code file renamed into a step's paths deletes that code from what runs; GitHub lists it under its new name."""
+    from fake_github import FakeGitHub
+
+    from bot.github.check_trial import check_trial
+
+    gh = FakeGitHub(contract).start()
+    try:
+        forge, ref = _step_forge(gh)
+        tree = dict(gh.commits[ref.head_sha].tree)
+        tree[to] = tree.pop("bot/github/router.py")
+        gh._commit(tree, [ref.head_sha], "a person's rename", branch=ref.branch)  # noqa: SLF001
+        lines, reason = check_trial(forge, pr=ref.number, sha=gh.head(ref.branch), campaign="c1", runner_labels='["gpu"]')
+        assert "ok=false" in lines and "renames bot/github/router.py" in reason, reason
+    finally:
+        gh.stop()
+    gh.assert_contract_kept()
