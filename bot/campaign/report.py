@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from tabulate import tabulate
 
 from bot.campaign.measure import share
+from bot.core.mdtext import code_safe, md_inline
 from bot.core.records import RunRecord
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def _gate_line(v) -> str:
     if v is None:
         return "not reached"
     head = f"**{v.verdict}** (tier {v.tier})"
-    return head if v.ok else f"{head}: {v.reasons[0][:200] if v.reasons else 'rejected'}"
+    return head if v.ok else f"{head}: {md_inline(v.reasons[0], 200) if v.reasons else 'rejected'}"
 
 
 def _estimate(state, step) -> str:
@@ -186,7 +187,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["gate: convergence", _gate_line(conv) if conv is not None else ("not needed (tier B: bit-identical)" if step.config_verdict is not None
                                                                         and step.config_verdict.ok and not step.config_verdict.requires_convergence
                                                                         else "not reached")],
-        ["trial", next((f"{r.outcome} {r.reason}".strip() for r in step.runs if r.kind == "trial"),
+        ["trial", next((f"{r.outcome} {md_inline(r.reason)}".strip() for r in step.runs if r.kind == "trial"),
                        "not run: an enabler (the change it enables is stacked on it and measured)" if ch.enabler
                        else f"not run: {ch.predicted_slower}" if ch.predicted_slower else "not run yet")],
         ["cost", f"this step {step_cost:.4f} device-hours; campaign {state.spent:.4f} of {state.budget:.4f}"],
@@ -199,14 +200,14 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
     for v in (step.config_verdict, conv):
         if v is None:
             continue
-        body = [f"- {r}" for r in v.reasons[:20] if not r.startswith("changed: ")]
+        body = [f"- {md_inline(r, 4000)}" for r in v.reasons[:20] if not r.startswith("changed: ")]
         if v.stage == "config":
             body += [_config_changes(v), "**Defect rules**\n\n" + _defects(v) if _defects(v) else ""]
         for c in v.checks[:10]:
             if v.stage == "config" and c.name in ("tiers", "defects"):
                 continue
             ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
-            body.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {ev[:600]}" if ev else ""))
+            body.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {md_inline(ev, 600)}" if ev else ""))
         evidence.append(_details(f"Gate ({v.stage}): {v.verdict} (tier {v.tier})", "\n\n".join(x for x in body if x)))
     if step.measurement is not None:
         m = step.measurement
@@ -216,7 +217,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         evidence.append(_details(f"Measurement: {m.decision.replace('_', ' ')} after {m.pairs} pair{'s' * (m.pairs != 1)}", body))
     if trial is not None:
         evidence.append(_details("Diagnosis", render_diagnosis(trial)))
-        evidence.append(_details("Run facts", "```\n" + render_run_summary(trial) + "\n```"))
+        evidence.append(_details("Run facts", "```\n" + code_safe(render_run_summary(trial)) + "\n```"))
     parts += [e for e in evidence if e]
     text = "\n\n".join(parts) + "\n"
     if len(text) <= MAX_REPORT:
@@ -255,15 +256,16 @@ def render_campaign_summary(state, status: str | None = None) -> str:
                                                                       + ")" if state.baseline else "")],
         ["measurement", f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {share(state.min_gain)}, at most {state.max_pairs} pairs a step"
                         + (f"; screen band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else "")],
-        ["gate loss band", state.calibration_note or ("—" if not state.calibrated else "none")],
+        ["gate loss band", md_inline(state.calibration_note, 600) if state.calibration_note else ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
         ["gain", f"{state.gain:+.1%} (the kept steps' paired estimates, compounded)"],
         ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"
-                   + (f" ({state.abandoned:.4f} of them in runs stopped by a signal, not recorded)" if state.abandoned else "")],
+                   + (f" ({state.abandoned:.4f} of them in runs stopped by a signal, not recorded)" if state.abandoned else "")
+                   + (f"; {md_inline(state.setup_note, 400)}" if state.setup_note else "")],
         ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
     ]
     if state.phase == "finished":
-        verdict = state.finish_reason
+        verdict = md_inline(state.finish_reason, 600)
         if state.incumbent_step == 0 and not state.steps:
             verdict += " — no step was tried; the recipe is kept as it was"
         elif state.incumbent_step == 0:
@@ -280,7 +282,7 @@ def _decision(step: Step) -> str:
             return "kept (merged)"
         return "kept: gate passed and the paired interval clears the minimum gain; merging"
     if step.close_reason:
-        return f"closed: {step.close_reason}"
+        return f"closed: {md_inline(step.close_reason, 600)}"
     return {"proposed": "proposed", "open": "open: being measured", "closed": "closed"}.get(step.state, step.state)
 
 
@@ -289,7 +291,7 @@ def render_diagnosis(record: RunRecord) -> str:
     from bot.core.diagnosis import diagnose
 
     d = diagnose(record)
-    rows = [["outcome", d.outcome + (f" — {d.reason[:200]}" if d.reason else "")],
+    rows = [["outcome", d.outcome + (f" — {md_inline(d.reason, 200)}" if d.reason else "")],
             ["tokens/s per device", "—" if d.tps is None else f"{d.tps:,.0f}" + ("" if d.tps_cv is None else f" (CV {d.tps_cv:.1%})")],
             ["MFU", f"{d.mfu:.2f}%" if d.mfu is not None and record.stack.device_family in PEAK_KNOWN else "— (device peak unknown)"],
             ["step time", "—" if d.step_time_s is None else f"{d.step_time_s:.3f} s"],

@@ -55,7 +55,7 @@ def setup_runs_left(s: Campaign) -> int:
 
 
 def _fits(s: Campaign, cost: float) -> bool:
-    return s.spent + (setup_runs_left(s) + 1) * cost <= s.budget
+    return s.spent + (setup_runs_left(s) + 1) * cost <= s.budget + 1e-9  # float sums: a named smallest budget fits
 
 
 def _ceil4(x: float) -> float:

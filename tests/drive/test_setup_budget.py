@@ -138,3 +138,33 @@ def test_github_fake_calibration_is_left_out_when_the_budget_cannot_hold_it(tmp_
     gh.assert_contract_kept()
     assert state.phase == "finished" and state.spent <= state.budget == 0.08
     assert "no gate calibration" in state.setup_note and state.steps
+
+
+@pytest.mark.slow  # about 100 s here: a clone, the seed checkpoint and one real run
+@pytest.mark.torchtitan
+def test_real_cpu_campaign_a_budget_that_cannot_hold_the_set_up_ends_after_its_first_run(tmp_path: Path) -> None:
+    """`attune campaign run` on a 4-step copy of the CPU recipe (local launcher, real torchtitan): the first run (the
+    warm-up, ~0.004-0.008 device-hours here) is the estimate; the rest of the set-up and a trial cannot fit 0.012, so
+    the campaign ends there, naming the smallest budget, never past its budget. The old code went on measuring."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True)
+    for key, val in (("user.name", "attune test"), ("user.email", "test@localhost")):
+        subprocess.run(["git", "-C", str(repo), "config", key, val], check=True)
+    rel = "recipes/llama3-tiny/cpu-budget.yaml"
+    text = (ROOT / "recipes/llama3-tiny/cpu.yaml").read_text().replace("  steps: 20\n", "  steps: 4\n").replace(
+        "  warmup_steps: 5\n", "  warmup_steps: 2\n").replace("id: llama3-tiny/cpu\n", "id: llama3-tiny/cpu-budget\n")
+    (repo / rel).write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", rel], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "a 4-step copy of the CPU recipe"], check=True)
+    out = subprocess.run([str(ATTUNE), "campaign", "run", str(repo / rel), "--budget", "0.012", "--forge", "none", "--json",
+                          "--id", "tiny"], capture_output=True, text=True, cwd=repo, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    state = cm.read_campaign(repo / ".attune" / "campaigns" / "tiny" / "state.json")
+    assert state.phase == "finished" and state.steps == [] and 0 < state.spent <= state.budget == 0.012
+    first = state.baseline[0]
+    if first.outcome == "ok":  # the refusal after the first run: the runs so far are the estimate
+        assert len(state.baseline) == 1 and "smallest budget that holds them is" in state.finish_reason, state.finish_reason
+        smallest = float(state.finish_reason.split("holds them is ")[1].split()[0])
+        assert smallest >= first.device_hours + 3 * 1.1 * first.device_hours - 1e-4 and smallest > state.budget
+    else:  # a machine so loaded that one run passes the whole budget: it is stopped at the cap
+        assert first.outcome == "timeout", first.reason
