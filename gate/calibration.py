@@ -26,7 +26,7 @@ from pathlib import Path
 from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
 from bot.core.records import atomic_write_text, content_hash
 from gate.convergence import DEFAULT_SAFETY, Band, calibrate_band
-from gate.runs import RunSpec, run_many
+from gate.runs import RunSpec, located, run_many
 
 DEFAULT_CACHE = Path(".attune")
 
@@ -71,8 +71,10 @@ def _other_divisor(n: int, current: int, limit: int | None = None) -> int | None
     return None
 
 
-def calibration_specs(recipe_text: str, *, steps: int, env: dict[str, str] | None = None, label: str = "baseline") -> dict[str, RunSpec]:
-    """The calibration runs for a baseline recipe (ids -> specs); the baseline itself is not among them."""
+def calibration_specs(recipe_text: str, *, steps: int, env: dict[str, str] | None = None, label: str = "baseline",
+                      workdir: str | None = None) -> dict[str, RunSpec]:
+    """The calibration runs for a baseline recipe (ids -> specs); the baseline itself is not among them. ``workdir``:
+    the root their ranks start in, the baseline's repository (default: where they are run from)."""
     recipe = parse_recipe_text(recipe_text, label)
     env = env or {}
     specs = {
@@ -92,7 +94,7 @@ def calibration_specs(recipe_text: str, *, steps: int, env: dict[str, str] | Non
     if other_chunks:
         text = set_lever_text(recipe_text, "loss.num_chunks", other_chunks, source=label)
         specs["cal:num_chunks"] = RunSpec(label=f"{label} loss.num_chunks {other_chunks}", recipe_text=text, steps=steps, env=env)
-    return specs
+    return {sid: spec.model_copy(update={"workdir": workdir}) for sid, spec in specs.items()}
 
 
 def calibrate(
@@ -107,7 +109,9 @@ def calibrate(
 ) -> Band:
     """Run (or reuse) the calibration runs, build the band and cache it."""
     recipe = parse_recipe_text(recipe_text, baseline_spec.label)
-    specs = {"baseline": baseline_spec, **calibration_specs(recipe_text, steps=steps, env=baseline_spec.env, label=baseline_spec.label)}
+    baseline_spec = located(baseline_spec)
+    specs = {"baseline": baseline_spec, **calibration_specs(recipe_text, steps=steps, env=baseline_spec.env, label=baseline_spec.label,
+                                                            workdir=baseline_spec.workdir)}
     records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
     runs = [records[k] for k in specs if k != "baseline"]
     band = calibrate_band(runs, records["baseline"], safety, labels=[specs[k].label for k in specs if k != "baseline"], objective_hash=objective_hash(recipe))

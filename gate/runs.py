@@ -45,6 +45,7 @@ class RunSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)  # runner extra environment (not the recipe's)
     repeat: int = 0  # a deliberate repeat of an otherwise identical run gets its own key
     recipe_path: str | None = None
+    workdir: str | None = None  # the root the ranks start in (default: the recipe's repository, bot/runner/workdir.py)
     seed: bool = True  # load the objective's seed checkpoint (bot/runner/seed.py, cached in the cache dir)
     max_wall_s: float | None = None  # the run is stopped at this wall time (a campaign's budget cap; not in its key)
 
@@ -109,6 +110,15 @@ def _failed_path(spec: RunSpec, cache_dir: Path) -> Path:
     return Path(cache_dir) / "failed" / cached_path(spec, cache_dir).name
 
 
+def located(spec: RunSpec) -> RunSpec:
+    """``spec`` with its ranks' root filled in, where the caller stands: a worker process starts elsewhere."""
+    if spec.workdir:
+        return spec
+    from bot.runner.workdir import recipe_root
+
+    return spec.model_copy(update={"workdir": str(recipe_root(spec.recipe_path))})
+
+
 def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     """The cached record for ``spec``, or a fresh real run (cached when ok): under Slurm for a ``launcher: slurm``
     recipe (a calibration made on a Slurm login node), else on this machine."""
@@ -121,7 +131,7 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     recipe = parse_recipe_text(spec.recipe_text, spec.label)
     launcher = "slurm" if recipe.cluster.launcher == "slurm" else "local"
     seed = {"seed_cache": Path(cache_dir)} if spec.seed else {}
-    runner = get_runner(launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, **seed)
+    runner = get_runner(launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, workdir=Path(located(spec).workdir or "."), **seed)
     record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text,
                         max_wall_s=spec.max_wall_s)
     write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))
@@ -203,6 +213,7 @@ def run_many(
     """Run every spec (cache first), at most ``jobs`` at a time; returns records by spec id."""
     say = progress or (lambda _msg: None)
     cache_dir = Path(cache_dir).resolve()
+    specs = {sid: located(spec) for sid, spec in specs.items()}
     out: dict[str, RunRecord] = {}
     todo: queue.Queue[str] = queue.Queue()
     stack = stack_key()

@@ -25,6 +25,7 @@ from bot.core.repo import Repo
 from bot.drive.executor import Executor, parse_recipe_text
 from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.runner import get_runner
+from bot.runner.workdir import importable
 
 FORGES = ("local", "none")
 
@@ -78,25 +79,36 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
         forge=forge_obj,
         states=FileStateStore(work / "campaigns"),
         records=records,
-        runs=LocalRunPort(get_runner(recipe.cluster.launcher, **_with_seed(recipe.cluster.launcher, runner_options, cache_dir or work)), records,
-                          calibrate=make_calibrator(cache_dir or work, progress=progress)),
+        runs=LocalRunPort(get_runner(recipe.cluster.launcher, **_with_seed(recipe.cluster.launcher, runner_options, cache_dir or work, repo)),
+                          records, calibrate=make_calibrator(cache_dir or work, progress=progress, workdir=repo)),
         policy=get_policy(policy, **options),
         lessons=load_lessons(Repo(repo).lessons) if lessons is None else lessons,
         space_fn=make_space,
-        gate_config=config_gate,
+        gate_config=_resolved_in(repo),
         gate_convergence=convergence_gate,
         on_event=on_event,
         finish_hook=finish_local if forge == "local" else None,
     )
 
 
-def _with_seed(launcher: str, options: dict[str, Any] | None, cache: Path) -> dict[str, Any]:
+def _with_seed(launcher: str, options: dict[str, Any] | None, cache: Path, repo: Path) -> dict[str, Any]:
     """Runner options with the campaign's seed-checkpoint cache: every run of a campaign (local or under Slurm) loads
-    its objective's seed checkpoint (``bot/runner/seed.py``), the same one the gate's calibration runs load."""
+    its objective's seed checkpoint (``bot/runner/seed.py``), the same one the gate's calibration runs load; and its
+    ranks start in the repository, importable (``bot/runner/workdir.py``), wherever the campaign was started from."""
     out = dict(options or {})
     if launcher in ("local", "slurm"):
         out.setdefault("seed_cache", cache)
+        out.setdefault("workdir", repo)
     return out
+
+
+def _resolved_in(repo: Path) -> Any:
+    """The gate's config check, resolving both recipes with ``repo`` importable (a model module kept there)."""
+    def gate(baseline: Any, candidate: Any) -> Any:
+        with importable(repo):
+            return config_gate(baseline, candidate)
+
+    return gate
 
 
 def scratch_clone(src: Path) -> Path:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from bot.core.recipe import Recipe
 from bot.core.records import Outcome, RunRecord, StepMetric, content_hash
-from bot.inrank import IMPORT_ROOT, SITE_DIR
 from bot.runner.base import (
     EarlyStop,
     early_stop_reason,
@@ -45,6 +44,7 @@ from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.procs import die_with_parent, end_tree
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
 from bot.runner.seed import SeedError, ensure_seed_checkpoint, load_args, wants_seed
+from bot.runner.workdir import rank_pythonpath, recipe_root
 
 
 class LocalRunner:
@@ -60,11 +60,14 @@ class LocalRunner:
         seed_cache: Path | None = None,
         check_layout: bool = True,
         compile_cache: Path | None = None,
+        workdir: Path | None = None,
     ) -> None:
         """``seed_cache``: where seed checkpoints are cached; when given, every run loads its objective's seed
         checkpoint (:mod:`bot.runner.seed`, made on first use), so that layouts start from the same weights.
         ``compile_cache``: the Inductor cache of the runs when neither the environment nor ``extra_env`` sets
-        ``TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/attune_inductor_<user>``; see :mod:`.compilecache`)."""
+        ``TORCHINDUCTOR_CACHE_DIR`` (default ``<tmp>/attune_inductor_<user>``; see :mod:`.compilecache`).
+        ``workdir``: the root the ranks start in, importable (default: the repository holding ``recipe_path``, else
+        the working directory; :mod:`.workdir`)."""
         self.hang_s, self.startup_s, self.timeout_s = hang_s, startup_s, timeout_s
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
         self.check_layout = check_layout  # False: launch what the catalog would refuse (the real-run matrix measures it)
@@ -72,12 +75,14 @@ class LocalRunner:
         self.extra_env = extra_env or {}
         self.on_step = on_step
         self.compile_cache = Path(compile_cache) if compile_cache is not None else None
+        self.workdir = Path(workdir).resolve() if workdir is not None else None
 
     def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None,
             max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
-        out_dir = Path(out_dir)
+        out_dir = Path(out_dir).resolve()  # absolute: the ranks start in the repository root, not here
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
+        root = self.workdir or recipe_root(recipe_path)
         dump = out_dir / "titan"
         if dump.exists():  # left by a run that was interrupted here: its logs must not mix with this run's
             shutil.rmtree(dump, ignore_errors=True)
@@ -85,8 +90,9 @@ class LocalRunner:
         seed_error = ""
         if self.seed_cache is not None and wants_seed(recipe):
             try:
-                resolve_recipe(recipe, steps=steps, dump_folder=str(dump), check_layout=self.check_layout)  # a refused config costs no seed run either
-                seed = ensure_seed_checkpoint(recipe, self.seed_cache)
+                resolve_recipe(recipe, steps=steps, dump_folder=str(dump), check_layout=self.check_layout,
+                               workdir=root)  # a refused config costs no seed run either
+                seed = ensure_seed_checkpoint(recipe, self.seed_cache, root)
             except ResolveError:
                 pass  # reported as invalid below, with the launch it would have made
             except (SeedError, OSError, subprocess.TimeoutExpired) as exc:
@@ -125,7 +131,7 @@ class LocalRunner:
             return RunRecord(**base, launch=shape, outcome="invalid", reason="the local launcher runs one node; use launcher slurm for more")
         try:
             flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), extra=load_args(seed) if seed else None,
-                                  check_layout=self.check_layout)
+                                  check_layout=self.check_layout, workdir=root)
         except ResolveError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         if seed_error:
@@ -134,7 +140,7 @@ class LocalRunner:
             int(flat["training.global_batch_size"]) if int(flat["training.global_batch_size"]) > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
         )
         env = {**os.environ, **launch.env, **self.extra_env}
-        env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = rank_pythonpath(root, env.get("PYTHONPATH"))
         env["PYTHONUNBUFFERED"] = "1"
         if recipe.cluster.hardware == "cpu":
             env["ATTUNE_CPU_COMPAT"] = "1"
@@ -143,7 +149,7 @@ class LocalRunner:
         lease = self._lease(env)
         try:
             outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s,
-                                                                            early_stop, recipe.bench.warmup_steps)
+                                                                            early_stop, recipe.bench.warmup_steps, cwd=root)
         except BaseException:
             _end_lease(lease, ok=False)
             raise
@@ -164,13 +170,14 @@ class LocalRunner:
             return None
 
     def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int, max_wall_s: float | None = None,
-                early_stop: EarlyStop | None = None, warmup_steps: int = 0) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
+                early_stop: EarlyStop | None = None, warmup_steps: int = 0,
+                cwd: Path | None = None) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
         log_path = out_dir / "train.log"
         # the wall-clock cap stops the run early enough that killing every rank still ends inside it
         budget_s = None if max_wall_s is None else max(0.0, max_wall_s - KILL_MARGIN_S)
         timeout_s = self.timeout_s if budget_s is None else min(self.timeout_s, budget_s)
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=out_dir,
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=cwd or out_dir,
                                 preexec_fn=die_with_parent())
         lines: queue.Queue[str | None] = queue.Queue()
 

@@ -9,20 +9,29 @@ plus ``activation_checkpoint.mode`` (the AC policy, which ``to_dict`` does not c
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import math
+from pathlib import Path
 from typing import Any
 
 from bot.core.layouts import layout_problems
 from bot.core.recipe import PIN_ALIASES, Recipe
 from bot.core.records import Scalar
 from bot.runner.command import titan_args
+from bot.runner.workdir import importable
 
 AC_MODES = {"NoneType": "none", "NoAC": "none", "SelectiveAC": "selective", "FullAC": "full", "MemoryBudgetAC": "memory_budget"}
 
 
 class ResolveError(Exception):
-    """torchtitan refused the configuration (message is torchtitan's own, trimmed)."""
+    """torchtitan refused the configuration (message is torchtitan's own, trimmed). ``field``: the recipe field the
+    refusal is about when torchtitan's own error says so (``("workload", "module")`` for a module it cannot import,
+    ``("workload", "config")`` for a config function the module lacks); None: the layout or another setting."""
+
+    def __init__(self, message: str, field: tuple[str, ...] | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -52,8 +61,11 @@ def resolve_args(args: list[str]) -> dict[str, Any]:
         lines = [ln for ln in lines if not set(ln) <= set("─-") and "has no effect" not in ln and "does not exist" not in ln]
         lines = [ln for ln in lines if ln.lower() not in ("value error", "parsing error")]
         raise ResolveError("torchtitan refused the arguments: " + " ".join(lines[:8])[:600]) from None
+    except ImportError as exc:  # the module (ConfigManager imports ``--module``, or ``<module>.config_registry``)
+        raise ResolveError(f"torchtitan cannot import it: {type(exc).__name__}: {exc}"[:600], ("workload", "module")) from None
     except Exception as exc:  # torchtitan's validators raise ValueError, AssertionError, ImportError...
-        raise ResolveError(f"torchtitan refused the configuration: {type(exc).__name__}: {exc}"[:600]) from None
+        field = ("workload", "config") if str(exc).startswith("Config function ") else None
+        raise ResolveError(f"torchtitan refused the configuration: {type(exc).__name__}: {exc}"[:600], field) from None
     flat = flatten(config.to_dict())
     ac_cls = type(config.activation_checkpoint).__qualname__.split(".")[0]  # AC none is a None config: "NoneType"
     flat["activation_checkpoint.mode"] = AC_MODES.get(ac_cls, ac_cls)
@@ -61,12 +73,23 @@ def resolve_args(args: list[str]) -> dict[str, Any]:
 
 
 def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str = "./outputs", extra: list[str] | None = None,
-                   check_layout: bool = True) -> dict[str, Any]:
+                   check_layout: bool = True, workdir: Path | None = None) -> dict[str, Any]:
     """The recipe's resolved torchtitan config; checks that pins hold, config-only levers match and (``check_layout``)
-    that torchtitan 0.3.0 can run the parallel layout on the recipe's hardware (``bot.core.layouts``)."""
+    that torchtitan 0.3.0 can run the parallel layout on the recipe's hardware (``bot.core.layouts``). ``workdir``:
+    the root its ranks start in (:mod:`.workdir`; default the working directory), importable while it resolves."""
     if recipe.cluster.launcher == "sim":
         raise ResolveError("a simulated recipe has no torchtitan config to resolve")
-    flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra))
+    root = (workdir if workdir is not None else Path.cwd()).resolve()
+    with importable(root):
+        try:
+            flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra))
+        except ResolveError as exc:
+            if exc.field != ("workload", "module"):
+                raise
+            module = recipe.workload.module
+            why = _import_failure(module)
+            raise ResolveError(f"torchtitan cannot import {module!r} from the repository root {root} or the installed "
+                               f"packages{f' ({why})' if why else ''}"[:600], exc.field) from None
     problems = pin_mismatches(recipe.pinned, flat)
     if "quantize.linear" in recipe.levers and recipe.levers["quantize.linear"] != "none":
         problems.append("quantize.linear is set by a config function only in torchtitan 0.3.0; choose a config that applies it")
@@ -76,6 +99,16 @@ def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str
     if problems:
         raise ResolveError("; ".join(problems))
     return flat
+
+
+def _import_failure(module: str) -> str:
+    """Why ``module`` does not import (torchtitan's own message drops the reason: a missing package inside it, a
+    folder that is not there), or "" when it does."""
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any error of the user's module is the reason to show
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return ""
 
 
 LAYOUT_FIELDS = ("parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",

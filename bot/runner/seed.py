@@ -40,9 +40,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bot.core.recipe import Recipe
-from bot.inrank import HERE, IMPORT_ROOT, SITE_DIR, code_files
+from bot.inrank import HERE, code_files
 from bot.runner.command import titan_args
 from bot.runner.procs import die_with_parent, end_tree
+from bot.runner.workdir import rank_pythonpath
 
 SEED_LEVERS_ONE = (
     "parallelism.data_parallel_shard_degree",
@@ -122,7 +123,7 @@ def _find(final: Path) -> SeedCheckpoint | None:
     return SeedCheckpoint(key=data["key"], path=str(final / "step-0"), wall_s=float(data.get("wall_s", 0.0)))
 
 
-def _create(recipe: Recipe, final: Path) -> SeedCheckpoint:
+def _create(recipe: Recipe, final: Path, workdir: Path) -> SeedCheckpoint:
     work = final.parent / f".{final.name}.{os.getpid()}.tmp"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -133,12 +134,12 @@ def _create(recipe: Recipe, final: Path) -> SeedCheckpoint:
             "-m", "torchtitan.train", *args]
     env = {**os.environ, **seed.env, "ATTUNE_CPU_COMPAT": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("ATTUNE_HOOK", None)  # a seed is never made under a test hook
-    env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = rank_pythonpath(workdir, env.get("PYTHONPATH"))
     t0 = time.monotonic()
     with (work / "seed.log").open("w") as log:
         # its own process group, ended with its caller: SIGKILL of attune (the kernel's parent-death signal) or a
         # Ctrl-C / SIGTERM / timeout here (the group is terminated before the exception goes on) leaves no rank
-        proc = subprocess.Popen(argv, env=env, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        proc = subprocess.Popen(argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=die_with_parent())
         try:
             proc.wait(timeout=CREATE_TIMEOUT_S)
@@ -161,8 +162,10 @@ def _create(recipe: Recipe, final: Path) -> SeedCheckpoint:
     return SeedCheckpoint(key=final.name, path=str(final / "step-0"), created=True, wall_s=wall)
 
 
-def ensure_seed_checkpoint(recipe: Recipe, cache_dir: Path) -> SeedCheckpoint:
-    """The seed checkpoint of ``recipe``'s objective on this stack: from the cache, or made now (one rank)."""
+def ensure_seed_checkpoint(recipe: Recipe, cache_dir: Path, workdir: Path | None = None) -> SeedCheckpoint:
+    """The seed checkpoint of ``recipe``'s objective on this stack: from the cache, or made now (one rank, started in
+    ``workdir``, the recipe's repository root as every run's ranks are: :mod:`.workdir`; default the working
+    directory)."""
     final = seed_dir(cache_dir, recipe)
     found = _find(final)
     if found is not None:
@@ -172,7 +175,7 @@ def ensure_seed_checkpoint(recipe: Recipe, cache_dir: Path) -> SeedCheckpoint:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be making the same seed: wait for it
         try:
             found = _find(final)
-            return found if found is not None else _create(recipe, final)
+            return found if found is not None else _create(recipe, final, Path(workdir or Path.cwd()).resolve())
         finally:
             with contextlib.suppress(OSError):
                 fcntl.flock(lock, fcntl.LOCK_UN)

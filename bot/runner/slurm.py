@@ -47,7 +47,7 @@ from pydantic import BaseModel
 from bot.core.recipe import Recipe
 from bot.core.records import LaunchShape, Outcome, RunRecord, StackFingerprint, StepMetric, content_hash
 from bot.core.slurm import SlurmSettings, minutes_text
-from bot.inrank import IMPORT_ROOT, SITE_DIR
+from bot.inrank import IMPORT_ROOT
 from bot.runner import slurmscript
 from bot.runner.base import (
     EarlyStop,
@@ -76,6 +76,7 @@ from bot.runner.slurmtext import (
     parse_scontrol,
     parse_squeue,
 )
+from bot.runner.workdir import rank_pythonpath, recipe_root
 
 KILL_MARGIN_S = 12.0  # the budget cap cancels this early: scancel, then Slurm's KillWait, end inside the cap
 RANK0 = "[rank0]:"
@@ -193,15 +194,19 @@ def torchrun_command(settings: SlurmSettings) -> list[str]:
 
 def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float | None = None, hook: str | None = None,
                  extra_env: dict[str, str] | None = None, payload: list[str] | None = None,
-                 seed: SeedCheckpoint | None = None, compile_cache: str | None = None) -> tuple[str, str | None]:
+                 seed: SeedCheckpoint | None = None, compile_cache: str | None = None,
+                 workdir: Path | None = None) -> tuple[str, str | None]:
     """The batch script of a run (see :mod:`.slurmscript`) and, when the run's wall-clock cap is the tighter limit,
     the job's time limit in minutes set from it (a backstop should this runner die; else None). ``seed``: the
     checkpoint every rank loads its initial weights from (its folder is mounted into a container as well).
-    ``compile_cache``: the job's ``TORCHINDUCTOR_CACHE_DIR`` on the nodes (over the recipe's own, if it has one)."""
+    ``compile_cache``: the job's ``TORCHINDUCTOR_CACHE_DIR`` on the nodes (over the recipe's own, if it has one).
+    ``workdir``: the recipe's repository root (default: the working directory), where torchrun starts on every node,
+    on ``PYTHONPATH`` (and mounted into a container): :mod:`.workdir`."""
     settings = recipe.cluster.slurm or SlurmSettings()
+    root = Path(workdir or Path.cwd()).resolve()
     targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"), extra=load_args(seed) if seed else None)
     command = payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun_command(settings))
-    env = {**recipe.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join([str(SITE_DIR), str(IMPORT_ROOT)]),
+    env = {**recipe.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1", "PYTHONPATH": rank_pythonpath(root),
            "ATTUNE_STACK_FILE": str(out_dir / STACK_FILE)}
     if recipe.cluster.hardware == "cpu":
         env["ATTUNE_CPU_COMPAT"] = "1"
@@ -215,8 +220,8 @@ def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float
         limit = backstop
     else:
         backstop = None
-    body = slurmscript.render(recipe, settings, command=command, env=env, time_limit=limit,
-                              mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT, *([Path(seed.path).parent] if seed else []))])
+    body = slurmscript.render(recipe, settings, command=command, env=env, time_limit=limit, workdir=root,
+                              mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT, root, *([Path(seed.path).parent] if seed else []))])
     return body, backstop
 
 
@@ -227,12 +232,14 @@ class SlurmRunner:
     checkpoints are cached (on the filesystem the nodes share); when given, every run loads its objective's seed
     checkpoint (:mod:`bot.runner.seed`), made on first use on this (login) node with one rank, as the local runner makes it.
     ``compile_state``: the file on this node that holds the jobs' compile-cache generation (default
-    ``<tmp>/attune_slurm_<user>/compile-generation``; see :mod:`.compilecache`)."""
+    ``<tmp>/attune_slurm_<user>/compile-generation``; see :mod:`.compilecache`). ``workdir``: the root the ranks start
+    in, importable (default: the repository holding ``recipe_path``, else the working directory; :mod:`.workdir`)."""
 
     def __init__(self, *, hang_s: float = 300.0, startup_s: float = 900.0, poll_s: float = 2.0, hook: str | None = None,
                  extra_env: dict[str, str] | None = None, on_step: Callable[[StepMetric], None] | None = None,
                  payload: list[str] | None = None, slurm_env: dict[str, str] | None = None, seed_cache: Path | None = None,
-                 compile_state: Path | None = None) -> None:
+                 compile_state: Path | None = None, workdir: Path | None = None) -> None:
+        self.workdir = Path(workdir).resolve() if workdir is not None else None
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
         self.hang_s, self.startup_s, self.poll_s = hang_s, startup_s, poll_s
         self.hook, self.extra_env, self.on_step, self.payload = hook, extra_env or {}, on_step, payload
@@ -314,14 +321,15 @@ class SlurmRunner:
         sbatch = sbatch_argv(script, out_dir)
         shape = LaunchShape(launcher="slurm", nodes=recipe.cluster.nodes, devices_per_node=recipe.cluster.devices_per_node,
                             world_size=recipe.devices, command=sbatch, env=dict(recipe.env))
+        root = self.workdir or recipe_root(recipe_path)
         try:
-            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump))
+            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), workdir=root)
         except ResolveError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         seed = None
         if self.seed_cache is not None and self.payload is None and wants_seed(recipe):
             try:  # after the free pre-flight: a refused config costs no seed run
-                seed = ensure_seed_checkpoint(recipe, self.seed_cache)
+                seed = ensure_seed_checkpoint(recipe, self.seed_cache, root)
             except (SeedError, OSError, subprocess.TimeoutExpired) as exc:
                 return RunRecord(**base, launch=shape, outcome="crash", reason=f"seed checkpoint: {exc}")
             base["seed_checkpoint"] = seed.key
@@ -329,7 +337,7 @@ class SlurmRunner:
         try:
             body, backstop = batch_script(recipe, steps=steps, out_dir=out_dir, max_wall_s=max_wall_s, hook=self.hook,
                                           extra_env=self.extra_env, payload=self.payload, seed=seed,
-                                          compile_cache=self._compile_cache(gen))
+                                          compile_cache=self._compile_cache(gen), workdir=root)
         except ValueError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         gbs = int(flat["training.global_batch_size"])

@@ -15,13 +15,15 @@ torchtitan.train …`` per node with ``srun``. This script does the same, with t
 - ``--no-requeue``: a preempted or failed job ends instead of silently starting again.
 
 The recipe's ``cluster.slurm`` adds the site's options (:class:`bot.core.slurm.SlurmSettings`). The job's log and
-working folder are sbatch command-line options (``--output``, ``--chdir``), not ``#SBATCH`` lines, so any path works.
+working folder are sbatch command-line options (``--output``, ``--chdir``), not ``#SBATCH`` lines, so any path works;
+``srun`` then starts from the recipe's repository root (a ``cd`` before it: :mod:`bot.runner.workdir`).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 from bot.core.recipe import Recipe
 from bot.core.slurm import SlurmSettings
@@ -77,12 +79,16 @@ def _word(arg: str) -> str:
 
 
 def render(recipe: Recipe, settings: SlurmSettings, *, command: list[str], env: dict[str, str], mounts: list[str],
-           time_limit: str | None) -> str:
-    """The whole batch script. ``command`` is what ``srun`` starts on every node (torchrun, or a test payload)."""
+           time_limit: str | None, workdir: Path | None = None) -> str:
+    """The whole batch script. ``command`` is what ``srun`` starts on every node (torchrun, or a test payload), from
+    ``workdir`` (the recipe's repository root, as torchrun started from the user's checkout; srun's tasks start in
+    the script's folder) when given."""
     srun = ["srun", "--kill-on-bad-exit=1"]
     if settings.container_image:
         srun.append(f"--container-image={settings.container_image}")
         srun.append("--container-mounts=" + ",".join(dict.fromkeys([*settings.container_mounts, *mounts])))
+        if workdir is not None:
+            srun.append(f"--container-workdir={workdir}")  # pyxis: else the image's own working directory
     lines = [
         "#!/bin/bash",
         f"# ATTUNE trial of {recipe.name}: {recipe.cluster.nodes} node(s) x {recipe.cluster.devices_per_node} rank(s),",
@@ -104,5 +110,7 @@ def render(recipe: Recipe, settings: SlurmSettings, *, command: list[str], env: 
         else:
             lines.append(f"export {key}={shlex.quote(value)}")
     lines.append(f"export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE={shlex.quote(PREFIX_TEMPLATE)}")
+    if workdir is not None:
+        lines.append(f"cd {shlex.quote(str(workdir))}")
     lines.append(" ".join(_word(a) for a in [*srun, *command]))
     return "\n".join(lines) + "\n"
