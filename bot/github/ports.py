@@ -43,6 +43,7 @@ TRIAL_WORKFLOW = "trial.yml"
 LEADERBOARD_WORKFLOW = "leaderboard.yml"
 _FENCE = re.compile(r"```json\n(.*?)\n```", re.S)
 _FENCE_Z = re.compile(r"```attune-state-zlib-base64\n(.*?)\n```", re.S)
+STATE_INFLATE_CAP = 16 * 1024 * 1024  # bytes a compressed state block may inflate to (the bot's are far smaller)
 INLINE_STATE_LIMIT = 40_000  # above this the state JSON is stored compressed (a comment holds 65,536 characters)
 RUN_ACTIONS = (cm.RunBaseline, cm.RunTrial, cm.MeasurePair)
 RUNNER_ACTIONS = (*RUN_ACTIONS, cm.Calibrate)  # what a self-hosted runner may have to do
@@ -62,7 +63,10 @@ class Stored(BaseModel):
     dispatched: str = ""  # the run dispatched to trial.yml and not answered yet (run_key), "" when none
     heads: dict[int, str] = Field(default_factory=dict)  # step -> the head the bot measured or made last
     handled: list[int] = Field(default_factory=list)  # ids of the /attune comments already applied (most recent last)
+    # the records branch's head as the bot last verified or made it: every commit after it must be the bot's own
+    records_head: str = ""
     _blob: str | None = PrivateAttr(default=None)  # blob sha of state.json as it was read (None: not written yet)
+    _head: str | None = PrivateAttr(default=None)  # the records branch head this copy was read at, verified
 
 
 class StateConflict(RuntimeError):
@@ -128,13 +132,21 @@ def render_state(stored: Stored) -> str:
 
 
 def parse_state(body: str) -> Stored | None:
-    """The state in a state comment's body: its LAST state block (a block quoted above it by anyone is not it)."""
+    """The state in a state comment's body: its LAST state block (a block quoted above it by anyone is not it).
+    A block that is not a state raises ``ValueError`` (pydantic's ``ValidationError`` is one)."""
     blocks = [(m.start(), "z", m.group(1)) for m in _FENCE_Z.finditer(body)] + [(m.start(), "j", m.group(1)) for m in _FENCE.finditer(body)]
     if not blocks:
         return None
     _, kind, data = max(blocks)
     if kind == "z":
-        return Stored.model_validate_json(zlib.decompress(base64.b64decode("".join(data.split()))))
+        try:
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(base64.b64decode("".join(data.split())), STATE_INFLATE_CAP)
+        except (ValueError, zlib.error) as exc:
+            raise ValueError(f"the state block is not zlib-compressed base64: {exc}") from None
+        if inflater.unconsumed_tail:  # a block that inflates beyond any state the bot writes: refused, not inflated
+            raise ValueError(f"the state block inflates to more than {STATE_INFLATE_CAP:,} bytes")
+        return Stored.model_validate_json(raw)
     return Stored.model_validate_json(data)
 
 
@@ -153,13 +165,30 @@ def load_state(forge: GitHubForge, issue: int) -> Stored | None:
                 break
     if view is None or view.issue != issue:
         return None
+    branch = records_branch(view.campaign.id)
+    head = forge._branch_head(branch)  # noqa: SLF001
+    if head is None:
+        return view  # not written yet (the campaign's first workflow run): the view is all there is
     try:
-        found = forge._get_file(f"campaigns/{view.campaign.id}/{STATE_FILE}", records_branch(view.campaign.id))  # noqa: SLF001
-    except Exception:  # noqa: BLE001 - not written yet (the campaign's first workflow run): the view is all there is
+        found = forge._get_file(f"campaigns/{view.campaign.id}/{STATE_FILE}", head)  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - not written yet
         return view
+    records_provenance(forge, branch, view.records_head, head)
     stored = Stored.model_validate_json(found.text)
-    stored._blob = found.blob_sha  # noqa: SLF001
+    stored._blob, stored._head = found.blob_sha, head  # noqa: SLF001
     return stored
+
+
+def records_provenance(forge: GitHubForge, branch: str, since: str, head: str) -> None:
+    """Trust the records branch at ``head`` only if every commit on it since ``since`` (the head the bot last verified
+    or made, as its own state comment says; else since the default branch) is the bot's own -- linked to its login
+    and signed by GitHub -- not just the head commit: a writer's push under the bot's next commit is caught too.
+    Raises :class:`GitHubForgeError` naming the first foreign commits."""
+    foreign = (forge.foreign_commits(since, head) if since
+               else forge.foreign_commits(forge.base_branch, head, require_descent=False))
+    if foreign:
+        raise GitHubForgeError(f"{branch} is not trusted: commits since {since[:12] or forge.base_branch} that are not the "
+                               f"bot's own: {'; '.join(foreign[:3])}; restore the branch to the bot's last commit")
 
 
 def save_state(forge: GitHubForge, stored: Stored) -> None:
@@ -236,6 +265,7 @@ class GitHubPorts:
         self._sim: bool | None = None
         self._branches: set[str] = set()
         self._files: dict[str, str] = {}  # records-branch files read or written in this workflow run, by reference
+        self._head: str | None = stored._head  # noqa: SLF001 - the records branch head, verified or made by the bot
 
     # -- state store: the state comment on the issue
     def load(self, cid: str) -> cm.Campaign | None:
@@ -243,29 +273,20 @@ class GitHubPorts:
 
     def save(self, state: cm.Campaign) -> None:
         """The view: the state comment, rewritten after every transition (``settle`` writes the authority)."""
-        self.stored = self.stored.model_copy(update={"campaign": state, "heads": dict(self.heads)})
+        self.stored = self.stored.model_copy(update={"campaign": state, "heads": dict(self.heads),
+                                                     "records_head": self._head or self.stored.records_head})
         save_state(self.gh, self.stored)
 
     def settle(self) -> None:
         """Write the authoritative state (``state.json`` on the records branch) over the copy this run read — a
-        compare-and-swap: raises :class:`StateConflict` when another run wrote in between."""
-        from github import GithubException
-
+        compare-and-swap: the bot's commit names the records head it read or made as its parent and the branch moves
+        only as a fast-forward, so :class:`StateConflict` is raised when another run (or anyone) wrote in between."""
         cid = self.stored.campaign.id
-        branch = self._ensure_records_branch(cid)
         path = f"campaigns/{cid}/{STATE_FILE}"
-        text = self.stored.model_dump_json(indent=1) + "\n"
-        repo = self.gh._repo  # noqa: SLF001
         try:
-            if self.stored._blob is None:  # noqa: SLF001
-                made = repo.create_file(path, f"attune: state of {cid}", text, branch=branch)
-            else:
-                made = repo.update_file(path, f"attune: state of {cid}", text, sha=self.stored._blob, branch=branch)  # noqa: SLF001
-        except GithubException as exc:
-            if exc.status in (409, 422):  # 409: the file moved on; 422: it was created meanwhile
-                raise StateConflict(f"the state of {cid} was written by another run: {exc.status}") from exc
-            raise
-        self.stored._blob = made["content"].sha  # noqa: SLF001
+            self._commit_records(cid, {path: self.stored.model_dump_json(indent=1) + "\n"}, f"attune: state of {cid}")
+        except GitHubForgeError as exc:
+            raise StateConflict(f"the state of {cid} was written by another run: {exc}") from exc
 
     def remember_command(self, comment_id: int) -> None:
         """Record that the ``/attune`` comment ``comment_id`` was applied (a re-delivery then changes nothing)."""
@@ -285,16 +306,24 @@ class GitHubPorts:
         self._branches.add(branch)  # a branch once there stays there (the bot never deletes it)
         return branch
 
-    def _put_file(self, cid: str, path: str, text: str, message: str) -> str:
+    def _commit_records(self, cid: str, files: dict[str, str], message: str) -> str:
+        """Commit ``files`` on the records branch on the head this run verified or made (Git Data API, fast-forward
+        only: :meth:`GitHubForge.add_files`'s guard); the branch is checked first when this run has no such head."""
         branch = self._ensure_records_branch(cid)
-        repo = self.gh._repo  # noqa: SLF001
-        try:
-            existing = self.gh._get_file(path, branch)  # noqa: SLF001
-        except Exception:  # noqa: BLE001 - not there yet
-            repo.create_file(path, message, text, branch=branch)
-        else:
-            if existing.text != text:
-                repo.update_file(path, message, text, sha=existing.blob_sha, branch=branch)
+        if self._head is None:
+            head = self.gh._branch_head(branch)  # noqa: SLF001
+            if head is None:
+                raise GitHubForgeError(f"{branch} is gone")
+            records_provenance(self.gh, branch, self.stored.records_head, head)
+            self._head = head
+        made = self.gh._write_commit(self._head, files, message)  # noqa: SLF001
+        if made is not None:
+            self.gh._move_branch(branch, made, self._head)  # noqa: SLF001
+            self._head = made
+        return branch
+
+    def _put_file(self, cid: str, path: str, text: str, message: str) -> str:
+        branch = self._commit_records(cid, {path: text}, message)
         self._files[f"{branch}:{path}"] = text
         return f"{branch}:{path}"
 

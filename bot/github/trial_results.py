@@ -157,10 +157,11 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     if problem is not None:
         record, why = None, f"the upload was refused: {problem}"
     if record is not None:
+        record = record.model_copy(update={"reason": capped(record.reason)})
         where = ports.put_run(state.id, run_key(action), record)
         run = cm.RunRef.of(record, kind=want_kind, n=n, attempt=want_attempt, ref=where)
     else:
-        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"{why} (run job: {job})")
+        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=capped(f"{why} (run job: {job})"))
     state = executor.feed(state, cm.RunFinished(run=run))
     ports.settle()
     return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"
@@ -176,7 +177,8 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
     from bot.drive.executor import run_key as executor_run_key
 
     def crash(why: str) -> cm.RunRef:
-        return cm.RunRef(kind="pair", n=action.n, attempt=action.k, order=action.order, outcome="crash", reason=f"{why} (run job: {job})")
+        return cm.RunRef(kind="pair", n=action.n, attempt=action.k, order=action.order, outcome="crash",
+                         reason=capped(f"{why} (run job: {job})"))
 
     if not base_sha:
         return crash("the pair's incumbent sha is unknown")
@@ -192,7 +194,7 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
         problem = record_problem(record, exp.model_copy(update={"job_wall_s": job_wall_s}), check_hours=False)
         if problem:
             return crash(f"the upload was refused: {side}: {problem}")
-        records[side] = record
+        records[side] = record.model_copy(update={"reason": capped(record.reason)})
     hours = sum(record.summary.device_hours for record in records.values())
     wall, what = wall_bound(job_wall_s)
     if known.recipe.cluster.launcher != "sim" and hours > known.recipe.devices * wall / 3600.0 * WALL_SLACK:
@@ -204,7 +206,13 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
     return pair_ref(action, sides["incumbent"], sides["candidate"], hours)
 
 
-REASON_CAP = 500  # characters of check's reason kept in the state (it names the sha, PR, files or field refused)
+REASON_CAP = 500  # characters of a reason kept in the state (it names the sha, PR, files or field refused)
+
+
+def capped(text: str, cap: int = REASON_CAP) -> str:
+    """A reason as the state keeps it: at most ``cap`` characters (the runner writes up to 4,000, and the state
+    comment holds 65,536 characters in all)."""
+    return text if len(text) <= cap else text[: cap - 1] + "…"
 
 
 def _refused(executor: Any, ports: Any, state: cm.Campaign, action: Any, reason: str) -> str:

@@ -12,7 +12,10 @@ knows independently:
 - it names the recipe at that sha (``recipe_id``, model, hardware, levers, pinned values, launcher and shape: the
   leaderboard files a result by them), and every number in it is finite, rates, times and amounts >= 0;
 - every string field is length-capped, and the names a results path is built from (model, hardware, run id) use
-  only ``[A-Za-z0-9._-]``;
+  only ``[A-Za-z0-9._-]``; the stack fields the leaderboard shows only ``[A-Za-z0-9 ._+()/,:-]``;
+- every number is one a run can measure (:data:`CEILINGS`: tokens/s per device, MFU in percent, TFLOP/s, memory
+  share), and the launch's world size is the recipe's device count: an absurd value would break the leaderboard;
+- a problem names a field by a path of at most :data:`WHERE_CAP` characters (a runner picks the dict keys);
 - a calibration's loss band is recomputed here from the uploaded calibration run records, each checked like a run
   record; an uploaded band or cost is never taken as it is.
 
@@ -31,6 +34,16 @@ from bot.core.recipe import Recipe
 from bot.core.records import RunRecord, content_hash
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+SAFE_STACK = re.compile(r"^[A-Za-z0-9 ._+()/,:-]{0,120}$")  # versions and device names: nothing Markdown reads
+WHERE_CAP = 120  # characters of a field path quoted in a problem
+# the most any run can measure, per field (a record above it is refused; generous: no device comes near them)
+CEILINGS: dict[str, float] = {
+    "tps": 1e8, "tps_median": 1e8,  # tokens/s per device
+    "mfu": 100.0, "memory_pct": 100.0,  # percent
+    "tflops": 1e5,  # TFLOP/s per device
+    "peak_memory_gib": 1e5, "memory_gib": 1e5, "memory_capacity_gib": 1e5,
+    "tokens_per_step": 1e13, "steps_completed": 1e9, "step": 1e9,
+}
 STRING_CAP = 4_000  # characters of any string field (a reason, a path, a name)
 LOG_TAIL_CAP = 20_000  # characters of the log tail
 WALL_SLACK = 1.0 + 1e-6  # rounding between the record's and the Actions API's clocks
@@ -83,6 +96,12 @@ def _numbers(value: Any, path: str = "") -> list[tuple[str, float]]:
 NON_NEGATIVE = re.compile(r"^\.(summary\.(?!loss_)\w+|steps\[\d+\]\.(?!loss$)\w+|spans_ms\..*|breakdown\..*|usd_per_device_hour)$")
 
 
+def _where(path: str) -> str:
+    """A field path for a problem, capped (its keys come from the runner)."""
+    path = path.lstrip(".")
+    return path if len(path) <= WHERE_CAP else path[: WHERE_CAP - 3] + "..."
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -106,9 +125,13 @@ def number_problem(record: RunRecord) -> str | None:
     """The first number of ``record`` that no run measures: not finite (NaN, inf), or a negative rate, time or amount."""
     for where, number in _numbers(record.model_dump(exclude={"launch"})):
         if not math.isfinite(number):
-            return f"field {where.lstrip('.')}: {number!r}, expected a finite number"
+            return f"field {_where(where)}: {number!r}, expected a finite number"
         if number < 0 and NON_NEGATIVE.match(where):
-            return f"field {where.lstrip('.')}: {number!r}, expected a number >= 0"
+            return f"field {_where(where)}: {number!r}, expected a number >= 0"
+        name = where.rsplit(".", 1)[-1]
+        ceiling = CEILINGS.get(name) if where.startswith((".summary.", ".steps[")) else None
+        if ceiling is not None and number > ceiling:
+            return f"field {_where(where)}: {number:.6g}, more than any run measures (at most {ceiling:g})"
     return None
 
 
@@ -137,9 +160,14 @@ def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool =
     for name in ("run_id", "hardware", *(("model",) if record.model else ())):
         if not SAFE_NAME.match(getattr(record, name)):
             return f"{name} {getattr(record, name)[:60]!r}: expected 1-100 of [A-Za-z0-9._-]"
+    if record.launch.world_size != expected.recipe.devices:
+        return f"the record's launch.world_size {record.launch.world_size} is not the recipe's {expected.recipe.devices} devices"
+    for name, text in record.stack.model_dump().items():
+        if text is not None and not SAFE_STACK.match(str(text)):
+            return f"stack.{name} {str(text)[:60]!r}: expected 0-120 of [A-Za-z0-9 ._+()/,:-]"
     for where, text in _strings(record.model_dump(exclude={"log_tail"})):
         if len(text) > STRING_CAP:
-            return f"field {where.lstrip('.')}: {len(text)} characters, more than {STRING_CAP}"
+            return f"field {_where(where)}: {len(text)} characters, more than {STRING_CAP}"
     if len(record.log_tail) > LOG_TAIL_CAP:
         return f"field log_tail: {len(record.log_tail)} characters, more than {LOG_TAIL_CAP}"
     return None

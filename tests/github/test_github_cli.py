@@ -33,6 +33,7 @@ def gh(monkeypatch: pytest.MonkeyPatch):
     fake.seed({RECIPE: (ROOT / RECIPE).read_text()})
     monkeypatch.setenv("GITHUB_REPOSITORY", fake.full_name)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    monkeypatch.setenv("ATTUNE_BOT_LOGIN", fake.actor)  # whose commits are the bot's (a merge checks every one)
     monkeypatch.delenv("ATTUNE_GITHUB_TOKEN", raising=False)
     monkeypatch.delenv("GITHUB_API_URL", raising=False)
     try:
