@@ -4,7 +4,7 @@
 |---|---|
 | ``issues`` (opened, labelled) | :mod:`bot.github.campaign_requests` |
 | ``issue_comment`` (``/attune ...``) | :mod:`bot.github.comments` |
-| ``workflow_dispatch`` (a manual nudge) | :func:`nudge` |
+| ``workflow_dispatch`` (a manual nudge) | :func:`nudge` (applies unhandled ``/attune`` commands first) |
 
 A trial's result (the report job of ``trial.yml``) is not an event of its own: ``attune github handle
 --trial-result`` calls :mod:`bot.github.trial_results` directly.
@@ -28,13 +28,16 @@ def nudge(forge: Any, payload: dict[str, Any], issue: int | None = None, **execu
     number = int((payload.get("inputs") or {}).get("issue") or issue or 0)
 
     def run() -> str:
-        stored = load_state(forge, number)
-        if stored is None:
+        if load_state(forge, number) is None:
             raise EventError(f"issue #{number} holds no campaign state")
+        applied = comments.apply_pending(forge, number, **executor_kw)  # commands whose own run was replaced
+        stored = load_state(forge, number)
+        assert stored is not None
         executor, ports = github_executor(forge, stored, redispatch=True, **executor_kw)
         executor.loop(stored.campaign)
         ports.settle()
-        return f"campaign {stored.campaign.id}: nudged"
+        earlier = ", ".join(f"{kind} (comment {cid})" for cid, kind in applied)
+        return f"campaign {stored.campaign.id}: nudged" + (f"; unhandled commands applied in order: {earlier}" if earlier else "")
 
     return settled(run)
 
