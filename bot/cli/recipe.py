@@ -1,4 +1,5 @@
-"""``attune recipe show|set``: the exact torchrun command and resolved config of a recipe, or a one-line lever edit."""
+"""``attune recipe init|show|set``: draft a recipe from a torchtitan command line; the exact torchrun command and resolved
+config of a recipe; a one-line lever edit."""
 
 from __future__ import annotations
 
@@ -6,7 +7,62 @@ import argparse
 import json
 from typing import Any
 
-from bot.cli.common import EXIT_FAILED, EXIT_OK
+from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, emit_json
+
+
+def cmd_recipe_init(args: argparse.Namespace) -> int:
+    """Resolve the user's torchtitan command line, build its model, write the drafted recipe (or refuse: one line)."""
+    from pathlib import Path
+
+    from bot.core.recipe import parse_recipe_text
+    from bot.core.records import atomic_write_text
+    from bot.facts import FactsError, model_facts
+    from bot.facts.build import QUANTIZED_NOTE, importable
+    from bot.runner.draft import draft_recipe, render
+    from bot.runner.resolve import ResolveError, resolve_args
+    from bot.sim.hardware import get_hardware, hardware_id
+
+    try:
+        hw = get_hardware(hardware_id(args.hardware))
+    except ValueError as exc:
+        raise UsageError(f"--hardware: {exc}") from None
+    if args.nodes < 1 or args.devices_per_node < 1:
+        raise UsageError("--nodes and --devices-per-node: expected positive integers")
+    overrides = list(args.overrides or [])
+    root = Path.cwd()
+    argv = ["--module", args.module, "--config", args.config, *overrides]
+    try:
+        with importable(root):
+            flat = resolve_args(argv)
+        facts = model_facts(args.module, args.config, overrides, root=root)
+    except ResolveError as exc:
+        raise UsageError(f"--module {args.module} --config {args.config}: {_blame(str(exc))}") from None
+    except FactsError as exc:
+        raise UsageError(f"--module {args.module} --config {args.config}: {exc}") from None
+    draft = draft_recipe(module=args.module, config=args.config, overrides=overrides, flat=flat, spec=facts.spec, hw=hw,
+                         nodes=args.nodes, devices_per_node=args.devices_per_node, launcher=args.launcher,
+                         quantized=QUANTIZED_NOTE in facts.family_notes)
+    text = render(draft)
+    out = Path(args.out) if args.out else Path("recipes") / args.config / f"{hw.id}x{args.nodes * args.devices_per_node}.yaml"
+    parse_recipe_text(text, str(out))  # the draft is a valid recipe (a RecipeError here is a bug: exit 2, no file)
+    if out.exists() and not args.force:
+        raise UsageError(f"{out}: exists; choose another --out or pass --force")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, text)
+    if args.json:
+        emit_json({"path": str(out), "recipe": draft.recipe, "made_explicit": draft.made_explicit,
+                   "model": facts.spec.model_dump(include={"n_params", "n_active_params", "n_layers", "n_experts"})})
+    else:
+        print(f"{out}: {draft.recipe['id']} ({len(draft.recipe['levers'])} levers, "
+              f"{facts.spec.n_params / 1e9:.3g} B parameters); check it with `attune recipe show {out}`")
+    return EXIT_OK
+
+
+def _blame(message: str) -> str:
+    """torchtitan's refusal, with an import failure named as the module's."""
+    if "ImportError" in message or "Cannot import module" in message:
+        return "workload.module: " + message
+    return message
 
 
 def cmd_recipe_show(args: argparse.Namespace) -> int:
@@ -69,7 +125,21 @@ def cmd_recipe_set(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    rc = sub.add_parser("recipe", help="show or edit a recipe").add_subparsers(dest="recipe_cmd", required=True)
+    rc = sub.add_parser("recipe", help="draft, show or edit a recipe").add_subparsers(dest="recipe_cmd", required=True)
+    s = rc.add_parser("init", help="draft a recipe from a working torchtitan config (run in the tuning repository)",
+                      description="attune recipe init --module M --config C --hardware H --nodes N --devices-per-node D "
+                      "[--launcher local|slurm|sim] [--out PATH] [--json] [-- torchtitan overrides]")
+    s.add_argument("--module", required=True, help="torchtitan --module (a package path; the repository's own works)")
+    s.add_argument("--config", required=True, help="torchtitan --config (a config function of the module)")
+    s.add_argument("--hardware", required=True, help="h100, H100-SXM5-80GB, h200, b200, cpu, ...")
+    s.add_argument("--nodes", type=int, required=True)
+    s.add_argument("--devices-per-node", type=int, required=True)
+    s.add_argument("--launcher", choices=("local", "slurm", "sim"), default="local")
+    s.add_argument("--out", help="where to write it (default recipes/<config>/<hardware>x<devices>.yaml)")
+    s.add_argument("--force", action="store_true", help="overwrite an existing file")
+    s.add_argument("--json", action="store_true", help="print the drafted recipe as JSON")
+    s.add_argument("overrides", nargs="*", help="after --: torchtitan overrides as on the torchrun command line")
+    s.set_defaults(func=cmd_recipe_init)
     s = rc.add_parser("show", help="print the full command and the resolved torchtitan config")
     s.add_argument("recipe")
     s.set_defaults(func=cmd_recipe_show)

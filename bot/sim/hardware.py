@@ -98,3 +98,24 @@ def get_hardware(hw_id: str) -> HardwareSpec:
         return HARDWARE[hw_id]
     except KeyError:
         raise KeyError(f"unknown hardware {hw_id!r}; known: {sorted(HARDWARE)}") from None
+
+
+# Names users write for the profiles above (matched case-insensitively, '_' and ' ' read as '-').
+ALIASES: dict[str, str] = {
+    "h100": "h100-sxm-80gb", "h100-sxm": "h100-sxm-80gb", "h100-sxm5": "h100-sxm-80gb", "h100-80gb": "h100-sxm-80gb",
+    "h100-sxm5-80gb": "h100-sxm-80gb", "h100-80gb-hbm3": "h100-sxm-80gb", "h100-sxm5-80gb-hbm3": "h100-sxm-80gb",
+    "h100-96gb-hbm2e": "h100-96gb", "h200-sxm": "h200", "h200-141gb": "h200", "h200-sxm-141gb": "h200",
+    "b200-180gb": "b200", "b200-sxm": "b200", "host": "cpu",
+}
+
+
+def hardware_id(name: str) -> str:
+    """The profile id for a hardware name as users write it (``h100``, ``H100-SXM5-80GB``, ``h200``, ``b200``, ``cpu``);
+    ValueError listing the known names."""
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if key in HARDWARE:
+        return key
+    if key in ALIASES:
+        return ALIASES[key]
+    known = ", ".join(sorted({*HARDWARE, *ALIASES}))
+    raise ValueError(f"unknown hardware {name!r}; known names: {known}")
