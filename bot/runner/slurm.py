@@ -53,6 +53,7 @@ from bot.runner.base import (
     EarlyStop,
     early_stop_reason,
     git_commit,
+    model_fields,
     new_run_id,
     stack_fingerprint,
     summarize,
@@ -312,7 +313,7 @@ class SlurmRunner:
         hook = self.hook if self.payload is None else f"payload: {' '.join(self.payload)}"
         base = dict(
             run_id=new_run_id(), recipe_id=recipe.name, recipe_path=recipe_path, recipe_hash=content_hash(text),
-            model=recipe.workload.model, hardware=recipe.cluster.hardware, levers=recipe.levers, pinned=recipe.pinned,
+            **model_fields(recipe), hardware=recipe.cluster.hardware, levers=recipe.levers, pinned=recipe.pinned,
             git_commit=git_commit(Path(recipe_path).parent if recipe_path else None), stack=stack_fingerprint(),
             usd_per_device_hour=recipe.cluster.usd_per_device_hour, hook=hook,
         )
