@@ -47,15 +47,32 @@ def cmd_recipe_init(args: argparse.Namespace) -> int:
     parse_recipe_text(text, str(out))  # the draft is a valid recipe (a RecipeError here is a bug: exit 2, no file)
     if out.exists() and not args.force:
         raise UsageError(f"{out}: exists; choose another --out or pass --force")
+    made = _debug_assets(root, flat) if args.launcher != "sim" else []
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)
     if args.json:
         emit_json({"path": str(out), "recipe": draft.recipe, "made_explicit": draft.made_explicit,
+                   "assets_made": [str(p.relative_to(root)) for p in made],
                    "model": facts.spec.model_dump(include={"n_params", "n_active_params", "n_layers", "n_experts"})})
     else:
+        for path in made:
+            print(f"made {path.relative_to(root)} (offline stand-in for torchtitan's test assets)")
         print(f"{out}: {draft.recipe['id']} ({len(draft.recipe['levers'])} levers, "
               f"{facts.spec.n_params / 1e9:.3g} B parameters); check it with `attune recipe show {out}`")
     return EXIT_OK
+
+
+def _debug_assets(root, flat: dict) -> list:
+    """A config that trains on torchtitan's ``c4_test`` data reads test assets from its source repository, which no
+    wheel ships: make the missing ones (tokenizer, data) offline. Any other config's assets are the user's to provide."""
+    from bot.runner.debug_assets import DebugAssetError, ensure_debug_assets, plan_from_config
+
+    try:
+        if not plan_from_config(flat).dataset_paths:
+            return []
+        return ensure_debug_assets(root, flat)
+    except DebugAssetError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _blame(message: str) -> str:

@@ -49,6 +49,9 @@ def test_the_recipe_resolves_to_the_users_command_line(repo, capsys, module, con
     differ = {k for k in user.keys() | ours.keys() if not _same(user.get(k), ours.get(k))}
     assert differ <= MADE_EXPLICIT | RUNNER_OWNED, differ
     assert set(report["made_explicit"]) <= MADE_EXPLICIT
+    # the stock debug configs read torchtitan's test tokenizer and c4_test data: made offline, where they name them
+    assert sorted(report["assets_made"]) == ["tests/assets/c4_test/data.json", "tests/assets/tokenizer/tokenizer.json",
+                                             "tests/assets/tokenizer/tokenizer_config.json"]
     if user["training.global_batch_size"] == -1:  # the implicit global batch, computed
         assert ours["training.global_batch_size"] == user["training.local_batch_size"] * dpn
     assert recipe.levers["activation_checkpoint"] == user["activation_checkpoint.mode"]
@@ -72,6 +75,7 @@ def test_a_moe_config_on_a_simulated_cluster_gets_the_expert_lever(repo, capsys)
     assert recipe.levers["parallelism.expert_parallel_degree"] == 1
     assert recipe.pinned["training.global_batch_size"] == 2 * 16  # local batch 2 x FSDP over 16 ranks
     assert runnable_problem(recipe) is None  # the simulator knows the built model
+    assert not (repo / "tests").exists()  # a real config's tokenizer and data are the user's: nothing made
 
 
 @pytest.mark.parametrize(("args", "says"), [
