@@ -11,10 +11,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "github"))
-from test_state_store import command, gh, started  # noqa: E402, F401 - the state-store fixture and helpers
+import test_state_store  # noqa: E402
+from test_state_store import command, started  # noqa: E402
 
 from bot.forge.github import GitHubForgeError  # noqa: E402
 from bot.github.ports import GitHubPorts, load_state, parse_state, records_branch  # noqa: E402
+
+
+@pytest.fixture
+def gh(contract):
+    """The state-store tests' fake repository (a campaign's recipe seeded, trial.yml known, alice a writer)."""
+    yield from test_state_store.gh.__wrapped__(contract)
 
 
 def forged(gh, cid: str, budget: float) -> str:
