@@ -1,14 +1,15 @@
 """bot.facts' analytic FLOPs, activation memory and parameter counts, checked against torch's own tools.
 
 Every check runs torchtitan's own model (the config's model, rebuilt with torchtitan's ``varlen`` attention backend
-where an operator is counted: flex attention's operators raise inside ``FlopCounterMode`` and ``MemTracker``, varlen's
-have FLOP formulas and run under fake tensors on the CPU) under ``FakeTensorMode``: shapes only, no memory, a few
-seconds in all. What is compared, and how close it must be:
+where an operator is counted: flex attention has no backward on the CPU and its block mask cannot be built under fake
+tensors; varlen has FLOP formulas and runs under fake tensors on the CPU) under ``FakeTensorMode``: shapes only, no
+memory, about 15 s of CPU for the file. What is compared, and how close it must be:
 
 - FLOPs per token (``llama3_debugmodel``, ``qwen3_moe_debug``): forward + backward (3x forward) equals torchtitan's
-  ``get_nparams_and_flops`` within 0.1 % (the gap is 6x the norm weights, which torchtitan counts as matmul
-  parameters); ``FlopCounterMode`` over a fake forward + backward gives the matmul part (``aten.mm`` plus the routed
-  experts' ``aten._grouped_mm``, which has no formula in torch: one is supplied here) within 1 %, and the attention
+  ``get_nparams_and_flops`` within 0.1 % (qwen3: 6x its QK-norm weights, which the analytic count leaves out);
+  ``FlopCounterMode`` over a fake forward + backward gives the matmul part (``aten.mm`` plus the routed experts'
+  ``aten._grouped_mm``, which has no formula in torch: one is supplied here) within 1 % (the gap: 6x the norm
+  weights, which torchtitan's convention counts as matmul parameters), and the attention
   forward x3 equal to the attention term (torchtitan's convention: no causal discount, backward = 2x forward; torch's
   backward formula also counts the flash kernel's recomputed QK^T, 2.5x forward, which the convention leaves out).
 - Activation memory of one block per token (``MemTracker``, bf16, torchtitan's own AC wrappers): what the block's
