@@ -1,6 +1,6 @@
 """``attune bench tuners``: every policy through the same campaign loop and budget, in the simulator.
 
-Per task (a ``launcher: sim`` recipe) and policy (the heuristic agent ``attune``; the baselines ``random``,
+Per task (a ``launcher: sim`` recipe of ``TASKS_DIR``, or one given) and policy (the heuristic agent ``attune``; the baselines ``random``,
 ``tpe``, ``gp``, ``cmaes``, ``greedy``, ``costmodel``; ``claude`` when a key is set; and the exhaustive ``oracle``),
 over N seeds: mean
 and best gain over the baseline recipe, device-hours used, payback hours (the mean campaign's), fraction of the oracle
@@ -52,7 +52,7 @@ from bot.sim.models import model_for, model_label
 if TYPE_CHECKING:
     from bot.sim.simulate import SimResult
 
-__all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "FLAT_GAIN", "GROUP_LABEL", "aggregate", "bench", "default_policies",
+__all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "TASKS_DIR", "FLAT_GAIN", "GROUP_LABEL", "aggregate", "bench", "default_policies",
            "default_task_recipes", "default_tasks", "load_tasks", "oracle", "payback_hours", "render", "render_targets", "render_trace",
            "run_campaign", "select_tasks", "settle_oracle", "targets", "task_group", "trace_rows", "true_tps", "unknown_tasks"]
 
@@ -72,6 +72,7 @@ DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmod
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
              "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64", "llama3.1-70b/b200x32",
              "llama3.1-70b/h200x32")
+TASKS_DIR = Path(__file__).with_name("tasks")  # the task recipes (``<model>/<cluster>.yaml``, package data)
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
 
 
@@ -97,12 +98,13 @@ def load_tasks(paths: Iterable[Path]) -> dict[Path, Recipe]:
 
 
 def default_task_recipes() -> dict[Path, Recipe]:
-    """The simulated recipes of the repository at or above the working directory, each loaded once."""
-    return {p: r for p, r in load_tasks(sorted(find_repo().recipes.glob("*/*.yaml"))).items() if r.cluster.launcher == "sim"}
+    """The benchmark's simulated task recipes (``TASKS_DIR``, shipped with the package: a user's ``recipes/`` holds
+    their own recipes, not these), each loaded once."""
+    return {p: r for p, r in load_tasks(sorted(TASKS_DIR.glob("*/*.yaml"))).items() if r.cluster.launcher == "sim"}
 
 
 def default_tasks() -> list[Path]:
-    """The simulated recipes of the repository at or above the working directory."""
+    """The benchmark's simulated task recipes (``TASKS_DIR``)."""
     return list(default_task_recipes())
 
 

@@ -97,7 +97,7 @@ def _tuner_policies(policies: list[str] | None) -> list[str] | None:
 
 def _tuner_recipes(given: list[str]) -> dict[Path, Recipe]:
     """The tasks' recipes, each loaded once: the ``--recipe`` files (each a different ``launcher: sim`` recipe), or
-    every simulated recipe of the repository."""
+    the benchmark's task recipes (``bot/bench/tasks``)."""
     from bot.bench.tuners import baseline_problem, default_task_recipes
     from bot.core.recipe import load_recipe
     from bot.runner import check_runnable

@@ -228,7 +228,7 @@ def test_the_cost_model_imports_only_the_model_and_hardware_facts_of_the_simulat
 def test_costmodel_sets_the_prerequisites_a_ranked_layout_needs_instead_of_skipping_it() -> None:
     # torchtitan's llama3_70b config keeps CUDA graphs on; every pipelined layout needs them off. The cost model ranks
     # pipelined layouts first on 32 B200: its first proposal is one, with CUDA graphs off, legal as proposed
-    path = Path(__file__).resolve().parents[2] / "recipes" / "llama3.1-70b" / "b200x32.yaml"
+    path = Path(__file__).resolve().parents[2] / "bot" / "bench" / "tasks" / "llama3.1-70b" / "b200x32.yaml"
     recipe = parse_recipe_text(path.read_text(), str(path))
     space = make_space(recipe)
     assert recipe.levers["training.disable_cuda_graphs"] is False

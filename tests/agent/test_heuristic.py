@@ -768,7 +768,7 @@ def _rejected_then_kept(kept_lever: str, kept_value: object):
     from bot.core.recipe import set_lever_text
 
     ep = _lesson("ep", {"lever": "parallelism.expert_parallel_degree", "op": "double"})
-    text = set_lever_text((CPU_RECIPE.parents[1] / "qwen3-30b-a3b/b200x16.yaml").read_text(), "training.disable_cuda_graphs", True)
+    text = set_lever_text((CPU_RECIPE.parents[2] / "bot/bench/tasks/qwen3-30b-a3b/b200x16.yaml").read_text(), "training.disable_cuda_graphs", True)
     state, space = _state_and_space(text)
     base = dict(state.incumbent_levers)
     fresh = HeuristicPolicy()._from_lessons(state, space, [ep], catalog.effective(base), set())
@@ -892,7 +892,7 @@ def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_re
     """PP 1 -> 2 out of memory under full recompute (FSDP over half the ranks keeps unsharded stage weights): the
     retry is PP 4, stacked on it -- a quarter of the layers per rank. A failed change that is no parallel degree
     (compile) is not re-sharded."""
-    text = (CPU_RECIPE.parents[1] / "minimax-m2/h200x64.yaml").read_text()
+    text = (CPU_RECIPE.parents[2] / "bot/bench/tasks/minimax-m2/h200x64.yaml").read_text()
     state, space = _state_and_space(text)
     base = dict(state.incumbent_levers)
     for lever, before, after, expected in (("parallelism.pipeline_parallel_degree", 1, 2, ("parallelism.pipeline_parallel_degree", 4, 1)),
@@ -1043,7 +1043,7 @@ def test_no_recompute_that_ran_out_of_memory_under_compile_keeps_part_of_the_sav
         assert "its memory partners too" in last.why
 
 
-EP_RECIPE = (CPU_RECIPE.parents[1] / "deepseek-v3/h200x256.yaml")
+EP_RECIPE = (CPU_RECIPE.parents[2] / "bot/bench/tasks/deepseek-v3/h200x256.yaml")
 
 
 def test_a_schedule_refused_for_too_few_microbatches_at_the_batch_share_comes_through_a_two_enabler_chain() -> None:
@@ -1279,7 +1279,7 @@ def test_a_change_measured_clearly_slower_on_its_enabler_is_not_proposed_again_a
     async TP was kept (+3.5 %), and the same pair was proposed and stopped early again (-42 %), a run the budget then
     lacked. A change stacked on its enabler counts as measured like one run alone. One stacked on an out-of-memory step
     measured that step's recompute too: it may come again."""
-    text = (CPU_RECIPE.parents[1] / "llama3.1-70b/b200x32.yaml").read_text()
+    text = (CPU_RECIPE.parents[2] / "bot/bench/tasks/llama3.1-70b/b200x32.yaml").read_text()
     state, space = _state_and_space(text)
     tp = _lesson("tp", {"lever": "parallelism.tensor_parallel_degree", "value": 4})
     base = dict(state.incumbent_levers)

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # torchtitan's llama3_70b config (TP 8, full recompute, CUDA graphs on) on 32 simulated B200: its rule-guided
 # campaign settled at TP 4 / CP 2 / selective recompute, while the analytic model ranks pipelined layouts with no
 # recompute far ahead -- reachable only with CUDA graphs off, through a local batch that keeps the global batch
-RECIPE_PATH = ROOT / "recipes" / "llama3.1-70b" / "b200x32.yaml"
+RECIPE_PATH = ROOT / "bot" / "bench" / "tasks" / "llama3.1-70b" / "b200x32.yaml"
 RECIPE = load_recipe(RECIPE_PATH)
 SPACE = make_space(RECIPE)
 
@@ -225,7 +225,7 @@ def test_the_latest_kept_step_the_model_can_judge_skips_steps_it_has_no_term_for
 
 # torchtitan's llama3_70b config on 64 simulated H100 (80 GiB): the campaign settles at TP 4 / CP 2 / selective
 # recompute, measured at about 75 GiB; the formula puts it at 129 GiB and rejects every layout without recompute
-H100 = load_recipe(ROOT / "recipes" / "llama3.1-70b" / "h100x64.yaml")
+H100 = load_recipe(ROOT / "bot" / "bench" / "tasks" / "llama3.1-70b" / "h100x64.yaml")
 H100_SETTLED = {**H100.levers, "parallelism.tensor_parallel_degree": 4, "parallelism.context_parallel_degree": 2,
                 "training.local_batch_size": 4, "activation_checkpoint": "selective", "compile.enable": True,
                 "compile.enable_async_tensor_parallel": True}
@@ -271,7 +271,7 @@ def _after_a_failed_jump(strip_peak: bool = False, jumps: int = 1):
     space = make_space(H100)
     base, inc = _sim(H100, dict(H100.levers)), _sim(H100, H100_SETTLED)
     records = Records({"b1": base, "t1": inc})
-    state = new_state(ROOT.joinpath("recipes/llama3.1-70b/h100x64.yaml").read_text(), policy="heuristic", budget=400.0)
+    state = new_state(ROOT.joinpath("bot/bench/tasks/llama3.1-70b/h100x64.yaml").read_text(), policy="heuristic", budget=400.0)
     kept = cm.Step(n=1, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="merged", kept=True,
                    levers=H100_SETTLED, gain=0.3, runs=[cm.RunRef.of(inc, kind="trial", n=1, ref="t1")])
     steps, target = [kept], None
@@ -323,7 +323,7 @@ def test_no_reaimed_jump_without_a_new_peak_to_anchor_on_nor_a_third_jump(strip_
 
 # qwen3-30b-a3b on 16 simulated B200 from torchtitan's config: its jump lands on four pipeline stages, measured far
 # short of the model's prediction, and two stages (one notch back) is faster still
-QWEN_PATH = ROOT / "recipes" / "qwen3-30b-a3b" / "b200x16.yaml"
+QWEN_PATH = ROOT / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "b200x16.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -361,7 +361,7 @@ def test_each_degree_a_kept_jump_moved_is_measured_one_notch_back_until_one_meas
 # minimax-m2 on 128 simulated H100 (16 nodes) from the shipped 64 x H200 recipe with four pipeline stages: its jump
 # goes to PP 8 / CP 2 / TP 1, and sixteen stages (one notch further along the jump's own PP move) are faster still
 def _minimax_on_h100(tmp_path: Path) -> Path:
-    text = (ROOT / "recipes" / "minimax-m2" / "h200x64.yaml").read_text()
+    text = (ROOT / "bot" / "bench" / "tasks" / "minimax-m2" / "h200x64.yaml").read_text()
     text = set_lever_text(text, "parallelism.pipeline_parallel_degree", 4)
     text = re.sub(r"(\n  hardware:) \S+", r"\1 h100-sxm-80gb", re.sub(r"(\n  nodes:) \d+", r"\1 16", text))
     text = re.sub(r"(\n  training.global_batch_size:) \d+", r"\1 128", text.replace("id: minimax-m2/h200x64", "id: minimax-m2/h100x128"))
@@ -437,7 +437,7 @@ def test_while_compile_is_untried_a_schedule_that_rules_it_out_is_ranked_without
     """qwen3-30b-a3b on 16 B200s after its expert-parallel line search, compile not yet tried: ranked as they run
     now, DualPipeV (which hides the all-to-all, but cannot be compiled: pytorch#161904) is the jump; ranked as each
     layout would run once the lessons turn compile on, a layout that compiles is, faster by the cited speed-up."""
-    recipe = load_recipe(ROOT / "recipes" / "qwen3-30b-a3b" / "b200x16.yaml")
+    recipe = load_recipe(ROOT / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "b200x16.yaml")
     space = make_space(recipe)
     incumbent = {**recipe.levers, "parallelism.expert_parallel_degree": 8, "training.disable_cuda_graphs": True}
 

@@ -16,7 +16,7 @@ from bot.core.records import Change, RunRecord
 from bot.runner.sim import SimRunner
 from bot.sim.simulate import evaluate
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes/llama3.1-70b/h100x64.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml"
 
 
 class Records:
@@ -108,7 +108,7 @@ def test_a_change_the_screen_lets_through_carries_no_prediction(lever: str, valu
     assert isinstance(change, Change) and change.lever == lever and change.predicted_oom == ""
 
 
-QWEN = Path(__file__).resolve().parents[2] / "recipes/qwen3-30b-a3b/b200x16.yaml"
+QWEN = Path(__file__).resolve().parents[2] / "bot/bench/tasks/qwen3-30b-a3b/b200x16.yaml"
 # a pipelined layout of that recipe whose largest removable cost is selective recompute (19 % of the step, 30 % headroom)
 PIPELINED = {"parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_parallel_schedule": "ZBVZeroBubble",
              "activation_checkpoint": "selective", "training.disable_cuda_graphs": True}
@@ -120,7 +120,7 @@ def _pipelined(peak_scale: float = 1.0, levers: dict | None = None):
     text = QWEN.read_text()
     for k, v in (levers or PIPELINED).items():
         text = set_lever_text(text, k, v)
-    recipe = parse_recipe_text(text, "recipes/qwen3-30b-a3b/b200x16.yaml")
+    recipe = parse_recipe_text(text, "bot/bench/tasks/qwen3-30b-a3b/b200x16.yaml")
     record = SimRunner(seed=0).run(recipe)
     if peak_scale != 1.0:  # the same run, as if its measured peak had been higher
         record = record.model_copy(update={"summary": record.summary.model_copy(update={
@@ -197,7 +197,7 @@ def _four_node_h200(peak_scale: float):
     for k, v in {"parallelism.context_parallel_degree": 2, "activation_checkpoint": "selective", "compile.enable": True,
                  "compile.enable_async_tensor_parallel": True}.items():
         text = set_lever_text(text, k, v)
-    recipe = parse_recipe_text(text, "recipes/llama3.1-70b/h200x32.yaml")
+    recipe = parse_recipe_text(text, "bot/bench/tasks/llama3.1-70b/h200x32.yaml")
     record = SimRunner(seed=0).run(recipe)
     record = record.model_copy(update={"summary": record.summary.model_copy(update={
         "peak_memory_gib": record.summary.peak_memory_gib * peak_scale})})

@@ -56,7 +56,7 @@ def test_ep_over_gloo_is_turned_off() -> None:
 def test_the_lessons_read_how_many_ep_groups_fit_a_node_from_the_recipe_and_the_incumbents_ep() -> None:
     from bot.agent.policy import lesson_context
 
-    text = (REPO / "recipes" / "qwen3-30b-a3b" / "h100x64.yaml").read_text()
+    text = (REPO / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "h100x64.yaml").read_text()
     text = text.replace("parallelism.expert_parallel_degree: 1 ", "parallelism.expert_parallel_degree: 4 ")
     state, space = _stepping(text)
     exposed = Diagnosis(outcome="ok", tps=1000.0, mem_headroom_frac=0.2,

@@ -16,7 +16,7 @@ from bot.core.recipe import load_recipe
 from bot.core.records import Change, RunRecord
 from bot.runner.sim import SimRunner
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes/llama3.1-70b/h100x64.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml"
 CP = "parallelism.context_parallel_degree"
 LBS = "training.local_batch_size"
 

@@ -93,7 +93,7 @@ def test_remeasure_measures_each_kept_step_against_its_own_incumbent(tmp_path: P
     from bot.core.records import Change
     from bot.core.state import Campaign, Step
 
-    recipe = load_recipe(ROOT / "recipes/llama3.1-405b/h200x128.yaml")  # simulated: instant runs
+    recipe = load_recipe(ROOT / "bot/bench/tasks/llama3.1-405b/h200x128.yaml")  # simulated: instant runs
     state = Campaign(id="c", recipe_path="r", recipe_id=recipe.name, budget=1.0, baseline_levers=dict(recipe.levers))
     kept = {**recipe.levers, "parallelism.context_parallel_degree": 2}
     state.steps = [Step(n=1, change=Change(lever="parallelism.context_parallel_degree", after=2), levers=kept, kept=True, gain=0.1),

@@ -126,8 +126,7 @@ def test_a_missed_target_says_what_it_is_short_of(gain: float, dh: float, oracle
 
 
 def test_the_benchmark_reports_which_group_each_task_is_in_with_a_trace(small_recipe: Path) -> None:
-    from bot.bench.tuners import DEV_TASKS, GROUP_LABEL, task_group
-    from bot.core.repo import find_repo
+    from bot.bench.tuners import DEV_TASKS, GROUP_LABEL, TASKS_DIR, task_group
 
     result = bench([small_recipe], seeds=1, policies=["attune", "greedy", "costmodel"], trace="llama3.1-8b")
     (task,) = result["tasks"]
@@ -137,8 +136,8 @@ def test_the_benchmark_reports_which_group_each_task_is_in_with_a_trace(small_re
     assert steps[-1]["change"] == "stop" and all({"change", "why", "measured_gain", "decision"} <= set(s) for s in steps)
     text = render(result)
     assert GROUP_LABEL["report"] in text and f"### Trace: {task}, attune, seed 0" in text
-    # the dev group (the four tasks shipped before issue 15, and deepseek-v3) are recipes of the repository
-    shipped = {load_recipe(p).name for p in find_repo().recipes.glob("*/*.yaml")}
+    # the dev group (the four tasks shipped before issue 15, and deepseek-v3) are task recipes of the benchmark
+    shipped = {load_recipe(p).name for p in TASKS_DIR.glob("*/*.yaml")}
     assert set(DEV_TASKS) <= shipped and all(task_group(t) == "dev" for t in DEV_TASKS)
     assert {task_group(t) for t in shipped - set(DEV_TASKS)} <= {"report"} and len(shipped - set(DEV_TASKS)) >= 4
 
@@ -158,7 +157,7 @@ def test_the_agent_claims_nothing_and_stops_early_on_a_recipe_already_at_its_opt
     from bot.bench.tuners import BUDGET_RUNS, run_campaign
     from bot.runner.sim import SimRunner
 
-    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "llama3.1-8b" / "h200x16.yaml")  # the flat task
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "bot" / "bench" / "tasks" / "llama3.1-8b" / "h200x16.yaml")  # the flat task
     assert oracle(recipe, 1.0)[0] == pytest.approx(true_tps(recipe, dict(recipe.levers)))  # it is at the optimum
     small = yaml.safe_load(SMALL)
     path = tmp_path / "recipes" / "llama3.1-8b" / "h100x8.yaml"
@@ -199,11 +198,10 @@ def test_the_oracle_evaluates_a_point_that_misses_a_prerequisite_with_it_set() -
     """Expert parallel with CUDA graphs on is refused by torchtitan 0.3.0; a policy gets there through the CUDA-graphs
     prerequisite, so the oracle's grid sets it too rather than count the point illegal (qwen3-30b-a3b's EP and PP)."""
     from bot.agent.space import make_space
-    from bot.bench.tuners import with_prerequisites
+    from bot.bench.tuners import TASKS_DIR, with_prerequisites
     from bot.core import levers as catalog
-    from bot.core.repo import find_repo
 
-    recipe = load_recipe(find_repo().recipes / "qwen3-30b-a3b" / "b200x16.yaml")
+    recipe = load_recipe(TASKS_DIR / "qwen3-30b-a3b" / "b200x16.yaml")
     space = make_space(recipe)
     ep = {**recipe.levers, "parallelism.expert_parallel_degree": 8}
     assert recipe.levers["training.disable_cuda_graphs"] is False and catalog.prerequisite_problems(ep, space.model)
@@ -364,10 +362,10 @@ def _refused(proc, needle: str) -> str:
     (["--seeds", "0"], "--seeds: expected at least 1; got 0"),
     (["--seeds", "-2"], "--seeds: expected at least 1; got -2"),
     (["--recipe", "recipes/llama3-tiny/cpu.yaml"], "--recipe recipes/llama3-tiny/cpu.yaml: cluster.launcher is 'local'; bench tuners runs simulated"),
-    (["--recipe", "recipes/llama3.1-8b/h100x8.yaml", "--recipe", "recipes/llama3.1-8b/h100x8.yaml"],
-     "--recipe recipes/llama3.1-8b/h100x8.yaml: given twice; give each recipe once"),
-    (["--recipe", "recipes/llama3.1-8b/h100x8.yaml", "--recipe", "recipes/../recipes/llama3.1-8b/h100x8.yaml"],
-     "--recipe recipes/../recipes/llama3.1-8b/h100x8.yaml: given twice (also as recipes/llama3.1-8b/h100x8.yaml)"),
+    (["--recipe", "bot/bench/tasks/llama3.1-8b/h100x8.yaml", "--recipe", "bot/bench/tasks/llama3.1-8b/h100x8.yaml"],
+     "--recipe bot/bench/tasks/llama3.1-8b/h100x8.yaml: given twice; give each recipe once"),
+    (["--recipe", "bot/bench/tasks/llama3.1-8b/h100x8.yaml", "--recipe", "bot/bench/../bench/tasks/llama3.1-8b/h100x8.yaml"],
+     "--recipe bot/bench/../bench/tasks/llama3.1-8b/h100x8.yaml: given twice (also as bot/bench/tasks/llama3.1-8b/h100x8.yaml)"),
     (["--recipe", "no/such.yaml"], "--recipe no/such.yaml: no such recipe"),
     (["--policies", "attune,heuristic"], "--policies: attune given twice (heuristic is the same agent)"),
 ])

@@ -13,7 +13,7 @@ from bot.core.records import StepMetric
 from bot.runner.sim import SimRunner
 
 REPO = Path(__file__).resolve().parents[2]
-GLM = REPO / "recipes" / "glm-4.5" / "h100x128.yaml"
+GLM = REPO / "bot" / "bench" / "tasks" / "glm-4.5" / "h100x128.yaml"
 
 
 def _sim_pair():

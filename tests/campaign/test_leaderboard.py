@@ -151,7 +151,8 @@ def test_every_results_file_of_this_checkout_is_a_valid_record() -> None:
     assert collect(ROOT)  # and they make a board
 
 
-@pytest.mark.parametrize("recipe_path", sorted((ROOT / "recipes").rglob("*.yaml")), ids=lambda p: str(p.relative_to(ROOT / "recipes")))
+@pytest.mark.parametrize("recipe_path", sorted([*(ROOT / "recipes").rglob("*.yaml"), *(ROOT / "bot/bench/tasks").rglob("*.yaml")]),
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_records_of_every_shipped_recipe_validate(recipe_path: Path, tmp_path: Path) -> None:
     recipe = load_recipe(recipe_path)
     ok = make_record(recipe, "ok", 1234.0, 0.01, run_id="ok")

@@ -26,7 +26,7 @@ from test_campaign_commands import one_line_error
 from bot.core.repo import uncommitted
 from bot.core.state import Campaign
 
-SIM = "recipes/llama3.1-8b/h100x8.yaml"  # launcher sim, 8 devices: bench steps 20, warm-up 5
+SIM = "bot/bench/tasks/llama3.1-8b/h100x8.yaml"  # launcher sim, 8 devices: bench steps 20, warm-up 5
 CPU = "recipes/llama3-tiny/cpu.yaml"
 
 
@@ -93,7 +93,7 @@ def test_a_recipe_with_uncommitted_changes_or_untracked_is_refused_before_the_ca
     git(repo, "add", SIM)  # staged is not committed either
     assert refused(repo, "campaign", "run", SIM, "--budget", "5").startswith(f"attune: {SIM}: has uncommitted changes")
     git(repo, "reset", "-q", "--hard")
-    copy = "recipes/llama3.1-8b/copy.yaml"
+    copy = "bot/bench/tasks/llama3.1-8b/copy.yaml"
     (repo / copy).write_text((repo / SIM).read_text())
     assert refused(repo, "campaign", "run", copy, "--budget", "5").startswith(f"attune: {copy}: is not tracked by git;")
     assert not (repo / ".attune").exists()

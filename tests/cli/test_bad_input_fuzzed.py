@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from bot.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_RECIPE = ROOT / "recipes" / "llama3.1-405b" / "h200x128.yaml"
+SIM_RECIPE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"
 LESSON_FILE = ROOT / "lessons" / "memory.yaml"
 RULE_FILE = ROOT / "gate" / "rules" / "defects.yaml"
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

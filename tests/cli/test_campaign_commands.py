@@ -17,7 +17,7 @@ from crash_helpers import REPO, attune, campaign_trace, git, scratch_clone
 
 from bot import campaign as cm
 
-RECIPE = "recipes/glm-4.5/h100x128.yaml"
+RECIPE = "bot/bench/tasks/glm-4.5/h100x128.yaml"
 
 
 @pytest.fixture

@@ -141,7 +141,7 @@ def test_recipe_show_refused_config(recipe_copy: Path, capsys: pytest.CaptureFix
     assert "# resolved config: refused by torchtitan" in out and "Async TP" in out
 
 
-GLM = REPO / "recipes" / "glm-4.5" / "h100x128.yaml"
+GLM = REPO / "bot" / "bench" / "tasks" / "glm-4.5" / "h100x128.yaml"
 
 
 def test_run_takes_the_campaign_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -172,7 +172,7 @@ def test_run_refuses_a_limit_that_is_not_a_number(tmp_path: Path) -> None:
 def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     """``attune recipe show R | head`` used to end in a BrokenPipeError traceback: the reader's end is closed before
     the command writes, so its first write fails."""
-    proc = subprocess.Popen([str(ATTUNE), "recipe", "show", "recipes/llama3.1-8b/h100x8.yaml"], cwd=REPO,
+    proc = subprocess.Popen([str(ATTUNE), "recipe", "show", "bot/bench/tasks/llama3.1-8b/h100x8.yaml"], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()

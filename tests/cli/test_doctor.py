@@ -91,7 +91,7 @@ def test_a_recipe_named_as_the_demo_takes_it_is_found_under_recipes() -> None:
 def test_a_simulated_recipe_on_hardware_the_simulator_does_not_know_fails_the_recipe_check(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     (repo / "recipes" / "t").mkdir(parents=True)
-    text = (REPO / "recipes" / "llama3.1-8b" / "h100x8.yaml").read_text()
+    text = (REPO / "bot" / "bench" / "tasks" / "llama3.1-8b" / "h100x8.yaml").read_text()
     assert "  hardware: h100-sxm-80gb\n" in text
     (repo / "recipes" / "t" / "sim.yaml").write_text(text.replace("  hardware: h100-sxm-80gb\n", "  hardware: tpu9\n"))
     line = text.splitlines().index("  hardware: h100-sxm-80gb") + 1

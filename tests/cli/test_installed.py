@@ -23,6 +23,7 @@ from forge_helpers import TOKEN, require
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"
+SIM_SOURCE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"  # a benchmark task, placed at SIM_RECIPE
 SKIP = shutil.ignore_patterns(".venv", ".git", "node_modules", ".attune", "runs", "outputs", "__pycache__", "*.egg-info",
                               "build", ".pytest_cache", ".ruff_cache", ".hypothesis")
 
@@ -67,6 +68,8 @@ def checkout(tmp_path: Path) -> Path:
     for part in ("recipes", "lessons"):
         shutil.copytree(ROOT / part, repo / part, ignore=SKIP)
     shutil.copy(ROOT / "leaderboard.md", repo / "leaderboard.md")
+    (repo / SIM_RECIPE).parent.mkdir(parents=True)
+    shutil.copy(SIM_SOURCE, repo / SIM_RECIPE)
     for argv in (["init", "-q", "-b", "main"], ["config", "user.name", "t"], ["config", "user.email", "t@localhost"],
                  ["add", "-A"], ["commit", "-q", "-m", "data"]):
         assert run(["git", *argv], cwd=repo).returncode == 0
@@ -108,7 +111,7 @@ def test_a_simulated_campaign_runs_from_the_installed_package(installed: Path, c
 def test_a_recipe_outside_a_git_repository_is_one_clear_line(installed: Path, tmp_path: Path) -> None:
     loose = tmp_path / "loose"
     loose.mkdir()
-    shutil.copy(ROOT / SIM_RECIPE, loose / "r.yaml")
+    shutil.copy(SIM_SOURCE, loose / "r.yaml")
     out = run([str(installed / "attune"), "campaign", "run", "r.yaml", "--budget", "10"], cwd=loose, env=clean_env())
     assert out.returncode == 2 and "not inside a git repository" in out.stderr and "Traceback" not in out.stderr
 
@@ -123,7 +126,7 @@ def test_the_github_handler_starts_a_campaign_from_the_installed_package(install
     if reason:
         pytest.skip(reason)
     fake = FakeGitHub(Contract())
-    fake.seed({SIM_RECIPE: (ROOT / SIM_RECIPE).read_text()})
+    fake.seed({SIM_RECIPE: SIM_SOURCE.read_text()})
     fake.workflows.update({"trial.yml", "leaderboard.yml"})
     fake.permissions["alice"] = "write"
     body = (f"### Recipe path\n\n{SIM_RECIPE}\n\n### Budget (device-hours)\n\n400\n\n### Policy\n\nheuristic\n\n"

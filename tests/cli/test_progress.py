@@ -24,7 +24,7 @@ import pytest
 from crash_helpers import scratch_clone
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPE = "recipes/glm-4.5/h100x128.yaml"  # simulated: a campaign takes seconds
+RECIPE = "bot/bench/tasks/glm-4.5/h100x128.yaml"  # simulated: a campaign takes seconds
 BENCH = ["bench", "tuners", "--tasks", "llama3.1-8b/h100x8", "--policies", "random,greedy", "--seeds", "1"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # what only the display writes: rich's hidden cursor while it is live, and its columns

@@ -17,7 +17,7 @@ import shutil
 import pytest
 from crash_helpers import attune, campaign_trace, git, scratch_clone
 
-RECIPE = "recipes/glm-4.5/h100x128.yaml"
+RECIPE = "bot/bench/tasks/glm-4.5/h100x128.yaml"
 BUDGET = "420"  # device-hours: 2 steps (an OOM closed, a gain merged after its trial and one pair), then the budget ends it
 CID = "crash"
 

@@ -126,10 +126,15 @@ def render_diff(local: dict[str, Any], github: dict[str, Any], le: dict[str, Any
     return "\n".join(lines)
 
 
+def task_text(recipe_rel: str) -> str:
+    """The benchmark task placed at ``recipe_rel`` (``recipes/<model>/<cluster>.yaml``) in the test's repositories."""
+    return (ROOT / "bot" / "bench" / "tasks" / recipe_rel.removeprefix("recipes/")).read_text()
+
+
 def run_local(recipe_rel: str, budget: float, cid: str, seed: int, mode: str, profile: dict[str, Any], work: Path) -> cm.Campaign:
     repo = work / "local-repo"
     (repo / recipe_rel).parent.mkdir(parents=True)
-    (repo / recipe_rel).write_text((ROOT / recipe_rel).read_text())
+    (repo / recipe_rel).write_text(task_text(recipe_rel))
     executor = build_executor(repo, recipe_rel, policy="heuristic", forge="none", runner_options={"seed": seed},
                               cache_dir=work / "local-cache", lessons=LESSONS)
     if mode == "attune-run":
@@ -145,7 +150,7 @@ def test_local_and_github_executors_take_the_same_steps(contract, tmp_path, reci
     gh = FakeGitHub(contract).start()
     try:
         answerer = {"mode": "attune-run"} if mode == "attune-run" else {"runner": SimRunner(seed=seed)}
-        flow = GitHubCampaign(gh, recipe_rel, (ROOT / recipe_rel).read_text(), budget, tmp_path / "github", answerer=answerer,
+        flow = GitHubCampaign(gh, recipe_rel, task_text(recipe_rel), budget, tmp_path / "github", answerer=answerer,
                               measurement=profile)
         github = flow.run()
     finally:

@@ -233,7 +233,7 @@ def test_runs_that_are_only_measured_stop_after_the_measurement_window(tmp_path:
     from bot.runner.sim import SimRunner
 
     # GLM-4.5's optimum has two steps of about +2.5 %: at the simulator's 1.4 % run noise each takes fresh pairs
-    path = Path(__file__).resolve().parents[2] / "recipes/glm-4.5/h100x128.yaml"
+    path = Path(__file__).resolve().parents[2] / "bot/bench/tasks/glm-4.5/h100x128.yaml"
     recipe = load_recipe(path)
     cost = SimRunner(seed=0).run(recipe).summary.device_hours
     state = run_campaign(path, "heuristic", 0, BUDGET_RUNS * cost, tmp_path)

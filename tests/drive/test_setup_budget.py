@@ -87,7 +87,7 @@ def test_local_git_forge_a_calibration_that_fits_runs_capped_at_what_is_left(tmp
 
 
 def test_sim_a_budget_that_cannot_hold_the_set_up_is_refused_naming_the_smallest(tmp_path: Path) -> None:
-    rel = "recipes/mixtral-8x22b/h100x64.yaml"
+    rel = "bot/bench/tasks/mixtral-8x22b/h100x64.yaml"
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     (repo / rel).parent.mkdir(parents=True)

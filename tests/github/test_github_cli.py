@@ -17,7 +17,7 @@ from bot import campaign as cm  # noqa: E402
 from bot.cli import github as cli  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"
-SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"
+SIM_RECIPE = "bot/bench/tasks/llama3.1-405b/h200x128.yaml"
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from bot.github.ports import GitHubPorts, StateConflict, load_state, parse_state
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/llama3.1-405b/h200x128.yaml"
+SOURCE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"  # the benchmark task placed at RECIPE
 FORM = (f"### Recipe path\n\n{RECIPE}\n\n### Budget (device-hours)\n\n300\n\n### Policy\n\nheuristic\n\n"
         "### Runner labels\n\ngpu\n\n### Bench steps\n\n_No response_")
 
@@ -25,7 +26,7 @@ FORM = (f"### Recipe path\n\n{RECIPE}\n\n### Budget (device-hours)\n\n300\n\n###
 @pytest.fixture
 def gh(contract: Contract):
     fake = FakeGitHub(contract).start()
-    fake.seed({RECIPE: (ROOT / RECIPE).read_text()})
+    fake.seed({RECIPE: SOURCE.read_text()})
     fake.workflows.update({"trial.yml", "leaderboard.yml"})
     fake.permissions["alice"] = "write"
     try:

@@ -40,6 +40,7 @@ from bot.github.ports import load_state, records_branch  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"  # a real recipe: its calibration runs on the self-hosted runner
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"  # a simulated one: calibrated by the bot, no runs
+SIM_SOURCE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"  # the benchmark task placed there
 
 
 def form(recipe: str = RECIPE) -> str:
@@ -97,7 +98,7 @@ def stamped(rec: RunRecord, text: str, sha: str) -> RunRecord:
 @pytest.fixture
 def gh(contract: Contract):
     fake = FakeGitHub(contract).start()
-    fake.seed({path: (ROOT / path).read_text() for path in (RECIPE, SIM_RECIPE)})
+    fake.seed({RECIPE: (ROOT / RECIPE).read_text(), SIM_RECIPE: SIM_SOURCE.read_text()})
     fake.workflows.update({"trial.yml", "leaderboard.yml"})
     fake.permissions["alice"] = "write"
     try:

@@ -41,6 +41,7 @@ from github_harness import GitHubCampaign, issue_form  # noqa: E402
 from openapi_contract import Contract, spec_missing_reason  # noqa: E402
 
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"  # launcher: sim -- every run is instant
+SIM_SOURCE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"  # the benchmark task placed there
 # 470 device-hours: two baseline runs (~87 each), step 1 (activation_checkpoint -> selective) runs out of memory and
 # is closed, step 2 (context_parallel_degree -> 2) gains on its trial and on one pair (a `pair` run: both sides in one
 # job) and is merged; then the next trial does not fit
@@ -74,7 +75,7 @@ def new_fake(contract: Contract, files: dict[str, str]) -> FakeGitHub:
 
 @pytest.fixture
 def act_repo(contract: Contract, tmp_path: Path):
-    fake = new_fake(contract, project_files())
+    fake = new_fake(contract, {**project_files(), SIM_RECIPE: SIM_SOURCE.read_text()})
     repo = ActRepo(fake, tmp_path / "act")
     try:
         yield repo
@@ -181,7 +182,7 @@ def in_process(contract: Contract, tmp_path: Path, budget: float) -> tuple[FakeG
     """The same campaign driven in-process: the scenario tests' harness, trial.yml played by DispatchAnswerer."""
     fake = FakeGitHub(contract).start()
     try:
-        flow = GitHubCampaign(fake, SIM_RECIPE, (ROOT / SIM_RECIPE).read_text(), budget, tmp_path / "in-process")
+        flow = GitHubCampaign(fake, SIM_RECIPE, SIM_SOURCE.read_text(), budget, tmp_path / "in-process")
         flow.run()
     finally:
         fake.stop()

@@ -15,7 +15,7 @@ from bot.sim.hardware import HARDWARE
 from bot.sim.zoo import ZOO
 
 REPO = Path(__file__).resolve().parents[2]
-SIM = REPO / "recipes" / "llama3.1-8b" / "h100x8.yaml"
+SIM = REPO / "bot" / "bench" / "tasks" / "llama3.1-8b" / "h100x8.yaml"
 CPU = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"
 SLURM = REPO / "recipes" / "llama3-tiny" / "cpu-slurm.yaml"
 
@@ -38,7 +38,8 @@ def refusal(path: Path) -> str:
     return message
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "recipes").rglob("*.yaml")), ids=lambda p: str(p.relative_to(REPO / "recipes")))
+@pytest.mark.parametrize("path", sorted([*(REPO / "recipes").rglob("*.yaml"), *(REPO / "bot/bench/tasks").rglob("*.yaml")]),
+                         ids=lambda p: str(p.relative_to(REPO)))
 def test_every_shipped_recipe_can_run_on_its_launcher(path: Path) -> None:
     assert check_runnable(load_recipe(path), path) is None
 
@@ -92,7 +93,7 @@ def test_a_simulated_global_batch_the_data_parallel_degree_does_not_divide_is_re
 def test_a_pipeline_with_fewer_microbatches_than_stages_is_refused_at_the_local_batch(tmp_path: Path) -> None:
     """The simulator's reason names the local batch the microbatches come from (it used to name no lever, and the
     refusal pointed at cluster.devices_per_node)."""
-    source = REPO / "recipes" / "llama3.1-405b" / "h200x128.yaml"
+    source = REPO / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"
     text = source.read_text().splitlines()
     path, _ = edited(tmp_path, source, next(ln for ln in text if ln.startswith("  parallelism.pipeline_parallel_schedule:")),
                      "  parallelism.pipeline_parallel_schedule: 1F1B")

@@ -8,7 +8,7 @@ from pathlib import Path
 from bot.core.recipe import load_recipe
 from bot.runner.sim import SimRunner
 
-RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "glm-4.5" / "h100x128.yaml"
+RECIPE = Path(__file__).resolve().parents[2] / "bot" / "bench" / "tasks" / "glm-4.5" / "h100x128.yaml"
 
 
 def test_run_k_of_a_campaign_measures_the_same_in_a_fresh_runner_as_the_runners_own_kth_run() -> None:

@@ -9,8 +9,8 @@ from bot.sim.explore import one_lever_neighbours
 from bot.sim.recipes import load_recipe_yaml, simulate_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = ["recipes/llama3.1-405b/h200x128.yaml", "recipes/glm-4.5/h100x128.yaml",
-           "recipes/mixtral-8x22b/h100x64.yaml", "recipes/minimax-m2/h200x64.yaml"]
+RECIPES = ["bot/bench/tasks/llama3.1-405b/h200x128.yaml", "bot/bench/tasks/glm-4.5/h100x128.yaml",
+           "bot/bench/tasks/mixtral-8x22b/h100x64.yaml", "bot/bench/tasks/minimax-m2/h200x64.yaml"]
 
 
 @pytest.mark.parametrize("path", RECIPES)

@@ -53,11 +53,11 @@ def _tps(recipe, **levers):
 
 
 def test_lever_directions_are_physical():
-    r405 = load_recipe_yaml(ROOT / "recipes/llama3.1-405b/h200x128.yaml")
+    r405 = load_recipe_yaml(ROOT / "bot/bench/tasks/llama3.1-405b/h200x128.yaml")
     assert _tps(r405, **{"parallelism.pipeline_parallel_schedule": "Interleaved1F1B"}) > _tps(
         r405, **{"parallelism.pipeline_parallel_schedule": "1F1B"})  # smaller bubble
     assert _tps(r405, **{"training.local_batch_size": 128}) > _tps(r405)  # fewer fill/drain per step
-    mini = load_recipe_yaml(ROOT / "recipes/minimax-m2/h200x64.yaml")
+    mini = load_recipe_yaml(ROOT / "bot/bench/tasks/minimax-m2/h200x64.yaml")
     assert _tps(mini, **{"parallelism.expert_parallel_degree": 8}) > _tps(
         mini, **{"parallelism.expert_parallel_degree": 16})  # all-to-all stays on NVLink
     assert _tps(mini, **{"compile.enable": True}) > _tps(mini)
