@@ -51,8 +51,9 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _private_cache(tmp_path_factory) -> Iterator[None]:
-    """The facts' disk cache in a folder of this module's own (shared by its tests: each model is built once)."""
+def _facts_cache(tmp_path_factory) -> Iterator[None]:
+    """The facts' disk cache in a folder of this module's own, shared by its tests (each model is derived once);
+    overrides the folder-wide per-test cache of ``conftest.py``."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ATTUNE_CACHE_DIR", str(tmp_path_factory.mktemp("facts-cache")))
         yield
