@@ -31,7 +31,7 @@ from bot.facts.flops import flops_per_token
 from bot.facts.spec import ModelSpec
 
 AC_MODES = ("none", "selective", "full")
-FACTS_VERSION = 1  # bump when what is derived changes: older cache entries are rebuilt
+FACTS_VERSION = 2  # bump when what is derived changes: older cache entries are rebuilt
 
 
 class FactsError(Exception):

@@ -6,7 +6,8 @@ name, depth first. What the configs do not say alike across families is handled 
 
 - latent attention (DeepSeek-V3, ``kv_lora_rank``): no KV-head count; K and V are per head (``n_kv_heads = n_heads``);
 - sliding windows: ``sliding_window_size`` (gpt-oss) or an integer ``window_size`` (muse_glimmer), on some layers only;
-- shared experts: one SwiGLU of width ``shared_experts.w1.out_features`` (counted as one expert of that width).
+- shared experts: one SwiGLU of width ``shared_experts.w1.out_features`` (counted as one expert of that width);
+- a fused QKV projection (``wqkv``) or separate ones: which matmul outputs selective AC keeps depends on it.
 
 Parameter totals are exact (the meta model's ``numel``); active parameters subtract the routed experts a token does not
 use (parameters under ``routed_experts``, scaled by ``1 - top_k / n_experts``).
@@ -80,6 +81,7 @@ def spec_from_config(model_cfg: Any, *, model_id: str, source: str, n_params: in
         fields.update(attention="mla", q_lora_rank=_int(find(attn, "q_lora_rank")), kv_lora_rank=_int(find(attn, "kv_lora_rank")),
                       qk_nope_head_dim=_int(find(attn, "qk_nope_head_dim")), qk_rope_head_dim=_int(find(attn, "qk_rope_head_dim")),
                       v_head_dim=_int(find(attn, "v_head_dim")))
+    fields["qkv_fused"] = not mla and find(attn, "wqkv") is not None
     windows = [w for w in (_window(ly) for ly in layers) if w]
     vocab = _int(getattr(model_cfg, "vocab_size", 0)) or _int(find(getattr(model_cfg, "tok_embeddings", None), "num_embeddings"))
     active = 0

@@ -48,6 +48,7 @@ class ModelSpec(BaseModel):
     n_active_params: int = Field(0, description="parameters touched per token (top-k routed experts)")
     sliding_window: int = Field(0, description="window of the layers with sliding-window attention (0: none)")
     n_window_layers: int = Field(0, description="how many layers use the sliding window")
+    qkv_fused: bool = Field(True, description="one fused QKV projection (what selective AC's save order depends on)")
 
     @property
     def is_moe(self) -> bool:

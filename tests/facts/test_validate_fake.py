@@ -15,8 +15,8 @@ memory, about 15 s of CPU for the file. What is compared, and how close it must 
 - Activation memory of one block per token (``MemTracker``, bf16, torchtitan's own AC wrappers): what the block's
   forward leaves allocated, less its output, plus its input. Full AC: exactly the layer input. No AC: the analytic
   count within 30 % of the measurement, never above it (the CPU keeps more: its unfused RMSNorm saves float32 copies).
-  Selective AC: ``SELECTIVE_SHARE`` lies within the measured shares (selective / none) of a dense block, a MoE block
-  and the llama3_8b block it was taken from.
+  Selective AC: counted from torchtitan's save list (fused QKV blocks) within 1 % of the measurement for a dense
+  block, a MoE block and llama3_8b's; ``SELECTIVE_SHARE`` (the fallback for other blocks) is llama3_8b's measured share.
 - Parameters: exact, equal to ``sum(p.numel())`` of the built model; active = total for a dense model, and for MoE
   the total less the routed experts a token does not use (torchtitan's own split), below the total.
 """
@@ -177,14 +177,16 @@ def test_activation_memory_matches_mem_tracker(module: str, config: str) -> None
     assert analytic["full"] < analytic["selective"] < analytic["none"]
 
 
-def test_selective_share_lies_within_the_measured_shares() -> None:
-    shares = {}
-    for module, config in (DENSE, MOE, ("llama3", "llama3_8b")):
-        measured, _ = _measured(module, config)
-        shares[config] = measured["selective"] / measured["none"]
-    # where the constant comes from: a llama3_8b block at seq 8192 (513 of 1,761 MiB)
-    assert shares["llama3_8b"] == pytest.approx(SELECTIVE_SHARE, abs=0.01)
-    assert min(shares.values()) <= SELECTIVE_SHARE <= max(shares.values()), shares
+@pytest.mark.parametrize(("module", "config"), [DENSE, MOE, ("llama3", "llama3_8b")])
+def test_selective_ac_is_counted_from_its_save_list(module: str, config: str) -> None:
+    measured, analytic = _measured(module, config)
+    assert analytic["selective"] == pytest.approx(measured["selective"], rel=0.01)
+
+
+def test_selective_share_fallback_is_the_llama3_8b_measurement() -> None:
+    # the share used where the save order is not counted (separate or latent projections): llama3_8b at seq 8192
+    measured, _ = _measured("llama3", "llama3_8b")
+    assert measured["selective"] / measured["none"] == pytest.approx(SELECTIVE_SHARE, abs=0.01)
 
 
 # --- parameters -------------------------------------------------------------------------------------------------
