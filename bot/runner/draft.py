@@ -24,6 +24,7 @@ from bot.sim.hardware import HardwareSpec
 
 DEFAULT_SEED = 0
 BENCH = {"steps": 20, "warmup_steps": 5}
+CPU_BENCH = {"steps": 10, "warmup_steps": 3}  # a CPU step of a debug config takes seconds: a short benchmark
 USD_PER_DEVICE_HOUR = {"h100-sxm-80gb": 2.5, "h100-96gb": 2.5, "h200": 3.5, "b200": 5.0, "cpu": 0.05}
 RUNNER_OWNED = ("metrics.log_freq",)  # the runner logs every step for the gate
 CUDA_ONLY = ("training.disable_cuda_graphs", "compile.enable_async_tensor_parallel", "training.enable_cpu_offload",
@@ -103,7 +104,7 @@ def draft_recipe(*, module: str, config: str, overrides: list[str], flat: dict[s
         "pinned": pinned,
         # the cpu profile is a 2-core host: the cores shared among the ranks; OpenMP threads sleep soon when idle
         "env": {"OMP_NUM_THREADS": str(max(1, 2 // devices_per_node)), "GOMP_SPINCOUNT": "10000"} if hw.kind == "cpu" else {},
-        "bench": dict(BENCH),
+        "bench": dict(CPU_BENCH if hw.kind == "cpu" else BENCH),
     }
     return Draft(recipe=recipe, made_explicit=explicit)
 
