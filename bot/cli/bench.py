@@ -1,4 +1,4 @@
-"""``attune bench gate|tuners|measure``: the published benchmarks (:mod:`bot.bench`)."""
+"""``attune bench gate|tuners|recipes|measure``: the published benchmarks (:mod:`bot.bench`)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,28 @@ def cmd_bench_tuners(args: argparse.Namespace) -> int:
     print(render(result))
     if args.json:
         emit_json({k: v for k, v in result.items() if k != "oracle"} | {"oracle": {t: {k: v for k, v in o.items() if k != "oracle_levers"} for t, o in result["oracle"].items()}})
+    return EXIT_OK
+
+
+def cmd_bench_recipes(args: argparse.Namespace) -> int:
+    """torchtitan's registry configs drafted, simulated and tuned (:mod:`bot.bench.recipes`; SIMULATED)."""
+    from bot.bench.recipes import REGISTRIES, coverage, registry_configs, render_coverage
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds: expected at least 1; got {args.seeds}")
+    baselines = _tuner_policies(_names("--baselines", args.baselines)) or []
+    if "attune" in baselines:
+        raise UsageError("--baselines: attune is the agent, always run; name baselines only")
+    configs = _names("--configs", args.configs)
+    known = {n for m in REGISTRIES for c in registry_configs(m) for n in (c, f"{m}:{c}")}
+    unknown = [c for c in configs or [] if c not in known]
+    if unknown:
+        raise UsageError(f"--configs: no registry config is called {', '.join(unknown)}; expected names like qwen3_32b "
+                         f"(registries: {', '.join(REGISTRIES)})")
+    result = coverage(seeds=args.seeds, baselines=tuple(baselines), configs=configs)
+    print(render_coverage(result))
+    if args.json:
+        emit_json(result)
     return EXIT_OK
 
 
@@ -252,6 +274,12 @@ def register(sub: Any) -> None:
     bt.add_argument("--trace", default="", help="a task whose seed-0 campaigns are printed step by step (change, why, measured, decision)")
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=cmd_bench_tuners)
+    br = b.add_parser("recipes", help="torchtitan's registry configs: recipe init, a baseline, the agent and baselines (SIMULATED)")
+    br.add_argument("--seeds", type=int, default=3)
+    br.add_argument("--baselines", default="costmodel,greedy", help="comma list of baseline policies (default costmodel,greedy)")
+    br.add_argument("--configs", default=None, help="comma list of configs (name or module:config); default every one")
+    br.add_argument("--json", action="store_true")
+    br.set_defaults(func=cmd_bench_recipes)
     bm = b.add_parser("measure", help="the A/B decisions themselves: false gains, detection, interval width, runs (real CPU + SIMULATED)")
     bm.add_argument("--recipe", default="recipes/llama3-tiny/cpu.yaml")
     bm.add_argument("--repeats", type=int, default=2, help="real comparisons per change and condition (idle, load)")
