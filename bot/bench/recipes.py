@@ -35,7 +35,7 @@ HARDWARE_ORDER = ("h100-sxm-80gb", "h200")  # H100 first; H200 only where no H10
 DEVICES_PER_NODE = 8
 STATE_BYTES_PER_PARAM = 16  # fp32 parameters, gradients and both Adam moments
 MEMORY_SHARE = 0.5  # that state, sharded over the cluster, may fill at most this share of each device
-DEFAULT_BASELINES = ("costmodel", "greedy")
+DEFAULT_BASELINES = ("costmodel", "tpe")  # the two strongest by mean fraction of the oracle in a bench tuners probe (docs)
 AGENT = "attune"
 TARGET_FRACTION = 0.95
 

@@ -276,7 +276,7 @@ def register(sub: Any) -> None:
     bt.set_defaults(func=cmd_bench_tuners)
     br = b.add_parser("recipes", help="torchtitan's registry configs: recipe init, a baseline, the agent and baselines (SIMULATED)")
     br.add_argument("--seeds", type=int, default=3)
-    br.add_argument("--baselines", default="costmodel,greedy", help="comma list of baseline policies (default costmodel,greedy)")
+    br.add_argument("--baselines", default="costmodel,tpe", help="comma list of baseline policies (default costmodel,tpe)")
     br.add_argument("--configs", default=None, help="comma list of configs (name or module:config); default every one")
     br.add_argument("--json", action="store_true")
     br.set_defaults(func=cmd_bench_recipes)
