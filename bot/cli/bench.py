@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,11 @@ def cmd_bench_recipes(args: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--configs: no registry config is called {', '.join(unknown)}; expected names like qwen3_32b "
                          f"(registries: {', '.join(REGISTRIES)})")
-    result = coverage(seeds=args.seeds, baselines=tuple(baselines), configs=configs)
+    def done(row: dict[str, Any]) -> None:  # a line per config as it finishes, on stderr (stdout is the report)
+        figures = f"agent {row['agent']['gain']:+.1%}, {row['agent']['oracle_fraction']:.1%} of the oracle" if row["agent"] else row["why"]
+        print(f"bench recipes: {row['config']}: {figures} (SIMULATED)", file=sys.stderr, flush=True)
+
+    result = coverage(seeds=args.seeds, baselines=tuple(baselines), configs=configs, progress=done)
     print(render_coverage(result))
     if args.json:
         emit_json(result)
