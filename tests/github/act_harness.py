@@ -10,10 +10,11 @@ OpenAPI-validated fake GitHub served over HTTP, with no network.
   actions/<name>@<pinned sha>=<dir>``; the pins are read from the workflow files, so a re-pinned action still
   gets its stand-in), and every job runs directly on the host (``-P ubuntu-latest=-self-hosted -P
   self-hosted=-self-hosted``); act pulls nothing (``--action-offline-mode``, ``--pull=false``);
-- the runner's environment: ``HOME`` is a fresh folder whose pip configuration forbids indexes and build isolation
-  (the host has no network; a real runner downloads) and whose user site holds a path entry to the test venv's
-  packages -- the self-hosted GPU runner's ``python3 -m venv --system-site-packages`` sees them the way a real one
-  sees its preinstalled torch stack; ``python3`` is the test interpreter's base interpreter. pip builds as usual
+- the runner's environment: its operator's ``PIP_*`` variables forbid indexes (the host has no network; a real
+  runner downloads), and ``PYTHONPATH`` holds the test venv's packages -- the self-hosted GPU runner's ``python3 -m
+  venv --system-site-packages`` sees them the way a real one sees its preinstalled torch stack; ``python3`` is the
+  test interpreter's base interpreter. ``HOME`` is left dirty by an "earlier job": a user-site ``.pth`` that logs
+  who runs it and a pip configuration naming an index of its own (the run job must read neither). pip builds as usual
   (isolated), its build backend from a local wheelhouse (a wheel of the test venv's setuptools); the
   setup-python stand-in's venvs build without isolation, with the test venv's setuptools.
 
@@ -153,20 +154,33 @@ class ActRepo:
 
     # -- set-up
     def _home(self) -> None:
-        """The runner user's home: offline pip, and the 'preinstalled' packages in the user site."""
+        """The runner's environment (its operator's: offline pip, the 'preinstalled' packages on PYTHONPATH) and its
+        user's home, left dirty by an earlier job: a user-site ``.pth`` that logs every process that runs it
+        (``home_pth_ran``) and a pip configuration naming an index of its own."""
         self.home = self.work / "home"
-        pip_conf = self.home / ".config" / "pip" / "pip.conf"
-        pip_conf.parent.mkdir(parents=True, exist_ok=True)
         # no index: builds are isolated as usual, their backend (setuptools) comes from a local wheelhouse
         wheelhouse = self.work / "wheelhouse"
         wheelhouse.mkdir(exist_ok=True)
         wheel_of_installed("setuptools", wheelhouse)
-        pip_conf.write_text(f"[global]\nno-index = true\nfind-links = {wheelhouse}\ndisable-pip-version-check = true\n")
+        self.runner_env = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        # the test venv's packages as the runner's preinstalled stack, and the same import log as the setup-python
+        # stand-in's venvs
+        site = self.work / "runner-site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(standin_module().SITECUSTOMIZE.format(log=str(self.state / "imports.jsonl")))
+        # every installed package but this project (its editable install): a job's `pip install .` is what it runs
+        for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+            if not entry.name.startswith(("attune-", "__editable__", "sitecustomize")) and entry.suffix != ".pth":
+                (site / entry.name).symlink_to(entry)
+        self.runner_env["PYTHONPATH"] = str(site)
+        pip_conf = self.home / ".config" / "pip" / "pip.conf"
+        pip_conf.parent.mkdir(parents=True, exist_ok=True)
+        pip_conf.write_text("[global]\nextra-index-url = http://127.0.0.1:9/left-by-another-job/simple\n")
         user_site = self.home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
         user_site.mkdir(parents=True, exist_ok=True)
-        (user_site / "attune-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-        # the same import log as the setup-python stand-in's venvs (the run job's venv sees the user site)
-        (user_site / "sitecustomize.py").write_text(standin_module().SITECUSTOMIZE.format(log=str(self.state / "imports.jsonl")))
+        self.home_pth_log = self.state / "home-pth.log"
+        (user_site / "left-by-another-job.pth").write_text(
+            f"import os; open({str(self.home_pth_log)!r}, 'a').write(os.environ.get('GITHUB_JOB', '?') + '\\n')\n")
         self.bin = self.work / "runner-bin"
         self.bin.mkdir(exist_ok=True)
         base = Path(getattr(sys, "_base_executable", sys.executable))
@@ -212,7 +226,7 @@ class ActRepo:
         for key, value in (inputs or {}).items():
             argv += ["--input", f"{key}={value}"]
         env = {"HOME": str(self.home), "PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-               "TMPDIR": str(self.work / "tmp")}
+               "TMPDIR": str(self.work / "tmp"), **self.runner_env}
         (self.work / "tmp").mkdir(exist_ok=True)
         started = time.perf_counter()
         returncode, log = self._act(argv, env, run_id, workflow, timeout)
@@ -283,8 +297,11 @@ class ActCampaign:
 
     def comment_payload(self, comment_id: int) -> dict[str, Any]:
         comment = self.fake.comments[comment_id]
+        # author_association as the fake serves it (MEMBER for a user with any permission, else NONE)
+        association = "MEMBER" if comment.user in self.fake.permissions else "NONE"
         return {"action": "created", **self.issue_payload("created"),
-                "comment": {"id": comment.id, "body": comment.body, "user": {"login": comment.user}}}
+                "comment": {"id": comment.id, "body": comment.body, "user": {"login": comment.user},
+                            "author_association": association}}
 
     def open(self) -> ActRun:
         return self.repo.run("campaign.yml", "issues", self.issue_payload())

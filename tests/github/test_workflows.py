@@ -412,7 +412,11 @@ def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
     exported = {m.group(1): m.group(2) for ln in lines if ln.startswith("export ")
                 for m in re.finditer(r'(\w+)="([^"]*)"', ln)}
     assert exported == {"TMPDIR": "$work/tmp", "XDG_CACHE_HOME": "$work/cache",
-                        "TORCHINDUCTOR_CACHE_DIR": "$work/cache/torchinductor", "TRITON_CACHE_DIR": "$work/cache/triton"}
+                        "TORCHINDUCTOR_CACHE_DIR": "$work/cache/torchinductor", "TRITON_CACHE_DIR": "$work/cache/triton",
+                        # nothing of the runner's $HOME: its own HOME, no user site, no pip configuration file
+                        "HOME": "$work/home", "PYTHONNOUSERSITE": "1", "PIP_CONFIG_FILE": "/dev/null"}
+    assert lines.index('export HOME="$work/home" PYTHONNOUSERSITE="1" PIP_CONFIG_FILE="/dev/null"') < next(
+        i for i, ln in enumerate(lines) if "python3" in ln)  # before any Python starts
     assert "$HOME" not in body and "~/" not in body and not re.search(r"(?<![\w$])/tmp", body)
     assert 'python3 -m venv --system-site-packages "$work/venv"' in lines
     assert 'cache="$work/calibration"' in lines
@@ -420,7 +424,8 @@ def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
     assert all(ref.startswith("$work/") or ref in ("$work", "$RUNNER_TEMP/attune", "$cache", "$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID")
                for ref in re.findall(r'"(\$[^"]*)"', body) if "/" in ref), body
     upload = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
-    assert upload["with"]["path"] == "${{ runner.temp }}/attune/run/"
+    paths = upload["with"]["path"].splitlines()  # the records only, never run/ as a whole (a batch script, node names)
+    assert paths and all(p.startswith("${{ runner.temp }}/attune/run/") and p.endswith(".json") for p in paths), paths
 
 
 def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None:
@@ -443,3 +448,17 @@ def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None
     assert '--issue "$ISSUE"' in step["run"] and step["env"]["ISSUE"] == "${{ inputs.issue }}"
     assert step["env"]["ATTUNE_BOT_LOGIN"] == jobs(ROOT / ".github" / "workflows" / "trial.yml")["report"]["steps"][-1]["env"]["ATTUNE_BOT_LOGIN"]
 
+
+
+def test_the_readme_sets_up_the_anthropic_key_in_the_environment_and_attune_gate_from_the_app() -> None:
+    """``ANTHROPIC_API_KEY`` is an environment secret of ``attune`` (a repository secret is readable by any writer's
+    branch workflow), every job that reads it names that environment, and the ruleset takes ``attune/gate`` only from
+    the bot's App (any token with ``statuses: write`` can post a status of that name)."""
+    readme = (ROOT / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.strip().startswith("| `ANTHROPIC_API_KEY` |"))
+    assert "**environment** secret of the environment `attune`" in row and "never as a repository secret" in row
+    assert "**from the bot's App**" in readme and "pick the App as its source" in readme
+    for path in WORKFLOWS:
+        for name, job in jobs(path).items():
+            if "secrets.ANTHROPIC_API_KEY" in json.dumps(job):
+                assert job.get("environment") == "attune", f"{path.name}:{name}"

@@ -226,6 +226,27 @@ def assert_jobs_ran_non_editable(repo: ActRepo) -> None:
         assert {(run_id, "check"), (run_id, "run"), (run_id, "report")} <= jobs, (run_id, sorted(jobs))
 
 
+def assert_the_run_job_read_nothing_of_the_runners_home(repo: ActRepo) -> None:
+    """The self-hosted job runs with a HOME of its own, no user site and no pip configuration file: the ``.pth`` an
+    earlier job left in the runner's ~/.local never ran, and no process of the job saw the runner's HOME."""
+    assert not repo.home_pth_log.exists(), repo.home_pth_log.read_text()
+    log = [json.loads(line) for line in (repo.state / "imports.jsonl").read_text().splitlines()]
+    runs = [e for e in log if e["job"] == "run"]
+    assert runs, "no process of the run job imported the bot"
+    for entry in runs:
+        assert entry["home"] != str(repo.home) and entry["home"].endswith("/attune/home"), entry
+        assert entry["pip_config_file"] == os.devnull and entry["user_site"] is False, entry
+
+
+def assert_only_records_were_uploaded(repo: ActRepo) -> None:
+    """trial.yml's artifact holds the records the report job reads, in its layout, and nothing else of run/."""
+    uploaded = sorted(str(p.relative_to(d)) for d in (repo.state / "artifacts").glob("*/trial-record") for p in d.rglob("*")
+                      if p.is_file())
+    assert uploaded and "record.json" in uploaded, uploaded
+    allowed = re.compile(r"^(record\.json|(incumbent|candidate)/record\.json|calibrated\.json|calibration/[^/]+\.json)$")
+    assert all(allowed.match(name) for name in uploaded), uploaded
+
+
 def first_difference(got: Any, want: Any) -> str:
     a, b = json.dumps(got, indent=1, default=str).splitlines(), json.dumps(want, indent=1, default=str).splitlines()
     return "\n".join(list(difflib.unified_diff(b, a, "in-process", "act", lineterm="", n=1))[:40])
@@ -267,6 +288,8 @@ def test_a_two_step_campaign_through_the_real_workflows_leaves_what_the_in_proce
     for run in runs:
         assert {j["name"]: j["conclusion"] for j in act_repo.fake.jobs[run.run_id]} == run.jobs
     assert_jobs_ran_non_editable(act_repo)
+    assert_the_run_job_read_nothing_of_the_runners_home(act_repo)
+    assert_only_records_were_uploaded(act_repo)
     compare_with_in_process(contract, tmp_path, act_repo, campaign, TWO_STEP_BUDGET)
 
 
@@ -287,8 +310,11 @@ def test_a_non_collaborators_issue_and_comment_start_nothing(act_repo: ActRepo) 
     run = campaign.open()
     assert run.returncode == 0 and "refused" in run.log, run.tail()
     refs = dict(fake.refs)
+    # no owner, member or collaborator: the comment runs no job, so it never enters (nor replaces a command in) the
+    # campaign's concurrency group
     _, run = campaign.comment("/attune resume")
-    assert run.returncode == 0 and "ignored: mallory has no write permission" in run.log, run.tail()
+    assert run.returncode == 0 and run.jobs == {}, run.tail()
+    assert "advance the campaign" not in "".join(job_lines(run.log)), run.tail()
     assert fake.dispatches == [] and fake.pulls == {} and fake.refs == refs
     bot_comments = [c.body for c in fake.comments.values() if c.user == fake.actor]
     assert len(bot_comments) == 1 and "Thank you" in bot_comments[0]  # the one polite refusal, as in-process

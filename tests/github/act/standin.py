@@ -14,14 +14,16 @@ Each stand-in action (``tests/github/act/<action>/action.yml``, a composite acti
     ``act_harness`` -- forbids downloads), never into the development venv. A ``sitecustomize`` in the venv logs
     where every process that imported ``bot`` imported it from (``$ATTUNE_STANDIN_STATE/imports.jsonl``).
 ``upload-artifact`` / ``download-artifact``
-    a folder per run id and artifact name under ``$ATTUNE_STANDIN_STATE/artifacts``; like v4, uploading a name twice
-    in one run fails, and downloading a missing one fails.
+    a folder per run id and artifact name under ``$ATTUNE_STANDIN_STATE/artifacts``; like v4, several paths (files,
+    folders, wildcards) keep their layout below their least common ancestor, uploading a name twice in one run
+    fails, and downloading a missing one fails.
 ``create-github-app-token``
     an installation token from the fake (``/__standin__/app-token``), with the App's slug.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -48,7 +50,9 @@ def _log():
     with open({log!r}, "a") as fh:
         fh.write(json.dumps({{"argv": sys.argv, "bot": bot.__file__, "prefix": sys.prefix, "dist": str(dist.locate_file("")),
                               "direct_url": json.loads(dist.read_text("direct_url.json") or "{{}}"),
-                              "run_id": os.environ.get("GITHUB_RUN_ID"), "job": os.environ.get("GITHUB_JOB")}}) + "\\n")
+                              "run_id": os.environ.get("GITHUB_RUN_ID"), "job": os.environ.get("GITHUB_JOB"),
+                              "home": os.environ.get("HOME"), "pip_config_file": os.environ.get("PIP_CONFIG_FILE"),
+                              "user_site": sys.flags.no_user_site == 0 and os.environ.get("PYTHONNOUSERSITE") is None}}) + "\\n")
 
 
 atexit.register(_log)
@@ -112,17 +116,39 @@ def setup_python() -> int:
     return 0
 
 
+def _search_root(path: Path) -> Path:
+    """A search path's folder: itself for a folder, the folder above its first wildcard or of its file."""
+    parts = path.parts
+    wild = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), None)
+    if wild is not None:
+        return Path(*parts[:wild])
+    return path if path.is_dir() else path.parent
+
+
 def upload_artifact() -> int:
-    name, source = os.environ.get("NAME") or "artifact", Path(os.environ["GITHUB_WORKSPACE"]) / os.environ["SOURCE"]
+    """Like v4: ``path`` is one or more lines (folders, files, wildcards); the artifact's root is the least common
+    ancestor of the search paths, so the files keep their layout below it."""
+    name, workspace = os.environ.get("NAME") or "artifact", Path(os.environ["GITHUB_WORKSPACE"])
     target = _state() / "artifacts" / os.environ["GITHUB_RUN_ID"] / name
     if target.exists():
         print(f"::error::an artifact named {name} already exists in run {os.environ['GITHUB_RUN_ID']}")
         return 1
-    files = [p for p in source.rglob("*") if p.is_file()] if source.is_dir() else []
+    searches = [workspace / line.strip() for line in os.environ["SOURCE"].splitlines() if line.strip()]
+    root = Path(os.path.commonpath([_search_root(p) for p in searches]))
+    files: set[Path] = set()
+    for path in searches:
+        if any(c in str(path) for c in "*?["):
+            files |= {Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file()}
+        elif path.is_dir():
+            files |= {p for p in path.rglob("*") if p.is_file()}
+        elif path.is_file():
+            files.add(path)
     if not files:
         print(f"::warning::No files were found with the provided path: {os.environ['SOURCE']}. No artifacts will be uploaded.")
         return 0 if os.environ.get("IF_NO_FILES_FOUND", "warn") != "error" else 1
-    shutil.copytree(source, target)
+    for path in sorted(files):
+        (target / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / path.relative_to(root))
     print(f"uploaded {len(files)} files as {name}")
     return 0
 
