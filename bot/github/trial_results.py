@@ -30,6 +30,7 @@ from bot.core.recipe import parse_recipe_text
 from bot.core.records import RunRecord, read_model
 from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import GitHubForge
+from bot.github import comments
 from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
 from bot.github.uploads import WALL_SLACK, Expected, record_problem, wall_bound
 
@@ -116,6 +117,20 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
         if check_refused:  # a refused dispatch of no campaign (anyone's stray or forged dispatch): nothing to close
             return f"ignored: check refused a run of no campaign on issue #{issue} ({check_refused[:200]})"
         raise ValueError(f"issue #{issue} holds no state for campaign {campaign!r}")
+    # writers' /attune commands whose own campaign.yml run was replaced in its concurrency group land here, before
+    # the result, as if each had landed on time (a stop ends the campaign here, before another trial is dispatched)
+    applied = comments.apply_pending(forge, issue, **driver_kw)
+    if applied:
+        stored = load_state(forge, issue)
+        assert stored is not None
+    said = _handled(forge, stored, result_dir, pr=pr, sha=sha, run_job_result=run_job_result, kind=kind, attempt=attempt,
+                    job_wall_s=job_wall_s, check_refused=check_refused, base_sha=base_sha, **driver_kw)
+    earlier = ", ".join(f"{what} (comment {cid})" for cid, what in applied)
+    return said + (f"; unhandled commands applied first, in order: {earlier}" if earlier else "")
+
+
+def _handled(forge: GitHubForge, stored: Any, result_dir: Path, *, pr: int, sha: str, run_job_result: str, kind: str,
+             attempt: int, job_wall_s: float | None, check_refused: str, base_sha: str, **driver_kw: Any) -> str:
     state = stored.campaign
     action = state.pending[0] if state.pending else None
     if not isinstance(action, RUNNER_ACTIONS):
