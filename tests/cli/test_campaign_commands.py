@@ -80,10 +80,10 @@ def test_unknown_or_malformed_ids_and_a_taken_id_are_one_line_errors_that_write_
     assert "--id" in one_line_error(attune(repo, "campaign", "run", RECIPE, "--budget", "10", "--id", "a/b"))
     assert not (repo / ".attune").exists()
     assert attune(repo, "campaign", "list").stdout.startswith("no campaigns under")
-    ok = attune(repo, "campaign", "run", RECIPE, "--budget", "10", "--id", "taken", "--json")
+    ok = attune(repo, "campaign", "run", RECIPE, "--budget", "250", "--max-steps", "1", "--id", "taken", "--json")
     assert ok.returncode == 0, ok.stderr[-2000:]
     state = (repo / ".attune" / "campaigns" / "taken" / "state.json").read_text()
-    line = one_line_error(attune(repo, "campaign", "run", RECIPE, "--budget", "10", "--id", "taken"))
+    line = one_line_error(attune(repo, "campaign", "run", RECIPE, "--budget", "250", "--id", "taken"))
     assert "that campaign exists" in line and "attune campaign resume taken" in line
     assert (repo / ".attune" / "campaigns" / "taken" / "state.json").read_text() == state
 
