@@ -88,6 +88,7 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     from bot.core.recipe import load_recipe
     from bot.runner.command import build_launch
     from bot.runner.resolve import ResolveError, resolve_recipe
+    from bot.runner.workdir import recipe_root
 
     recipe = load_recipe(args.recipe)
     steps = recipe.bench.steps
@@ -116,7 +117,7 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
         print("# command")
         print((env + " " if env else "") + shlex.join(launch.argv))
     try:
-        flat = resolve_recipe(recipe, steps=steps)
+        flat = resolve_recipe(recipe, steps=steps, workdir=recipe_root(args.recipe))
     except ResolveError as exc:
         print(f"# resolved config: refused by torchtitan\n{exc}")
         return EXIT_FAILED

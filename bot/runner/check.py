@@ -26,14 +26,13 @@ Problem = tuple[tuple[str, ...], str]  # (the field's path in the recipe, what i
 def _sim_problem(recipe: Recipe) -> Problem | None:
     from bot.sim.hardware import HARDWARE
     from bot.sim.models import UnknownModel, model_for
-    from bot.sim.zoo import ZOO
 
     if recipe.cluster.hardware not in HARDWARE:
         return ("cluster", "hardware"), f"{recipe.cluster.hardware!r} is unknown to the simulator; known: {', '.join(sorted(HARDWARE))}"
     try:
         model_for(recipe.workload)
     except UnknownModel as exc:
-        field = "model" if recipe.workload.model and recipe.workload.model not in ZOO else "config"
+        field = "module" if str(exc).startswith("workload.module") else "config"
         return ("workload", field), f"the simulator cannot know this model: {exc}"
     return None
 

@@ -11,6 +11,7 @@ import pytest
 
 from bot.core.recipe import RecipeError, load_recipe
 from bot.runner import check_runnable
+from bot.runner.check import runnable_problem
 from bot.sim.hardware import HARDWARE
 from bot.sim.zoo import ZOO
 
@@ -51,17 +52,19 @@ def test_hardware_the_simulator_does_not_know_is_named_at_its_line_with_the_know
     assert message.endswith(", ".join(sorted(HARDWARE)))
 
 
-def test_a_model_the_simulator_does_not_know_is_named_at_its_line_with_the_known_ones(tmp_path: Path) -> None:
-    path, line = edited(tmp_path, SIM, "  model: llama3.1-8b", "  model: gpt-9")
+def test_a_model_neither_torchtitan_nor_the_zoo_knows_is_named_at_its_config_with_the_known_ones(tmp_path: Path) -> None:
+    path, _ = edited(tmp_path, SIM, "  model: llama3.1-8b", "  model: gpt-9")
+    text = path.read_text().replace("config: llama3_8b", "config: llama3_nonexistent")
+    path.write_text(text)
+    line = text.splitlines().index("  config: llama3_nonexistent") + 1
     message = refusal(path)
-    assert message.startswith(f"{path}:{line}: workload.model: 'gpt-9' is unknown to the simulator; known: ")
-    assert message.endswith(", ".join(sorted(ZOO)))
+    assert message.startswith(f"{path}:{line}: workload.config: the simulator cannot know this model: ")
+    assert "llama3_nonexistent" in message and message.endswith(", ".join(sorted(ZOO)))
 
 
-def test_a_simulated_recipe_without_a_model_is_refused_at_its_workload(tmp_path: Path) -> None:
+def test_a_simulated_recipe_without_a_model_label_simulates_the_built_model(tmp_path: Path) -> None:
     path, _ = edited(tmp_path, SIM, "  model: llama3.1-8b", "")
-    line = path.read_text().splitlines().index("workload:") + 1
-    assert refusal(path).startswith(f"{path}:{line}: workload.model: required by the simulator (launcher: sim); known: ")
+    assert runnable_problem(load_recipe(path)) is None
 
 
 def test_a_local_recipe_on_two_nodes_is_refused_at_its_nodes(tmp_path: Path) -> None:
