@@ -68,7 +68,9 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     # the limit ends it, or the policy's own patience stop when the second step already spent a baseline run's
     # device-hours on nothing (real CPU runs: how many pairs a step needs depends on the machine's noise that minute)
     assert state.finish_reason == "reached the 2-step limit" or (
-        state.finish_reason.startswith("policy stopped: no diagnosis- or lesson-driven move is left") and not state.steps[-1].kept), facts
+        state.finish_reason.startswith(("policy stopped: no diagnosis- or lesson-driven move is left",
+                                        "policy stopped: no gain found"))  # steps cost more on a busy box
+        and not state.steps[-1].kept), facts
     assert state.spent <= state.budget == budget
     for step in state.steps:
         assert step.state in ("merged", "closed") and step.branch == git(repo, "for-each-ref", "--format=%(refname:short)",
