@@ -214,8 +214,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if reference.recipe_id != recipe.name:
         return _fail(f"calibrate: --reference {args.reference}: a run record of {reference.recipe_id}, not of the --recipe "
                      f"{recipe.name}; expected the campaign baseline's record")
+    if args.max_wall_s is not None and not args.max_wall_s > 0:
+        return _fail(f"calibrate: --max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
     event = calibrate_loss_band(text, reference, cache_dir=Path(args.cache_dir), jobs=args.jobs,
-                                records_out=Path(args.out).parent / CALIBRATION_RUNS)
+                                records_out=Path(args.out).parent / CALIBRATION_RUNS, max_wall_s=args.max_wall_s)
     atomic_write_text(args.out, event.model_dump_json(indent=1) + "\n")
     print(event.note)
     return 0
@@ -279,4 +281,6 @@ def register(sub: Any) -> None:
     k.add_argument("--out", required=True, help="where to write the Calibrated event (JSON)")
     k.add_argument("--cache-dir", default=".attune/calibration", help="calibration runs cached by content (reused)")
     k.add_argument("--jobs", type=int, default=1, help="calibration runs at once")
+    k.add_argument("--max-wall-s", type=float, default=None,
+                   help="what is left of the campaign's budget, in wall seconds: shared by the fresh calibration runs")
     k.set_defaults(func=cmd_calibrate)

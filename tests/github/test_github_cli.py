@@ -117,7 +117,7 @@ def test_calibrate_writes_the_calibrated_event(tmp_path, capsys) -> None:
     reference.write_text(record(recipe, 500.0, simulated=True, losses=[4.0 - 0.01 * i for i in range(steps)]).model_dump_json())
     out = tmp_path / "run" / "calibrated.json"
     args = argparse.Namespace(recipe=str(ROOT / SIM_RECIPE), reference=str(reference), out=str(out),
-                              cache_dir=str(tmp_path / "cache"), jobs=1)
+                              cache_dir=str(tmp_path / "cache"), jobs=1, max_wall_s=None)
     assert cli.cmd_calibrate(args) == 0
     event = cm.Calibrated.model_validate_json(out.read_text())
     assert event.band is not None and "SIMULATED" in event.note and event.note in capsys.readouterr().out
@@ -125,6 +125,29 @@ def test_calibrate_writes_the_calibrated_event(tmp_path, capsys) -> None:
     args.reference = str(tmp_path / "missing.json")
     assert cli.cmd_calibrate(args) == 2
     assert "calibrate:" in capsys.readouterr().err
+
+
+def test_calibrate_caps_its_runs_at_what_is_left_of_the_budget(tmp_path, monkeypatch) -> None:
+    """The self-hosted calibration job passes the budget left (trial.yml's limits) to the calibration runs."""
+    from test_trial_scenarios import record
+
+    from bot.campaign import gating
+    from bot.core.recipe import parse_recipe_text
+
+    seen = {}
+
+    def calibrate(text, reference, **kw):
+        seen.update(kw)
+        return cm.Calibrated(band=None, device_hours=0.0, note="capped")
+
+    monkeypatch.setattr(gating, "calibrate_loss_band", calibrate)
+    recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
+    reference = tmp_path / "baseline-1.json"
+    reference.write_text(record(recipe, 500.0, simulated=True).model_dump_json())
+    args = argparse.Namespace(recipe=str(ROOT / SIM_RECIPE), reference=str(reference), out=str(tmp_path / "c.json"),
+                              cache_dir=str(tmp_path / "cache"), jobs=1, max_wall_s=1234.5)
+    assert cli.cmd_calibrate(args) == 0
+    assert seen["max_wall_s"] == 1234.5
 
 
 def test_the_report_job_reads_the_run_jobs_wall_time_from_the_actions_api(gh) -> None:
@@ -175,9 +198,10 @@ def test_calibrate_refuses_bad_flags_before_any_run(tmp_path, capsys) -> None:
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("workload: [\n")
     good = {"recipe": str(ROOT / SIM_RECIPE), "reference": str(reference), "out": str(tmp_path / "run" / "calibrated.json"),
-            "cache_dir": str(tmp_path / "cache"), "jobs": 1}
+            "cache_dir": str(tmp_path / "cache"), "jobs": 1, "max_wall_s": None}
     cases = [
         ({"jobs": 0}, "calibrate: --jobs: expected at least 1; got 0"),
+        ({"max_wall_s": 0.0}, "calibrate: --max-wall-s: expected a positive number of seconds; got 0.0"),
         ({"out": str(tmp_path)}, f"calibrate: --out {tmp_path}: is a folder; expected a file"),
         ({"out": str(tmp_path / "a-file" / "x.json")}, f"{tmp_path / 'a-file'} is a file; expected a folder there"),
         ({"recipe": str(bad_yaml)}, f"calibrate: --recipe: {bad_yaml}:"),
