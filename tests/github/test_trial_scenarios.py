@@ -119,7 +119,7 @@ class Flow:
 
     def __init__(self, gh: FakeGitHub, forge: GitHubForge, tmp_path: Path, policy: Scripted, recipe: str = RECIPE) -> None:
         self.gh, self.forge, self.tmp, self.policy, self.path = gh, forge, tmp_path, policy, recipe
-        self.recipe = parse_recipe_text((ROOT / recipe).read_text(), recipe)
+        self.recipe = parse_recipe_text((SIM_SOURCE if recipe == SIM_RECIPE else ROOT / recipe).read_text(), recipe)
         self.issue = gh.add_issue("tune it", form(recipe), user="alice", labels=["attune:campaign"])
         self.answered = 0
 
