@@ -131,14 +131,18 @@ def step_base_problem(forge: Any, pr: int, sha: str) -> str | None:
 
 
 def records_problem(forge: Any, campaign: str, records_sha: str, recipe: str, sha: str) -> str | None:
-    """Why a calibration may not read the records branch at ``records_sha`` (None: it may): its head must be a
-    commit the bot made (linked to the bot's login and signed by GitHub, as the API signs the bot's writes), and the
-    recipe the baseline ran, kept there, must be the default branch's ``recipe`` at ``sha``."""
+    """Why a calibration may not read the records branch at ``records_sha`` (None: it may): its head, and every commit
+    on it since the default branch, must be a commit the bot made (linked to the bot's login and signed by GitHub, as
+    the API signs the bot's writes: a writer's push hidden under the bot's next commit is caught), and the recipe the
+    baseline ran, kept there, must be the default branch's ``recipe`` at ``sha``."""
     branch = records_branch(campaign)
     login, verified = forge.commit_signer(records_sha)
     if not forge.bot_login or login != forge.bot_login or not verified:
         return (f"{branch} head {records_sha[:12]} is not the bot's commit (linked to {login or 'no account'}, "
                 f"{'signature verified' if verified else 'unsigned'}; the bot is {forge.bot_login or 'unknown'})")
+    foreign = forge.foreign_commits(forge.base_branch, records_sha, require_descent=False)
+    if foreign:
+        return f"{branch} holds commits that are not the bot's own under its head: {'; '.join(foreign[:3])}"
     try:
         ran = forge.read_file(f"campaigns/{campaign}/{BASELINE_RECIPE}", records_sha)
     except GitHubForgeError:

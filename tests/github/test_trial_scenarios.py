@@ -691,6 +691,7 @@ def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_defaul
     out, reason = check()
     branch = records_branch(cal["campaign"])
     assert reason == "ok" and out["records_sha"] == gh.head(branch)
+    clean = gh.head(branch)
     kept = f"campaigns/{cal['campaign']}/baseline-recipe.yaml"
     # a person pushes onto the records branch, naming the bot as the author: linked to the bot's login, but unsigned
     forged = gh.seed({kept: gh.file(kept, branch).replace("local_batch_size: 1", "local_batch_size: 2")}, "a push", branch=branch,
@@ -698,8 +699,15 @@ def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_defaul
     out, reason = check()
     assert out["ok"] == "false" and out["records_sha"] == forged and f"{branch} head {forged[:12]} is not the bot's commit" in reason
     assert "unsigned" in reason
-    # the bot's own commit, but the recipe kept there is not the default branch's
+    # the bot's next commit on top of that push (restoring the recipe): the head is the bot's, the push under it is not
     repo_file = forge._repo.get_contents(kept, ref=branch)  # noqa: SLF001 - writes as the bot writes
+    restored = gh.file(kept, branch).replace("local_batch_size: 2", "local_batch_size: 1")
+    forge._repo.update_file(kept, "attune: restore", restored, repo_file.sha, branch=branch)  # noqa: SLF001
+    out, reason = check()
+    assert out["ok"] == "false" and "not the bot's own under its head" in reason and forged[:12] in reason
+    # back to the bot's own history; the bot's own commit, but the recipe kept there is not the default branch's
+    gh.refs[f"heads/{branch}"] = clean  # a maintainer resets the branch to the bot's last commit
+    repo_file = forge._repo.get_contents(kept, ref=branch)  # noqa: SLF001
     forge._repo.update_file(kept, "attune: a stale recipe", gh.file(kept, branch) + "# stale\n", repo_file.sha, branch=branch)  # noqa: SLF001
     out, reason = check()
     assert out["ok"] == "false" and "the recipe the baseline ran differs from" in reason
