@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from bot.agent.costmodel import estimate_of
-from bot.agent.history import ENABLER
+from bot.agent.history import enabled_settings
 from bot.agent.lessons import Lesson
 from bot.agent.memory_screen import change_levers
 from bot.agent.policy import LeverSpace
@@ -45,8 +45,8 @@ def aimed_cost(change: Change | None) -> str:
     enables) REMOVES ("" for none)."""
     if change is None:
         return ""
-    m = ENABLER.match(change.why) if change.enabler else None
-    return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(m.group("lever") if m else change.lever, "")
+    enables = enabled_settings(change) if change.enabler else []
+    return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(enables[0].lever if enables else change.lever, "")
 
 
 def costs_aimed_at(change: Change, lessons: dict[str, Lesson]) -> set[str]:
@@ -141,9 +141,9 @@ def predicted_faster(campaign: Campaign, space: LeverSpace, a: Change, b: Change
     least as fast as ``b``'s; False where it cannot tell (a model or hardware it does not know)."""
     def target(change: Change) -> dict[str, Scalar]:
         levers = change_levers(campaign, change)
-        m = ENABLER.match(change.why) if change.enabler else None
-        if m is not None:
-            levers = {**levers, m.group("lever"): catalog.parse_value(m.group("lever"), m.group("value"))}
+        enables = enabled_settings(change) if change.enabler else []
+        if enables:
+            levers = {**levers, enables[0].lever: enables[0].value}
         return levers
 
     ta, tb = predicted_step(space, target(a)), predicted_step(space, target(b))

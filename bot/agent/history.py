@@ -16,7 +16,7 @@ from bot.agent.policy import LeverSpace
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis, diagnose
 from bot.core.matcher import fields
-from bot.core.records import MEASURED_OUTCOMES, RecordReader, Scalar
+from bot.core.records import MEASURED_OUTCOMES, Change, RecordReader, Scalar, Setting
 from bot.core.state import Campaign, RunRef, Step
 
 # an enabler's why: "enabler of X=v: ..." or, for a chain, "enabler of X=v, then Y=w[, then Z=u ...]: ..." (each link
@@ -169,7 +169,32 @@ def from_a_blind_probe(campaign: Campaign, n: int | None) -> bool:
     """Whether step ``n`` is (or is stacked on) a blind probe of generic exploration: its retries are probes too,
     which the patience stop bounds like any other."""
     chain = chain_steps(campaign, n or 0)
-    return bool(chain) and EXPLORING in campaign.step(chain[-1]).change.why  # _fill_first keeps the probe's why
+    return bool(chain) and is_probe(campaign.step(chain[-1]).change)  # the fill-first enabler keeps the probe's flag
+
+
+def is_probe(change: Change) -> bool:
+    """Whether ``change`` is a blind probe: its ``probe`` field; for a record stored before it, the phrase in its why."""
+    return change.probe if change.probe is not None else EXPLORING in change.why
+
+
+def enabled_settings(change: Change) -> list[Setting]:
+    """What ``change`` enables, in chain order ([] for none): its ``enables`` field; for a record stored before that
+    field, parsed from its why ("enabler of X=v[, then Y=w ...]: ..."), up to the first value that does not parse."""
+    if change.enables is not None:
+        return list(change.enables)
+    m = ENABLER.match(change.why)
+    if m is None:
+        return []
+    pairs = [(m.group("lever"), m.group("value"))]
+    if m.group("then"):
+        pairs += [tuple(link.split("=", 1)) for link in m.group("then").split(", then ")]
+    out = []
+    for lever, raw in pairs:
+        try:
+            out.append(Setting(lever=lever, value=catalog.parse_value(lever, raw)))
+        except catalog.LeverError:
+            break
+    return out
 
 
 def last_step_trial(campaign: Campaign) -> tuple[Step | None, RunRef | None]:

@@ -134,6 +134,13 @@ class RunRecord(BaseModel):
         return [s.grad_norm for s in self.steps]
 
 
+class Setting(BaseModel):
+    """One lever at one value (what an enabler enables)."""
+
+    lever: str
+    value: Scalar
+
+
 class Change(BaseModel):
     """One lever change: exactly one lever, with the rationale and the lessons behind it."""
 
@@ -163,6 +170,11 @@ class Change(BaseModel):
     # the policy's prediction that this layout is slower than the incumbent by more than its model's error (why, with
     # the figures): the trial is not run; the step closes with no gain at no cost (bot.agent.speed_screen)
     predicted_slower: str = ""
+    # what an enabler enables, in chain order: the change stacked on it first, then each later link ([] for none).
+    # None: not stated -- a record stored before this field (its why then says it: "enabler of X=v[, then Y=w]: ...")
+    enables: list[Setting] | None = None
+    # a blind probe of generic exploration (or a link that carries one's reason); None: not stated, as above
+    probe: bool | None = None
 
     model_config = {"populate_by_name": True}
 

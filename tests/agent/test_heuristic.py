@@ -21,6 +21,15 @@ from campaign_fakes import (
 
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.heuristic.checked import checked
+from bot.agent.heuristic.diagnosis_driven import fewer_dp_ranks
+from bot.agent.heuristic.enablers import fill_first
+from bot.agent.heuristic.follow_up import fix_for
+from bot.agent.heuristic.from_lessons import from_lessons
+from bot.agent.heuristic.keep_going import keep_going
+from bot.agent.heuristic.oom_retry import oom_retry
+from bot.agent.heuristic.restore_schedule import restore_schedule
+from bot.agent.heuristic.second_pass import second_pass
 from bot.agent.lessons import Lesson, load_lessons
 from bot.agent.policy import validate_change
 from bot.core import levers as catalog
@@ -507,7 +516,7 @@ def test_a_large_kept_gain_enabled_by_more_stages_is_followed_by_the_same_coupli
                            stacked_on=on, outcome="ok"))
     s = state.model_copy(update={"steps": steps, "incumbent_step": len(steps), "incumbent_levers": top})
     incumbent = Diagnosis(outcome="ok", breakdown={"compute": 0.9 - comm, "exposed_comm": comm, "bubble": 0.05, "recompute": 0.05})
-    got = HeuristicPolicy()._keep_going(s, space, incumbent)
+    got = keep_going(s, space, incumbent)
     if not coupled:
         assert got is None or got.lever != pp
         return
@@ -522,7 +531,7 @@ def test_less_recompute_follows_a_rejected_coupling_only_where_the_recompute_is_
     memory to spare. The incumbent recomputes the same way with room to spare too: less recompute is its own move,
     not a follow-up on the rejected layout. Where the incumbent has no room, or the coupling added the recompute
     (an out-of-memory retry to full from the incumbent's selective), the follow-up stands."""
-    import bot.agent.heuristic as heuristic
+    import bot.agent.heuristic.follow_up as follow_up_module
 
     state, space = _state_and_space(CHAIN_RECIPE)
     pp, lbs, ac = "parallelism.pipeline_parallel_degree", "training.local_batch_size", "activation_checkpoint"
@@ -532,10 +541,10 @@ def test_less_recompute_follows_a_rejected_coupling_only_where_the_recompute_is_
     top = {**inc, pp: 4, lbs: 32, ac: "full"}
     behind = _measured(2, Change(lever=lbs, before=16, after=32, why="t", stacked_on=1), top, -0.05, stacked_on=1, outcome="ok")
     s = state.model_copy(update={"steps": [gated, behind], "incumbent_levers": inc})
-    monkeypatch.setattr(heuristic, "incumbent_diagnosis", lambda campaign, records: Diagnosis(outcome="ok", mem_headroom_frac=headroom))
-    assert heuristic._recompute_left_behind(s, behind, space, RECORDS) == left
+    monkeypatch.setattr(follow_up_module, "incumbent_diagnosis", lambda campaign, records: Diagnosis(outcome="ok", mem_headroom_frac=headroom))
+    assert follow_up_module.recompute_left_behind(s, behind, space, RECORDS) == left
     d = Diagnosis(outcome="ok", breakdown={"compute": 0.7, "exposed_comm": 0.1, "bubble": 0.0, "recompute": 0.2}, mem_headroom_frac=0.4)
-    fix = HeuristicPolicy()._fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05, recompute_left=left)
+    fix = fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05, recompute_left=left)
     assert (isinstance(fix, Change) and (fix.lever, fix.after, fix.stacked_on) == (ac, "selective", 2)) == left
 
 
@@ -562,7 +571,7 @@ def test_a_rejected_coupling_with_a_full_pipeline_and_a_bubble_left_gets_the_sch
     s = state.model_copy(update={"steps": [gated, behind]})
     d = Diagnosis(outcome="stopped", breakdown={"compute": 0.6, "exposed_comm": 0.1, "bubble": 0.2, "recompute": recompute},
                   mem_headroom_frac=0.4)
-    got = HeuristicPolicy()._fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05,
+    got = fix_for(s, space, d, top, stacked_on=2, why_prefix="step 2 ran", behind=-0.05,
                                      lessons=load_lessons() if with_lessons else None)
     assert isinstance(got, Change) and (got.lever, got.after, got.stacked_on) == (*fix, 2)
     assert validate_change(s, got, space) is None
@@ -616,7 +625,7 @@ def test_fewer_dp_ranks_never_enable_the_baselines_own_layout() -> None:
     state = state.model_copy(update={"steps": [gated, kept], "incumbent_step": 2, "incumbent_levers": inc, "phase": "stepping"})
     assert validate_change(state, Change(lever=lbs, before=16, after=32, why="t"), space) is None  # the step alone is open
     bubble = Diagnosis(outcome="ok", tps=1000.0, breakdown={"compute": 0.6, "exposed_comm": 0.05, "bubble": 0.3, "recompute": 0.05})
-    proposal = HeuristicPolicy()._fewer_dp_ranks(state, bubble, space)
+    proposal = fewer_dp_ranks(state, bubble, space)
     assert proposal is None or proposal.lever != tp, proposal
 
 
@@ -635,7 +644,7 @@ def test_fewer_dp_ranks_get_one_measured_try_per_incumbent(measured: bool) -> No
     runs = [cm.RunRef(kind="trial", n=2, outcome="stopped", tps=900.0)] if measured else []
     slower = cm.Step(n=2, change=lbs, stacked_on=1, state="closed", levers={**tp_levers, "training.local_batch_size": 32}, runs=runs,
                      gain=-0.1 if measured else None)
-    after = HeuristicPolicy()._fewer_dp_ranks(state.model_copy(update={"steps": [gated, slower]}), bubble, space)
+    after = fewer_dp_ranks(state.model_copy(update={"steps": [gated, slower]}), bubble, space)
     if measured:
         assert after is None
     else:
@@ -771,7 +780,7 @@ def _rejected_then_kept(kept_lever: str, kept_value: object):
     text = set_lever_text((CPU_RECIPE.parents[2] / "bot/bench/tasks/qwen3-30b-a3b/b200x16.yaml").read_text(), "training.disable_cuda_graphs", True)
     state, space = _state_and_space(text)
     base = dict(state.incumbent_levers)
-    fresh = HeuristicPolicy()._from_lessons(state, space, [ep], catalog.effective(base), set())
+    fresh = from_lessons(state, space, [ep], catalog.effective(base), set())
     assert isinstance(fresh, Change) and (fresh.lever, fresh.after) == ("parallelism.expert_parallel_degree", 2)
     slow = cm.Step(n=1, change=Change(lever="parallelism.expert_parallel_degree", before=1, after=2, lessons=["ep"], why="t"),
                    state="closed", levers={**base, "parallelism.expert_parallel_degree": 2},
@@ -785,11 +794,11 @@ def _rejected_then_kept(kept_lever: str, kept_value: object):
 
 def test_a_lesson_change_measured_clearly_slower_is_not_proposed_again_after_an_unrelated_kept_step() -> None:
     state, space, lessons = _rejected_then_kept("activation_checkpoint", "selective")
-    proposal = HeuristicPolicy()._from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
+    proposal = from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
     assert proposal is None  # less recompute does not change what EP costs: it would measure the same
     # a kept change of a parallel degree is a new layout: the lesson may try it there
     state, space, lessons = _rejected_then_kept("parallelism.tensor_parallel_degree", 2)
-    proposal = HeuristicPolicy()._from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
+    proposal = from_lessons(state, space, lessons, catalog.effective(state.incumbent_levers), set())
     assert isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.expert_parallel_degree", 2)
 
 
@@ -815,7 +824,7 @@ def test_a_lesson_does_not_undo_a_kept_step_that_removed_a_tenth_of_the_step(kep
     else:
         steps = [cm.Step(n=1, change=pp2, state="merged", levers=levers, kept=True, gain=kept_gain)]
     state = state.model_copy(update={"steps": steps, "incumbent_levers": levers, "incumbent_step": len(steps)})
-    proposal = HeuristicPolicy()._from_lessons(state, space, [pp_off], catalog.effective(levers), set())
+    proposal = from_lessons(state, space, [pp_off], catalog.effective(levers), set())
     assert (isinstance(proposal, Change) and (proposal.lever, proposal.after) == ("parallelism.pipeline_parallel_degree", 1)) == undone
 
 
@@ -867,9 +876,9 @@ def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest
         more = {**state.incumbent_levers, "parallelism.pipeline_parallel_degree": 2 * pp}
         assert layout_problem(space.recipe, more) is None
         assert layout_problem(space.recipe, {**more, "training.local_batch_size": 2 * local_batch}) is None or local_batch == 32
-        assert HeuristicPolicy()._fill_first(state, space, plain) is None
+        assert fill_first(state, space, plain) is None
         return
-    filled = HeuristicPolicy()._fill_first(state, space, plain)
+    filled = fill_first(state, space, plain)
     assert filled is not None and filled.enabler and filled.why.startswith(f"enabler of training.local_batch_size={filled_to}:")
     pp_up = _lesson("pp-up", {"lever": "parallelism.pipeline_parallel_degree", "op": "double"})
     proposal = HeuristicPolicy().propose(state, OK, [pp_up], space, RECORDS)
@@ -883,7 +892,7 @@ def test_more_pipeline_stages_at_few_microbatches_are_the_enabler_of_the_largest
     # once that configuration was measured (no gain), the change is no longer gated again and again: it runs alone, as before
     measured = cm.Step(n=2, change=enabled, stacked_on=1, state="closed", gain=-0.05,
                        levers={**gated.levers, "training.local_batch_size": filled_to}, runs=[cm.RunRef(kind="trial", n=2, outcome="stopped", tps=900.0)])
-    again = HeuristicPolicy()._fill_first(state.model_copy(update={"steps": [gated, measured]}), space,
+    again = fill_first(state.model_copy(update={"steps": [gated, measured]}), space,
                                           proposal.model_copy(update={"enabler": False, "why": "t", "lessons": ["pp-up"]}))
     assert again is None
 
@@ -900,7 +909,7 @@ def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_re
         levers = {**base, lever: after}
         oom = cm.Step(n=1, change=Change(lever=lever, before=before, after=after, why="t"), state="closed", levers=levers,
                       runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="not run: predicted to run out of memory")])
-        retry = HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [oom]}), space)
+        retry = oom_retry(state.model_copy(update={"steps": [oom]}), space)
         got = (retry.lever, retry.after, retry.stacked_on) if isinstance(retry, Change) else None
         assert got == expected, (lever, retry)
         if retry is not None:
@@ -933,7 +942,7 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     oom = cm.Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="selective", why="t"), state="closed", levers=sel,
                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="peak memory 90 GiB")])
     s1 = state.model_copy(update={"steps": [oom]})
-    stone = HeuristicPolicy()._oom_retry(s1, space)
+    stone = oom_retry(s1, space)
     assert isinstance(stone, Change)
     assert (stone.lever, stone.before, stone.after, stone.enabler, stone.stacked_on) == (
         "parallelism.pipeline_parallel_schedule", "DualPipeV", "ZBVZeroBubble", True, 1)
@@ -953,24 +962,24 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     kept = cm.Step(n=3, change=stages, stacked_on=2, state="closed", levers=at4, kept=True, gain=0.06,
                    runs=[cm.RunRef(kind="trial", n=3, outcome="ok", tps=1060.0)])
     s3 = state.model_copy(update={"steps": [oom, gated, kept], "incumbent_levers": at4, "incumbent_step": 3})
-    assert HeuristicPolicy()._restore_schedule(s3, space) is None
+    assert restore_schedule(s3, space) is None
     # a later kept step doubles the local batch: now DualPipeV has its 8 microbatches and comes back
     at8 = {**at4, "training.local_batch_size": 8}
     lbs = cm.Step(n=4, change=Change(lever="training.local_batch_size", before=4, after=8, why="t"), state="closed", levers=at8, kept=True,
                   gain=0.2, runs=[cm.RunRef(kind="trial", n=4, outcome="ok", tps=1270.0)])
     s4 = state.model_copy(update={"steps": [oom, gated, kept, lbs], "incumbent_levers": at8, "incumbent_step": 4})
-    back = HeuristicPolicy()._restore_schedule(s4, space)
+    back = restore_schedule(s4, space)
     assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (
         "parallelism.pipeline_parallel_schedule", "ZBVZeroBubble", "DualPipeV", None)
     tried = cm.Step(n=5, change=back, state="closed", levers={**at8, "parallelism.pipeline_parallel_schedule": "DualPipeV"},
                     runs=[cm.RunRef(kind="trial", n=5, outcome="stopped", tps=1200.0)])
-    assert HeuristicPolicy()._restore_schedule(s4.model_copy(update={"steps": [*s4.steps, tried]}), space) is None
+    assert restore_schedule(s4.model_copy(update={"steps": [*s4.steps, tried]}), space) is None
     # measured back once: a later kept step (a new incumbent) does not reopen it
     later = {**at8, "compile.enable": True}
     kept_later = cm.Step(n=6, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="closed", levers=later,
                          kept=True, gain=0.03, runs=[cm.RunRef(kind="trial", n=6, outcome="ok", tps=1300.0)])
     s6 = s4.model_copy(update={"steps": [*s4.steps, tried, kept_later], "incumbent_levers": later, "incumbent_step": 6})
-    assert HeuristicPolicy()._restore_schedule(s6, space) is None
+    assert restore_schedule(s6, space) is None
     # no stepping stone where the chain would pass MAX_CHAIN: the out-of-memory step already four deep
     from bot.agent import heuristic, history
 
@@ -978,7 +987,7 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
                                        stacked_on=i - 1 or None), stacked_on=i - 1 or None, state="closed", levers=base) for i in range(1, 4)]
     oom4 = oom.model_copy(update={"n": 4, "stacked_on": 3, "change": oom.change.model_copy(update={"stacked_on": 3})})
     assert history.chain_depth(state.model_copy(update={"steps": [*deep, oom4]}), oom4) == heuristic.MAX_CHAIN - 1
-    assert HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [*deep, oom4]}), space) is None
+    assert oom_retry(state.model_copy(update={"steps": [*deep, oom4]}), space) is None
 
 
 def test_a_memory_partner_that_runs_out_of_memory_is_retried_in_its_place_not_stacked_on_itself() -> None:
@@ -991,11 +1000,11 @@ def test_a_memory_partner_that_runs_out_of_memory_is_retried_in_its_place_not_st
     oom1 = cm.Step(n=1, change=Change(lever=ac, before="full", after="selective", why="t"), state="closed", levers={**base, ac: "selective"},
                    runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
     s1 = state.model_copy(update={"steps": [oom1]})
-    first = HeuristicPolicy()._oom_retry(s1, space)
+    first = oom_retry(s1, space)
     assert isinstance(first, Change) and (first.lever, first.before, first.after, first.stacked_on) == (pp, 1, 2, 1)
     oom2 = cm.Step(n=2, change=first, stacked_on=1, state="closed", levers={**base, ac: "selective", pp: 2},
                    runs=[cm.RunRef(kind="trial", n=2, outcome="oom")])
-    again = HeuristicPolicy()._oom_retry(s1.model_copy(update={"steps": [oom1, oom2]}), space)
+    again = oom_retry(s1.model_copy(update={"steps": [oom1, oom2]}), space)
     assert isinstance(again, Change)
     assert (again.lever, again.before, again.after, again.stacked_on) == (pp, 1, 4, 1) and "step 1 (" in again.why
     assert validate_change(s1.model_copy(update={"steps": [oom1, oom2]}), again, space) is None
@@ -1024,7 +1033,7 @@ def test_no_recompute_that_ran_out_of_memory_under_compile_keeps_part_of_the_sav
     oom = cm.Step(n=1, change=Change(lever=ac, before="selective", after="none", why="t"), state="closed",
                   levers={**state.incumbent_levers, ac: "none"}, runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
     s = state.model_copy(update={"steps": [oom]})
-    got = HeuristicPolicy()._oom_retry(s, space)
+    got = oom_retry(s, space)
     assert isinstance(got, Change) and (got.lever, got.after) == partner
     assert validate_change(s, got, space) is None
     if got.lever == ac:  # in place of the change to none: a step from the incumbent, not stacked on the failed one
@@ -1038,7 +1047,7 @@ def test_no_recompute_that_ran_out_of_memory_under_compile_keeps_part_of_the_sav
         p4 = cm.Step(n=3, change=Change(lever=pp, before=1, after=4, why="t", stacked_on=1), stacked_on=1, state="closed",
                      levers={**oom.levers, pp: 4}, runs=[cm.RunRef(kind="trial", n=3, outcome="oom")])
         s = state.model_copy(update={"steps": [oom, p2, p4]})
-        last = HeuristicPolicy()._oom_retry(s, space)
+        last = oom_retry(s, space)
         assert isinstance(last, Change) and (last.lever, last.after, last.stacked_on) == (ac, "memory_budget", None)
         assert "its memory partners too" in last.why
 
@@ -1060,7 +1069,7 @@ def test_a_schedule_refused_for_too_few_microbatches_at_the_batch_share_comes_th
     kept = _measured(1, Change(lever=sched, before="Interleaved1F1B", after="ZBVZeroBubble", why="t"), zbv, 1.0, kept=True, outcome="ok")
     s1 = state.model_copy(update={"steps": [kept], "incumbent_step": 1, "incumbent_levers": zbv})
     assert "microbatches" in layout_problem(space.recipe, {**zbv, sched: "DualPipeV"})
-    first = HeuristicPolicy()._checked(s1, space, sched, "DualPipeV", "hides the all-to-all", ["moe-pp-dualpipe-hides-all-to-all"])
+    first = checked(s1, space, sched, "DualPipeV", "hides the all-to-all", ["moe-pp-dualpipe-hides-all-to-all"])
     assert isinstance(first, Change)
     assert (first.lever, first.before, first.after, first.enabler, first.stacked_on) == (tp, 1, 4, True, None)
     assert first.why.startswith(f"enabler of {lbs}=16, then {sched}=DualPipeV:")
@@ -1080,7 +1089,7 @@ def test_a_schedule_refused_for_too_few_microbatches_at_the_batch_share_comes_th
     assert validate_change(s3, third, space) is None
     measured = _measured(4, third, {**zbv, tp: 4, lbs: 16, sched: "DualPipeV"}, -0.02, stacked_on=3)
     s4 = s1.model_copy(update={"steps": [kept, gated, gated2, measured]})
-    assert HeuristicPolicy()._checked(s4, space, sched, "DualPipeV", "t", ["moe-pp-dualpipe-hides-all-to-all"]) is None
+    assert checked(s4, space, sched, "DualPipeV", "t", ["moe-pp-dualpipe-hides-all-to-all"]) is None
 
 
 def test_a_schedule_refused_for_too_few_microbatches_below_the_batch_share_gets_the_local_batch_alone() -> None:
@@ -1093,7 +1102,7 @@ def test_a_schedule_refused_for_too_few_microbatches_below_the_batch_share_gets_
     text = text.replace("training.global_batch_size: 128", "training.global_batch_size: 512")
     state, space = _state_and_space(text)
     sched, lbs = "parallelism.pipeline_parallel_schedule", "training.local_batch_size"
-    got = HeuristicPolicy()._checked(state, space, sched, "DualPipeV", "t", ["moe-pp-dualpipe-hides-all-to-all"])
+    got = checked(state, space, sched, "DualPipeV", "t", ["moe-pp-dualpipe-hides-all-to-all"])
     assert isinstance(got, Change)
     assert (got.lever, got.before, got.after, got.enabler) == (lbs, 2, 4, True)
     assert got.why.startswith(f"enabler of {sched}=DualPipeV:")
@@ -1122,7 +1131,7 @@ def test_a_recompute_retry_measured_far_slower_is_not_made_again_for_the_same_ch
     kept = _measured(3, Change(lever=tp, before=1, after=2, why="t"), {**base, tp: 2}, 0.05, kept=True, outcome="ok")
     oom2 = cm.Step(n=4, change=ep_down, state="closed", levers={**base, tp: 2, ep: 16}, runs=[cm.RunRef(kind="trial", n=4, outcome="oom")])
     s = state.model_copy(update={"steps": [oom1, retry1, kept, oom2], "incumbent_step": 3, "incumbent_levers": {**base, tp: 2}})
-    retry = HeuristicPolicy()._oom_retry(s, space)
+    retry = oom_retry(s, space)
     assert (isinstance(retry, Change) and (retry.lever, retry.after, retry.stacked_on) == (ac, "full", 4)) == retried, retry
 
 
@@ -1149,7 +1158,7 @@ def test_a_recompute_retry_measured_clearly_slower_is_not_made_again_until_a_deg
     now = {**base, kept_lever: after}
     oom2 = cm.Step(n=4, change=cp_down, state="closed", levers={**now, cp: 2}, runs=[cm.RunRef(kind="trial", n=4, outcome="oom")])
     s = state.model_copy(update={"steps": [oom1, retry1, kept, oom2], "incumbent_step": 3, "incumbent_levers": now})
-    retry = HeuristicPolicy()._oom_retry(s, space)
+    retry = oom_retry(s, space)
     assert (isinstance(retry, Change) and (retry.lever, retry.after, retry.stacked_on) == (ac, "selective", 4)) == retried, retry
 
 
@@ -1165,31 +1174,31 @@ def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_
     small = _measured(1, Change(lever=ep, before=32, after=16, why="t", lessons=["ep-within-node"]), {**base, ep: 16}, 0.038, kept=True, outcome="ok")
     at16 = {**base, ep: 16}
     s1 = state.model_copy(update={"steps": [small], "incumbent_step": 1, "incumbent_levers": at16})
-    assert HeuristicPolicy()._second_pass(s1, space, LESSONS) is None
+    assert second_pass(s1, space, LESSONS) is None
     dual = {**at16, sched: "DualPipeV", tp: 4, "training.local_batch_size": 16}
     big_change = (Change(lever=sched, before=base[sched], after="DualPipeV", why="t", lessons=["moe-pp-dualpipe-hides-all-to-all"])
                   if aimed_at_the_same_cost else Change(lever=tp, before=1, after=4, why="t", lessons=["pp-bubble-fewer-dp-ranks"]))
     big = _measured(2, big_change, dual, 0.22, kept=True, outcome="ok")
     s2 = state.model_copy(update={"steps": [small, big], "incumbent_step": 2, "incumbent_levers": dual})
-    back = HeuristicPolicy()._second_pass(s2, space, LESSONS, just_kept=True)
+    back = second_pass(s2, space, LESSONS, just_kept=True)
     if not aimed_at_the_same_cost:
-        assert back is None and HeuristicPolicy()._second_pass(s2, space, LESSONS) is None
+        assert back is None and second_pass(s2, space, LESSONS) is None
         return
     assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (ep, 16, 32, None)
     assert back.lessons == ["second-pass-over-small-gains"] and "step 2" in back.why
     tried = _measured(3, back, {**dual, ep: 32}, -0.05)
-    assert HeuristicPolicy()._second_pass(state.model_copy(update={"steps": [small, big, tried], "incumbent_step": 2,
+    assert second_pass(state.model_copy(update={"steps": [small, big, tried], "incumbent_step": 2,
                                                                    "incumbent_levers": dual}), space, LESSONS) is None
     # not a second time on a later incumbent either
     later = {**dual, "compile.enable": True}
     kept_later = _measured(4, Change(lever="compile.enable", before=False, after=True, why="t"), later, 0.03, kept=True, outcome="ok")
-    assert HeuristicPolicy()._second_pass(state.model_copy(update={"steps": [small, big, tried, kept_later], "incumbent_step": 4,
+    assert second_pass(state.model_copy(update={"steps": [small, big, tried, kept_later], "incumbent_step": 4,
                                                                    "incumbent_levers": later}), space, LESSONS) is None
     # a later step that is not the large one: right-after mode waits for the lessons
     other = _measured(3, Change(lever="compile.enable", before=False, after=True, why="t"), {**dual, "compile.enable": True}, -0.02)
     s3 = state.model_copy(update={"steps": [small, big, other], "incumbent_step": 2, "incumbent_levers": dual})
-    assert HeuristicPolicy()._second_pass(s3, space, LESSONS, just_kept=True) is None
-    assert HeuristicPolicy()._second_pass(s3, space, LESSONS) is not None
+    assert second_pass(s3, space, LESSONS, just_kept=True) is None
+    assert second_pass(s3, space, LESSONS) is not None
 
 
 @pytest.mark.parametrize(("schedule", "swaps"), [("DualPipeV", False), ("ZBVZeroBubble", True)])
@@ -1231,8 +1240,8 @@ def test_the_second_pass_leaves_a_small_local_batch_gain_alone() -> None:
     from bot.agent.space import layout_problem
 
     assert layout_problem(space.recipe, {**zbv, lbs: 8}) is None  # measuring it back would be legal
-    assert HeuristicPolicy()._second_pass(s2, space, LESSONS, just_kept=True) is None
-    assert HeuristicPolicy()._second_pass(s2, space, LESSONS) is None
+    assert second_pass(s2, space, LESSONS, just_kept=True) is None
+    assert second_pass(s2, space, LESSONS) is None
 
 
 def _screened(n: int, change: Change, levers: dict) -> cm.Step:
@@ -1283,7 +1292,7 @@ def test_a_change_measured_clearly_slower_on_its_enabler_is_not_proposed_again_a
     state, space = _state_and_space(text)
     tp = _lesson("tp", {"lever": "parallelism.tensor_parallel_degree", "value": 4})
     base = dict(state.incumbent_levers)
-    first = HeuristicPolicy()._from_lessons(state, space, [tp], catalog.effective(base), set())
+    first = from_lessons(state, space, [tp], catalog.effective(base), set())
     assert isinstance(first, Change) and first.enabler and (first.lever, first.after) == ("training.local_batch_size", 4)
     lbs4 = {**base, "training.local_batch_size": 4}
     below = (cm.Step(n=1, change=first, state="closed", config_verdict=Verdict(verdict="ok", stage="config"), levers=lbs4) if on == "enabler" else
@@ -1295,7 +1304,7 @@ def test_a_change_measured_clearly_slower_on_its_enabler_is_not_proposed_again_a
     kept_levers = {**base, "compile.enable": True}
     kept = cm.Step(n=3, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="merged", levers=kept_levers, kept=True)
     state = state.model_copy(update={"steps": [below, slow, kept], "incumbent_levers": kept_levers, "incumbent_step": 3})
-    again = HeuristicPolicy()._from_lessons(state, space, [tp], catalog.effective(kept_levers), set())
+    again = from_lessons(state, space, [tp], catalog.effective(kept_levers), set())
     if on == "enabler":
         assert again is None
     else:
@@ -1336,19 +1345,19 @@ def test_memory_partners_are_tried_in_the_order_the_cost_model_predicts_fastest_
     oom = cm.Step(n=1, change=Change(lever=ac, before="selective", after="none", why="t"), state="closed", levers=none,
                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom")])
     s = state.model_copy(update={"steps": [oom]})
-    got = HeuristicPolicy()._oom_retry(s, space)
+    got = oom_retry(s, space)
     assert isinstance(got, Change) and (got.lever, got.before, got.after, got.stacked_on) == (tp, 1, 2, 1)
     assert got.lessons == ["less-recompute-partner-tensor-parallel"] and "inside the node" in got.why
     wide = state.model_copy(update={"incumbent_levers": {**state.incumbent_levers, tp: 8}})
     oom8 = oom.model_copy(update={"levers": {**none, tp: 8}})
-    got = HeuristicPolicy()._oom_retry(wide.model_copy(update={"steps": [oom8]}), space)
+    got = oom_retry(wide.model_copy(update={"steps": [oom8]}), space)
     assert isinstance(got, Change) and got.lever != tp
     # TP partners the recompute change itself, never another partner (minimax-m2 on 64 H200s lost every gain to TP 4
     # stacked on a PP partner): CP 2 stacked on it ran out of memory too, and the next move is the last resort, half
     # the local batch on that chain, not TP 2 on top of CP 2
     cp2 = cm.Step(n=2, change=Change(lever=cp, before=1, after=2, why="t", stacked_on=1), stacked_on=1, state="closed",
                   levers={**none, cp: 2}, runs=[cm.RunRef(kind="trial", n=2, outcome="oom")])
-    got = HeuristicPolicy()._oom_retry(state.model_copy(update={"steps": [oom, cp2]}), space)
+    got = oom_retry(state.model_copy(update={"steps": [oom, cp2]}), space)
     assert isinstance(got, Change) and (got.lever, got.before, got.after, got.stacked_on) == ("training.local_batch_size", 2, 1, 2)
 
 
@@ -1366,7 +1375,7 @@ def test_a_halved_batch_that_ran_out_of_memory_again_is_halved_once_more_only_wh
     ran out of memory too, its measured peak anchors the memory model, and a second halving is tried only where the
     prediction fits the device (glm-4.5 on 64 simulated H200: PP 8 -> 1 with local batch 16 predicted at 231 GiB, at
     8 measured 165 GiB of 140, at 4 kept +10 %: the oracle's layout)."""
-    from bot.agent import heuristic
+    import bot.agent.heuristic.oom_retry as oom_retry_module
     from bot.agent.heuristic import OOM_BATCH_LESSON
     from bot.agent.memory_screen import PeakPrediction
     space = space_fn(parse_recipe_text(HALVED_TWICE))
@@ -1382,8 +1391,8 @@ def test_a_halved_batch_that_ran_out_of_memory_again_is_halved_once_more_only_wh
         seen.append((catalog.effective(levers)["training.local_batch_size"], stacked_on))
         return PeakPrediction(predicted=predicted, capacity=180.0, measured=200.0, ratio=predicted / 200.0)
 
-    monkeypatch.setattr(heuristic, "predicted_peak", peak)
-    retry = HeuristicPolicy()._oom_retry(state, space, RECORDS)
+    monkeypatch.setattr(oom_retry_module, "predicted_peak", peak)
+    retry = oom_retry(state, space, RECORDS)
     assert seen == [(4, 2)]  # the next halving, anchored on the run that ran out of memory
     if halves:
         assert retry is not None and (retry.lever, retry.before, retry.after, retry.stacked_on) == ("training.local_batch_size", 8, 4, 2)
@@ -1391,4 +1400,4 @@ def test_a_halved_batch_that_ran_out_of_memory_again_is_halved_once_more_only_wh
     else:
         assert retry is None
     # without the records to anchor on, the ladder ends as before
-    assert HeuristicPolicy()._oom_retry(state, space) is None
+    assert oom_retry(state, space) is None

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 from campaign_fakes import new_state
 
+import bot.agent.heuristic.jump_review as jump_review_module
 from bot import campaign as cm
-from bot.agent import heuristic
 from bot.agent.costmodel import estimate_of
 from bot.agent.heuristic import JUMP_LESSON, REVIEW_LESSON, HeuristicPolicy
+from bot.agent.heuristic.jump import layout_jump as policy_jump
+from bot.agent.heuristic.jump import reaimed_jump
+from bot.agent.heuristic.jump_review import jump_review
 from bot.agent.history import ENABLER
 from bot.agent.layout_jump import COMPILE_SPEEDUP, MIN_SAVING, TIE, consistent, layout_jump, tie_broken
 from bot.agent.lessons import load_lessons
@@ -100,7 +103,7 @@ def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool)
     # the lesson applies to GPU kinds: on the CPU the analytic model's roofline and links say nothing of a real run
     recipe = load_recipe(path)
     state = _with_a_kept_step(new_state(path.read_text(), policy="heuristic", budget=30.0))
-    change = HeuristicPolicy()._layout_jump(state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"),
+    change = policy_jump(state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"),
                                             NoRecords())
     assert (change is not None) is jumps
     if change is not None:
@@ -118,8 +121,8 @@ def _with_a_kept_step(state: cm.Campaign) -> cm.Campaign:
 def test_no_jump_before_a_step_is_kept_there_is_no_measured_speedup_to_check_the_model_against() -> None:
     state = new_state(RECIPE_PATH.read_text(), policy="heuristic", budget=30.0).model_copy(update={"phase": "stepping"})
     lessons = load_lessons(ROOT / "lessons")
-    assert HeuristicPolicy()._layout_jump(state, SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is None
-    assert HeuristicPolicy()._layout_jump(_with_a_kept_step(state), SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is not None
+    assert policy_jump(state, SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is None
+    assert policy_jump(_with_a_kept_step(state), SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is not None
 
 
 def test_the_default_policy_proposes_the_jump_as_a_chain_of_enablers_and_measures_its_last_link(tmp_path: Path) -> None:
@@ -241,6 +244,11 @@ class Records:
         return self.records.get(ref)
 
 
+def _stated(change: Change) -> Change:
+    """``change`` as the policy returns it: what it enables and whether it is a probe stated, not left to its why."""
+    return change.model_copy(update={"enables": change.enables or [], "probe": bool(change.probe)})
+
+
 def _sim(recipe, levers: dict) -> RunRecord:
     from bot.runner.sim import SimRunner
 
@@ -298,7 +306,7 @@ def _after_a_failed_jump(strip_peak: bool = False, jumps: int = 1):
 def test_a_jump_that_ran_out_of_memory_is_reaimed_once_on_the_peak_it_measured() -> None:
     state, space, records, failed = _after_a_failed_jump()
     lessons = load_lessons(ROOT / "lessons")
-    change = HeuristicPolicy()._reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records)
+    change = reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records)
     assert change is not None and change.lessons == [JUMP_LESSON] and change.stacked_on is None  # from the incumbent
     # the same layout the jump picks when its memory is anchored on the failed run: not the failed layout again
     oom = records.read("t2").summary
@@ -311,14 +319,14 @@ def test_a_jump_that_ran_out_of_memory_is_reaimed_once_on_the_peak_it_measured()
     assert oom.peak_memory_gib * ratio <= oom.memory_capacity_gib
     assert _sim(H100, catalog.with_prerequisites(again.levers, space.model, set(space.values))).outcome == "ok"
     # and the policy proposes it before the out-of-memory retry
-    assert HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), lessons, space, records) == change
+    assert HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), lessons, space, records) == _stated(change)
 
 
 @pytest.mark.parametrize("strip_peak, jumps", [(True, 1), (False, 2)])
 def test_no_reaimed_jump_without_a_new_peak_to_anchor_on_nor_a_third_jump(strip_peak: bool, jumps: int) -> None:
     state, space, records, _ = _after_a_failed_jump(strip_peak=strip_peak, jumps=jumps)
     lessons = load_lessons(ROOT / "lessons")
-    assert HeuristicPolicy()._reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records) is None
+    assert reaimed_jump(state, space, lessons, Diagnosis(outcome="oom"), records) is None
 
 
 # qwen3-30b-a3b on 16 simulated B200 from torchtitan's config: its jump lands on four pipeline stages, measured far
@@ -399,13 +407,13 @@ def _right_after_the_jump(campaign: cm.Campaign) -> cm.Campaign:
 def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(reviewed) -> None:
     campaign, space = reviewed
     state = _right_after_the_jump(campaign)
-    review = HeuristicPolicy()._jump_review(state, space, NoRecords())
+    review = jump_review(state, space, NoRecords())
     assert review is not None and REVIEW_LESSON in review.lessons
-    assert HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords()) == review
+    assert HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords()) == _stated(review)
     # nothing to review where the jump was not kept
     rejected = state.model_copy(update={"steps": [s.model_copy(update={"kept": False}) if s.n == state.incumbent_step else s
                                                   for s in state.steps]})
-    assert HeuristicPolicy()._jump_review(rejected, space, NoRecords()) is None
+    assert jump_review(rejected, space, NoRecords()) is None
 
 
 def test_a_review_predicted_not_to_fit_is_not_run(reviewed, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -413,11 +421,11 @@ def test_a_review_predicted_not_to_fit_is_not_run(reviewed, monkeypatch: pytest.
     campaign, space = reviewed
     state = _right_after_the_jump(campaign)
     over = PeakPrediction(predicted=200.0, capacity=179.0, measured=150.0, ratio=200 / 150)
-    monkeypatch.setattr(heuristic, "predicted_peak", lambda *a, **k: over)
-    assert HeuristicPolicy()._jump_review(state, space, NoRecords()) is None
+    monkeypatch.setattr(jump_review_module, "predicted_peak", lambda *a, **k: over)
+    assert jump_review(state, space, NoRecords()) is None
     fits = over._replace(predicted=170.0)
-    monkeypatch.setattr(heuristic, "predicted_peak", lambda *a, **k: fits)
-    assert HeuristicPolicy()._jump_review(state, space, NoRecords()) is not None
+    monkeypatch.setattr(jump_review_module, "predicted_peak", lambda *a, **k: fits)
+    assert jump_review(state, space, NoRecords()) is not None
 
 
 def test_among_layouts_the_model_cannot_tell_apart_the_jump_changes_the_fewest_levers() -> None:

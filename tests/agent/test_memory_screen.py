@@ -9,6 +9,7 @@ from campaign_fakes import new_state, space_fn
 
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.heuristic.follow_up import fix_for
 from bot.agent.memory_screen import MARGIN, predicted_oom
 from bot.core.diagnosis import diagnose
 from bot.core.recipe import load_recipe
@@ -182,7 +183,7 @@ def test_less_recompute_follows_a_coupled_step_only_where_removing_all_recompute
 
     recipe, state, records, _ = _pipelined()
     d = Diagnosis(outcome="ok", breakdown={"compute": 0.75, "recompute": 0.19, "bubble": 0.01, "exposed_comm": 0.05}, mem_headroom_frac=0.3)
-    change = HeuristicPolicy()._fix_for(state, space_fn(recipe), d, dict(state.incumbent_levers), stacked_on=None, why_prefix="t", behind=behind)
+    change = fix_for(state, space_fn(recipe), d, dict(state.incumbent_levers), stacked_on=None, why_prefix="t", behind=behind)
     assert (isinstance(change, Change) and (change.lever, change.after) == ("activation_checkpoint", "none")) == follows
 
 

@@ -1,0 +1,69 @@
+"""The default policy: deterministic, offline, lesson-guided moves asked in a fixed order.
+
+Each move is a module of this package with an id, the lessons it follows and ``propose(context)`` (:mod:`.move`);
+:data:`.registry.MOVES` orders them and the first proposal wins. Around the moves: before them, a recipe with no
+gain in hand stops (:func:`bot.agent.stopping.no_gain_stop`); after them, a change the memory screen predicts to
+run out of memory is proposed with that prediction and not run, more pipeline stages that would leave a large
+bubble are gated behind the fill (:func:`.enablers.fill_first`), and a probe with no gain in hand spends at most
+what is left of its allowance. What each move does and why: docs/agent-moves.md.
+"""
+
+from __future__ import annotations
+
+from bot.agent.heuristic.constants import (
+    JUMP_LESSON,
+    LESS_RECOMPUTE,
+    MAX_CHAIN,
+    OOM_BATCH_LESSON,
+    POLICY,
+    REVIEW_LESSON,
+)
+from bot.agent.heuristic.enablers import fill_first
+from bot.agent.heuristic.move import Context, Move, Proposal
+from bot.agent.heuristic.registry import MOVES, OBLIGATIONS
+from bot.agent.history import incumbent_diagnosis
+from bot.agent.lessons import Lesson
+from bot.agent.memory_screen import change_levers, predicted_oom
+from bot.agent.policy import LeverSpace
+from bot.agent.stopping import no_gain_allowance_left, no_gain_stop
+from bot.core.diagnosis import Diagnosis
+from bot.core.records import Change, RecordReader, Stop
+from bot.core.state import Campaign
+
+__all__ = ["JUMP_LESSON", "LESS_RECOMPUTE", "MAX_CHAIN", "MOVES", "OBLIGATIONS", "OOM_BATCH_LESSON", "REVIEW_LESSON",
+           "Context", "HeuristicPolicy", "Move"]
+
+
+class HeuristicPolicy:
+    name = POLICY
+
+    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
+                records: RecordReader) -> Change | Stop:
+        incumbent = incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis
+        flat = no_gain_stop(campaign, incumbent)
+        if flat is not None:
+            return Stop(why=flat, policy=self.name)
+        decision = first_proposal(Context(campaign, diagnosis, lessons, levers, records, incumbent))
+        if isinstance(decision, Change) and not decision.enabler:  # not run when it cannot fit: an OOM, for free
+            oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
+            if oom is not None:  # a layout that cannot fit is not slow: its retries follow from the out-of-memory trial
+                decision = decision.model_copy(update={"predicted_oom": oom, "predicted_slower": ""})
+            elif not decision.predicted_slower:
+                decision = fill_first(campaign, levers, decision) or decision
+        if not isinstance(decision, Change):
+            return decision
+        # what it enables and whether it is a blind probe, stated on every proposal (None is left to older records)
+        update = {"enables": decision.enables or [], "probe": bool(decision.probe)}
+        left = no_gain_allowance_left(campaign, incumbent)
+        if left:  # a probe with no gain in hand spends what is left of it
+            update["max_device_hours"] = left
+        return decision.model_copy(update=update)
+
+
+def first_proposal(ctx: Context) -> Proposal:
+    """The first move of :data:`MOVES` that proposes something (the last, exploration, always does)."""
+    for move in MOVES:
+        proposal = move.propose(ctx)
+        if proposal is not None:
+            return proposal
+    return Stop(why="no untried legal change is left in the search space", policy=POLICY)
