@@ -1,11 +1,10 @@
 """The default policy: deterministic, offline, lesson-guided moves asked in a fixed order.
 
-Each move is a module of this package with an id, the lessons it follows and ``propose(context)`` (:mod:`.move`);
-:data:`.registry.MOVES` orders them and the first proposal wins. Around the moves: before them, a recipe with no
-gain in hand stops (:func:`bot.agent.stopping.no_gain_stop`); after them, a change the memory screen predicts to
-run out of memory is proposed with that prediction and not run, more pipeline stages that would leave a large
-bubble are gated behind the fill (:func:`.enablers.fill_first`), and a probe with no gain in hand spends at most
-what is left of its allowance. What each move does and why: docs/agent-moves.md.
+Each move is a module here with an id, the lessons it follows and ``propose(context)`` (:mod:`.move`); the first
+proposal of :data:`.registry.MOVES` wins. Before the moves, a recipe with no gain in hand stops; after them, a change
+predicted to run out of memory is proposed with that prediction and not run, more stages that would leave a large
+bubble are gated behind the fill, and a probe with no gain in hand gets what is left of its allowance as its cap.
+What each move does and the measurements behind it: docs/agent-moves.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""TODO checked"""
+"""A lever change made a legal proposal from the incumbent: the change itself, or the enabler it needs first."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TODO diagnosis_driven"""
+"""Diagnosis-driven moves: from the incumbent's own step-time breakdown, fill the pipeline or use fewer DP ranks."""
 
 from __future__ import annotations
 
@@ -49,18 +49,11 @@ def diagnosis_driven(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace
 
 
 def fewer_dp_ranks(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace, cost: str = "bubble") -> Change | None:
-    """Fewer DP ranks sharing the pinned global batch, each with twice the local batch: twice the tensor (then
-    context) parallel degree, inside the node, as the enabler of twice the local batch. The degree change alone
-    would only add a gradient-accumulation step (a second flush, a second round of FSDP all-gathers), so it is
-    the enabler (gated, not run) and the doubled local batch is stacked on it and measured; one measured try per
-    incumbent (the other degree would buy the same halving). Two costs call for it:
-
-    - ``bubble``: under PP, with the local batch already the global batch's share (one flush per step), the
-      microbatches per flush can only grow this way, so the bubble (p-1)/m halves (Narayanan et al. 2021 §3.3:
-      with the global batch fixed, a larger DP degree means fewer microbatches and a larger bubble);
-    - ``comm``: without PP, exposed communication of COMM_FRAC or more with the FSDP group spread over nodes:
-      half the FSDP ranks, each all-gathering a TP-sharded half of the weights, for twice the tokens per rank
-      (lesson fsdp-comm-fewer-dp-ranks)."""
+    """Fewer DP ranks sharing the pinned global batch: twice the tensor (then context) parallel degree inside the
+    node, as the gated enabler of twice the local batch, which is measured on it; one measured try per incumbent.
+    ``cost="bubble"``: under PP with the local batch at its share, the bubble (p-1)/m halves (Narayanan et al. 2021
+    §3.3). ``cost="comm"``: without PP, exposed communication of COMM_FRAC or more with the FSDP group spread over
+    nodes: half the FSDP ranks each all-gather a TP-sharded half of the weights (lesson fsdp-comm-fewer-dp-ranks)."""
     eff = catalog.effective(campaign.incumbent_levers)
     lbs_name = "training.local_batch_size"
     lbs = int(eff[lbs_name])

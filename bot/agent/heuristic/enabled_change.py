@@ -1,4 +1,4 @@
-"""TODO enabled_change"""
+"""The enabled change (an obligation): after an enabler passed the gate, the change it enables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""TODO enablers"""
+"""Enablers: gated one-lever changes (not run) that make the next change legal or measurable -- the local batch that
+keeps the pinned global batch, a missing prerequisite, a schedule's microbatches, a stepping-stone schedule, the
+fill that goes with more pipeline stages."""
 
 from __future__ import annotations
 
@@ -71,17 +73,11 @@ def batch_enabler(campaign: Campaign, space: LeverSpace, lever: str, value: Scal
 
 def prerequisite(campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, fix: tuple[str, Scalar],
                   problem: str, lessons: list[str], incumbent: Diagnosis | None = None) -> Change | None:
-    """``lever=value`` needs ``fix`` first (expert parallel with torchtitan's host-synced dispatcher needs CUDA
-    graphs off): that prerequisite as an enabler -- gated, not run on its own (alone it may well cost throughput,
-    and it is worth only what it enables) -- with the change it enables stacked on it and measured. A prerequisite
-    that replaces the incumbent's pipeline schedule (compile over a V-shaped schedule needs the zero-bubble one
-    without the V) is proposed only while the incumbent's bubble is under BUBBLE_FRAC: there any zero-bubble
-    schedule leaves about as little, while a larger bubble means the schedule the campaign kept is still what
-    bounds the step, and swapping it risks more than the enabled change may pay; and only without recompute
-    (InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B, torchtitan#773: the
-    gate's defect rule interleaved-zero-bubble-with-ac rejects it); and not away from DualPipeV under expert
-    parallel, whose all-to-all it hides under the other direction's compute (moe-pp-dualpipe-hides-all-to-all):
-    the replacement would expose it again (deepseek-v3: DualPipeV -> InterleavedZeroBubble for compile, -29 %)."""
+    """``lever=value`` needs ``fix`` first (expert parallel with the host-synced dispatcher needs CUDA graphs off):
+    that prerequisite as a gated enabler, the change stacked on it and measured. A prerequisite that replaces the
+    incumbent's pipeline schedule only while the incumbent's bubble is under BUBBLE_FRAC, without recompute
+    (InterleavedZeroBubble with activation checkpointing: torchtitan#773, gate rule interleaved-zero-bubble-with-ac),
+    and not away from DualPipeV under expert parallel (moe-pp-dualpipe-hides-all-to-all)."""
     current = catalog.effective(campaign.incumbent_levers)
     if fix[0] == SCHEDULE and (incumbent is None or incumbent.outcome != "ok" or "bubble" not in incumbent.breakdown
                                or incumbent.breakdown["bubble"] >= BUBBLE_FRAC or current["activation_checkpoint"] != "none"
@@ -100,15 +96,11 @@ def prerequisite(campaign: Campaign, space: LeverSpace, lever: str, value: Scala
 
 def microbatch_enabler(campaign: Campaign, space: LeverSpace, value: Scalar, illegal: str, why: str,
                         lessons: list[str], probe: bool = False) -> Change | None:
-    """The schedule ``value`` is refused only because it needs at least as many microbatches per flush as
-    stages (DualPipeV). A local batch the pinned global batch allows at the incumbent's degrees that gives them
-    is its enabler. Where the local batch is already the global batch's share, only fewer DP ranks give more
-    microbatches: twice (then four times) the tensor parallel degree inside the node, then the context parallel
-    degree, as the enabler of the local batch that many times larger, which is in turn the gated enabler of the
-    schedule -- a chain of two enablers (not run) with the schedule stacked on them and measured together. The
-    layout measured alone under the old schedule would price the degree and the bubble, not the schedule it is
-    for (deepseek-v3 under ZBVZeroBubble: TP 2 -> 4 with local batch 16 measured -9 % alone, and +16 % once
-    DualPipeV ran on it). None where no such chain is legal or its configuration was already stepped."""
+    """The schedule ``value`` is refused only for too few microbatches per flush (DualPipeV): the local batch that
+    gives them, as its gated enabler; with the local batch already the global batch's share, twice (then four
+    times) the TP degree inside the node, then CP, as the enabler of that larger local batch, itself the enabler of
+    the schedule -- a chain of two enablers with the schedule measured on them (the layout alone would price the old
+    schedule). None where no such chain is legal or it was already stepped. ``probe``: the reason is a blind probe's."""
     lbs_name = "training.local_batch_size"
     if TOO_FEW_MICROBATCHES not in illegal or lbs_name not in space.values:
         return None
@@ -204,16 +196,10 @@ def smaller_batch_share(campaign: Campaign, space: LeverSpace, change: Change, t
 
 
 def fill_first(campaign: Campaign, space: LeverSpace, change: Change) -> Change | None:
-    """A change to more pipeline stages that would leave too few microbatches per flush -- an analytic bubble
-    ((p-1)/(v·m), :func:`bot.agent.costmodel.bubble_fraction`) of BUBBLE_FRAC of the step or more, the share
-    at which ``_fix_for`` and the diagnosis-driven fill act on a measured bubble -- is made the enabler of the
-    largest local batch the pinned global batch allows, the move a run of it would be followed by (``_fix_for``):
-    its run alone would measure the bubble, not the layout (minimax-m2: PP 2 -> 4 at 4 microbatches ran at -39 %
-    before local batch 128 on it was kept at +17 %; qwen3-235b-a22b: PP 4 -> 8 under DualPipeV at 16 microbatches,
-    a 7 % analytic bubble, was kept and the fill to 32 measured on its own afterwards, 2-3 runs for +1.6 %). It
-    applies to an out-of-memory retry too (the stacked local batch is then the chain's last retry). None where it
-    does not apply: fewer stages, a chain at MAX_CHAIN, no larger legal local batch, or that configuration already
-    stepped (then the change runs alone, as it would have)."""
+    """A change to more pipeline stages that would leave an analytic bubble ((p-1)/(v·m)) of BUBBLE_FRAC of the step or
+    more becomes the gated enabler of the largest local batch the pinned global batch allows: run alone it would
+    measure the bubble, not the layout. Applies to an out-of-memory retry too. None for fewer stages, a chain at
+    MAX_CHAIN, no larger legal local batch, or a configuration already stepped (the change then runs alone)."""
     pp_name, lbs_name = "parallelism.pipeline_parallel_degree", "training.local_batch_size"
     if (change.enabler or change.lever != pp_name or not isinstance(change.after, int) or not isinstance(change.before, int)
             or change.after <= max(change.before, 1) or lbs_name not in space.values):

@@ -1,4 +1,4 @@
-"""TODO explore"""
+"""Generic exploration once nothing else proposes (blind probes, one lever at a time), and the patience stop."""
 
 from __future__ import annotations
 

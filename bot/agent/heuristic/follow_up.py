@@ -1,4 +1,4 @@
-"""TODO follow_up"""
+"""The follow-up (an obligation): a coupled retry ran behind the incumbent; the move for the cost it left behind."""
 
 from __future__ import annotations
 
@@ -59,15 +59,10 @@ def follow_up(campaign: Campaign, space: LeverSpace, records: RecordReader, less
 def fix_for(campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
              why_prefix: str, behind: float | None = None, recompute_left: bool = True,
              lessons: list[Lesson] | None = None) -> Change | None:
-    """The stacked move that removes the cost ``d`` names: a large bubble -> the largest local batch (which also
-    buys bigger GEMMs and fewer flushes, so no bound is put on it); recompute -> less recompute, only where
-    removing all of it could lift a layout measured at ``behind`` (its gain over the incumbent) above the
-    incumbent by the minimum worthwhile gain (a share f of the step removed speeds it up by 1 / (1 - f) at most,
-    and less recompute removes nothing else). A bubble the local batch can no longer shrink (it is already the
-    pinned global batch's share) -> the pipeline schedule the ``lessons`` pick for that run (its levers and
-    diagnosis), before less recompute where the bubble is the larger cost: a chain that brought the stages in
-    left the schedule at what the incumbent had -- a value never chosen while the schedule did nothing
-    (``bot.core.levers.inert`` without PP)."""
+    """The stacked move for the cost ``d`` names: a large bubble -> the largest local batch; a bubble the local batch
+    can no longer shrink -> the pipeline schedule the ``lessons`` pick for that run (before less recompute where the
+    bubble is the larger cost); recompute -> less recompute, only where removing all of it could lift a layout
+    measured at ``behind`` above the incumbent by the minimum gain (removing a share f speeds it up 1/(1-f) at most)."""
     eff = catalog.effective(levers)
     bubble = d.breakdown.get("bubble", 0.0)
     recompute = d.breakdown.get("recompute", 0.0)
@@ -129,12 +124,8 @@ def schedule_for(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], d
 
 def recompute_left_behind(campaign: Campaign, last: Step, space: LeverSpace, records: RecordReader) -> bool:
     """Whether the recompute a stacked step ran with is the coupling's to remove: the chain recomputes more than the
-    incumbent (an out-of-memory retry added it), or the incumbent cannot recompute less itself -- no memory headroom,
-    its next mode down predicted not to fit (:func:`bot.agent.memory_screen.predicted_oom`), or already stepped.
-    Otherwise less recompute is the incumbent's own move, measured there by the lessons; on the rejected layout it
-    would only climb a branch already behind (qwen3-30b-a3b on 64 B200: PP 8 -> 16 measured -13 %, less recompute
-    stacked on it kept at +14 %, while on PP 8 it was worth +31 %). Where the coupling made the room (TP 4 -> 8 on
-    llama3.1-405b: selective recompute fits there and not on the incumbent), the follow-up stands."""
+    incumbent, or the incumbent cannot recompute less itself (no headroom, its next mode down predicted not to fit,
+    or already stepped). Otherwise less recompute is the incumbent's own move, measured there by the lessons."""
     chain, inc = catalog.effective(last.levers), catalog.effective(campaign.incumbent_levers)
     mode = str(inc["activation_checkpoint"])
     if AC_RANK.get(str(chain["activation_checkpoint"]), 2) > AC_RANK.get(mode, 2) or mode not in LESS_RECOMPUTE:

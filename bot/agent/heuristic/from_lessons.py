@@ -1,4 +1,5 @@
-"""TODO from_lessons"""
+"""Changes from the lessons: the first legal, untried one of the lessons given, and the lessons held back only by
+their memory-headroom threshold."""
 
 from __future__ import annotations
 

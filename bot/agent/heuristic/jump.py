@@ -1,4 +1,5 @@
-"""TODO jump"""
+"""The layout jump (:mod:`bot.agent.layout_jump`) as moves: once a third of the budget is spent, and once the
+lessons and the second pass have nothing left."""
 
 from __future__ import annotations
 
@@ -59,12 +60,8 @@ def layout_jump(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], di
 def reaimed_jump(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis,
                   records: RecordReader) -> Change | None:
     """The incumbent's layout jump ran out of memory and its run measured a peak: one more jump from the same
-    incumbent, its memory anchored on that peak instead of the incumbent's. The memory model's ratio errs more
-    the further the layouts lie apart, and the failed layout is the measured one nearest the jump's
-    neighbourhood (llama3.1-70b on 64 H100s: TP 2 / CP 4 / PP 8 without recompute, anchored on the TP 4 / CP 2 /
-    selective incumbent at 72 GiB, measured 86 GiB; anchored on that run, TP 4 / CP 2 / PP 8 is predicted at
-    77 GiB on 79.6 GiB devices and measures 79). None otherwise -- the jump's OOM is then handled like any
-    other -- and never a third jump from one incumbent."""
+    incumbent, its memory anchored on that peak (the memory model's ratio errs more the further layouts lie apart,
+    and the failed layout is the measured one nearest the jump). None otherwise, and never a third jump."""
     last, trial = last_step_trial(campaign)
     if last is None or trial is None or trial.outcome != "oom" or JUMP_LESSON not in last.change.lessons:
         return None

@@ -1,4 +1,4 @@
-"""TODO jump_review"""
+"""The review of a kept layout jump: each degree it moved, one notch back and one further."""
 
 from __future__ import annotations
 
@@ -26,23 +26,10 @@ from bot.core.state import Campaign
 
 
 def jump_review(campaign: Campaign, space: LeverSpace, records: RecordReader) -> Change | None:
-    """A kept layout jump moved several parallel degrees at once on the analytic model's word, and its measured
-    gain says how the whole move paid, not whether each degree went as far as it should: the model that ranked
-    the target errs most on the terms the jump traded (the bubble of few microbatches, CP's ring attention), so
-    one of its degrees may have gone a notch too far, or stopped a notch short. Each degree the jump moved, one
-    notch back towards where it came from and one notch further the way it went (the local batch following the
-    pinned global batch's share as an enabler where the DP degree changes), is measured once on the incumbent --
-    a coordinate-descent pass over the jump's own coordinates, each tried both ways (lesson
-    ``layout-jump-review``): the reviews predicted fastest first, none whose peak, anchored on the incumbent's
-    measured one, exceeds the device (the jump's own fit test, no margin), and no more once one ran and measured
-    no gain (an out-of-memory run, cheap, does not end them). Proposed after the recompute the incumbent can shed
-    and before the lessons. Simulated, 5 seeds: qwen3-30b-a3b on 16 B200s, whose jump to PP 4 measured +44 %
-    where the model predicted +224 %, keeps PP 2 at +4-9 % (94.9 -> 97.6 % of the oracle); llama3.1-70b on 32
-    B200s keeps CP 2 over the jump's CP 4 at +5-9 % (93.6 -> 96.2 %). One notch further: minimax-m2 on 128 H100s
-    (a scratch probe, 3 seeds), whose jump went PP 4 -> 8, keeps PP 16 with local batch 32 at +6 % (93.5 -> 99.0 %);
-    no other of 33 simulated tasks moved. Where the jump placed every degree right the first review ends the
-    pass at about one run; with every degree reviewed regardless of misses minimax-m2 on 128 H100s lost
-    93.5 -> 89.0 %, and before the lessons' recompute change, qwen3-235b-a22b on 32 B200s lost 82.9 -> 71.7 %."""
+    """Each degree a kept layout jump moved, one notch back and one notch further (the local batch following the
+    global batch's share as an enabler), measured once on the incumbent, predicted fastest first, none predicted not
+    to fit: a coordinate-descent pass over the jump's own degrees (lesson ``layout-jump-review``); the model errs most
+    on the terms a jump trades. No more once one ran and measured no gain (an out-of-memory run does not end them)."""
     jumps = [s for s in campaign.steps if s.kept and any(JUMP_LESSON in campaign.step(m).change.lessons for m in chain_steps(campaign, s.n))]
     if not jumps:
         return None

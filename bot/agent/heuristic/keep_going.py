@@ -1,4 +1,4 @@
-"""TODO keep_going"""
+"""The line search: after a large kept gain, the next notch along the lever (or coupling) that paid."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ from bot.core.state import Campaign
 
 
 def keep_going(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | None = None) -> Change | None:
-    """The last step was kept with a large gain (at least MOMENTUM_GAIN) on a numeric lever: the next notch the
-    same way is the most likely next gain (a line search along the lever that paid: expert parallel 1 -> 2
-    gained +83% on an all-to-all-bound MoE and 2 -> 4 -> 8 each gained again). Legality, prerequisites and the
-    global batch are checked as for any change; a notch that does not pay is closed like any other step."""
+    """The last step was kept with a gain of MOMENTUM_GAIN or more on a numeric lever: its next notch the same way (a
+    line search along what paid); where that has no legal notch and the kept change was enabled by a parallel
+    degree, the same coupling one notch further, while the incumbent spends COMM_FRAC of its step in exposed
+    communication."""
     last, trial = last_step_trial(campaign)
     if last is None or not last.kept or campaign.incumbent_step != last.n or last.gain is None or last.gain < MOMENTUM_GAIN:
         return None
@@ -37,8 +37,7 @@ def keep_going(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | Non
     # a parallel degree (PP 1 -> 2 as the gated enabler of local batch 2 -> 4, kept together), the same coupling
     # one notch further: the degree's next notch as the enabler of the kept lever's (PP 2 -> 4 for local batch 8),
     # while the incumbent still spends COMM_FRAC of its step in exposed communication -- what halving the DP
-    # ranks again removes (qwen3-30b-a3b on 64 B200: 55-73 % of the step, PP 2 -> 4 -> 8 each kept at +40-100 %;
-    # minimax-m2 at 13 %: PP 4 -> 8 measured +0 % over 2-5 runs)
+    # ranks again removes (the measurements: docs/agent-moves.md)
     chain = [campaign.step(n).change for n in chain_steps(campaign, last.n)]
     top, tried = chain[0], tried_from_incumbent(campaign)
     notch = next_notch(space.values.get(top.lever, []), top.before, top.after)

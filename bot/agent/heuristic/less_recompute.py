@@ -1,4 +1,4 @@
-"""TODO less_recompute"""
+"""Less recompute where recompute is the incumbent's largest removable cost and the next mode down fits."""
 
 from __future__ import annotations
 

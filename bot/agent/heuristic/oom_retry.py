@@ -1,4 +1,5 @@
-"""TODO oom_retry"""
+"""The out-of-memory retry (an obligation): the failed layout retried with more recompute, more stages, half the
+batch, or a memory partner that keeps a recompute saving."""
 
 from __future__ import annotations
 
@@ -45,11 +46,9 @@ from bot.core.state import Campaign
 
 
 def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | None = None) -> Change | None:
-    """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages.
-    Under full recompute a degree change is retried with half the local batch (or PP microbatch) first; a halved
-    retry that ran out of memory again is halved once more only where the memory model, anchored on the peak it
-    measured (``records``), puts the half within the device (glm-4.5 on 64 simulated H200s: PP 8 -> 1 at local
-    batch 8 measured 165 GiB of 140; at 4 it was the oracle's layout, kept at +10 %)."""
+    """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages; under
+    full recompute a degree change with half the local batch (or PP microbatch) first, halved again only where the
+    memory model anchored on the measured peak (``records``) puts the half within the device."""
     last, trial = last_step_trial(campaign)
     if last is None or trial is None or trial.outcome != "oom":
         return None
@@ -139,7 +138,7 @@ def memory_partner(campaign: Campaign, space: LeverSpace, last, eff: dict[str, S
                         "and activations per microbatch instead of per local batch"))
     tp = int(eff[TP_NAME])
     # a partner of the recompute change itself (or, out of memory, in its own place), never stacked on another
-    # partner: on minimax-m2 / 64 H200s, TP 4 on a PP partner measured 68% slower where PP 4 in place was the gain
+    # partner (docs/agent-moves.md)
     if (TP_NAME in space.values and 2 * tp in space.values[TP_NAME] and 2 * tp <= space.recipe.cluster.devices_per_node
             and last.change.lever in ("activation_checkpoint", TP_NAME)):
         options.append((TP_NAME, 2 * tp, TP_PARTNER_LESSON,

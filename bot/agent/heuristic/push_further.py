@@ -1,4 +1,4 @@
-"""TODO push_further"""
+"""Pushing an undecided step one notch further along its lever."""
 
 from __future__ import annotations
 
@@ -18,10 +18,8 @@ from bot.core.state import Campaign
 
 
 def push_further(campaign: Campaign, space: LeverSpace) -> Change | None:
-    """The last step (one numeric lever, from the incumbent) measured a positive estimate but ended *undecided*
-    (its interval still straddled the minimum gain at the pair cap): move the same lever one notch further in
-    the same direction — a bigger change has a bigger effect to measure (on a noisy machine local batch 1 -> 2
-    gained +42% inside a 52% band; 1 -> 8 measures +108%)."""
+    """The last step (one numeric lever, from the incumbent) measured a positive estimate but ended undecided: the same
+    lever one notch further the same way -- a bigger change has a bigger effect to measure."""
     last, trial = last_step_trial(campaign)
     if last is None:
         return None

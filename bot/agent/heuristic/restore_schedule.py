@@ -1,4 +1,4 @@
-"""TODO restore_schedule"""
+"""Restoring a schedule (an obligation) that a stepping stone stood in for, once it is legal again."""
 
 from __future__ import annotations
 

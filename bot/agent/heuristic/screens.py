@@ -1,4 +1,5 @@
-"""TODO screens"""
+"""Screens on a proposal: the speed screen's prediction on a retry or a line search's notch, and a held-back
+lesson's change kept only where the memory screen predicts it fits."""
 
 from __future__ import annotations
 

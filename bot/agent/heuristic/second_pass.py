@@ -1,4 +1,4 @@
-"""TODO second_pass"""
+"""The second coordinate-descent pass over kept steps that gained little, after the layout changed."""
 
 from __future__ import annotations
 
@@ -23,15 +23,10 @@ from bot.core.state import Campaign
 
 
 def second_pass(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], *, just_kept: bool = False) -> Change | None:
-    """A kept parallel-degree step that gained little (under MOMENTUM_GAIN) -- a degree trades one cost for another
-    (expert parallel: all-to-all bytes for expert shards), so what it bought depends on the rest of the layout, while
-    a larger local batch only spends memory (undone on 405B after a kept schedule change it measured -17 %) --
-    followed by a kept step that gained MOMENTUM_GAIN or more by changing the layout (a parallel degree or the
-    pipeline schedule) aimed at a cost the small one was aimed at too (``costs_aimed_at``): the small one's
-    change, measured on the layout of then, is measured once the other way on the incumbent -- a second coordinate-descent pass over the small gains (expert parallel 32 ->
-    16 gained +3.8 % for its exposed all-to-all under ZBVZeroBubble; after DualPipeV hid the all-to-all, EP 32 was
-    18 % faster). A later change aimed elsewhere leaves the small one's cost as it was: no pass (TP 1 -> 2 for
-    the bubble, kept at +11 %: EP 16 -> 32 then measured -0.4 % and -3.6 %, 2.7 and 4.0 runs spent)."""
+    """A kept parallel-degree step that gained under MOMENTUM_GAIN, followed by a kept layout change (a degree or the
+    schedule) that gained MOMENTUM_GAIN or more and was aimed at a cost the small one was aimed at too: the small
+    one's change measured once the other way on the incumbent (a second coordinate-descent pass). A later change
+    aimed elsewhere leaves the small one's cost as it was: no pass."""
     by_id = {ls.id: ls for ls in lessons}
     kept = [s for s in campaign.steps if s.kept]
     current = catalog.effective(campaign.incumbent_levers)
