@@ -222,7 +222,8 @@ def test_the_cost_model_imports_only_the_model_and_hardware_facts_of_the_simulat
     src = Path(__file__).resolve().parents[2] / "bot" / "agent" / "costmodel.py"
     mods = {n.module for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.ImportFrom) and n.module}
     mods |= {a.name for n in ast.walk(ast.parse(src.read_text())) if isinstance(n, ast.Import) for a in n.names}
-    assert {m for m in mods if m.startswith("bot.sim")} == {"bot.sim.zoo", "bot.sim.hardware"}
+    # the model facts (bot.sim.models: the built model, else the zoo), the hardware, and ModelSpec's home (the zoo)
+    assert {m for m in mods if m.startswith("bot.sim")} == {"bot.sim.zoo", "bot.sim.hardware", "bot.sim.models"}
 
 
 def test_costmodel_sets_the_prerequisites_a_ranked_layout_needs_instead_of_skipping_it() -> None:
