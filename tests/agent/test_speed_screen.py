@@ -45,7 +45,9 @@ def test_a_layout_predicted_far_slower_is_screened_and_one_within_the_models_err
 
 def test_nothing_is_screened_where_the_model_cannot_tell() -> None:
     recipe = load_recipe(RECIPE)
-    unknown = recipe.model_copy(update={"workload": recipe.workload.model_copy(update={"model": "no-such-model"})})
+    # neither torchtitan (no such config) nor the zoo (no such model) knows it
+    unknown = recipe.model_copy(update={"workload": recipe.workload.model_copy(update={"model": "no-such-model",
+                                                                                       "config": "no_such_config"})})
     space = space_fn(recipe)
     space.recipe = unknown
     assert predicted_tps(space, dict(recipe.levers)) is None
@@ -54,7 +56,7 @@ def test_nothing_is_screened_where_the_model_cannot_tell() -> None:
 
 def test_nothing_is_screened_on_a_cpu_host() -> None:
     """The model's efficiencies are GPU figures: on the CPU recipe a retry the model puts 14 % slower still runs."""
-    recipe = load_recipe(RECIPE.parents[1] / "llama3-tiny/cpu.yaml")
+    recipe = load_recipe(RECIPE.parents[4] / "recipes" / "llama3-tiny" / "cpu.yaml")
     space = space_fn(recipe)
     inc = {**recipe.levers, "activation_checkpoint": "none"}
     retry = {**inc, LBS: 2, "activation_checkpoint": "selective"}
