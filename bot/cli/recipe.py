@@ -33,7 +33,7 @@ def cmd_recipe_init(args: argparse.Namespace) -> int:
     argv = ["--module", args.module, "--config", args.config, *overrides]
     try:
         with importable(root):
-            flat = resolve_args(argv)
+            flat = resolve_args(argv, capability=hw.cuda_capability)
         facts = model_facts(args.module, args.config, overrides, root=root)
     except ResolveError as exc:
         raise UsageError(f"--module {args.module} --config {args.config}: {_blame(str(exc))}") from None

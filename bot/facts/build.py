@@ -112,10 +112,13 @@ def _import_problem(module: str, exc: ImportError) -> str:
 _CONVERTER_MODULES = ("torchtitan.components.quantization.float8", "torchtitan.components.quantization.mx",
                       "torchtitan.components.quantization.nvfp4")
 QUANTIZED_NOTE = "low-precision converters configured as on an SM100 GPU (this host has none); structure unchanged"
+SM100 = (10, 0)
 
 
 @contextlib.contextmanager
-def _converters_as_on_gpu() -> Iterator[None]:
+def converters_as_on(capability: tuple[int, int]) -> Iterator[None]:
+    """torchtitan's converter capability checks answered as a GPU of CUDA ``capability`` would answer them (a host
+    without that GPU: this machine, a Slurm login node); restored after."""
     saved = []
     for name in _CONVERTER_MODULES:
         try:
@@ -124,7 +127,7 @@ def _converters_as_on_gpu() -> Iterator[None]:
             continue
         if hasattr(mod, "has_cuda_capability"):
             saved.append((mod, mod.has_cuda_capability))
-            mod.has_cuda_capability = lambda major, minor: True
+            mod.has_cuda_capability = lambda major, minor: (major, minor) <= capability
     try:
         yield
     finally:
@@ -138,7 +141,7 @@ def _resolve(module: str, config: str, overrides: list[str]):
     except FactsError as exc:
         if "only supported on" not in str(exc):
             raise
-    with _converters_as_on_gpu():
+    with converters_as_on(SM100):
         return _resolve_once(module, config, overrides), True
 
 
@@ -167,7 +170,7 @@ def derive(module: str, config: str, overrides: list[str] | None = None, *, mode
     model_cfg = cfg.model_spec.model
     try:
         with torch.device("meta"), contextlib.redirect_stdout(io.StringIO()), \
-                (_converters_as_on_gpu() if quantized else contextlib.nullcontext()):
+                (converters_as_on(SM100) if quantized else contextlib.nullcontext()):
             model = model_cfg.build()
     except ImportError as exc:
         raise FactsError(f"workload.config: building {config} needs a package that is missing: {exc}"[:400]) from None

@@ -47,13 +47,18 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def resolve_args(args: list[str]) -> dict[str, Any]:
-    """Parse torchtitan arguments with ConfigManager (all validators run); flat dict or ResolveError."""
+def resolve_args(args: list[str], *, capability: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Parse torchtitan arguments with ConfigManager (all validators run); flat dict or ResolveError. ``capability``:
+    the CUDA capability of the GPU the run is for, answered to torchtitan's converter checks on a host without a GPU."""
+    import torch
     from torchtitan.config import ConfigManager
 
+    from bot.facts.build import converters_as_on
+
+    as_gpu = converters_as_on(capability) if capability and not torch.cuda.is_available() else contextlib.nullcontext()
     err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), as_gpu:
             config = ConfigManager().parse_args(list(args))
     except SystemExit:
         text = err.getvalue().strip()
@@ -82,7 +87,8 @@ def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str
     root = (workdir if workdir is not None else Path.cwd()).resolve()
     with importable(root):
         try:
-            flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra))
+            flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra),
+                                capability=_capability(recipe.cluster.hardware))
         except ResolveError as exc:
             if exc.field != ("workload", "module"):
                 raise
@@ -109,6 +115,13 @@ def _import_failure(module: str) -> str:
     except Exception as exc:  # noqa: BLE001 - any error of the user's module is the reason to show
         return f"{type(exc).__name__}: {exc}"[:300]
     return ""
+
+
+def _capability(hardware: str) -> tuple[int, int] | None:
+    from bot.sim.hardware import HARDWARE
+
+    spec = HARDWARE.get(hardware)
+    return spec.cuda_capability if spec is not None else None
 
 
 LAYOUT_FIELDS = ("parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",

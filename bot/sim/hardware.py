@@ -29,6 +29,9 @@ class HardwareSpec(BaseModel):
     tdp_w: int
     sources: list[str]
     kind: Literal["gpu", "cpu"] = "gpu"  # a CPU host: one rank per core, gloo, no CUDA graphs, no FlexAttention backward
+    # CUDA compute capability (https://developer.nvidia.com/cuda-gpus): what torchtitan's float8/MXFP8/NVFP4 converters
+    # check when they are configured; a CPU-only host (a Slurm login node) answers as the recipe's GPU would
+    cuda_capability: tuple[int, int] | None = None
     notes: str = ""
 
 
@@ -45,7 +48,7 @@ HARDWARE: dict[str, HardwareSpec] = {
             name="NVIDIA H100 SXM5 80GB HBM3 (700 W), 8-GPU HGX node",
             bf16_tflops=989.0, fp8_tflops=1979.0, hbm_gib=79.6, hbm_tbs=3.35,
             nvlink_gbs=450.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=700,
-            sources=[_DATASHEET, _TT_PEAKS, _LLAMA3],
+            cuda_capability=(9, 0), sources=[_DATASHEET, _TT_PEAKS, _LLAMA3],
             notes="hbm_gib: 81,559 MiB as reported by nvidia-smi for the 80 GB part [derived]. "
             "NVLink4 900 GB/s bidirectional = 450 GB/s per direction; 400 Gb/s per GPU RDMA (Llama 3 paper).",
         ),
@@ -54,7 +57,7 @@ HARDWARE: dict[str, HardwareSpec] = {
             name="NVIDIA H100 96GB HBM2e at 500 W (Meta Grand Teton), 8-GPU node",
             bf16_tflops=989.0, fp8_tflops=1979.0, hbm_gib=95.0, hbm_tbs=2.4,
             nvlink_gbs=450.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=500,
-            sources=[_TT_BENCH, _TT_PEAKS],
+            cuda_capability=(9, 0), sources=[_TT_BENCH, _TT_PEAKS],
             notes="torchtitan benchmarks run here: 96 GB HBM2e, 2.4 TB/s, 500 W, 400 Gb/s per GPU RDMA. The doc says "
             "the true peak lies between SXM (989) and NVL (835); the nominal SXM peak is kept for MFU and the "
             "power-capped clock is a fitted efficiency (hw_eff) in bot.sim.efficiency. hbm_gib ~95 [derived, approximate].",
@@ -64,7 +67,7 @@ HARDWARE: dict[str, HardwareSpec] = {
             name="NVIDIA H200 SXM 141GB HBM3e (700 W), 8-GPU HGX node",
             bf16_tflops=989.0, fp8_tflops=1979.0, hbm_gib=140.0, hbm_tbs=4.8,
             nvlink_gbs=450.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=700,
-            sources=[_DATASHEET, "https://lzwjava.github.io/nvidia-h200-gpu-specs-en", _TT_PEAKS,
+            cuda_capability=(9, 0), sources=[_DATASHEET, "https://lzwjava.github.io/nvidia-h200-gpu-specs-en", _TT_PEAKS,
                      "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md"],
             notes="hbm_gib: 143,771 MiB per nvidia-smi [derived]. Trainy/WhiteFiber H200 nodes: 400 Gb/s CX-7 per GPU.",
         ),
@@ -73,7 +76,7 @@ HARDWARE: dict[str, HardwareSpec] = {
             name="NVIDIA B200 (HGX/DGX B200, 1000 W), 8-GPU node",
             bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_gib=179.0, hbm_tbs=8.0,
             nvlink_gbs=900.0, internode_gbs=50.0, gpus_per_node=8, tdp_w=1000,
-            sources=[_DATASHEET, "https://glennklockwood.com/garden/processors/B200", _TT_PEAKS],
+            cuda_capability=(10, 0), sources=[_DATASHEET, "https://glennklockwood.com/garden/processors/B200", _TT_PEAKS],
             notes="NVLink5 1.8 TB/s bidirectional = 900 GB/s per direction; 400 Gb/s per GPU scale-out. "
             "hbm_gib: 183,359 MiB per nvidia-smi for the 180 GB part [derived].",
         ),

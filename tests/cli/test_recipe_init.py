@@ -110,3 +110,15 @@ def test_an_existing_recipe_is_not_overwritten(repo, capsys):
                                                ("B200", "b200"), ("cpu", "cpu"), ("h100_96gb", "h100-96gb")])
 def test_hardware_names_as_users_write_them(name, profile):
     assert hardware_id(name) == profile
+
+
+def test_a_low_precision_config_is_drafted_for_the_gpu_it_needs_and_refused_for_one_it_does_not(repo, capsys):
+    """On a host without a GPU, torchtitan's converter checks are answered as the recipe's GPU would answer them."""
+    common = ["recipe", "init", "--module", "torchtitan.models.llama3", "--config", "llama3_8b_mxfp8", "--nodes", "1",
+              "--devices-per-node", "8", "--launcher", "slurm"]
+    assert main([*common, "--hardware", "b200"]) == 0, capsys.readouterr()
+    recipe = load_recipe(repo / "recipes" / "llama3_8b_mxfp8" / "b200x8.yaml")
+    assert "quantize.linear" not in recipe.levers  # set by the config function: not the tuner's
+    capsys.readouterr()
+    assert main([*common, "--hardware", "h100", "--out", str(repo / "h100.yaml")]) == 2  # MXFP8 needs SM100
+    assert "SM100" in capsys.readouterr().err and not (repo / "h100.yaml").exists()
