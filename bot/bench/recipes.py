@@ -23,7 +23,7 @@ from tabulate import tabulate
 from bot.bench.tuners import baseline_problem, bench
 from bot.core.recipe import RecipeError, load_recipe
 from bot.facts import FactsError, model_facts
-from bot.facts.build import QUANTIZED_NOTE, _converters_as_on_gpu, importable
+from bot.facts.build import QUANTIZED_NOTE, SM100, converters_as_on, importable
 from bot.runner.draft import draft_recipe, render
 from bot.runner.resolve import ResolveError, resolve_args
 from bot.sim.hardware import get_hardware
@@ -99,7 +99,7 @@ def _resolve(module: str, config: str) -> tuple[dict[str, Any], str | None]:
             if "only supported on" not in str(exc):
                 raise
             refusal = str(exc).splitlines()[0]
-        with _converters_as_on_gpu():
+        with converters_as_on(SM100):
             return resolve_args(argv), refusal
 
 

@@ -47,11 +47,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def quiet_library_notices() -> None:
+    """torch logs a deprecation notice for every Enum torchao registers with pytree when torchtitan's float8/MXFP8
+    components import it (a library matter, not the user's): a command's stderr stays its own one-line errors."""
+    import logging
+
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     from bot.agent.lessons import LessonFileError
     from bot.core.recipe import RecipeError
     from bot.core.repo import RepoError
 
+    quiet_library_notices()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

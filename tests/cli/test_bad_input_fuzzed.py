@@ -20,7 +20,7 @@ from bot.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_RECIPE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"
-LESSON_FILE = ROOT / "lessons" / "memory.yaml"
+LESSON_FILE = ROOT / "bot" / "agent" / "lessons_catalog" / "memory.yaml"  # the packaged catalog
 RULE_FILE = ROOT / "gate" / "rules" / "defects.yaml"
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -84,7 +84,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def repo(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     (root / "recipes" / "x").mkdir(parents=True)
-    shutil.copytree(ROOT / "lessons", root / "lessons")
+    shutil.copytree(LESSON_FILE.parent, root / "lessons")  # the repository's own lessons/, read over the catalog
     return root
 
 
