@@ -99,8 +99,25 @@ def _key(module: str, config: str, overrides: list[str], root: Path | None) -> s
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
+def _missing_package(module: str) -> str | None:
+    """The package whose absence keeps the module's config registry from importing (None: none is missing)."""
+    try:
+        importlib.import_module(f"{module}.config_registry")
+    except ImportError as exc:
+        if exc.name and exc.name.split(".")[0] != module.split(".")[0]:
+            return str(exc)
+    except Exception:  # noqa: BLE001 - the registry's own code failed: not a missing package
+        return None
+    return None
+
+
 def _import_problem(module: str, exc: ImportError) -> str:
-    """An import failure, blamed on the module when it is the module, else on the package the config needs."""
+    """An import failure, blamed on the module when it is the module, else on the package the config needs (torchtitan
+    reports a registry whose own imports fail as the module not importing: the registry is imported again to tell)."""
+    if "not installed" not in str(exc):
+        missing_package = _missing_package(module)
+        if missing_package:
+            return f"workload.config: needs a package that is not installed here: {missing_package}"[:400]
     missing = getattr(exc, "name", None)
     if "not installed" in str(exc) or (missing and not module.startswith(missing) and missing.split(".")[0] != module.split(".")[0]):
         return f"workload.config: needs a package that is not installed here: {exc}"[:400]
@@ -157,7 +174,10 @@ def _resolve_once(module: str, config: str, overrides: list[str]):
         raise FactsError("torchtitan refused the arguments: " + " ".join(lines[:6])[:400]) from None
     except ImportError as exc:
         raise FactsError(_import_problem(module, exc)) from None
-    except Exception as exc:  # a config function's own check
+    except Exception as exc:  # a config function's own check, or a registry whose imports failed ("not found")
+        missing = _missing_package(module)
+        if missing:
+            raise FactsError(f"workload.config: needs a package that is not installed here: {missing}"[:400]) from None
         raise FactsError(f"workload.config: {module}:{config} does not resolve: {type(exc).__name__}: {exc}"[:400]) from None
 
 

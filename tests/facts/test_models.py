@@ -77,3 +77,11 @@ def test_facts_carry_flops_and_activation_memory_per_mode():
     assert f.flops_bwd_per_token == pytest.approx(2 * f.flops_fwd_per_token)
     for kind in f.activation_bytes_per_token.values():
         assert kind["none"] > kind["selective"] > kind["full"] > 0
+
+
+def test_a_registry_whose_imports_fail_names_the_missing_package(tmp_path):
+    (tmp_path / "mymodels").mkdir()
+    (tmp_path / "mymodels" / "__init__.py").write_text("")
+    (tmp_path / "mymodels" / "config_registry.py").write_text("import zz_not_installed_pkg  # noqa\n\n\ndef c():\n    pass\n")
+    with pytest.raises(UnknownModel, match="workload.config: needs a package that is not installed here: .*zz_not_installed_pkg"):
+        model_for(Workload(module="mymodels", config="c"), root=tmp_path)
