@@ -126,6 +126,7 @@ def render(draft: Draft) -> str:
         "applies, at its resolved value (what the tuner may change). Pinned: the objective (never changed).")
     yaml = YAML()
     yaml.width = 4096
+    yaml.indent(mapping=2, sequence=4, offset=2)  # as bot.core.recipe edits recipes: a later one-line edit stays one line
     buf = io.StringIO()
     yaml.dump(doc, buf)
     return buf.getvalue()

@@ -15,6 +15,7 @@ import pytest
 
 from bot.campaign.report import summary_json
 from bot.campaign.setup import new_state
+from bot.core.mdtext import md_inline
 from bot.core.recipe import load_recipe
 from bot.core.records import read_record
 from bot.drive.local import build_executor
@@ -88,7 +89,7 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     assert any(s.startswith("attune: campaign e2e finished") for s in git(repo, "log", "--format=%s", base).splitlines())
     summary = (repo / "campaigns/e2e/summary.md").read_text()
     # the summary says why it finished -- the step limit or the patience stop above, whichever this run's noise gave
-    assert state.finish_reason in summary and all(s.change.lever in summary for s in state.steps)
+    assert md_inline(state.finish_reason) in summary  # runner-facing text is escaped in Markdown and all(s.change.lever in summary for s in state.steps)
     kept = [s for s in state.steps if s.kept]
     assert bool(set((repo / "results").rglob("*.json")) - landed) == bool(kept)  # this campaign's results: a kept step's only
     print(f"\nreal campaign: {len(state.baseline) + sum(len(s.runs) for s in state.steps)} runs, {wall:.0f} s wall, "
