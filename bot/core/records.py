@@ -141,6 +141,20 @@ class Setting(BaseModel):
     value: Scalar
 
 
+class Consulted(BaseModel):
+    """What an agent policy relied on for one proposal (the ``claude`` policy's tool calls): the moves it listed, the
+    layouts it asked a prediction for, the lessons it read, its answers sent back as invalid, the tokens and turns it
+    spent, and why its fallback decided instead ("" when it decided itself)."""
+
+    moves: list[str] = Field(default_factory=list)
+    predictions: list[str] = Field(default_factory=list)
+    lessons: list[str] = Field(default_factory=list)
+    rejected: list[str] = Field(default_factory=list)
+    tokens: int = 0
+    turns: int = 0
+    fallback: str = ""
+
+
 class Change(BaseModel):
     """One lever change: exactly one lever, with the rationale and the lessons behind it."""
 
@@ -175,6 +189,8 @@ class Change(BaseModel):
     enables: list[Setting] | None = None
     # a blind probe of generic exploration (or a link that carries one's reason); None: not stated, as above
     probe: bool | None = None
+    # what an agent policy relied on for it (its tool calls, tokens, fallback); None: not an agent's, or stored before
+    consulted: Consulted | None = None
 
     model_config = {"populate_by_name": True}
 
