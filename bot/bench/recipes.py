@@ -1,10 +1,10 @@
 """``attune bench recipes``: coverage of torchtitan's own LLM training configs, tuned in the simulator (SIMULATED).
 
 For every training config of torchtitan 0.3.0's LLM registries (``REGISTRIES``; debug and SFT configs set aside,
-:func:`set_aside`): build its model (:mod:`bot.facts`), choose a cluster (:func:`choose_cluster`), draft the recipe
-as ``attune recipe init --launcher sim`` does (:func:`bot.runner.draft.draft_recipe`), check that the drafted layout
-runs in the simulator, then run the agent and the baselines through :func:`bot.bench.tuners.bench` under its common
-budget. A config that does not build or whose draft does not run is a row that says why; nothing stops the rest.
+:func:`set_aside`): build its model (:mod:`bot.facts`), draft the recipe as ``attune recipe init --launcher sim`` does
+(:func:`bot.runner.draft.draft_recipe`) on the fewest devices of the rule (:func:`candidate_clusters`) where the
+drafted layout runs in the simulator, then run the agent and the baselines through :func:`bot.bench.tuners.bench`
+under its common budget. A config that does not build or whose draft does not run is a row that says why; nothing stops the rest.
 """
 
 from __future__ import annotations
@@ -69,16 +69,18 @@ def set_aside(config: str) -> str | None:
     return None
 
 
-def choose_cluster(n_params: int) -> tuple[str, int] | None:
-    """The fewest of ``CLUSTER_SIZES`` H100s (else H200s) on which the training state (``STATE_BYTES_PER_PARAM``
-    per parameter, sharded evenly) fills at most ``MEMORY_SHARE`` of each device: (hardware id, devices), or None."""
+def candidate_clusters(n_params: int) -> list[tuple[str, int]]:
+    """Every (hardware id, devices) of ``HARDWARE_ORDER`` x ``CLUSTER_SIZES``, H100s first and fewest first, on which
+    the training state (``STATE_BYTES_PER_PARAM`` per parameter, sharded evenly) fills at most ``MEMORY_SHARE`` of
+    each device."""
     state = STATE_BYTES_PER_PARAM * n_params
-    for hw_id in HARDWARE_ORDER:
-        capacity = get_hardware(hw_id).hbm_gib * 2**30 * MEMORY_SHARE
-        for n in CLUSTER_SIZES:
-            if state / n <= capacity:
-                return hw_id, n
-    return None
+    return [(hw_id, n) for hw_id in HARDWARE_ORDER for n in CLUSTER_SIZES
+            if state / n <= get_hardware(hw_id).hbm_gib * 2**30 * MEMORY_SHARE]
+
+
+def choose_cluster(n_params: int) -> tuple[str, int] | None:
+    """The first of :func:`candidate_clusters`, or None where none holds the state."""
+    return next(iter(candidate_clusters(n_params)), None)
 
 
 def missing_package(message: str) -> str | None:
@@ -151,20 +153,25 @@ def coverage_row(module: str, config: str, seeds: int, baselines: tuple[str, ...
         return row
     spec = facts.spec
     row.update(built=True, total_params=spec.n_params, active_params=spec.n_active_params)
-    cluster = choose_cluster(spec.n_params)
-    if cluster is None:
+    candidates = candidate_clusters(spec.n_params)
+    if not candidates:
         row["why"] = f"no cluster of {CLUSTER_SIZES[-1]} devices or fewer holds its training state within the rule"
         return row
-    row.update(hardware=cluster[0], devices=cluster[1])
-    try:
-        path, refusal = draft(module, config, cluster[0], cluster[1], work)
-    except (ResolveError, FactsError, RecipeError) as exc:
-        row["why"] = f"recipe init refused it: {str(exc).splitlines()[0]}"
-        return row
-    recipe = load_recipe(path)
-    problem = baseline_problem(recipe)
-    if problem is not None:
-        row["why"] = f"the drafted layout does not run on {cluster[1]} x {cluster[0]}: {problem}"
+    problems = []
+    for hw_id, devices in candidates:  # the fewest devices whose drafted layout runs
+        row.update(hardware=hw_id, devices=devices)
+        try:
+            path, refusal = draft(module, config, hw_id, devices, work)
+        except (ResolveError, FactsError, RecipeError) as exc:
+            row["why"] = f"recipe init refused it: {str(exc).splitlines()[0]}"
+            return row
+        recipe = load_recipe(path)
+        problem = baseline_problem(recipe)
+        if problem is None:
+            break
+        problems.append(f"{devices} x {hw_id}: {problem}")
+    else:
+        row["why"] = "the drafted layout (the config's own) runs on no cluster of the rule: " + "; ".join(problems)
         return row
     row["accepted"] = True
     result = bench([path], seeds=seeds, policies=[AGENT, *baselines])
@@ -215,7 +222,8 @@ def coverage(seeds: int = 3, baselines: tuple[str, ...] = DEFAULT_BASELINES, con
 
 RULE = (f"the fewest of {', '.join(map(str, CLUSTER_SIZES))} H100 80GB ({DEVICES_PER_NODE} a node) on which "
         f"{STATE_BYTES_PER_PARAM} bytes/parameter (fp32 weights, gradients, Adam moments), sharded evenly, fill at "
-        f"most {MEMORY_SHARE:.0%} of each device; H200 where no such H100 count does")
+        f"most {MEMORY_SHARE:.0%} of each device and the drafted layout runs in the simulator (the next count up where "
+        f"it runs out of memory); H200 where no H100 count does")
 
 
 def _b(n: int | None) -> str:

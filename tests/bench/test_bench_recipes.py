@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bot.bench.recipes import (
     REGISTRIES,
+    candidate_clusters,
     choose_cluster,
     coverage_row,
     registry_configs,
@@ -56,3 +57,25 @@ def test_a_config_that_does_not_build_is_a_row_that_says_why(tmp_path: Path) -> 
         rows.append(missing)
     text = render_coverage({"seeds": 1, "baselines": ["greedy"], "rule": "r", "rows": rows, "set_aside": [], "wall_s": 1.0})
     assert "no_such_config" in text and "Not built or not accepted" in text
+
+
+def test_a_draft_that_runs_out_of_memory_steps_up_to_the_next_cluster_size(tmp_path: Path, monkeypatch) -> None:
+    import bot.bench.recipes as recipes
+
+    assert candidate_clusters(70_550_000_000)[:3] == [("h100-sxm-80gb", 32), ("h100-sxm-80gb", 64),
+                                                      ("h100-sxm-80gb", 128)]
+    tried: list[int] = []
+
+    def oom_below_16(recipe):  # the simulator's answer stood in: out of memory on 8 devices, runs on 16
+        devices = recipe.cluster.nodes * recipe.cluster.devices_per_node
+        tried.append(devices)
+        return "oom: peak memory 90.0 GiB exceeds 79.6 GiB" if devices < 16 else None
+
+    monkeypatch.setattr(recipes, "baseline_problem", oom_below_16)
+    row = coverage_row("torchtitan.models.qwen3", "qwen3_0_6b", 1, ("greedy",), tmp_path)
+    assert tried == [8, 16] and row["accepted"] and (row["hardware"], row["devices"]) == ("h100-sxm-80gb", 16)
+
+    monkeypatch.setattr(recipes, "baseline_problem", lambda recipe: "oom: peak memory 412.0 GiB exceeds 79.6 GiB")
+    never = coverage_row("torchtitan.models.qwen3", "qwen3_0_6b", 1, ("greedy",), tmp_path)
+    assert not never["accepted"] and never["agent"] is None
+    assert "runs on no cluster of the rule" in never["why"] and "256 x h200: oom" in never["why"]
