@@ -366,8 +366,8 @@ def test_leaderboard_lands_through_a_bot_pull_request_never_a_push() -> None:
 
 
 def test_the_readme_table_states_each_jobs_permissions_exactly() -> None:
-    """README's "Run it on GitHub" table is read from the YAML; this keeps the two from drifting apart."""
-    readme = (ROOT / "README.md").read_text()
+    """docs/github.md's workflow table is read from the YAML; this keeps the two from drifting apart."""
+    readme = (ROOT / "docs" / "github.md").read_text()
     rows = re.findall(r"^\| `(\w+)` / `(\w+)` \|.*\| ([^|]+) \|$", readme, re.M)
     stated = {(wf, job): dict(p.split(": ") for p in re.findall(r"`([\w-]+: \w+)`", perms)) for wf, job, perms in rows}
     actual = {(path.stem, name): job["permissions"] for path in WORKFLOWS for name, job in jobs(path).items()}
@@ -429,7 +429,7 @@ def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
 
 
 def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None:
-    """The App's private key is an environment secret (the README: environment ``attune``, deployment branches
+    """The App's private key is an environment secret (docs/github.md: environment ``attune``, deployment branches
     ``main`` only); every job that mints an App token names that environment, and no other job does."""
     minting = set()
     for path in WORKFLOWS:
@@ -454,7 +454,7 @@ def test_the_readme_sets_up_the_anthropic_key_in_the_environment_and_attune_gate
     """``ANTHROPIC_API_KEY`` is an environment secret of ``attune`` (a repository secret is readable by any writer's
     branch workflow), every job that reads it names that environment, and the ruleset takes ``attune/gate`` only from
     the bot's App (any token with ``statuses: write`` can post a status of that name)."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "github.md").read_text()
     row = next(line for line in readme.splitlines() if line.strip().startswith("| `ANTHROPIC_API_KEY` |"))
     assert "**environment** secret of the environment `attune`" in row and "never as a repository secret" in row
     assert "**from the bot's App**" in readme and "pick the App as its source" in readme
