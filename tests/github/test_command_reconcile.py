@@ -8,11 +8,14 @@ import pytest
 from forge_helpers import require
 
 require("responses", "openapi_core")
+import test_state_store  # noqa: E402
 from fake_github import FakeGitHub  # noqa: E402
-from test_state_store import command, gh, started  # noqa: E402,F401 - the fixture and helpers of the state store
+from test_state_store import command, started  # noqa: E402 - helpers of the state store
 
 from bot.github.ports import load_state  # noqa: E402
 from bot.github.router import nudge  # noqa: E402
+
+gh = test_state_store.gh  # the state store's fixture, found by pytest under this name
 
 
 def replaced(gh: FakeGitHub, number: int, body: str, user: str = "alice") -> int:
