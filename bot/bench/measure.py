@@ -1,19 +1,9 @@
 """``attune bench measure``: a benchmark of the campaign's decisions themselves (is B faster than A?).
 
-Every comparison is decided by the campaign's own protocol (:mod:`bot.campaign.measure`: the trial as pair 1's
-candidate, ABBA pairs, Student's t on the paired log-ratio with the variance pooled over the repeat runs, the
-sequential gain / no-gain / undecided rule), fed with runs made here:
-
-* **Real (this machine, real torchtitan on the CPU)**, idle and under a bounded background load that the benchmark
-  starts and stops itself (a busy loop on one core): the recipe against itself (a false gain is any *gain*), and
-  known real changes (activation checkpointing full -> none, local batch 1 -> 2, 1 -> 8) -- detected when decided
-  *gain*. Each condition starts with a warm-up run and three baseline runs, as a local campaign does.
-  The per-step tokens/s of every run of the unchanged recipe also answer which per-run statistic (median, mean,
-  trimmed mean, an upper quantile, the maximum) has the smallest run-to-run spread: the evidence for the estimator.
-  Real A-vs-A comparisons are few (each costs up to nine runs), so the false-gain rate is also estimated by
-  replaying the protocol on comparisons resampled from this machine's real runs of the same recipe.
-* **Simulated** (the simulator's seeded run-to-run noise, perfmodel.md §5): thousands of comparisons of true gains
-  0 %, 2 %, 3 % and 10 % with the simulator's campaign settings; labelled SIMULATED.
+Every comparison is decided by the campaign's own protocol (:mod:`bot.campaign.measure`), fed with real runs of
+torchtitan on this machine (idle and under a bounded background load: A-vs-A and known real changes, and which
+per-run statistic spreads least) and with thousands of simulated comparisons (true gains 0, 2, 3 and 10 %, the
+simulator's seeded noise; labelled SIMULATED). What each part measures: docs/agent-evidence.md.
 """
 
 from __future__ import annotations

@@ -1,69 +1,10 @@
 """Is the candidate faster than the incumbent? The paired, sequential measurement every campaign decides with.
 
-**Pairs, interleaved.** After a step's trial passes the gate, the incumbent and the candidate are run back to back on
-the same machine, pair after pair, in ABBA order across pairs (``A B | B A | A B ...``; where the trial itself is the
-first pair's candidate run: ``B A | A B | B A ...``), so a machine that slowly speeds up or slows down biases no side.
-Where the campaign's run right before the trial was the incumbent's (the last baseline run, or the last run of the
-step before when that was an incumbent run), that run and the trial are pair 1 (``A B | B A | ...``) and no incumbent
-run is made for it (:func:`pair_with_the_run_before`): the two ran back to back as any pair's do. Each pair is then
-run in the order opposite to the one before.
-
-**The estimate** is the mean paired log-ratio ``d = log(tps_B / tps_A)`` over the pairs, reported as the relative
-gain ``exp(mean d) - 1``. Log-ratios make run-to-run noise, which is multiplicative (a slower clock slows every
-step by the same factor), additive and symmetric, and they compose: the kept gains of a campaign multiply.
-
-**The interval** is Student's t on the mean log-ratio, at the campaign's ``confidence`` (two-sided). t rather than a
-bootstrap because a decision is taken after 1-6 pairs: a bootstrap of two or three values has no resolution and
-covers far less than it claims, while t is exact for normal noise at any n and, with the pooled variance below, is
-not at the mercy of two pairs that happened to agree. Coverage is checked by simulation in the tests.
-
-**The variance** is pooled over the whole campaign, not taken from this step's pairs alone: the runs of one
-configuration made close together in time (the baseline runs; within a step, the incumbent's runs and the
-candidate's trial and pair runs) are repeat measurements, and their within-group spread of ``log tps`` estimates
-one run's noise ``s`` with ``sum(n_g - 1)`` degrees of freedom; one pair's log-ratio then has sd ``sqrt(2) s``. (A
-one-way ANOVA's pooled within-group variance. It assumes the machine's relative noise does not depend much on the
-configuration; grouping per step keeps the machine's slow drift over a campaign, which the pairs cancel, out of it.)
-Where the machine kind's noise is known (``Campaign.noise_prior_sd``, the simulator's; see
-:func:`bot.campaign.setup.measurement_options`), it joins the pool as ``noise_prior_df`` degrees of freedom: the
-conjugate scaled-inverse-chi-square prior on a normal variance, whose posterior pools ``nu0 s0^2 + SS`` over ``nu0 +
-df`` and gives the mean a t with ``nu0 + df`` degrees of freedom (Gelman et al., *Bayesian Data Analysis*, 3rd ed.,
-2013, §3.3). A campaign's first steps are then not decided on a noise estimate of one degree of freedom.
-
-**Sequential.** After every pair: *gain* when the interval's lower end clears ``min_gain`` (and at least
-``min_pairs_for_gain`` pairs are in: on this CPU box 2, one in each order, because the drift over a single pair does
-not cancel -- a flat campaign kept optimizer foreach at +9.4 % [+5.1, +14.0] on one pair, re-measured at -2.7 %
-[-8.1, +3.0] over three); *no gain* when its upper
-end is below ``min_gain``; otherwise another pair, up to ``max_pairs``; *undecided* at the cap, and not kept.
-*Futile* (undecided, not kept) earlier: from the second pair, an estimate below ``min_gain`` whose interval would
-need more than ``max_pairs`` pairs to settle were the estimate the truth (:func:`pairs_to_decide`, the usual
-conditional-power projection). On the simulated comparisons (``attune bench measure --sim-only --sim-trials 4000
---sim-seed 1``) a true +0 % took 9.1 runs to settle, 5.2 with it; +2 % and +3 % were kept 57 % -> 56 % and 89 % ->
-87 % of the time, false gains 5 % both. A step trending *above* the minimum gain is cut only where deciding would
-take more than ``FAR_OUT_OF_REACH`` (10) caps: cutting at one cap cost a third of the +3 % gains (89 % -> 73 %); at
-ten caps the same benchmark keeps +3 % 83 % and +2 % 51 % of the time (87 %, 56 % without), false gains 4 %, a true
-+0 % settling in 4.5 runs (5.2), while a tuning campaign stops spending its budget on an effect the size of its noise
-(simulated, 5 seeds: glm-4.5 749 -> 687 device-hours at 99.4 % of the oracle (100 %); scratch qwen3-235b on 128 B200
-467 -> 416 device-hours, 71.4 -> 75.4 % of the oracle). *Futile by budget*
-(undecided, not kept), from the second pair: the projection needs more pairs than the cap, and the pairs left to the
-cap would cost more than half of what is left of the campaign's budget (``BUDGET_SHARE``) -- a step that most likely
-ends undecided does not take the budget the steps after it need. Found on a scratch llama3.1-8b on 32 B200, where a
-pair costs two runs of mostly start-up: a +2 % compile step took five pairs, 8 of the 14 runs' budget, and the
-campaign ended on it (5 seeds: 93.6 -> 100 % of the oracle); over 14 scratch tasks (5 seeds) it moved the oracle
-fraction +0.25 points on average (glm-4.5 on 64 H200 -1.3, llama3.1-70b on 128 H200 -1.5: a step that would have
-decided near the cap) and cut device-hours on six; the dev tasks are unchanged. A trial
-whose unpaired comparison with the incumbent's last estimate already has its upper end below ``min_gain`` *and*
-that measured below the incumbent by more than the screen band (``k`` x the baseline runs' spread, with a floor) is
-closed as *no gain* without pairs (screened): an unpaired look may only ever say no (drift can fake a gain), and
-only when the trial is clearly slower -- a trial hit by a transient slowdown (per-step tokens/s ranged 5x inside one
-CPU run) must not close a real gain on its own, as it did before pairs (local batch 4 -> 8, -0.2% on one trial,
-+7.5% to +10.9% paired in the other demo runs).
-
-**The per-run estimate** is the median of the post-warm-up steps' tokens/s (``Summary.tps_median``): of the
-statistics measured for it on this machine (``attune bench measure``; numbers in the issue note), it had the smallest
-run-to-run spread among the robust ones, under idle and under a background load. Where the campaign sets a
-measurement window (``Campaign.measure_steps``: the simulator, see :func:`bot.campaign.setup.measurement_options`),
-it is the median of that many steps after the warm-up in every run -- a trial's too, so all runs measure alike and
-the pooled variance is one run's -- and the runs that are only measured stop there.
+After a step's trial passes the gate, incumbent and candidate run in pairs, ABBA across pairs; the estimate is the
+mean paired log-ratio, its interval Student's t with the variance pooled over the campaign's repeat runs (and the
+machine kind's noise prior). After every pair: *gain*, *no gain*, another pair, or *undecided* at the cap --
+earlier where the cap is out of reach or would take over half the budget left (*futile*). A clearly slower trial
+is closed without pairs (*screened*). The protocol in full, and the measurements behind it: docs/agent-evidence.md.
 """
 
 from __future__ import annotations
