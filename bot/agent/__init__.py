@@ -1,12 +1,10 @@
 """Policies: they propose the next one-lever change of a campaign (or stop).
 
-The policy registry lives here, at the package's face, and is the only importer of the concrete policies:
-``heuristic`` (cited lessons, :mod:`.heuristic`), ``claude`` (Anthropic tool use, :mod:`.claude`) and the search
-baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`), ``cmaes`` (:mod:`.cma`), ``greedy`` (coordinate descent,
-:mod:`.greedy`) and ``costmodel`` (an analytic cost model's ranking measured best-first, :mod:`.costmodel_tuner`). The protocol and what every policy shares (the lever
-space, validation) are in :mod:`.policy`; the search space in :mod:`.space`; the lessons catalog in :mod:`.lessons`.
-A policy reads the campaign (:mod:`bot.core.state`) and its run records through the record store it is handed;
-it never runs anything.
+The registry, the only importer of the concrete policies: ``heuristic`` (cited lessons, :mod:`.heuristic`),
+``claude`` (:mod:`.claude`), and the baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`), ``cmaes``
+(:mod:`.cma`), ``greedy`` (:mod:`.greedy`) and ``costmodel`` (:mod:`.costmodel_tuner`). The protocol and the lever
+space are :mod:`.policy`, the search space :mod:`.space`, the lessons :mod:`.lessons`. A policy reads the campaign
+and its run records; it never runs anything.
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The ``cmaes`` baseline: optuna's CMA-ES sampler (the ``cmaes`` package) over the shared search space.
 
-Encoding: every lever becomes an integer: the index of its value in the space's ordered list of legal values
-(:mod:`bot.agent.space`: batch sizes and degrees ascending, recompute modes none < selective < full <
-memory_budget, schedules in the catalog's order). Categorical levers are encoded as ordered indices too, so CMA-ES
-samples every dimension itself instead of handing them to optuna's independent (random) fallback. Integer
-handling is CMA-ES with margin (``with_margin=True``: Hamano et al., GECCO'22, the ``cmaes`` package's ``CMAwM``),
-which keeps a minimum marginal probability on each integer so the search does not freeze on one value.
-
-Warm start: the mean is the recipe's own configuration (``x0``), sigma0 is optuna's default (1/6 of each
-dimension's range after its [0, 1] transform). The measured baseline is added first as a completed trial so the
-search space is known from the first ask (optuna otherwise samples the first trial at random).
-
-Population: ``POPSIZE = 4`` per generation. The common budget is 14 baseline runs' device-hours, of which the
-baseline and the calibration take about three, and early-stopped trials cost less, so a campaign measures about
-12-16 configurations: CMA-ES's default population (4 + 3 ln n = 11-12 for the 13-15 levers here) would be a single,
-unadapted generation; 4 gives three to four generations of mean and covariance updates.
-
-Like TPE/GP (:mod:`bot.agent.samplers`): each suggestion is repaired to the nearest legal, untried layout (the
-shared free legality pre-check); a suggestion with no legal layout within two levers is told as infeasible
-(value 0, the worst throughput) and asked again; a trial that ran out of memory, was refused or failed the
-convergence gate is told as infeasible (value 0); a trial stopped early as slower is told its measured speed.
-CMA-ES's state lives in the study, which is rebuilt by replaying the campaign's steps through the seeded sampler
-(same asks, same repairs, the measured values told in order), so the policy is stateless and a resumed campaign
-proposes the same thing.
+Every lever is encoded as the index of its value in the space's ordered legal values; CMA-ES with margin, warm
+started at the recipe (the measured baseline told first), POPSIZE per generation. Suggestions are repaired to the
+nearest legal untried layout as for TPE/GP (:mod:`bot.agent.samplers`); out-of-memory, refused and gate-failed
+trials are told as infeasible. Stateless: the study is rebuilt by replaying the campaign's steps through the seeded
+sampler. Why these choices: docs/agent-evidence.md.
 """
 
 from __future__ import annotations

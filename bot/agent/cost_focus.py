@@ -31,13 +31,11 @@ ADDRESSES = {"parallelism.pipeline_parallel_schedule": "bubble", "activation_che
 REMOVES = {"parallelism.fsdp_reshard_after_forward": "exposed_comm", "parallelism.expert_parallel_degree": "exposed_comm",
            "parallelism.pipeline_parallel_schedule": "bubble", "parallelism.pipeline_parallel_microbatch_size": "bubble",
            "activation_checkpoint": "recompute"}
-# of the step: a cost over two fifths of it comes first. At 0.5 (more than everything else together) deepseek-v3's
-# exposed all-to-all at 43 % of the step waited behind lessons aimed at nothing it measured, and DualPipeV, which hides
-# it, came too late in the budget (73.5 -> 83.2 % of the oracle, 5 seeds, at 0.4); at 0.3 FSDP communication at 33 % of
-# a 4-node llama3.1-8b step went before the TP / local-batch moves that shrink it (scratch task: 96.4 -> 76.4 %).
+# of the step: a cost over two fifths of it comes first (higher, a dominant cost waited behind lessons aimed at
+# nothing measured; lower, a moderate one went before the moves that shrink it: docs/agent-evidence.md)
 DOMINANT = 0.4
 AIMS = {BUBBLE_LESSON: "bubble", DP_BUBBLE_LESSON: "bubble", COMM_DP_LESSON: "exposed_comm"}
-LARGER_COST = 2.0  # (module docstring, 2.)
+LARGER_COST = 2.0  # a diagnosis-driven move aimed at a cost this many times a lesson's goes ahead of the lesson
 
 
 def aimed_cost(change: Change | None) -> str:
@@ -71,9 +69,9 @@ def aimed_at_a_larger_cost(driven: Change | None, lesson_change: Change, diagnos
 
 def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Lesson]:
     """The relevant lessons with those aimed at the incumbent's dominant cost first (the largest addressable cost,
-    when over DOMINANT of its measured step), each group in priority order. A recipe that spends 89% of its step in exposed communication
-    gains nothing measurable from less recompute (2.5% of it) however high that lesson's priority: its first probe
-    is better spent on what dominates. Without a dominant cost (or a breakdown) the order is the lessons' own."""
+    when over DOMINANT of its measured step), each group in priority order: a first probe is better spent on what
+    dominates the step than on a small cost, however high that lesson's priority. Without a dominant cost (or a
+    breakdown) the order is the lessons' own."""
     if diagnosis.outcome != "ok" or not diagnosis.breakdown:
         return lessons
     cost, share = max(((k, v) for k, v in diagnosis.breakdown.items() if k in ADDRESSABLE), key=lambda kv: kv[1], default=("", 0.0))
@@ -112,14 +110,9 @@ Partner = tuple[str, Scalar, str, str]  # a memory partner: (lever, value, lesso
 def fastest_first(campaign: Campaign, space: LeverSpace, last: Step, options: list[Partner]) -> list[Partner]:
     """Memory partners ``(lever, value, lesson, how)`` for the chain ending at ``last``, ordered by the step time the
     analytic cost model predicts for the layout each leads to (:mod:`bot.agent.costmodel`, not the simulator), their
-    listed order breaking ties and kept where the model cannot tell (a model or hardware it does not know). A partner
-    is one more measured run, and the wrong one's slowdown can hide the recompute saving it was meant to keep:
-    llama3.1-8b on 64 H100s at 8192 tokens (an unseen probe task), whose selective -> none ran out of memory, took
-    context parallel first -- ring attention over half the ranks, measured 31% slower -- where the model ranks
-    doubled TP (with the recompute saving kept, 5% faster) first. The model orders the partners but vetoes none: a
-    partner it ranks last is still tried before the batch is halved (with a veto -- TP dropped where predicted
-    slower than the incumbent -- qwen3-235b-a22b on 128 H100s kept 84.9 % of the oracle instead of 94.1 %, 3 seeds,
-    measured before the model's EP terms were corrected)."""
+    listed order breaking ties and kept where the model cannot tell (a model or hardware it does not know). The model
+    orders the partners but vetoes none: a partner it ranks last is still tried before the batch is halved (why:
+    docs/agent-evidence.md)."""
     def predicted(option: Partner) -> float:
         lever, value = option[0], option[1]
         on = campaign.step(last.stacked_on) if lever == last.change.lever and last.stacked_on else last

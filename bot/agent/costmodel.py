@@ -1,39 +1,10 @@
 """A first-principles cost model of one training step -- NOT the calibrated simulator (an import-linter contract
-keeps this module from importing ``bot.sim`` beyond the model and hardware facts, ``bot.sim.zoo`` / ``.hardware``).
+keeps this module from importing ``bot.sim`` beyond the model and hardware facts).
 
-It is what a cost-model tuner (OptiCo, NeMo AutoConfigurator, Galvatron, Aceso: perfmodel.md §1.1-1.2) ranks
-layouts with, built only from textbook formulas and datasheet figures, with no fitted factor:
-
-* **Compute** (perfmodel.md §4.1): FLOPs per token = 6·N_active + 12·L·(a·d)·s (PaLM / Korthikanti); recompute adds
-  one forward (+1/3 of fwd+bwd) under full AC (Narayanan et al.), about half of that under torchtitan's selective
-  AC, which recomputes every second matmul (torchtitan.md §1b). Achieved FLOP/s = the roofline of the layer's main
-  GEMM (tokens x hidden x FFN width per rank; min(peak, intensity x HBM bandwidth)) times ``GEMM_EFF`` = 0.5, the
-  training FLOP efficiency llm-analysis suggests (perfmodel.md §4.6).
-* **Communication**, α-β model (perfmodel.md §4.4, nccl-tests bus-bandwidth definitions): ring all-gather /
-  reduce-scatter / all-to-all move (n-1)/n of the message; time = α per collective + bytes / (bandwidth x
-  ``LINK_EFF``); NVLink inside a node, the scale-out NIC across nodes (datasheet figures, ``bot.sim.hardware``).
-  TP (2 all-gathers + 2 reduce-scatters per layer forward, the same backward, the forward again under full AC) and
-  EP (dispatch + combine all-to-all forward and backward; EP borrows its ranks from FSDP and TP, so a group is ep
-  consecutive ranks, and each TP rank routes its own 1/tp of the tokens: torchtitan.md, EP degree;
-  ``ReordererSequenceParallel`` in torchtitan/distributed/expert_parallel.py) are on the critical path -- except
-  EP's under DualPipeV, which pairs a forward and a backward chunk on each rank so that one's all-to-all runs under
-  the other's computation (DeepSeek-V3 technical report §3.2.1; perfmodel.md §4.3): there the paired chunks expose
-  only what exceeds their compute, and the unpaired warm-up and cool-down chunks (about p of m) all of theirs; FSDP's
-  all-gathers and reduce-scatters (bf16 params, fp32 grads: ZeRO-3 volumes) overlap with compute except what
-  exceeds it; CP's ring K/V exchange overlaps with attention; PP sends one activation per microbatch and stage
-  boundary.
-* **Pipeline bubble** (perfmodel.md §4.3): (p-1)/(v·m) for GPipe/1F1B (v = 1) and interleaved schedules (v = 2,
-  torchtitan's default stages per rank), a third of that for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B).
-* **Memory** (perfmodel.md §4.2): FSDP2 model states 16 B per parameter over the shard group; unsharded bf16
-  weights of two units (the whole stage when FSDP does not reshard, torchtitan's default under PP); activations per
-  layer from Korthikanti et al. (layer input only, 2·s·b·h/t, under full AC; SwiGLU/MoE-adjusted 18 + 6·F/h
-  elements per hidden element otherwise, half of it under selective AC), times the microbatches in flight (1F1B
-  min(m, p); interleaved x (1 + (p-1)/(p·v)); GPipe and LoopedBFS, all forwards before any backward, every one of
-  the m); chunked logits; a 10% margin (Primus's safety margin) -- a layout
-  whose estimate exceeds device memory is predicted to run out of memory.
-
-Constant factors (precision, kernels, compile) cancel in a ranking, so levers this model has no term for keep
-the recipe's values.
+What a cost-model tuner ranks layouts with, from textbook formulas and datasheet figures, no fitted factor: compute
+(FLOPs per token, recompute, a GEMM roofline at GEMM_EFF), communication (α-β, ring collectives at LINK_EFF; TP and
+EP exposed, EP hidden under DualPipeV, FSDP and CP up to compute), the pipeline bubble and memory (FSDP2 states,
+Korthikanti activations, MEMORY_MARGIN). Formulas and sources: docs/agent-evidence.md, docs/reference/.
 """
 
 from __future__ import annotations
@@ -52,10 +23,10 @@ GIB = 2.0**30
 TP, PP, CP, EP = catalog.PARALLEL_DEGREES
 LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
                       "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
-GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (perfmodel.md §4.6)
+GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (docs/reference/performance-model.md)
 LINK_EFF = 0.8  # bus bandwidth reached by large NCCL collectives relative to the link (nccl-tests PERFORMANCE.md)
 ALPHA_S = 20e-6  # per-collective latency, order of NCCL ring latency at these scales (alpha of the α-β model)
-MEMORY_MARGIN = 0.10  # Primus memory pre-filter margin (perfmodel.md §1.1)
+MEMORY_MARGIN = 0.10  # Primus memory pre-filter margin (docs/reference/performance-model.md)
 ZERO_BUBBLE = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 MULTI_STAGE = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 # all forwards of a flush before any backward: every microbatch's activations are held at once (torch's ScheduleGPipe,
@@ -119,7 +90,7 @@ def counts(m: ModelSpec) -> tuple[float, float, float, float]:
 
 
 def bubble_fraction(pp: int, schedule: str, microbatches: int) -> float:
-    """The pipeline bubble as a fraction of the busy time (perfmodel.md §4.3): (p-1)/(v·m) for p stages, v stages
+    """The pipeline bubble as a fraction of the busy time (docs/reference/performance-model.md): (p-1)/(v·m) for p stages, v stages
     per rank (2 for the multi-stage schedules, torchtitan's default) and m microbatches per flush; a third of that
     for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B); 0 without pipeline parallelism."""
     if pp <= 1:

@@ -1,19 +1,10 @@
 """The ``costmodel`` baseline: an OptiCo / NeMo AutoConfigurator-style tuner.
 
-It ranks every legal layout of the shared search space with the analytic cost model of :mod:`bot.agent.costmodel`
-(first-principles FLOPs, roofline, α-β communication, pipeline bubble and a memory formula; not the calibrated
-simulator), drops the layouts the model predicts to run out of memory, and then measures the candidates best-first
-through the common loop until the budget ends (NeMo AutoConfigurator: candidates, short runs, throughput ranking;
-perfmodel.md §1.1-1.2 and anchors.md).
-
-"Every legal layout": the product of the levers the model has terms for (TP, PP, CP, EP degrees, local batch,
-recompute mode, and under PP the microbatch size and schedule), each filtered by the same free legality pre-check
-the other policies use (:func:`bot.agent.space.layout_problem`) once the prerequisites it needs are set (CUDA graphs
-off under PP or EP, as the other baselines' repair sets them: without that, every pipelined or expert-parallel layout
-of a recipe with CUDA graphs on was skipped); the other levers keep the recipe's values (the model has no
-first-principles term for them; constant factors cancel in a ranking). The ranking depends only on
-the recipe, so it is computed once per recipe and cached; the policy is stateless (a resumed campaign proposes
-the same thing: the best-ranked layout not yet tried).
+It ranks every legal layout of the shared search space (the product of the levers :mod:`bot.agent.costmodel` has
+terms for, each through the shared legality pre-check with its prerequisites set) with that analytic model (not the
+simulator), drops those predicted to run out of memory, and measures the rest best-first until the budget ends. The
+ranking is cached per recipe; the policy is stateless (a resumed campaign proposes the best untried layout).
+Details: docs/agent-evidence.md.
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ def _quick_legal(recipe: Recipe, tp: int, pp: int, cp: int, ep: int, lbs: int, n
 
 Ranked = tuple[float, tuple[tuple[str, Scalar], ...], str]  # (estimated step s, levers, summary)
 # how far over the device the formula may put a layout that still fits: it counts a dense layer's activations about
-# 1.7x the bytes Megatron's 18 + 4F/h formula gives (perfmodel.md section 4.2), so a layout it puts at up to twice
+# 1.7x the bytes Megatron's 18 + 4F/h formula gives (docs/reference/performance-model.md, memory), so a layout it puts at up to twice
 # the device's memory can still fit by a measured peak times its ratio (:mod:`bot.agent.layout_jump`)
 MEMORY_SLACK = 2.0
 

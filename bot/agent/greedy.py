@@ -1,18 +1,9 @@
 """The hand-tuning baseline ``greedy``: coordinate descent over the levers, one lever at a time, in a fixed order.
 
-What a performance engineer does by hand: take the levers in a fixed order; for the current lever try each of its
-legal values (nearest to the current value first, larger before smaller); keep the best (the campaign merges a
-step whose gain clears the noise band, so the next value is measured against the new best); then the next lever;
-passes repeat, cyclically, until a whole pass improves nothing -- every one-lever neighbour of the incumbent has
-been measured -- and it stops.
-
-The order is the order of the knobs the AMD Primus Tuning Agent searches (parallel degrees TP, PP, EP, CP, then the
-virtual-pipeline/schedule, the microbatch, recompute; perfmodel.md §1.1, from ``AMD-AGI/Primus``
-``docs/02-user-guide/tuning-agent.md``), followed by the levers it does not list in the shared search space's
-order. A degree change that torchtitan refuses only because the pinned global batch no longer divides is made
-legal the way an engineer does it, by also moving the local batch (the legal value nearest the current one);
-legality is the shared free pre-check (:func:`bot.agent.space.layout_problem`). Stateless: the cursor (the lever the
-last step moved) and what was tried are read from the campaign, so a resumed campaign proposes the same thing.
+For the current lever each legal value is tried (nearest first, larger before smaller), the best kept, then the next
+lever; passes repeat until a whole pass improves nothing. The order is the AMD Primus Tuning Agent's knob order
+(ORDER), then the rest of the search space's. A degree change refused only because the pinned global batch no longer
+divides also moves the local batch. Stateless: the cursor and what was tried are read from the campaign.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from bot.core.diagnosis import Diagnosis
 from bot.core.records import Change, RecordReader, Scalar, Stop
 from bot.core.state import Campaign
 
-# Primus Tuning Agent's knob order (perfmodel.md §1.1), in torchtitan lever names
+# Primus Tuning Agent's knob order (AMD-AGI/Primus docs/02-user-guide/tuning-agent.md), in torchtitan lever names
 ORDER = (
     "parallelism.tensor_parallel_degree",
     "parallelism.pipeline_parallel_degree",

@@ -63,15 +63,11 @@ def proposed_by(campaign: Campaign, lesson: str, lever: str, value: Scalar) -> b
 
 def recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
     """The change ``last`` made (its lever and value) ran out of memory before, on an earlier incumbent, and its
-    retry with ``mode`` recompute was measured slower than that incumbent by MOMENTUM_GAIN or more: the recompute
-    costs about the same share of the step again (expert parallel 16 -> 8 out of memory, its full-recompute retry
-    -23 %; after a kept TP 1 -> 2 the same change ran out of memory again and the same retry measured -25 %), more
-    than the change could win back, so the retry is not made again. The layout is abandoned as after a failed
-    ladder; the memory screen and a later kept step may still open it another way. A retry measured clearly slower
-    by less (screened out, or an interval wholly below zero) is not made again either while no step kept since has
-    changed a parallel degree, as for a refuted lesson (:func:`refuted`): on the same layout it measures the same
-    (llama3.1-70b on 128 H200, a scratch task: CP 4 -> 2 out of memory, its selective retry -7.1 %; after a kept
-    reshard-after-forward change, the same pair again, -4.3 %)."""
+    retry with ``mode`` recompute was measured slower than that incumbent by MOMENTUM_GAIN or more -- the recompute
+    costs about the same share of the step again, so the retry is not made again -- or measured clearly slower by
+    less (screened out, or an interval wholly below zero) with no step kept since that changed a parallel degree, as
+    for a refuted lesson (:func:`refuted`): on the same layout it measures the same. The measurements:
+    docs/agent-evidence.md."""
     now = catalog.effective(campaign.incumbent_levers)
     for s in campaign.steps:
         if (s.stacked_on is None or s.stacked_on == last.n or s.kept or s.change.lever != "activation_checkpoint"

@@ -1,32 +1,10 @@
 """Will this layout run out of memory? A measured peak, scaled by the analytic memory model, answers before a run.
 
-A trial that runs out of memory costs a start-up (launch, init, checkpoint load, compile: minutes on a large
-cluster) and measures nothing. Memory calculators answer the question before a launch (DeepSpeed's
-``estimate_zero3_model_states_mem_needs``, Megatron/NeMo's memory estimators, Primus's pre-filter with a 10 %
-margin: perfmodel.md §1.1); their absolute figures are off by the allocator, kernels' workspaces and fragmentation,
-which a formula does not see. So the screen uses the formula only for the *ratio* between two layouts and anchors it
-on a peak this campaign measured:
-
-    predicted peak(candidate) = measured peak(reference) x model(candidate) / model(reference)
-
-The reference is the run the change is stacked on (a failed trial's measured peak included: a retry of an
-out-of-memory layout is anchored on the peak that failed) or else the incumbent's latest run. The model is
-:mod:`bot.agent.costmodel` (first-principles FSDP2 states, Korthikanti activations; not the calibrated simulator). A
-candidate is screened out only when its prediction exceeds the device's memory by more than ``MARGIN``: near the
-limit only a run can tell. On the simulator's zoo (one-lever neighbours along a walk from seven shipped recipes,
-about 140 each) the ratio's error is within -17 % .. +18 % (10th-90th percentile, llama3.1-70b/h100x64; within
-+-10 % on the MoE models; measured before the model held GPipe's and LoopedBFS's every microbatch in flight, not
-re-measured since). Primus's 10 % margin screened out 2 of 146 layouts on llama3.1-70b that fit -- one of
-them TP 8 -> 4, predicted 97 GiB on 80 GiB devices, a +30 % step of that task's best path -- so the margin is 25 %,
-above the 90th-percentile error: it still catches the far misses, which are the costly ones (a retry chain of a
-layout 40-70 % over the device).
-
-The screened change is still proposed, with its prediction (``Change.predicted_oom``): the campaign records it as
-an out-of-memory trial that cost nothing, and the policy's retries (more recomputation, more pipeline stages) follow
-from it as from a real failed start; a retry is screened the same way.
-
-Nothing is screened where a figure is missing: no measured peak (a CPU run reports none), a model or accelerator
-the cost model does not know, or a layout it cannot evaluate.
+predicted peak(candidate) = measured peak(reference) x model(candidate) / model(reference): the reference is the run
+the change is stacked on (a failed trial's peak included) or else the incumbent's latest run, the model
+:mod:`bot.agent.costmodel` (not the simulator). A change predicted over the device by more than MARGIN is proposed
+with that prediction (``Change.predicted_oom``) and not run, an out-of-memory trial at no cost; nothing is screened
+where a figure is missing (no measured peak, e.g. a CPU run). The margin's measurements: docs/agent-evidence.md.
 """
 
 from __future__ import annotations
@@ -39,7 +17,7 @@ from bot.agent.policy import LeverSpace, base_levers
 from bot.core.records import Change, RecordReader, Scalar
 from bot.core.state import Campaign
 
-MARGIN = 0.25  # screened only above (1 + MARGIN) x the device's memory (module docstring)
+MARGIN = 0.25  # screened only above (1 + MARGIN) x the device's memory: over the ratio's usual error (docs)
 
 
 def change_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:

@@ -1,19 +1,10 @@
 """Black-box baselines through the same loop and budget: random search and optuna (TPE, GP).
 
-Each proposal is a whole configuration drawn from the shared search space
-(:mod:`bot.agent.space`); it reaches the campaign as a Change whose first differing lever is
-``lever`` and the rest ``extra`` (a baseline is not bound to one lever per step). The samplers
-are stateless between calls: the study is rebuilt from the campaign's history each time, so a
-resumed campaign proposes the same thing. OOM and invalid layouts are told to the sampler as
-*infeasible observations* (a constraint violation), not dropped.
-
-Legality is computed in code for every policy alike (:func:`bot.agent.space.layout_problem`: degree
-divisibility, batch arithmetic, stage split, lever prerequisites -- what torchtitan refuses at start-up, no
-speed or memory estimate): random search samples uniformly over the *legal* configurations (rejection
-sampling); TPE/GP suggestions that are illegal are repaired to the nearest legal configuration (fewest
-levers changed, ties broken by the seeded RNG) and, when none is within two levers, told to the sampler as
-infeasible and asked again. Only about 1% of the raw grid is legal on the simulated tasks, so without this
-a black-box baseline would spend its whole step allowance on layouts that never start.
+Each proposal is a whole configuration from the shared search space (:mod:`bot.agent.space`), the first differing
+lever as ``lever`` and the rest ``extra``. Random search samples the legal configurations (rejection sampling); an
+illegal TPE/GP suggestion is repaired to the nearest legal one, or told infeasible when none is within two levers.
+Out-of-memory and invalid layouts are infeasible observations. Stateless: the study is rebuilt from the campaign's
+history on every call.
 """
 
 from __future__ import annotations

@@ -63,16 +63,11 @@ def addressable_share(d: Diagnosis | None) -> float | None:
 def no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None:
     """With no gain in hand, the campaign's probing is bounded by what the diagnosis says can be won.
 
-    (1) The incumbent's addressable share (exposed communication, bubble, recompute with memory to spare) is so
-    small that removing all of it would not clear the minimum worthwhile gain: nothing a trial could find is worth it -- stop
-    before the first step. (2) Otherwise, while no step has been kept, no new move starts once the campaign has
-    spent NO_GAIN_SHARE of its budget on its steps (the baseline and calibration, its set-up, are not counted; failed
-    starts, OOM retries, early-stopped trials and the pairs of undecided steps add up): a recipe whose diagnosis- and lesson-driven first moves all fail is most likely at its optimum already,
-    and each further probe only delays the verdict. Checked before every proposal (coupled retries included), and each
-    proposal may spend only what is left of that allowance (:func:`no_gain_allowance_left`), so a flat recipe costs its
-    set-up plus at most NO_GAIN_SHARE (issue 15's flat-task target: at most 30% of the budget, the set-up on the
-    simulator being one baseline run, 7% of a 14-run budget; issue 14's flat CPU
-    campaigns: at most 40%, the set-up there being a warm-up, 3 baseline runs and, once per recipe, 4 calibration runs)."""
+    (1) The incumbent's addressable share (exposed communication, bubble, recompute with memory to spare) could not
+    clear the minimum worthwhile gain even if all were removed: stop before the first step. (2) While no step has been
+    kept, no new move starts once the steps (not the set-up) have spent NO_GAIN_SHARE of the budget: a recipe whose
+    first moves all fail is most likely at its optimum. Checked before every proposal; each proposal may spend only
+    what is left of that allowance (:func:`no_gain_allowance_left`). How the share was chosen: docs/agent-evidence.md."""
     if campaign.incumbent_step != 0 or campaign.band is None:
         return None
     share = addressable_share(incumbent)
