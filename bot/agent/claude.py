@@ -1,10 +1,12 @@
-"""The ``claude`` policy: Claude through the anthropic SDK with tool use.
+"""The ``claude`` policy: Claude through the anthropic SDK, an agent loop over the default policy's moves.
 
-Claude sees the same context as the heuristic, as text — the diagnosis, the campaign history, the
-relevant lessons and the lever catalog with legal values — and answers with one tool call:
-``propose_change`` (one lever) or ``stop``. Its answer is validated exactly like the heuristic's
-(:func:`bot.agent.policy.validate_change`); an invalid answer, an API error or a missing
-``ANTHROPIC_API_KEY`` falls back to the heuristic, and the Change records which policy decided.
+Claude sees the campaign as text (the diagnosis, the history, the relevant lessons, the levers and their legal
+values) and works with tools (:mod:`.claude_tools`): it lists the moves the registry proposes now with their
+predictions, asks a layout's predicted step time and memory, reads a lesson, and ends with ``propose`` (one lever,
+or a listed move, validated like any proposal: an invalid one is answered with why, and it may try again) or
+``stop``. Several turns fit in a per-step token budget; a refusal, a timeout or another API error, an answer with no
+tool call, repeated bad input, or a spent budget or turn allowance hands the step to the default policy's own pick.
+The Change records what Claude relied on (``Change.consulted``), and a fallback says why in its ``policy``.
 """
 
 from __future__ import annotations
@@ -13,47 +15,31 @@ import json
 import os
 from typing import Any
 
+import anthropic
+
+from bot.agent.claude_tools import TOOLS, Toolbox, ToolError
 from bot.agent.heuristic import HeuristicPolicy
 from bot.agent.lessons import Lesson, relevant
-from bot.agent.policy import LeverSpace, lesson_context, validate_change
+from bot.agent.policy import LeverSpace, lesson_context
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
-from bot.core.records import Change, RecordReader, Stop
+from bot.core.records import Change, Consulted, RecordReader, Stop
 from bot.core.state import Campaign
 
 DEFAULT_MODEL = os.environ.get("ATTUNE_CLAUDE_MODEL", "claude-sonnet-5-5")  # claude-sonnet-4-5 reaches end-of-life 2026-11-30
-
-TOOLS: list[dict[str, Any]] = [
-    {
-        "name": "propose_change",
-        "description": "Propose exactly one lever change for the next campaign step.",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "lever": {"type": "string", "description": "a lever name from the catalog"},
-                "value": {"type": ["string", "number", "boolean"], "description": "the new value"},
-                "why": {"type": "string", "description": "the diagnosis-based rationale"},
-                "lessons": {"type": "array", "items": {"type": "string"}, "description": "ids of lessons relied on"},
-                "stacked_on": {"type": "integer", "description": "only to retry a step that ran out of memory: that step's number; "
-                               "the change is applied on top of its layout instead of the incumbent"},
-                "retry_reason": {"type": "string", "description": "only to propose again a configuration measured 'undecided': why "
-                                 "measuring it again can now decide"},
-            },
-            "required": ["lever", "value", "why"],
-        },
-    },
-    {
-        "name": "stop",
-        "description": "Stop the campaign: nothing left is worth the budget.",
-        "input_schema": {"type": "object", "properties": {"why": {"type": "string"}}, "required": ["why"]},
-    },
-]
+TOKEN_BUDGET = 20_000  # input + output tokens one decision may spend, all turns together
+MAX_TURNS = 6  # requests one decision may make
+MAX_ERRORS = 3  # tool calls answered is_error before the fallback decides
+TIMEOUT_S = 60.0  # one request
 
 SYSTEM = (
-    "You are ATTUNE, a throughput tuner for torchtitan LLM training recipes. Each step changes exactly one "
-    "lever. Never propose an objective-changing or precision-changing setting, a value already tried, or a "
-    "change whose prerequisite is missing (propose the prerequisite first). After an out-of-memory trial, "
-    "retry the layout with activation recomputation before abandoning it. Answer with one tool call."
+    "You are ATTUNE, a throughput tuner for torchtitan LLM training recipes. Each step changes exactly one lever. "
+    "Use the tools: list_moves shows what the default policy would do now and what the cost model predicts for each; "
+    "predict gives any layout's step time and memory; lesson reads the cited evidence. Then call propose (one lever, "
+    "or a listed move by id; a move of your own is welcome when the evidence supports it) or stop. Never propose an "
+    "objective-changing or precision-changing setting, a value already tried, or a change whose prerequisite is "
+    "missing. After an out-of-memory trial, retry the layout with activation recomputation before abandoning it. "
+    "Every answer must call a tool; be brief, the token budget is small."
 )
 
 
@@ -86,12 +72,16 @@ def build_prompt(campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson]
 
 
 class ClaudePolicy:
+    """The agent loop; ``client``: an ``anthropic.Anthropic`` (or one built from ``ANTHROPIC_API_KEY``)."""
+
     name = "claude"
 
-    def __init__(self, model: str | None = None, client: Any = None, max_tokens: int = 1024) -> None:
+    def __init__(self, model: str | None = None, client: Any = None, max_tokens: int = 1024, token_budget: int = TOKEN_BUDGET,
+                 max_turns: int = MAX_TURNS, max_errors: int = MAX_ERRORS, timeout_s: float = TIMEOUT_S) -> None:
         self.model = model or DEFAULT_MODEL
         self.client = client
         self.max_tokens = max_tokens
+        self.token_budget, self.max_turns, self.max_errors, self.timeout_s = token_budget, max_turns, max_errors, timeout_s
         self.fallback = HeuristicPolicy()
         self.last_error: str = ""
 
@@ -100,54 +90,67 @@ class ClaudePolicy:
             return self.client
         if not os.environ.get("ANTHROPIC_API_KEY"):
             raise RuntimeError("ANTHROPIC_API_KEY is not set")
-        import anthropic
-
         self.client = anthropic.Anthropic()
         return self.client
 
-    def _fallback(self, why: str, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], space: LeverSpace,
-                  records: RecordReader) -> Change | Stop:
+    def _fallback(self, why: str, box: Toolbox) -> Change | Stop:
+        """The default policy's own pick for this step, saying why Claude's did not decide."""
         self.last_error = why
-        decision = self.fallback.propose(campaign, diagnosis, lessons, space, records)
+        box.consulted.fallback = why
+        decision = self.fallback.propose(box.campaign, box.diagnosis, box.lessons, box.space, box.records)
         decision.policy = f"heuristic (claude fallback: {why[:160]})"
-        return decision
+        return decision.model_copy(update={"consulted": box.consulted}) if isinstance(decision, Change) else decision
 
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                 records: RecordReader) -> Change | Stop:
+        box = Toolbox(campaign, diagnosis, lessons, levers, records)
         try:
-            response = self._client().messages.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=SYSTEM,
-                tools=TOOLS,
-                tool_choice={"type": "any"},
-                messages=[{"role": "user", "content": build_prompt(campaign, diagnosis, lessons, levers)}],
-            )
-        except Exception as exc:  # API errors, network, missing key: fall back, say why
-            return self._fallback(f"{type(exc).__name__}: {exc}", campaign, diagnosis, lessons, levers, records)
-        call = next((b for b in response.content if getattr(b, "type", "") == "tool_use"), None)
-        if call is None:
-            return self._fallback("no tool call in the answer", campaign, diagnosis, lessons, levers, records)
-        args = dict(call.input or {})
-        if call.name == "stop":
-            return Stop(why=str(args.get("why", "")), policy=self.name)
-        if call.name != "propose_change" or "lever" not in args or "value" not in args:
-            return self._fallback(f"malformed tool call {call.name}", campaign, diagnosis, lessons, levers, records)
-        stacked = args.get("stacked_on")
-        if stacked is not None:
-            parent = next((s for s in campaign.steps if s.n == stacked), None) if isinstance(stacked, int) and not isinstance(stacked, bool) else None
-            if parent is None or not any(r.kind == "trial" and r.outcome == "oom" for r in parent.runs):
-                return self._fallback(f"invalid answer: stacked_on={stacked!r} is not a step that ran out of memory", campaign, diagnosis, lessons, levers, records)
-        current = catalog.effective(campaign.step(stacked).levers if stacked is not None else campaign.incumbent_levers)
-        try:
-            value = catalog.parse_value(str(args["lever"]), args["value"])
-        except catalog.LeverError as exc:
-            return self._fallback(f"invalid answer: {exc}", campaign, diagnosis, lessons, levers, records)
-        cited = args.get("lessons", [])
-        change = Change(lever=str(args["lever"]), before=current.get(str(args["lever"])), after=value, why=str(args.get("why", "")),
-                        lessons=[str(x) for x in cited] if isinstance(cited, list) else [], policy=self.name, stacked_on=stacked,
-                        retry_reason=str(args.get("retry_reason", "")))
-        problem = validate_change(campaign, change, levers)
-        if problem:
-            return self._fallback(f"invalid answer: {problem}", campaign, diagnosis, lessons, levers, records)
-        return change
+            client = self._client()
+        except RuntimeError as exc:
+            return self._fallback(str(exc), box)
+        messages: list[dict[str, Any]] = [{"role": "user", "content": build_prompt(campaign, diagnosis, lessons, levers)}]
+        return self._loop(client, messages, box)
+
+    def _loop(self, client: Any, messages: list[dict[str, Any]], box: Toolbox) -> Change | Stop:
+        used, errors = box.consulted, 0
+        for turn in range(1, self.max_turns + 1):
+            if used.tokens >= self.token_budget:
+                return self._fallback(f"token budget spent: {used.tokens} of {self.token_budget} tokens in {turn - 1} turns", box)
+            try:
+                response = client.messages.create(
+                    model=self.model, max_tokens=min(self.max_tokens, self.token_budget - used.tokens), system=SYSTEM,
+                    tools=TOOLS, tool_choice={"type": "any"}, messages=messages, timeout=self.timeout_s)
+            except anthropic.APITimeoutError:
+                return self._fallback(f"timeout: no answer within {self.timeout_s:g} s on turn {turn}", box)
+            except Exception as exc:  # API errors, network: fall back, say why
+                return self._fallback(f"{type(exc).__name__}: {exc}", box)
+            used.turns = turn
+            used.tokens += response.usage.input_tokens + response.usage.output_tokens
+            text = " ".join(b.text for b in response.content if b.type == "text").strip()
+            if response.stop_reason == "refusal":
+                said = text or getattr(getattr(response, "stop_details", None), "explanation", None) or "declined to answer"
+                return self._fallback(f"refusal: {said}", box)
+            calls = [b for b in response.content if b.type == "tool_use"]
+            if not calls:
+                return self._fallback(f"no tool call in the answer (stop_reason {response.stop_reason})", box)
+            messages.append({"role": "assistant", "content": [b.model_dump(mode="json", exclude_none=True) for b in response.content]})
+            results: list[dict[str, Any]] = []
+            for call in calls:
+                try:
+                    answer = box.call(call.name, call.input)
+                except ToolError as exc:
+                    errors += 1
+                    used.rejected.append(f"{call.name}: {exc}")
+                    results.append({"type": "tool_result", "tool_use_id": call.id, "content": str(exc), "is_error": True})
+                    continue
+                if isinstance(answer, Change | Stop):
+                    return self._decided(answer, used)
+                results.append({"type": "tool_result", "tool_use_id": call.id, "content": answer})
+            if errors > self.max_errors:
+                return self._fallback(f"malformed tool input {errors} times; the last: {results[-1]['content']}", box)
+            messages.append({"role": "user", "content": results})
+        return self._fallback(f"no decision after {self.max_turns} turns ({used.tokens} tokens)", box)
+
+    def _decided(self, decision: Change | Stop, used: Consulted) -> Change | Stop:
+        self.last_error = ""
+        return decision.model_copy(update={"consulted": used}) if isinstance(decision, Change) else decision
