@@ -138,10 +138,10 @@ def undoes_a_kept_step(campaign: Campaign, lever: str, value: Scalar, min_gain: 
     """Whether ``lever=value`` moves a lever back to the value a kept (A/B-confirmed or decisive) step moved it away
     from -- with ``min_gain``, only a kept step that gained that much. Blind exploration never does (that direction
     was measured as a gain beyond the noise band); a lesson never undoes a gain of MOMENTUM_GAIN or more (PP 2 -> 1
-    right after PP 1 -> 2 was kept at +433 %), while a smaller one may be revisited (what it traded may matter more
+    right after a kept PP 1 -> 2), while a smaller one may be revisited (what it traded may matter more
     later); coupled retries still may. Blind exploration reads each kept step's own change; with ``min_gain`` every
     change of a kept chain counts (an enabler kept with the change stacked on it: PP 1 -> 2 as the enabler of local
-    batch 2 -> 4, kept together at +524 %)."""
+    batch 2 -> 4, kept together)."""
     for s in campaign.steps:
         if not s.kept or (min_gain is not None and (s.gain or 0.0) < min_gain):
             continue

@@ -23,7 +23,7 @@ NO_RECOMPUTE_HEADROOM = 0.05  # the same headroom the less-recompute follow-up a
 def patience_stop(campaign: Campaign) -> str | None:
     """Stop before generic exploration once a gain is in hand and, since the last kept step, either PATIENCE
     measured steps found nothing or the steps spent PATIENCE_RUNS baseline runs' device-hours (failed starts and
-    coupled retries add up: one blind probe on GLM-4.5 opened a five-step OOM chain): every diagnosis- and
+    coupled retries add up: one blind probe can open a chain of out-of-memory retries): every diagnosis- and
     lesson-driven move is spent, and each further blind probe costs device-hours that delay payback."""
     if campaign.incumbent_step == 0:
         return None

@@ -58,17 +58,8 @@ __all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "TASKS_DIR", "FLAT_GA
 
 SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seeded RNG
 DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
-# the tasks whose traces were read while the agent's rules were developed: the four tasks shipped before issue 15, and
-# deepseek-v3/h200x256 (added report-only in 4394aba; its bubble-bound campaign motivated the zero-bubble lesson, so
-# it moved here), qwen3-30b-a3b/b200x16 (added report-only; its session-8 traces motivated the prerequisite-enabler
-# and keep-going rules, so it moved here) and llama3.1-70b/h100x64 (added report-only; its seed-0 trace, a TP 8 -> 4
-# step that fit but the memory screen refused at a 10 % margin, set the screen's margin in session 9, so it moved
-# here), qwen3-235b-a22b/h200x64 (added report-only; its session-17 trace, a PP 1 -> 4 chain rejected under the
-# incumbent's never-chosen 1F1B, motivated the schedule follow-up, so it moved here), llama3.1-70b/b200x32 (added
-# report-only; its session-19 trace, a TP 4 -> 2 on its local-batch enabler stopped early twice, made a change stacked on
-# its enabler count for refuted, so it moved here), llama3.1-70b/h200x32 (added report-only; in session 29 its jump
-# reviews, one notch back and each measured slower, were read while the review's stop rule was chosen, so it moved
-# here); every other task is report-only: run to report, its traces not used for rules
+# the tasks whose traces were read while the agent's rules were developed (which, and the rule each shaped:
+# docs/agent-evidence.md, Development tasks); every other task is report-only: run to report, its traces not used for rules
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
              "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64", "llama3.1-70b/b200x32",
              "llama3.1-70b/h200x32")

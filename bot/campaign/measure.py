@@ -155,8 +155,8 @@ def outliers(state: Campaign, st: Step) -> dict[int, str]:
     """Pairs with a run hit by a transient slowdown (or speed-up), by pair number, with why: a side's run far from the
     median of everything measured of that side in this step (the incumbent: its last estimate and this step's
     incumbent runs; the candidate: its trial and pair runs). A machine that drifts moves every later run with it, so
-    the median follows and no pair is excluded; one run hit by another process stands alone (a demo's incumbent run
-    measured 2,036 tok/s between runs of 5,974 and 7,746: +280% claimed for a +30% change)."""
+    the median follows and no pair is excluded; one run hit by another process stands alone (the case that
+    motivated it: docs/agent-evidence.md)."""
     pairs = [r for r in st.runs if log_ratio(r) is not None]
     if not pairs:
         return {}
