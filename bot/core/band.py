@@ -48,6 +48,9 @@ class Band(BaseModel):
         signals = {}
         for name, sb in self.signals.items():
             ref = series(reference, name)
-            band = [max(b, tolerance * abs(ref[i])) if ref and i < len(ref) and ref[i] is not None else b for i, b in enumerate(sb.band)]
+            band = []
+            for i, b in enumerate(sb.band):
+                r = ref[i] if i < len(ref) else None
+                band.append(b if r is None else max(b, tolerance * abs(r)))
             signals[name] = sb.model_copy(update={"band": band})
         return self.model_copy(update={"signals": signals, "precision_tolerance": tolerance})

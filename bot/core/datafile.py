@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -143,7 +144,7 @@ def _data_path(entry: Any, loc: Sequence[Any]) -> list[Any]:
     return path
 
 
-def _message(err: dict[str, Any], allowed: Sequence[str]) -> str:
+def _message(err: ErrorDetails, allowed: Sequence[str]) -> str:
     kind = err.get("type", "")
     msg = str(err.get("msg", "invalid value"))
     for prefix in ("Value error, ", "Assertion failed, "):

@@ -3,7 +3,7 @@
 Each lever has its override path (the recipe key is torchtitan's dotted config name), a type and
 domain, a tier (B bit-identical, R reduction-order only, N numerics-changing but commonly
 accepted, X objective-changing) and prerequisites. Source for every row:
-``shared/reference/torchtitan.md`` §1 (flags verified against the 0.3.0 wheel with
+``docs/reference/torchtitan.md`` §1 (flags verified against the 0.3.0 wheel with
 ``ConfigManager().parse_args``) — https://github.com/pytorch/torchtitan/tree/release/0.3 .
 
 Activation checkpointing is the key ``activation_checkpoint`` (``none|selective|full|memory_budget``):
@@ -108,7 +108,7 @@ def _coerce(lever: Lever, raw: Scalar | str) -> Scalar:
         if isinstance(raw, bool):
             raise LeverError(f"{lever.name}: expected a number; got {raw!r}")
         try:
-            number = float(raw)  # type: ignore[arg-type]
+            number = float(raw)
         except (TypeError, ValueError):  # TypeError: a list, a mapping or null from YAML
             raise LeverError(f"{lever.name}: expected a number; got {raw!r}") from None
         if not math.isfinite(number):  # nan passes every range check
@@ -124,7 +124,7 @@ def _coerce(lever: Lever, raw: Scalar | str) -> Scalar:
 
 def _levers() -> dict[str, Lever]:
     rows = [
-        # --- parallelism (torchtitan.md §1a) ---
+        # --- parallelism (docs/reference/torchtitan.md §1a) ---
         Lever("parallelism.data_parallel_shard_degree", "int", "R", "FSDP degree (-1 = leftover ranks). Pin the global batch.", minimum=-1),
         Lever("parallelism.data_parallel_replicate_degree", "int", "R", "DDP/HSDP replicate degree.", minimum=1),
         Lever("parallelism.fsdp_reshard_after_forward", "choice", "B", "Reshard params after forward (never = ZeRO-2-like).", choices=("default", "always", "never")),
@@ -341,9 +341,9 @@ INERT_UNLESS: tuple[tuple[str, str, Scalar, str], ...] = (
     ("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree", 1,
      _TT + "distributed/pipeline_parallel.py (read only when building the pipeline schedule)"),
     ("compile.enable_async_tensor_parallel", "parallelism.tensor_parallel_degree", 1,
-     "shared/reference/torchtitan.md section 1, Async TP: micro-pipelines the TP collectives, does nothing unless TP>1"),
+     "docs/reference/torchtitan.md section 1, Async TP: micro-pipelines the TP collectives, does nothing unless TP>1"),
     ("parallelism.enable_sequence_parallel", "parallelism.tensor_parallel_degree", 1,
-     "shared/reference/torchtitan.md section 1, Sequence parallel: shards along the sequence inside the TP plan, needs TP>1"),
+     "docs/reference/torchtitan.md section 1, Sequence parallel: shards along the sequence inside the TP plan, needs TP>1"),
 )
 
 

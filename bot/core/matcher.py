@@ -199,7 +199,7 @@ AllOf.model_rebuild()
 AnyOf.model_rebuild()
 NotOf.model_rebuild()
 
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(Condition)
+_ADAPTER: TypeAdapter[Leaf | AllOf | AnyOf | NotOf] = TypeAdapter(Condition)
 
 
 def parse_condition(data: Any) -> Leaf | AllOf | AnyOf | NotOf:
@@ -255,12 +255,12 @@ def _leaf_matches(leaf: Leaf, ctx: Mapping[str, Any]) -> bool:
     if not _is_number(actual):
         return False
     if op == "lt":
-        return actual < value
+        return bool(actual < value)
     if op == "le":
-        return actual <= value
+        return bool(actual <= value)
     if op == "gt":
-        return actual > value
-    return actual >= value  # ge
+        return bool(actual > value)
+    return bool(actual >= value)  # ge
 
 
 def matches(cond: Leaf | AllOf | AnyOf | NotOf, ctx: Mapping[str, Any]) -> bool:

@@ -188,7 +188,7 @@ def _pin_problem(key: str, value: Any) -> str | None:
     if value is None or not isinstance(value, bool | int | float | str):
         return f"expected a number, text or true/false, got {_shown(value)}"
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if number and not math.isfinite(value):
+    if number and not isinstance(value, str) and not math.isfinite(value):
         return f"expected a finite number, got {_shown(value)}"
     pin = PIN_TYPES.get(key)
     if pin is None:

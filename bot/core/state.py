@@ -50,7 +50,7 @@ class RunRef(BaseModel):
         measurement window, :attr:`Campaign.measure_steps`), not over every step after the warm-up."""
         s = record.summary
         tps = s.tps_median if window is None else window_median(record.steps, *window)
-        return cls(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=tps,  # type: ignore[arg-type]
+        return cls(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=tps,
                    tps_cv=s.tps_cv, device_hours=s.device_hours, record=ref, simulated=record.simulated)
 
 

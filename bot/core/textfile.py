@@ -7,6 +7,7 @@ where it is, never a ``UnicodeDecodeError`` traceback.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -24,7 +25,7 @@ def decode_utf8(data: bytes, source: str) -> str:
                       "save the file as UTF-8") from None
 
 
-def read_utf8(path: str | Path) -> str:
+def read_utf8(path: str | os.PathLike[str]) -> str:
     """The file's text. ``OSError`` passes through (callers phrase it); bad encoding is :class:`NotText`.
 
     Line ends are kept as they are in the file (no universal-newline translation), so a file
