@@ -4,7 +4,7 @@ keeps this module from importing ``bot.sim`` beyond the model and hardware facts
 What a cost-model tuner ranks layouts with, from textbook formulas and datasheet figures, no fitted factor: compute
 (FLOPs per token, recompute, a GEMM roofline at GEMM_EFF), communication (α-β, ring collectives at LINK_EFF; TP and
 EP exposed, EP hidden under DualPipeV, FSDP and CP up to compute), the pipeline bubble and memory (FSDP2 states,
-Korthikanti activations, MEMORY_MARGIN). Formulas and sources: docs/agent-evidence.md, docs/reference/.
+Korthikanti activations, MEMORY_MARGIN). Formulas and sources: docs/agent-evidence.md, docs/reference/performance-model.md.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ GIB = 2.0**30
 TP, PP, CP, EP = catalog.PARALLEL_DEGREES
 LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
                       "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
-GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (docs/reference/performance-model.md)
+GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (docs/reference/performance-model.md#46-open-calculators-and-simulators-with-claimed-accuracy)
 LINK_EFF = 0.8  # bus bandwidth reached by large NCCL collectives relative to the link (nccl-tests PERFORMANCE.md)
 ALPHA_S = 20e-6  # per-collective latency, order of NCCL ring latency at these scales (alpha of the α-β model)
-MEMORY_MARGIN = 0.10  # Primus memory pre-filter margin (docs/reference/performance-model.md)
+MEMORY_MARGIN = 0.10  # Primus memory pre-filter margin (docs/reference/performance-model.md#11-estimate-first-then-run)
 ZERO_BUBBLE = ("InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 MULTI_STAGE = ("Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV")
 # all forwards of a flush before any backward: every microbatch's activations are held at once (torch's ScheduleGPipe,
@@ -90,9 +90,10 @@ def counts(m: ModelSpec) -> tuple[float, float, float, float]:
 
 
 def bubble_fraction(pp: int, schedule: str, microbatches: int) -> float:
-    """The pipeline bubble as a fraction of the busy time (docs/reference/performance-model.md): (p-1)/(v·m) for p stages, v stages
-    per rank (2 for the multi-stage schedules, torchtitan's default) and m microbatches per flush; a third of that
-    for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B); 0 without pipeline parallelism."""
+    """The pipeline bubble as a fraction of the busy time (docs/reference/performance-model.md#43-pipeline-bubbles):
+    (p-1)/(v·m) for p stages, v stages per rank (2 for the multi-stage schedules, torchtitan's default) and m
+    microbatches per flush; a third of that for the zero-bubble family (ZB-H1 ≈ 1/3 of 1F1B); 0 without pipeline
+    parallelism."""
     if pp <= 1:
         return 0.0
     frac = (pp - 1) / ((2 if schedule in MULTI_STAGE else 1) * max(microbatches, 1))

@@ -49,7 +49,7 @@ def _quick_legal(recipe: Recipe, tp: int, pp: int, cp: int, ep: int, lbs: int, n
 
 Ranked = tuple[float, tuple[tuple[str, Scalar], ...], str]  # (estimated step s, levers, summary)
 # how far over the device the formula may put a layout that still fits: it counts a dense layer's activations about
-# 1.7x the bytes Megatron's 18 + 4F/h formula gives (docs/reference/performance-model.md, memory), so a layout it puts at up to twice
+# 1.7x the bytes Megatron's 18 + 4F/h formula gives (docs/reference/performance-model.md#42-memory-per-gpu), so a layout it puts at up to twice
 # the device's memory can still fit by a measured peak times its ratio (:mod:`bot.agent.layout_jump`)
 MEMORY_SLACK = 2.0
 

@@ -23,7 +23,8 @@ from bot.core.recipe import Recipe
 from bot.core.records import Scalar
 
 DEGREES = catalog.PARALLEL_DEGREES
-MIN_SAVING = 0.10  # of the incumbent's estimated step: the model's error on one layout is of this order (docs/reference/performance-model.md)
+MIN_SAVING = 0.10  # of the incumbent's estimated step: the model's error on one layout is of this order
+# (docs/reference/performance-model.md#46-open-calculators-and-simulators-with-claimed-accuracy)
 TIE = 0.01  # of the fastest estimate: layouts within it are a tie the model cannot break (it errs by MIN_SAVING)
 # torch.compile's cited speed-up (lesson compile-on-gpu's evidence): what a layout that rules compile out forgoes while
 # the campaign has yet to try it
