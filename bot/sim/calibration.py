@@ -1,4 +1,4 @@
-"""Calibration of the simulator against published throughput (``calibration.yaml``, perfmodel.md §7).
+"""Calibration of the simulator against published throughput (``calibration.yaml``, docs/reference/performance-model.md §7).
 
 ``calibrate()`` predicts every row with the current efficiency factors and reports per-row relative error plus
 mean / max absolute error over all rows, fit rows and holdout rows separately. ``fit_factors()`` refits the fitted

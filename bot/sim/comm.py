@@ -1,4 +1,4 @@
-"""Collective communication times per parallel axis (perfmodel.md §4.4), alpha-beta model on NCCL bus bandwidth.
+"""Collective communication times per parallel axis (docs/reference/performance-model.md §4.4), alpha-beta model on NCCL bus bandwidth.
 
 Bytes per rank follow the nccl-tests definitions: all-gather / reduce-scatter / all-to-all move ``(n-1)/n * M``,
 all-reduce ``2 (n-1)/n * M``. A group inside one node runs at NVLink bus bandwidth; a group that crosses nodes is

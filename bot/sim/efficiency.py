@@ -58,13 +58,13 @@ class EfficiencyFactors(BaseModel):
         description="share of EP all-to-all hidden by the stack (Megatron 1F1B A2A overlap / shared-expert overlap, "
         "megatron/core/transformer/moe/README.md); torchtitan's dispatch blocks")
     nvlink_eff: float = Field(0.80, description="NCCL bus bandwidth / NVLink peak; 8xH100 all-reduce busbw "
-                              "~360-480 GB/s (docs.alayanew.com nccl-tests, perfmodel.md §4.5)")
+                              "~360-480 GB/s (docs.alayanew.com nccl-tests, docs/reference/performance-model.md §4.5)")
     internode_eff: float = Field(0.80, description="NCCL bus bandwidth / NIC peak (400 Gb/s -> ~40 GB/s)")
     alpha_intra_s: float = Field(8e-6, description="assumption: per-ring-step latency inside a node")
     alpha_inter_s: float = Field(15e-6, description="assumption: per-ring-step latency across nodes")
     fsdp_overlap: float = Field(0.9, description="assumption: share of compute time usable to hide FSDP collectives")
     overlap_interference: float = Field(0.1, description="assumption: slowdown per second of hidden collective time "
-                                        "(NCCL kernels occupy SMs and HBM; perfmodel.md §1.1 contention)")
+                                        "(NCCL kernels occupy SMs and HBM; docs/reference/performance-model.md §1.1 contention)")
     pp_p2p_exposed: float = Field(0.5, description="assumption: share of pipeline send/recv time on the critical path")
     cp_exposed: float = Field(0.5, description="assumption: share of context-parallel KV exchange time not overlapped")
     ep_sync_s: float = Field(3e-4, description="assumption: host sync per all-to-all, 'standard' (host-synced) dispatcher")
@@ -75,7 +75,7 @@ class EfficiencyFactors(BaseModel):
     sac_memory: float = Field(0.38, description="assumption, checked against torchtitan's 8B SAC peak (82.4 GiB): per-op SAC "
                               "activation memory / no-AC activation memory")
     sac_recompute: float = Field(0.5, description="share of forward GEMMs per-op SAC recomputes: torchtitan's policy "
-                                 "saves every second mm (torchtitan.md §1b)")
+                                 "saves every second mm (docs/reference/torchtitan.md §1b)")
     hbm_eff: float = Field(0.7, description="assumption: achieved/peak HBM bandwidth for memory-bound kernels")
     launch_s: float = Field(4e-6, description="assumption: CPU launch cost per kernel without CUDA graphs")
     kernels_per_layer: float = Field(120.0, description="assumption: kernels per layer per microbatch, fwd+bwd, eager")

@@ -1,6 +1,6 @@
 """Hardware profiles: per-GPU peak compute, memory and interconnect figures, each cited.
 
-Figures are vendor datasheet values (dense, no sparsity) as collected in perfmodel.md §4.5, plus the torchtitan
+Figures are vendor datasheet values (dense, no sparsity) as collected in docs/reference/performance-model.md §4.5, plus the torchtitan
 benchmark pages for the 96 GB HBM2e / 500 W H100 part. Bandwidths are per GPU and per direction. How much of each
 peak is achieved is not a hardware fact: that lives in ``bot.sim.efficiency`` (fitted on calibration rows).
 """
@@ -85,9 +85,9 @@ HARDWARE: dict[str, HardwareSpec] = {
             name="2-core AMD EPYC VM (AVX2 + FMA; no AVX-512, AVX512-BF16 or AMX), 24 GB; one gloo rank per core",
             bf16_tflops=0.0012, fp8_tflops=0.0, hbm_gib=11.0, hbm_tbs=0.02,
             nvlink_gbs=2.0, internode_gbs=0.1, gpus_per_node=2, tdp_w=0, kind="cpu",
-            sources=["shared/reference/cpu-torchtitan.md"],
+            sources=["docs/reference/cpu-torchtitan.md"],
             notes="bf16_tflops: a [512x256]@[256x768] bf16 matmul ran at 1.2 GFLOP/s (fp32: 65.5 GFLOP/s per core), "
-            "measured (cpu-torchtitan.md section 1); the CPU recipes train in fp32. hbm_gib: half the host's 24 GB per "
+            "measured (docs/reference/cpu-torchtitan.md section 1); the CPU recipes train in fp32. hbm_gib: half the host's 24 GB per "
             "rank [derived]. hbm_tbs, nvlink_gbs (gloo over loopback), internode_gbs and tdp_w are [assumed] placeholders: "
             "the simulator is used on this profile for layout legality, not for speed.",
         ),

@@ -2,7 +2,7 @@
 
 ``resolve_layout`` applies torchtitan's defaults to missing levers, derives the leftover FSDP degree, the gradient
 accumulation count and the pipeline stage split, and refuses layouts that torchtitan (or PyTorch pipelining) would
-refuse at parse or build time, returning the reason (torchtitan.md §0, §1a-1e). It never estimates speed or memory.
+refuse at parse or build time, returning the reason (docs/reference/torchtitan.md §0, §1a-1e). It never estimates speed or memory.
 
 Levers named ``sim.*`` are calibration-only extensions (not torchtitan config) used to describe published runs of
 other stacks: ``sim.stack`` (torchtitan | megatron | meta) and ``sim.virtual_stages`` (Megatron-style virtual
@@ -31,7 +31,7 @@ V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 MB_GE_STAGES = ("1F1B", "DualPipeV")  # torch refuses fewer microbatches than stages (schedules.py L1020, L3439)
 _SCHEDULES = {s.lower(): s for s in SINGLE_STAGE_SCHEDULES + MULTI_STAGE_SCHEDULES}
 
-# name -> (kind, default). Defaults are torchtitan 0.3.0 framework defaults (torchtitan.md §1).
+# name -> (kind, default). Defaults are torchtitan 0.3.0 framework defaults (docs/reference/torchtitan.md §1).
 LEVER_DEFAULTS: dict[str, tuple[str, Any]] = {
     "parallelism.data_parallel_shard_degree": ("int", -1),
     "parallelism.data_parallel_replicate_degree": ("int", 1),

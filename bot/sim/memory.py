@@ -1,4 +1,4 @@
-"""Per-rank peak memory (perfmodel.md §4.2): model states, unsharded parameters, activations, logits, overhead.
+"""Per-rank peak memory (docs/reference/performance-model.md §4.2): model states, unsharded parameters, activations, logits, overhead.
 
 Model states under torchtitan FSDP2 are fp32 parameters + fp32 gradients + two fp32 AdamW moments = 16 B per
 parameter (12 B counted as states, the 4 B of gradients under "grads"), sharded over the FSDP group (dense weights: ``dp_shard*cp`` after TP; routed experts: ``efsdp`` after
@@ -11,7 +11,7 @@ Activations per token per layer are counted in bf16 elements from the tensors au
 MoE block with flash attention (no s^2 score matrix), then reduced by the activation-checkpointing mode; the
 pipeline schedule decides how many microbatch-chunks are in flight (``bot.sim.pipeline``). Framework buffers and
 fragmentation are a fixed overhead plus a proportional margin (the Megatron estimator and Primus make the same
-allowance, perfmodel.md §4.2).
+allowance, docs/reference/performance-model.md §4.2).
 """
 
 from __future__ import annotations

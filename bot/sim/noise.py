@@ -1,6 +1,6 @@
 """Seeded measurement noise and a modelled loss curve; everything here is *simulated*.
 
-Throughput noise follows perfmodel.md §5: run-to-run spread of about 1-3 % on one allocation (torchtitan
+Throughput noise follows docs/reference/performance-model.md §5: run-to-run spread of about 1-3 % on one allocation (torchtitan
 autoresearch: "TPS fluctuates ~1-3 %"; Llama 3: 1-2 % diurnal swing). A run draws one offset (allocation / clock
 state, sigma 1.2 %) and each step adds jitter (sigma 1 %), with rare slow steps (stragglers, GC). The same seed and
 the same run key always give the same numbers.

@@ -1,4 +1,4 @@
-"""Pipeline schedules: bubble length and in-flight activations per schedule (perfmodel.md §4.3).
+"""Pipeline schedules: bubble length and in-flight activations per schedule (docs/reference/performance-model.md §4.3).
 
 Bubbles are in units of ``T_mb``, one microbatch's forward+backward through all of a rank's stages:
 GPipe / 1F1B idle ``p - 1``; interleaved schedules ``(p - 1) / v`` (Narayanan et al. 2021); zero-bubble variants
