@@ -9,7 +9,7 @@ Calibration runs (:func:`calibration_specs`), all against the baseline run with 
 
 1. the baseline again (determinism; on this CPU it is bitwise identical);
 2. the baseline with every initial weight multiplied by (1 + 1e-6 * N(0,1)) (hook
-   ``init_perturb``; a stand-in for nondeterministic kernels, gate.md §4.3);
+   ``init_perturb``; a stand-in for nondeterministic kernels, docs/reference/gate.md §4.3);
 3. a gradient-accumulation split (another local batch, the global batch pinned);
 4. another ``loss.num_chunks`` (chunked cross-entropy).
 

@@ -18,7 +18,7 @@ The band (:func:`calibrate_band`): ``envelope_t`` is the running maximum over st
 perturbations, known-legitimate variants); ``band_t = max(safety * envelope_t, floor)``. The
 safety factor (default :data:`DEFAULT_SAFETY` = 5) buys margin beyond the calibration runs:
 with N exchangeable calibration runs a new legitimate run exceeds their maximum with
-probability <= 1/(N+1) (gate.md §4.3; Megatron's golden-value tooling uses 1.5-3, the gate.md
+probability <= 1/(N+1) (docs/reference/gate.md §4.3; Megatron's golden-value tooling uses 1.5-3, the docs/reference/gate.md
 pilot 10). The floor is :data:`FLOOR_QUANTA` print quanta: torchtitan prints the loss with 5
 decimals and the grad norm with 4 (``components/metrics.py``: ``{loss:8.5f}``,
 ``{grad_norm:7.4f}``), so two values whose true difference is ``d`` can print up to ``d + 1``

@@ -12,7 +12,7 @@ Rules, each with its source:
   context_parallel/api.py`` ``cp_shard``: ``assert isinstance(attention_masks, (BlockMask, dict))``) and the SPMD
   backends refuse CP with SDPA (``torchtitan/distributed/full_dtensor.py`` ``validate_config``); FlexAttention has
   no CPU backward in torch 2.13 (``NotImplementedError: FlexAttention does not support backward on CPU``,
-  shared/reference/cpu-torchtitan.md §1), so a CPU run uses SDPA with a dense mask and CP dies with that
+  docs/reference/cpu-torchtitan.md §1), so a CPU run uses SDPA with a dense mask and CP dies with that
   ``AssertionError`` (measured: layout ``cp2``).
 - **PP microbatches.** ``n_microbatches = local_batch_size / pipeline_parallel_microbatch_size``
   (``torchtitan/distributed/pipeline_parallel.py`` L303-311). torch's ``Schedule1F1B`` refuses fewer microbatches
@@ -20,7 +20,7 @@ Rules, each with its source:
   ``torch/distributed/pipelining/schedules.py`` L1020), and ``ScheduleDualPipeV`` likewise over its 2 stages per
   rank (L3439); measured: layouts ``pp2_1f1b_lbs1``, ``pp2_1f1b_mbs2``.
 - **Stages per rank.** Multi-stage schedules (Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble,
-  DualPipeV) build 2 stages per rank (torchtitan.md §1a "PP schedule"), so ``pp * 2`` stages must not exceed the
+  DualPipeV) build 2 stages per rank (docs/reference/torchtitan.md §1a "PP schedule"), so ``pp * 2`` stages must not exceed the
   layers plus the embedding and output stages the split leaves.
 """
 

@@ -2,7 +2,7 @@
 
 torchtitan 0.3.0 assumes CUDA. Each patch below is small, documented and tested
 (`tests/runner/test_cpu_compat.py` fails when torchtitan stops needing a patch or changes the
-patched shape). Facts and measurements: ``shared/reference/cpu-torchtitan.md`` §5 and the
+patched shape). Facts and measurements: ``docs/reference/cpu-torchtitan.md`` §5 and the
 "minimal recipe".
 
 The layer is active only when no accelerator is present (``should_apply``), and only inside the

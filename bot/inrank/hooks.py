@@ -11,7 +11,7 @@ Failure hooks (runner tests):
 - ``hang_at:N``   stop making progress at step N (sleep forever) — the runner must call it a hang.
 - ``oom_at:N``    ask torch for an impossible host allocation at step N (torch's real OOM text).
 
-Fault hooks (silent-correctness faults from ``shared/reference/gate.md`` §2-§3; the run finishes
+Fault hooks (silent-correctness faults from ``docs/reference/gate.md`` §2-§3; the run finishes
 but trains something different):
 - ``loss_per_microbatch``  each microbatch's loss is its own token mean, averaged over
   microbatches and ranks, instead of the global valid-token mean (F13; torchtitan#1842).
@@ -49,7 +49,7 @@ Layout fault hooks (parallel-layout bugs; the run finishes but trains something 
 - ``seed_not_loaded``      the checkpoint load at start-up is skipped: the layout draws its own initial weights
   instead of the seed checkpoint's.
 
-MoE fault hooks (torchtitan's MoE code, ``torchtitan.models.common.moe``; gate.md §2.3):
+MoE fault hooks (torchtitan's MoE code, ``torchtitan.models.common.moe``; docs/reference/gate.md §2.3):
 - ``moe_topk_reduced``     the router silently keeps only each token's top-1 expert: the others get weight 0
   (their outputs and gradients vanish), as a top-k config bug would.
 - ``moe_capacity_drop:F``  tokens dropped as a capacity limit would: per expert, the routed tokens beyond
@@ -62,7 +62,7 @@ MoE fault hooks (torchtitan's MoE code, ``torchtitan.models.common.moe``; gate.m
 
 Calibration hook (not a fault):
 - ``init_perturb:SEED``    every initial weight multiplied by (1 + 1e-6 * N(0, 1)) (a stand-in
-  for kernel nondeterminism, gate.md §4.3).
+  for kernel nondeterminism, docs/reference/gate.md §4.3).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``torchrun … -m torchtitan.train --module M --config C`` then every global ``--section.field``
 flag (pins first, then levers, then the runner's own), then the positional
 ``activation-checkpoint:<mode>`` subcommand, then the AC-specific flags. Booleans are
-``--x`` / ``--no-x``. Source: torchtitan.md §0 ("Tyro requires global options to precede union
+``--x`` / ``--no-x``. Source: docs/reference/torchtitan.md §0 ("Tyro requires global options to precede union
 subcommands", https://github.com/pytorch/torchtitan/pull/3559).
 """
 

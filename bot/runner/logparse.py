@@ -1,6 +1,6 @@
 """Parse torchtitan's console output and structured JSONL spans into step metrics.
 
-Tolerant patterns (torchtitan.md §6): ANSI colour codes stripped, thousands separators in tps,
+Tolerant patterns (docs/reference/torchtitan.md §6): ANSI colour codes stripped, thousands separators in tps,
 widths and decimals not assumed, ``validate step:`` lines ignored, ``mfu: N/A`` accepted.
 """
 

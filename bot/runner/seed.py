@@ -6,7 +6,7 @@ stage differently (``torchtitan/distributed/utils.py`` ``set_determinism``). Lay
 weights and the gate cannot compare them. torchtitan's own answer is a seed checkpoint made on one rank with every
 degree 1 (``--checkpoint.create_seed_checkpoint``) and loaded by every run ([R] ``docs/debugging.md``
 "Seed-Checkpoint-based Reproducibility"; measured here: FSDP from a seed checkpoint matches replicate to 1.9e-6,
-shared/reference/cpu-torchtitan.md §3).
+docs/reference/cpu-torchtitan.md §3).
 
 Interface (small on purpose; other workloads reuse it):
 

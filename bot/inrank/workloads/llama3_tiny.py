@@ -6,9 +6,9 @@ tokenizer and text come from :mod:`bot.inrank.workloads.text` (deterministic, no
 
 What the config function fixes (part of the objective or needed on the CPU):
 - ``training.mixed_precision_param = float32``: bf16 matmuls are ~54× slower on AVX2-only CPUs
-  (cpu-torchtitan.md TL;DR 1); it also keeps the gate's noise floor low.
+  (docs/reference/cpu-torchtitan.md TL;DR 1); it also keeps the gate's noise floor low.
 - ``training.disable_cuda_graphs = True`` (no CUDA), ``parallelism.spmd_backend = partial_dtensor``
-  (torch 2.13's FSDP2 cannot convert spmd_types params for dp>1; cpu-torchtitan.md §5 item 2).
+  (torch 2.13's FSDP2 cannot convert spmd_types params for dp>1; docs/reference/cpu-torchtitan.md §5 item 2).
 - ``debug.enable_structured_logging`` stays on: the runner reads its JSONL spans.
 """
 
