@@ -3,7 +3,7 @@
 
 A real run costs ~20 s on an idle 2-core box, so it is made once. The recipe is the shipped one
 with two test settings: one OpenMP thread (two spinning threads are up to 10x slower when
-another process shares the box; cpu-torchtitan.md §1) and one warm-up step (so the summary's
+another process shares the box; docs/reference/cpu-torchtitan.md §1) and one warm-up step (so the summary's
 exclusion of step 1 is visible).
 """
 

@@ -1,4 +1,4 @@
-"""The layer contract of shared/DESIGN.md (``[tool.importlinter]`` in pyproject.toml) holds, and it can fail: the same
+"""The layer contract of docs/architecture.md (``[tool.importlinter]`` in pyproject.toml) holds, and it can fail: the same
 check on a copy of the tree with one back-pointing import added is broken."""
 
 from __future__ import annotations

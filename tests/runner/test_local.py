@@ -20,7 +20,7 @@ from bot.runner.local import LocalRunner
 
 pytestmark = pytest.mark.torchtitan
 CPU_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml"
-# one OpenMP thread: on a shared 2-core box, 2 spinning threads are up to 10x slower (cpu-torchtitan.md §1)
+# one OpenMP thread: on a shared 2-core box, 2 spinning threads are up to 10x slower (docs/reference/cpu-torchtitan.md §1)
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 

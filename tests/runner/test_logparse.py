@@ -108,7 +108,7 @@ def test_real_cpu_allocator_oom_is_detected() -> None:
 
 
 def test_cuda_oom_is_detected() -> None:
-    # torchtitan.md §6 (torch's CUDA caching allocator message)
+    # docs/reference/torchtitan.md §6 (torch's CUDA caching allocator message)
     line = (
         "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
         "79.10 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process has 77.86 GiB memory in use. "

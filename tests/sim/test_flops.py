@@ -13,7 +13,7 @@ def test_llama_8b_flops_per_token_at_8k_by_hand():
     expected = 6 * (n - embedding) + 12 * 32 * 32 * 128 * 8192
     f = flops_per_token(get_model("llama3.1-8b"), 8192)
     assert f.total == pytest.approx(expected, rel=1e-9)
-    assert f.total / 1e9 == pytest.approx(57.9, abs=0.1)  # perfmodel.md §2.3
+    assert f.total / 1e9 == pytest.approx(57.9, abs=0.1)  # docs/reference/performance-model.md §2.3
 
 
 def test_attention_is_about_a_third_for_glm45_and_minimax_at_8k():

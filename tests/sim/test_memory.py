@@ -1,4 +1,4 @@
-"""Per-rank peak memory terms against hand computation (perfmodel.md §4.2)."""
+"""Per-rank peak memory terms against hand computation (docs/reference/performance-model.md §4.2)."""
 
 import pytest
 

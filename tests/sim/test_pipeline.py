@@ -1,4 +1,4 @@
-"""Pipeline bubbles and in-flight activations (perfmodel.md §4.3), by hand."""
+"""Pipeline bubbles and in-flight activations (docs/reference/performance-model.md §4.3), by hand."""
 
 import pytest
 

@@ -32,7 +32,7 @@ def test_llama_8b_parameter_count_by_hand():
     assert expected == pytest.approx(8.03e9, rel=0.002)
 
 
-# Published totals / actives (perfmodel.md §2.3, model cards): (total, active) in billions.
+# Published totals / actives (docs/reference/performance-model.md §2.3, model cards): (total, active) in billions.
 PUBLISHED = {
     "llama3.1-70b": (70.6, 70.6),
     "llama3.1-405b": (405.9, 405.9),
