@@ -19,8 +19,10 @@ import anthropic
 
 from bot.agent.claude_tools import TOOLS, Toolbox, ToolError
 from bot.agent.heuristic import HeuristicPolicy
+from bot.agent.history import incumbent_diagnosis
 from bot.agent.lessons import Lesson, relevant
 from bot.agent.policy import LeverSpace, lesson_context
+from bot.agent.stopping import no_gain_stop
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
 from bot.core.records import Change, Consulted, RecordReader, Stop
@@ -104,6 +106,8 @@ class ClaudePolicy:
     def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
                 records: RecordReader) -> Change | Stop:
         box = Toolbox(campaign, diagnosis, lessons, levers, records)
+        if no_gain_stop(campaign, incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis) is not None:
+            return self._fallback("the default policy's no-gain stop: no gain in hand and its probing allowance is spent", box)
         try:
             client = self._client()
         except RuntimeError as exc:

@@ -11,7 +11,7 @@ from claude_replay import LESSONS, OK, RECORDS, Replay, stepping_state
 
 from bot.agent.claude import ClaudePolicy
 from bot.agent.heuristic import HeuristicPolicy
-from bot.core.records import Change
+from bot.core.records import Change, Stop
 
 
 def run(name: str, **options):
@@ -118,3 +118,13 @@ def test_an_over_long_loop_falls_back_when_the_token_budget_is_spent() -> None:
     assert_fell_back(decision, "token budget spent: 9000 of 7000 tokens in 3 turns")
     assert len(replay.requests) == 3  # no fourth request once the budget is spent
     assert [r["max_tokens"] for r in replay.requests] == [1024, 1024, 1000]  # a turn never asks past the budget
+
+
+def test_past_the_no_gain_allowance_it_stops_as_the_default_policy_does_without_a_request() -> None:
+    state, space = stepping_state([{"lever": "activation_checkpoint", "to": "none"}, {"lever": "activation_checkpoint", "to": "selective"}])
+    state = state.model_copy(update={"budget": 0.2})  # two futile steps spent past the no-gain share of it
+    replay = Replay("propose_valid")
+    decision = ClaudePolicy(client=replay.client()).propose(state, OK, LESSONS, space, RECORDS)
+    assert isinstance(decision, Stop) and decision.why.startswith("no gain found")
+    assert decision.policy.startswith("heuristic (claude fallback: the default policy's no-gain stop")
+    assert replay.requests == []  # no tokens spent on a campaign the budget rule ends
