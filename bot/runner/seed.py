@@ -4,9 +4,9 @@ Why: torchtitan draws the initial weights *inside* its parallel layout. On a CPU
 so 2-rank FSDP draws identical shards on both ranks (26 random tensors with byte-identical halves), and PP seeds each
 stage differently (``torchtitan/distributed/utils.py`` ``set_determinism``). Layouts then start from different
 weights and the gate cannot compare them. torchtitan's own answer is a seed checkpoint made on one rank with every
-degree 1 (``--checkpoint.create_seed_checkpoint``) and loaded by every run ([R] ``docs/debugging.md``
-"Seed-Checkpoint-based Reproducibility"; measured here: FSDP from a seed checkpoint matches replicate to 1.9e-6,
-docs/reference/cpu-torchtitan.md §3).
+degree 1 (``--checkpoint.create_seed_checkpoint``) and loaded by every run (torchtitan's
+https://github.com/pytorch/torchtitan/blob/release/0.3/docs/debugging.md "Seed-Checkpoint-based Reproducibility";
+measured here: FSDP from a seed checkpoint matches replicate to 1.9e-6, docs/reference/cpu-torchtitan.md §3).
 
 Interface (small on purpose; other workloads reuse it):
 
