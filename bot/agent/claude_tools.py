@@ -33,7 +33,8 @@ _VALUE = {"type": ["string", "number", "boolean"]}
 TOOLS: list[ToolParam] = [
     {"name": "list_moves",
      "description": "Every move the default policy's registry proposes now, in its order (the first is its pick), each "
-                    "with its lever change and the analytic cost model's prediction (step time, tokens/s change, memory).",
+                    "with its lever change and the analytic cost model's prediction (step time, tokens/s change, memory). "
+                    "An obligation continues an open chain (an out-of-memory retry, the change an enabler was made for).",
      "input_schema": {"type": "object", "properties": {}}},
     {"name": "predict",
      "description": "The analytic cost model's step time and per-device memory for the incumbent layout with these lever "
@@ -95,6 +96,7 @@ class Toolbox:
         self.campaign, self.diagnosis, self.lessons, self.space, self.records = campaign, diagnosis, lessons, space, records
         self.consulted = Consulted()
         self._moves: dict[str, Change | Stop] | None = None
+        self._obligations: set[str] = set()  # the listed moves that continue an open chain
 
     def call(self, name: str, args: object) -> str | Change | Stop:
         """The answer to one tool call: a tool_result's text, or the decision a valid ``propose`` / ``stop`` makes."""
@@ -119,6 +121,8 @@ class Toolbox:
                 if proposal is not None:
                     key = move.id if move.id not in self._moves else f"{move.id}#{sum(k.split('#')[0] == move.id for k in self._moves) + 1}"
                     self._moves[key] = proposal
+                    if move.obligation:
+                        self._obligations.add(key)
         return self._moves
 
     def target(self, change: Change) -> dict[str, Scalar]:
@@ -135,7 +139,8 @@ class Toolbox:
                 continue
             entry: dict[str, Any] = {"id": key, "lever": p.lever, "from": p.before, "to": p.after, "why": p.why,
                                      "lessons": p.lessons}
-            entry |= {k: v for k, v in (("stacked_on", p.stacked_on), ("enabler", p.enabler), ("probe", p.probe)) if v}
+            entry |= {k: v for k, v in (("stacked_on", p.stacked_on), ("enabler", p.enabler), ("probe", p.probe),
+                                        ("obligation", key in self._obligations)) if v}
             if p.enables:
                 entry["enables"] = [f"{s.lever}={s.value}" for s in p.enables]
             entry["prediction"] = forecast(self.campaign, self.space, self.records, self.target(p), p.stacked_on)

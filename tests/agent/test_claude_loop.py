@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from claude_replay import LESSONS, OK, RECORDS, Replay, stepping_state
 
 from bot.agent.claude import ClaudePolicy
@@ -128,3 +129,27 @@ def test_past_the_no_gain_allowance_it_stops_as_the_default_policy_does_without_
     assert isinstance(decision, Stop) and decision.why.startswith("no gain found")
     assert decision.policy.startswith("heuristic (claude fallback: the default policy's no-gain stop")
     assert replay.requests == []  # no tokens spent on a campaign the budget rule ends
+
+
+def test_list_moves_marks_an_obligation_and_predict_refuses_an_illegal_layout(monkeypatch) -> None:
+    import bot.agent.claude_tools as tools
+
+    class Retry:  # an obligation move: it continues an open chain
+        id, lessons, obligation = "oom-retry", (), True
+
+        def propose(self, ctx):
+            return Change(lever="activation_checkpoint", before="full", after="selective", why="retry", policy="heuristic")
+
+    monkeypatch.setattr(tools, "MOVES", (Retry(), *tools.MOVES))
+    state, space = stepping_state()
+    box = tools.Toolbox(state, OK, LESSONS, space, RECORDS)
+    moves = json.loads(box.call("list_moves", {}))["moves"]
+    assert [(m["id"], m.get("obligation", False)) for m in moves] == [("oom-retry", True), ("lessons-or-diagnosis", False),
+                                                                      ("explore", False)]
+    with pytest.raises(tools.ToolError, match="expected one of none, selective, full"):
+        box.call("predict", {"levers": {"activation_checkpoint": "sometimes"}})
+    with pytest.raises(tools.ToolError, match="not a step of this campaign"):
+        box.call("predict", {"levers": {"activation_checkpoint": "none"}, "stacked_on": 9})
+    with pytest.raises(tools.ToolError, match="torchtitan would refuse this layout"):
+        box.call("predict", {"levers": {"parallelism.tensor_parallel_degree": 2}})  # 2 ranks on a 1-device recipe
+    assert box.consulted.predictions == []  # a refused question is not a prediction relied on
