@@ -40,7 +40,8 @@ SYSTEM = (
     "predict gives any layout's step time and memory; lesson reads the cited evidence. Then call propose (one lever, "
     "or a listed move by id; a move of your own is welcome when the evidence supports it) or stop. Never propose an "
     "objective-changing or precision-changing setting, a value already tried, or a change whose prerequisite is "
-    "missing. After an out-of-memory trial, retry the layout with activation recomputation before abandoning it. "
+    "missing. A listed obligation continues an open chain: take it unless the evidence says otherwise. After an "
+    "out-of-memory trial, retry the layout with activation recomputation before abandoning it. "
     "Every answer must call a tool; be brief, the token budget is small."
 )
 
@@ -151,7 +152,7 @@ class ClaudePolicy:
                     return self._decided(answer, used)
                 results.append({"type": "tool_result", "tool_use_id": call.id, "content": answer})
             if errors > self.max_errors:
-                return self._fallback(f"malformed tool input {errors} times; the last: {results[-1]['content']}", box)
+                return self._fallback(f"malformed tool input {errors} times; the last: {used.rejected[-1]}", box)
             messages.append({"role": "user", "content": results})
         return self._fallback(f"no decision after {self.max_turns} turns ({used.tokens} tokens)", box)
 
