@@ -15,7 +15,7 @@ from typing import Any
 from anthropic.types import ToolParam
 
 from bot.agent.claude_predict import forecast
-from bot.agent.heuristic import MOVES, Context
+from bot.agent.heuristic import MOVES, Context, HeuristicPolicy
 from bot.agent.history import enabled_settings, incumbent_diagnosis
 from bot.agent.lessons import Lesson, find_lesson, relevant, render_lesson
 from bot.agent.memory_screen import change_levers, predicted_oom
@@ -32,7 +32,7 @@ _VALUE = {"type": ["string", "number", "boolean"]}
 
 TOOLS: list[ToolParam] = [
     {"name": "list_moves",
-     "description": "Every move the default policy's registry proposes now, in its order (the first is its pick), each "
+     "description": "Every move the default policy's registry proposes now (the one it would take is marked pick), each "
                     "with its lever change and the analytic cost model's prediction (step time, tokens/s change, memory). "
                     "An obligation continues an open chain (an out-of-memory retry, the change an enabler was made for).",
      "input_schema": {"type": "object", "properties": {}}},
@@ -131,8 +131,14 @@ class Toolbox:
         enables = enabled_settings(change) if change.enabler else []
         return {**levers, enables[0].lever: enables[0].value} if enables else levers
 
+    def pick(self) -> Change | Stop:
+        """What the default policy itself would propose now (its scorer and screens included)."""
+        return HeuristicPolicy().propose(self.campaign, self.diagnosis, self.lessons, self.space, self.records)
+
     def list_moves(self, args: dict[str, Any]) -> str:
         listed = []
+        pick = self.pick()
+        chosen = (pick.lever, pick.after, pick.stacked_on) if isinstance(pick, Change) else None
         for key, p in self.moves().items():
             if isinstance(p, Stop):
                 listed.append({"id": key, "stop": p.why})
@@ -140,7 +146,8 @@ class Toolbox:
             entry: dict[str, Any] = {"id": key, "lever": p.lever, "from": p.before, "to": p.after, "why": p.why,
                                      "lessons": p.lessons}
             entry |= {k: v for k, v in (("stacked_on", p.stacked_on), ("enabler", p.enabler), ("probe", p.probe),
-                                        ("obligation", key in self._obligations)) if v}
+                                        ("obligation", key in self._obligations),
+                                        ("pick", (p.lever, p.after, p.stacked_on) == chosen)) if v}
             if p.enables:
                 entry["enables"] = [f"{s.lever}={s.value}" for s in p.enables]
             entry["prediction"] = forecast(self.campaign, self.space, self.records, self.target(p), p.stacked_on)

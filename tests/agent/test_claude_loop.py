@@ -55,6 +55,7 @@ def test_a_good_proposal_after_listing_the_moves_and_asking_predictions() -> Non
     assert [(m["id"], m["lever"], m["to"]) for m in moves] == [("lessons-or-diagnosis", "activation_checkpoint", "none"),
                                                                ("explore", "activation_checkpoint", "selective")]
     assert moves[0]["prediction"]["tokens_per_s_change"] == "+33.3%" and moves[1]["probe"] is True
+    assert [m.get("pick", False) for m in moves] == [True, False]  # the default policy's own pick is marked
     assert "CPU host" in moves[0]["prediction"]["note"]
     # turn 3 carries both answers of turn 2, in order: the prediction and the lesson
     predicted, lesson = replay.sent_back(2)
