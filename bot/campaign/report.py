@@ -9,10 +9,10 @@ from tabulate import tabulate
 
 from bot.campaign.measure import share
 from bot.core.mdtext import code_safe, md_inline
-from bot.core.records import RunRecord
+from bot.core.records import Prediction, RunRecord, Verdict
 
 if TYPE_CHECKING:
-    from bot.core.state import Step
+    from bot.core.state import Campaign, Measurement, Step
 
 
 def _fmt(x: float | None, spec: str = ",.0f") -> str:
@@ -22,7 +22,7 @@ def _fmt(x: float | None, spec: str = ",.0f") -> str:
 def render_run_summary(record: RunRecord, path: str | None = None) -> str:
     s = record.summary
     label = " (SIMULATED)" if record.simulated else ""
-    rows = [
+    rows: list[list[object]] = [
         ["outcome", record.outcome + (f" — {record.reason}" if record.reason else "")],
         ["steps", s.steps_completed],
         ["loss first → last", f"{_fmt(s.loss_first, '.4f')} → {_fmt(s.loss_last, '.4f')}"],
@@ -80,14 +80,14 @@ def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
     return chart + "\n\n" + table
 
 
-def _gate_line(v) -> str:
+def _gate_line(v: Verdict | None) -> str:
     if v is None:
         return "not reached"
     head = f"**{v.verdict}** (tier {v.tier})"
     return head if v.ok else f"{head}: {md_inline(v.reasons[0], 200) if v.reasons else 'rejected'}"
 
 
-def _estimate(state, step) -> str:
+def _estimate(state: Campaign, step: Step) -> str:
     """The candidate against the incumbent: the paired estimate with its interval, the pairs and why it stopped."""
     trial = next((r for r in step.runs if r.kind == "trial"), None)
     if trial is None or trial.tps is None:
@@ -102,7 +102,7 @@ def _estimate(state, step) -> str:
     return text
 
 
-def measurement_line(m) -> str:
+def measurement_line(m: Measurement) -> str:
     """``+12.3% [+8.1%, +16.7%] (90% CI, 2 pairs) — gain: why``: the fields the measurement protocol supplies."""
     if m.estimate is None:
         return f"{m.decision.replace('_', ' ')}: {m.why}"
@@ -112,7 +112,7 @@ def measurement_line(m) -> str:
     return f"**{m.estimate:+.1%}**{ci} ({conf}{what}) — {m.decision.replace('_', ' ')}: {m.why}"
 
 
-def _pairs_table(step) -> str:
+def _pairs_table(step: Step) -> str:
     """Each pair's runs in the order they ran, with the log-ratio."""
     import math
 
@@ -127,7 +127,7 @@ def _pairs_table(step) -> str:
     return tabulate(rows, headers=["pair", "order", "incumbent tok/s", "candidate tok/s", "log-ratio", "outcome"], tablefmt="github", disable_numparse=True)
 
 
-def _incumbent_before(state, n: int) -> float | None:
+def _incumbent_before(state: Campaign, n: int) -> float | None:
     """The incumbent step ``n`` was measured against: the last step kept before it, else the baseline."""
     kept = [s for s in state.steps if s.kept and s.n < n]
     if kept:
@@ -137,7 +137,7 @@ def _incumbent_before(state, n: int) -> float | None:
     return state.baseline_tps
 
 
-def _config_changes(v) -> str:
+def _config_changes(v: Verdict | None) -> str:
     """The config gate's changed fields whose effect changed (a field that only stops applying is counted, not listed)."""
     check = next((c for c in v.checks if c.name == "tiers"), None) if v is not None else None
     changed = list((check.evidence.get("changed") if check else None) or [])
@@ -151,7 +151,7 @@ def _config_changes(v) -> str:
     return table + (f"\n\n{hidden} sub-field(s) no longer apply (absent in one of the configs) and are not listed." if hidden else "")
 
 
-def _defects(v) -> str:
+def _defects(v: Verdict | None) -> str:
     check = next((c for c in v.checks if c.name == "defects"), None) if v is not None else None
     if check is None:
         return ""
@@ -168,7 +168,15 @@ def _details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>" if body else ""
 
 
-def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord | None) -> str:
+def expectation(p: Prediction, measured: float | None) -> str:
+    """One sentence: what the diagnosis saw, the move that acted on it, its prediction beside the measured result."""
+    lead = f"The diagnosis saw {md_inline(p.saw)}; the" if p.saw else "The"
+    pred = f"predicted {p.gain:+.1%} ({md_inline(p.basis)})" if p.gain is not None else "no prediction"
+    got = f", measured {measured:+.1%}" if measured is not None else ", not measured"
+    return f"{lead} `{md_inline(p.move)}` move acted on it: {pred}{got}."
+
+
+def render_step_report(state: Campaign, step: Step, trial: RunRecord | None, baseline: RunRecord | None) -> str:
     """A step's report (PR body, PR comment, local step report): first the one-screen summary a reviewer decides
     from (decision and why, the throughput estimate with its uncertainty, the change and the lessons behind it, the
     gate per stage, the cost so far), then the loss chart and its table, then the evidence folded away (the config
@@ -193,6 +201,8 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         ["cost", f"this step {step_cost:.4f} device-hours; campaign {state.spent:.4f} of {state.budget:.4f}"],
     ]
     parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]
+    if ch.prediction is not None:
+        parts[-1] = f"**Why:** {expectation(ch.prediction, step.gain)} {ch.why}"
     chart = _loss_chart(baseline, trial) if trial is not None else ""
     if chart:
         parts.append("### Loss curve\n" + chart)
@@ -211,10 +221,10 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
         evidence.append(_details(f"Gate ({v.stage}): {v.verdict} (tier {v.tier})", "\n\n".join(x for x in body if x)))
     if step.measurement is not None:
         m = step.measurement
-        body = "\n\n".join(x for x in (f"Rule: {m.rule}." if m.rule else "", _pairs_table(step),
+        measured = "\n\n".join(x for x in (f"Rule: {m.rule}." if m.rule else "", _pairs_table(step),
                                           f"Noise: one pair's log-ratio sd {m.sigma:.4f} with {m.df} degrees of freedom (pooled over the "
                                           "campaign's repeat runs of one configuration)" if m.sigma is not None else "") if x)
-        evidence.append(_details(f"Measurement: {m.decision.replace('_', ' ')} after {m.pairs} pair{'s' * (m.pairs != 1)}", body))
+        evidence.append(_details(f"Measurement: {m.decision.replace('_', ' ')} after {m.pairs} pair{'s' * (m.pairs != 1)}", measured))
     if trial is not None:
         evidence.append(_details("Diagnosis", render_diagnosis(trial)))
         evidence.append(_details("Run facts", "```\n" + code_safe(render_run_summary(trial)) + "\n```"))
@@ -229,7 +239,7 @@ def render_step_report(state, step, trial: RunRecord | None, baseline: RunRecord
     return cut + "\n\n…(truncated)\n"
 
 
-def campaign_rows(state) -> list[list[str]]:
+def campaign_rows(state: Campaign) -> list[list[object]]:
     rows = []
     for s in state.steps:
         trial = next((r for r in s.runs if r.kind == "trial"), None)
@@ -242,7 +252,7 @@ def campaign_rows(state) -> list[list[str]]:
     return rows
 
 
-def render_campaign_summary(state, status: str | None = None) -> str:
+def render_campaign_summary(state: Campaign, status: str | None = None) -> str:
     """The campaign's summary in markdown. ``status``: how it stands, where that is more than its phase (``campaign
     show`` on one that finished with finish actions still pending says "finishing ..."; the summary those actions
     commit is rendered while they are pending, so it cannot tell by itself)."""
@@ -305,7 +315,7 @@ def render_diagnosis(record: RunRecord) -> str:
     return "### Diagnosis\n\n" + tabulate(rows, headers=["", "trial"], tablefmt="github")
 
 
-def summary_json(state, repo: Any) -> dict[str, Any]:
+def summary_json(state: Campaign, repo: Any) -> dict[str, Any]:
     return {
         "campaign": state.id, "repo": str(repo), "recipe": state.recipe_path, "policy": state.policy,
         "simulated": any(r.simulated for r in state.baseline),  # its numbers are the simulator's, not measurements
@@ -316,7 +326,7 @@ def summary_json(state, repo: Any) -> dict[str, Any]:
         "steps": [
             {"n": s.n, "lever": s.change.lever, "from": s.change.before, "to": s.change.after,
              "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
-             "gate": (s.verdict or s.config_verdict).verdict if (s.verdict or s.config_verdict) else None,
+             "gate": v.verdict if (v := s.verdict or s.config_verdict) else None,
              "gain": s.gain, "measurement": s.measurement.model_dump() if s.measurement else None,
              "kept": s.kept, "branch": s.branch, "policy": s.change.policy}
             for s in state.steps

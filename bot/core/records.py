@@ -155,6 +155,16 @@ class Consulted(BaseModel):
     fallback: str = ""
 
 
+class Prediction(BaseModel):
+    """What the policy saw and expected when it proposed a change: the move that acted, the incumbent's diagnosis in
+    one clause, and the predicted throughput gain with its basis (None: no prediction)."""
+
+    move: str
+    saw: str = ""
+    gain: float | None = None
+    basis: str = ""
+
+
 class Change(BaseModel):
     """One lever change: exactly one lever, with the rationale and the lessons behind it."""
 
@@ -191,6 +201,8 @@ class Change(BaseModel):
     probe: bool | None = None
     # what an agent policy relied on for it (its tool calls, tokens, fallback); None: not an agent's, or stored before
     consulted: Consulted | None = None
+    # what the default policy saw and expected (bot.agent.heuristic.explain); None: another policy, or stored before
+    prediction: Prediction | None = None
 
     model_config = {"populate_by_name": True}
 

@@ -18,8 +18,10 @@ from bot.agent.heuristic.constants import (
     REVIEW_LESSON,
 )
 from bot.agent.heuristic.enablers import fill_first
+from bot.agent.heuristic.explain import prediction
 from bot.agent.heuristic.move import Context, Move, Proposal
-from bot.agent.heuristic.registry import MOVES, OBLIGATIONS
+from bot.agent.heuristic.registry import LAST_RESORT, MOVES, OBLIGATIONS
+from bot.agent.heuristic.scorer import Score, credibility, score
 from bot.agent.history import incumbent_diagnosis
 from bot.agent.lessons import Lesson
 from bot.agent.memory_screen import change_levers, predicted_oom
@@ -60,9 +62,39 @@ class HeuristicPolicy:
 
 
 def first_proposal(ctx: Context) -> Proposal:
-    """The first move of :data:`MOVES` that proposes something (the last, exploration, always does)."""
-    for move in MOVES:
-        proposal = move.propose(ctx)
-        if proposal is not None:
+    """The first obligation that proposes something; else the opportunity the scorer ranks highest
+    (:mod:`.scorer`; registry order breaks ties); else the patience stop, else exploration. A change carries what
+    the policy saw and expected (:mod:`.explain`)."""
+    trust = credibility(ctx.campaign, ctx.space)
+
+    def told(move: str, proposal: Proposal, scored: Score | None = None) -> Proposal:
+        if not isinstance(proposal, Change):
             return proposal
+        if scored is None:
+            scored = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust)
+        return proposal.model_copy(update={"prediction": prediction(move, ctx.incumbent, scored)})
+
+    for move in MOVES:
+        if move.obligation:
+            proposal = move.propose(ctx)
+            if proposal is not None:
+                return told(move.id, proposal)
+    offers: list[tuple[float, int, str, Change, Score]] = []
+    for move in MOVES:
+        if move.obligation or move.id in LAST_RESORT:
+            continue
+        proposal = move.propose(ctx)
+        if isinstance(proposal, Stop):
+            return proposal
+        if proposal is not None:
+            s = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust)
+            offers.append((s.value, -len(offers), move.id, proposal, s))
+    if offers:
+        _, _, move_id, best, s = max(offers, key=lambda t: (t[0], t[1]))
+        return told(move_id, best, s)
+    for move in MOVES:
+        if move.id in LAST_RESORT:
+            proposal = move.propose(ctx)
+            if proposal is not None:
+                return told(move.id, proposal)
     return Stop(why="no untried legal change is left in the search space", policy=POLICY)

@@ -42,3 +42,5 @@ MOVES: tuple[Move, ...] = (
     Explore(),
 )
 OBLIGATIONS: tuple[str, ...] = tuple(m.id for m in MOVES if m.obligation)
+
+LAST_RESORT: tuple[str, ...] = ("patience-stop", "explore")  # asked, in this order, only when no opportunity proposes
