@@ -17,7 +17,8 @@ from bot.core.diagnosis import Diagnosis
 from bot.core.records import Change, RecordReader, Scalar, Stop
 from bot.core.state import Campaign
 
-# Primus Tuning Agent's knob order (AMD-AGI/Primus docs/02-user-guide/tuning-agent.md), in torchtitan lever names
+# Primus Tuning Agent's knob order (https://github.com/AMD-AGI/Primus/blob/main/docs/02-user-guide/tuning-agent.md),
+# in torchtitan lever names
 ORDER = (
     "parallelism.tensor_parallel_degree",
     "parallelism.pipeline_parallel_degree",
