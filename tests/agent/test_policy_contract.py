@@ -72,7 +72,9 @@ class Recording:
         self.inner, self.name = inner, inner.name
         self.proposals: list[Proposal] = []
 
-    def propose(self, campaign: Campaign, diagnosis: Any, lessons: list, levers: LeverSpace, records: Any) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Any, lessons: list, levers: LeverSpace, records: Any
+    ) -> Change | Stop:
         decision = self.inner.propose(campaign, diagnosis, lessons, levers, records)
         base = dict(base_levers(campaign, decision)) if isinstance(decision, Change) else {}
         self.proposals.append(Proposal(decision.model_copy(deep=True), base, levers))
@@ -95,7 +97,11 @@ class FakeClaude:
         """The move ids of the last ``list_moves`` answer in the conversation so far."""
         for message in reversed(body["messages"]):
             for block in message["content"] if isinstance(message["content"], list) else []:
-                if block.get("type") == "tool_result" and not block.get("is_error") and '"moves"' in str(block.get("content")):
+                if (
+                    block.get("type") == "tool_result"
+                    and not block.get("is_error")
+                    and '"moves"' in str(block.get("content"))
+                ):
                     return [m["id"] for m in json.loads(block["content"])["moves"]]
         return []
 
@@ -103,7 +109,9 @@ class FakeClaude:
         """The next tool call (name, input), or None for an answer of text alone."""
         tools = {t["name"] for t in body.get("tools", [])}
         propose = "propose" if "propose" in tools else "propose_change"
-        assert {propose, "stop"} <= tools, f"the claude policy offers neither propose nor propose_change and stop: {sorted(tools)}"
+        assert {propose, "stop"} <= tools, (
+            f"the claude policy offers neither propose nor propose_change and stop: {sorted(tools)}"
+        )
         if len(self.requests) >= CLAUDE_STOPS_AT:
             return "stop", {"why": "nothing left is worth the budget"}
         lever = self.rng.choice(sorted(self.space))
@@ -118,10 +126,12 @@ class FakeClaude:
             return "list_moves", {}
         if kind == "move":
             return propose, {"move": self.rng.choice(moves), "why": "fake: a listed move"}
-        args = {"legal": {"lever": lever, "value": self.rng.choice(self.space[lever])},
-                "pinned": {"lever": self.rng.choice(sorted(self.recipe.pinned)), "value": 1},
-                "domain": {"lever": lever, "value": 3 if isinstance(self.space[lever][0], int) else "bogus"},
-                "unknown": {"lever": "no_such.lever", "value": 2}}[kind]
+        args = {
+            "legal": {"lever": lever, "value": self.rng.choice(self.space[lever])},
+            "pinned": {"lever": self.rng.choice(sorted(self.recipe.pinned)), "value": 1},
+            "domain": {"lever": lever, "value": 3 if isinstance(self.space[lever][0], int) else "bogus"},
+            "unknown": {"lever": "no_such.lever", "value": 2},
+        }[kind]
         return propose, {**args, "why": f"fake: {kind}"}
 
     def __call__(self, request: http.Request) -> http.Response:
@@ -132,11 +142,21 @@ class FakeClaude:
             self.broken.append(str(exc))
             raise
         self.requests.append(body)
-        blocks: list[Any] = ([TextBlock(type="text", text="I would rather explain than call a tool.")] if call is None
-                             else [ToolUseBlock(type="tool_use", id=f"toolu_{n}", name=call[0], input=call[1])])
-        message = Message(id=f"msg_{n}", type="message", role="assistant", model="claude-fake", content=blocks,
-                          stop_reason="end_turn" if call is None else "tool_use", stop_sequence=None,
-                          usage=Usage(input_tokens=100, output_tokens=20))
+        blocks: list[Any] = (
+            [TextBlock(type="text", text="I would rather explain than call a tool.")]
+            if call is None
+            else [ToolUseBlock(type="tool_use", id=f"toolu_{n}", name=call[0], input=call[1])]
+        )
+        message = Message(
+            id=f"msg_{n}",
+            type="message",
+            role="assistant",
+            model="claude-fake",
+            content=blocks,
+            stop_reason="end_turn" if call is None else "tool_use",
+            stop_sequence=None,
+            usage=Usage(input_tokens=100, output_tokens=20),
+        )
         return http.Response(200, json=message.model_dump(mode="json"), headers={"request-id": f"req_{n}"})
 
 
@@ -180,7 +200,9 @@ def drive(name: str, task: str, tmp_factory: pytest.TempPathFactory, again: int 
 
     def recorded(policy: str, **options: Any) -> Recording:
         if fake is not None:
-            client = anthropic.Anthropic(api_key="no-network", max_retries=0, http_client=http.Client(transport=http.MockTransport(fake)))
+            client = anthropic.Anthropic(
+                api_key="no-network", max_retries=0, http_client=http.Client(transport=http.MockTransport(fake))
+            )
             options = {**options, "client": client}
         made.append(Recording(get_policy(policy, **options)))
         return made[-1]
@@ -223,10 +245,15 @@ TASKS = pytest.mark.parametrize("task", [SHIPPED, PINNED_TASK])
 
 @pytest.mark.parametrize("name", POLICIES)
 @TASKS
-def test_every_proposal_is_a_legal_change_or_a_stop(name: str, task: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_every_proposal_is_a_legal_change_or_a_stop(
+    name: str, task: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     run = drive(name, task, tmp_path_factory)
-    bad = [f"proposal {i}: {p.decision.title() if isinstance(p.decision, Change) else 'stop'}: {why}"
-           for i, p in enumerate(run.proposals) for why in problems(name, p)]
+    bad = [
+        f"proposal {i}: {p.decision.title() if isinstance(p.decision, Change) else 'stop'}: {why}"
+        for i, p in enumerate(run.proposals)
+        for why in problems(name, p)
+    ]
     assert not bad, f"{name} on {task}:\n" + "\n".join(bad)
     assert any(isinstance(p.decision, Change) for p in run.proposals), f"{name} proposed nothing to measure on {task}"
 
@@ -236,17 +263,23 @@ def test_no_step_touches_a_pinned_setting(name: str, tmp_path_factory: pytest.Te
     run = drive(name, PINNED_TASK, tmp_path_factory)
     recipe = run.proposals[0].space.recipe
     assert set(PIN_MOVED) <= set(recipe.pinned) and not set(PIN_MOVED) & set(recipe.levers)
-    touched = sorted({lever for st in run.state.steps for lever in {st.change.lever, *st.change.extra}} & set(recipe.pinned))
+    touched = sorted(
+        {lever for st in run.state.steps for lever in {st.change.lever, *st.change.extra}} & set(recipe.pinned)
+    )
     assert not touched, f"{name} changed pinned settings: {touched}"
     assert all(not set(st.levers) & set(recipe.pinned) for st in run.state.steps)
 
 
 @pytest.mark.parametrize("name", POLICIES)
 @TASKS
-def test_a_campaign_never_spends_past_its_budget(name: str, task: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_a_campaign_never_spends_past_its_budget(
+    name: str, task: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     state = drive(name, task, tmp_path_factory).state
     assert state.phase == "finished", f"{name} on {task} did not finish: {state.phase}"
-    assert 0 < state.spent <= state.budget, f"{name} on {task} spent {state.spent:.4f} of {state.budget:.4f} device-hours"
+    assert 0 < state.spent <= state.budget, (
+        f"{name} on {task} spent {state.spent:.4f} of {state.budget:.4f} device-hours"
+    )
 
 
 @pytest.mark.parametrize("name", POLICIES)
@@ -256,7 +289,9 @@ def test_the_same_seed_gives_the_same_proposals(name: str, tmp_path_factory: pyt
     assert [st.levers for st in first.state.steps] == [st.levers for st in second.state.steps]
 
 
-def test_claude_is_held_to_the_contract_by_its_own_checks_not_by_a_polite_fake(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_claude_is_held_to_the_contract_by_its_own_checks_not_by_a_polite_fake(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     """The fake model asked, offered illegal answers, had some of its answers taken and others replaced."""
     run = drive("claude", PINNED_TASK, tmp_path_factory)
     assert run.fake is not None and not run.fake.broken, run.fake.broken if run.fake else "no fake"
@@ -271,13 +306,21 @@ def test_the_contract_check_refuses_each_kind_of_breach(tmp_path_factory: pytest
     p = drive("heuristic", PINNED_TASK, tmp_path_factory).proposals[0]
 
     def flagged(name: str, lever: str, after: Scalar, **extra: Scalar) -> list[str]:
-        change = Change(lever=lever, before=catalog.effective(p.base).get(lever), after=after, extra=extra, why="t", policy=name)
+        change = Change(
+            lever=lever, before=catalog.effective(p.base).get(lever), after=after, extra=extra, why="t", policy=name
+        )
         return problems(name, Proposal(change, p.base, p.space))
 
     assert flagged("heuristic", "activation_checkpoint", "none") == ["activation_checkpoint is pinned"]
-    assert flagged("heuristic", "training.local_batch_size", 3)[0].startswith("training.local_batch_size=3 is outside its domain")
-    assert flagged("heuristic", "parallelism.tensor_parallel_degree", 2, **{"loss.num_chunks": 4})[0].startswith("moves 2 levers")
+    assert flagged("heuristic", "training.local_batch_size", 3)[0].startswith(
+        "training.local_batch_size=3 is outside its domain"
+    )
+    assert flagged("heuristic", "parallelism.tensor_parallel_degree", 2, **{"loss.num_chunks": 4})[0].startswith(
+        "moves 2 levers"
+    )
     assert flagged("random", "parallelism.tensor_parallel_degree", 2, **{"loss.num_chunks": 4}) == []
-    assert flagged("heuristic", "parallelism.tensor_parallel_degree", 8)[0].startswith("an illegal layout: tensor_parallel_degree 8")
+    assert flagged("heuristic", "parallelism.tensor_parallel_degree", 8)[0].startswith(
+        "an illegal layout: tensor_parallel_degree 8"
+    )
     assert flagged("heuristic", "loss.num_chunks", catalog.effective(p.base)["loss.num_chunks"]) == ["changes nothing"]
     assert flagged("heuristic", "training.local_batch_size", 1) == []

@@ -34,7 +34,9 @@ def test_the_form_offers_every_registered_policy_in_the_registry_order() -> None
 def test_every_option_the_form_offers_is_a_request_the_bot_accepts() -> None:
     assert list(ACCEPTED) == list(REGISTERED)
     for policy in form_options():
-        body = (f"### Recipe path\n\nrecipes/llama3_8b/h100x8.yaml\n\n### Budget (device-hours)\n\n8\n\n### Policy\n\n{policy}\n\n"
-                "### Runner labels\n\ngpu\n\n### Bench steps\n\n_No response_")
+        body = (
+            f"### Recipe path\n\nrecipes/llama3_8b/h100x8.yaml\n\n### Budget (device-hours)\n\n8\n\n### Policy\n\n{policy}\n\n"
+            "### Runner labels\n\ngpu\n\n### Bench steps\n\n_No response_"
+        )
         request = validate_request(body)
         assert isinstance(request, CampaignRequest) and request.policy == policy, request
