@@ -173,7 +173,8 @@ def expectation(p: Prediction, measured: float | None) -> str:
     lead = f"The diagnosis saw {md_inline(p.saw)}; the" if p.saw else "The"
     pred = f"predicted {p.gain:+.1%} ({md_inline(p.basis)})" if p.gain is not None else "no prediction"
     got = f", measured {measured:+.1%}" if measured is not None else ", not measured"
-    return f"{lead} `{md_inline(p.move)}` move acted on it: {pred}{got}."
+    move = p.move.replace("`", "'")
+    return f"{lead} `{move}` move acted on it: {pred}{got}."
 
 
 def render_step_report(state: Campaign, step: Step, trial: RunRecord | None, baseline: RunRecord | None) -> str:

@@ -249,6 +249,11 @@ def _stated(change: Change) -> Change:
     return change.model_copy(update={"enables": change.enables or [], "probe": bool(change.probe)})
 
 
+def _plain(change: Change) -> Change:
+    """``change`` without the prediction the policy attaches (what it saw and expected)."""
+    return change.model_copy(update={"prediction": None})
+
+
 def _sim(recipe, levers: dict) -> RunRecord:
     from bot.runner.sim import SimRunner
 
@@ -319,7 +324,8 @@ def test_a_jump_that_ran_out_of_memory_is_reaimed_once_on_the_peak_it_measured()
     assert oom.peak_memory_gib * ratio <= oom.memory_capacity_gib
     assert _sim(H100, catalog.with_prerequisites(again.levers, space.model, set(space.values))).outcome == "ok"
     # and the policy proposes it before the out-of-memory retry
-    assert HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), lessons, space, records) == _stated(change)
+    proposed = HeuristicPolicy().propose(state, Diagnosis(outcome="oom"), lessons, space, records)
+    assert _plain(proposed) == _stated(change) and proposed.prediction.move == "reaimed-jump"
 
 
 @pytest.mark.parametrize("strip_peak, jumps", [(True, 1), (False, 2)])
@@ -409,7 +415,8 @@ def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(revie
     state = _right_after_the_jump(campaign)
     review = jump_review(state, space, NoRecords())
     assert review is not None and REVIEW_LESSON in review.lessons
-    assert HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords()) == _stated(review)
+    proposed = HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords())
+    assert _plain(proposed) == _stated(review) and proposed.prediction.move == "jump-review"
     # nothing to review where the jump was not kept
     rejected = state.model_copy(update={"steps": [s.model_copy(update={"kept": False}) if s.n == state.incumbent_step else s
                                                   for s in state.steps]})
