@@ -75,6 +75,8 @@ def propose_lessons(measurements: Iterable[Mapping[str, Any]], *, origin: str = 
             "status": "proposed",
             "evidence": "records: " + ", ".join(m.record for m in group),
         }
+        if not first.simulated:  # a measured gain is a prior the scorer may use; a simulated one is not evidence
+            lesson["expected_gain"] = round(gain, 4)
         Lesson.model_validate(lesson)
         proposed.append(lesson)
     return proposed

@@ -100,6 +100,8 @@ class Lesson(BaseModel):
     status: Literal["curated", "proposed"] = "curated"
     auto_propose: bool = True
     evidence: str = ""
+    # the throughput gain its evidence measured (a fraction): the scorer's prior where the cost model cannot tell
+    expected_gain: float | None = Field(default=None, gt=-1.0, le=10.0)
 
     @field_validator("source")
     @classmethod
@@ -135,4 +137,6 @@ def lesson_to_data(lesson: Lesson) -> dict[str, Any]:
         data["auto_propose"] = False
     if lesson.evidence:
         data["evidence"] = lesson.evidence
+    if lesson.expected_gain is not None:
+        data["expected_gain"] = lesson.expected_gain
     return data

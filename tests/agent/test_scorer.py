@@ -7,6 +7,7 @@ from pathlib import Path
 from campaign_fakes import new_state, space_fn
 
 from bot.agent.heuristic.explain import prediction, saw
+from bot.agent.lessons import load_lessons
 from bot.agent.heuristic.scorer import (
     BLIND_PRIOR,
     PRIOR_CREDIBILITY,
@@ -62,8 +63,21 @@ def test_credibility_follows_how_well_the_model_reproduced_the_kept_steps() -> N
 
 def test_the_prior_is_half_the_measured_cost_a_change_is_aimed_at() -> None:
     diag = Diagnosis(outcome="ok", breakdown={"compute": 0.6, "recompute": 0.3, "exposed_comm": 0.1})
-    assert prior_saving(Change(lever=AC, **{"from": "full", "to": "selective"}), diag) == (0.15, "recompute")
-    assert prior_saving(Change(lever="training.gc_freq", **{"from": 50, "to": 100}), diag) == (BLIND_PRIOR, "")
+    assert prior_saving(Change(lever=AC, **{"from": "full", "to": "selective"}), diag) == (0.15, "recompute", "diagnosis")
+    assert prior_saving(Change(lever="training.gc_freq", **{"from": 50, "to": 100}), diag) == (BLIND_PRIOR, "", "blind")
+
+
+def test_a_lessons_measured_gain_and_a_line_searchs_last_notch_are_priors_too() -> None:
+    lessons = {x.id: x for x in load_lessons()}
+    compile_on = Change(lever="compile.enable", **{"from": False, "to": True}, lessons=["cpu-compile-large-microbatches"])
+    prior, _, basis = prior_saving(compile_on, Diagnosis(outcome="ok"), lessons)
+    assert basis == "lesson" and abs(prior - (1 - 1 / 1.12)) < 1e-9
+    state, _ = _campaign_with_kept(0.25)  # local batch 8 -> 4 kept at +25 %
+    further = Change(lever=LBS, **{"from": 4, "to": 2})
+    back = Change(lever=LBS, **{"from": 4, "to": 8})
+    prior, _, basis = prior_saving(further, None, None, state)
+    assert basis == "momentum" and abs(prior - 0.5 * 0.2) < 1e-9
+    assert prior_saving(back, None, None, state)[2] == "blind"
 
 
 def test_a_larger_predicted_saving_ranks_higher_and_the_blend_follows_credibility() -> None:

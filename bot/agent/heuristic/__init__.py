@@ -66,12 +66,13 @@ def first_proposal(ctx: Context) -> Proposal:
     (:mod:`.scorer`; registry order breaks ties); else the patience stop, else exploration. A change carries what
     the policy saw and expected (:mod:`.explain`)."""
     trust = credibility(ctx.campaign, ctx.space)
+    by_id = {lesson.id: lesson for lesson in ctx.lessons}
 
     def told(move: str, proposal: Proposal, scored: Score | None = None) -> Proposal:
         if not isinstance(proposal, Change):
             return proposal
         if scored is None:
-            scored = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust)
+            scored = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust, by_id)
         return proposal.model_copy(update={"prediction": prediction(move, ctx.incumbent, scored)})
 
     for move in MOVES:
@@ -87,7 +88,7 @@ def first_proposal(ctx: Context) -> Proposal:
         if isinstance(proposal, Stop):
             return proposal
         if proposal is not None:
-            s = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust)
+            s = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust, by_id)
             offers.append((s.value, -len(offers), move.id, proposal, s))
     if offers:
         _, _, move_id, best, s = max(offers, key=lambda t: (t[0], t[1]))

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from bot.agent.heuristic.scorer import BLIND_PRIOR, Score
+from bot.agent.heuristic.scorer import Score
 from bot.core.diagnosis import Diagnosis
 from bot.core.records import Prediction
 
 NAMES = {"exposed_comm": "exposed communication", "bubble": "the pipeline bubble", "recompute": "recompute",
          "compute": "compute", "other": "other work", "fwd_bwd": "forward and backward", "optim": "the optimizer",
          "fetching_batch": "data loading"}
+PRIOR_BASIS = {"diagnosis": "half of the {cost} it is aimed at", "lesson": "the gain its lesson's evidence measured",
+               "momentum": "half the saving the last notch measured",
+               "blind": "a blind prior: no cost model here and no measured cost it is aimed at"}
 SHOWN = 2  # the largest shares named (compute aside)
 
 
@@ -35,8 +38,7 @@ def prediction(move: str, diagnosis: Diagnosis | None, score: Score | None) -> P
         return Prediction(move=move, saw=saw(diagnosis))
     gain = 1.0 / (1.0 - score.saving) - 1.0 if score.saving < 1.0 else None
     if score.model_saving is None:
-        basis = (f"half of the {NAMES.get(score.aimed_at, score.aimed_at)} it is aimed at" if score.aimed_at
-                 and score.prior_saving != BLIND_PRIOR else "a blind prior (no cost model here, no measured cost aimed at)")
+        basis = PRIOR_BASIS[score.prior_basis].format(cost=NAMES.get(score.aimed_at, score.aimed_at))
     else:
         basis = f"the cost model weighted {score.credibility:.2f} by how it reproduced the kept steps, the diagnosis the rest"
     return Prediction(move=move, saw=saw(diagnosis), gain=gain, basis=basis)

@@ -1,7 +1,7 @@
 """One score for the opportunities: the predicted saving of step time per expected device-hour.
 
 ``saving`` blends the analytic cost model's saving (GPUs; the layout the change leads to against the incumbent's) and
-a prior from the measured diagnosis (half the share of the step the change is aimed at), weighted by how well the
+a prior from what was measured (the diagnosis, the lessons' evidence, the last kept step), weighted by how well the
 model reproduced the campaign's kept steps; ``cost`` is the runs a step takes (a trial and its pairs) at the
 predicted step time. The formula and its constants: docs/agent-moves.md#the-score.
 """
@@ -9,10 +9,12 @@ predicted step time. The formula and its constants: docs/agent-moves.md#the-scor
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot.agent.cost_focus import aimed_cost
 from bot.agent.history import enabled_settings
+from bot.agent.lessons import Lesson
 from bot.agent.memory_screen import change_levers
 from bot.agent.policy import LeverSpace
 from bot.agent.speed_screen import predicted_tps
@@ -38,6 +40,7 @@ class Score:
     credibility: float  # the model's weight in ``saving``
     cost: float  # expected runs, in incumbent-run equivalents
     aimed_at: str  # the cost it is aimed at ("" for none)
+    prior_basis: str = "blind"  # what the prior rests on: diagnosis, lesson, momentum or blind
 
     @property
     def value(self) -> float:
@@ -92,23 +95,50 @@ def credibility(campaign: Campaign, space: LeverSpace) -> float:
     return max(0.0, 1.0 - (sum(errors) / len(errors)) / scale)
 
 
-def prior_saving(change: Change, incumbent: Diagnosis | None) -> tuple[float, str]:
-    """Half the share of the incumbent's measured step that ``change`` is aimed at, and that cost; BLIND_PRIOR where
-    it is aimed at no measured cost."""
+def _saving(gain: float) -> float:
+    return 1.0 - 1.0 / (1.0 + gain)
+
+
+def prior_saving(change: Change, incumbent: Diagnosis | None, lessons: Mapping[str, Lesson] | None = None,
+                 campaign: Campaign | None = None) -> tuple[float, str, str]:
+    """The diagnosis-side prior of ``change``: the largest of half the share of the incumbent's step it is aimed at,
+    the gain its lessons' evidence measured (``expected_gain``), and half the saving the last kept step measured on
+    the same lever in the same direction (a line search's next notch); BLIND_PRIOR where none applies. Returns the
+    prior, the cost it is aimed at and its basis ("diagnosis", "lesson", "momentum" or "blind")."""
     cost = aimed_cost(change)
     share = (incumbent.breakdown.get(cost) if incumbent is not None and cost else None) or 0.0
-    return (REMOVED_SHARE * share, cost) if share > 0 else (BLIND_PRIOR, cost)
+    options = [(REMOVED_SHARE * share, "diagnosis")] if share > 0 else []
+    for lid in change.lessons:
+        lesson = (lessons or {}).get(lid)
+        if lesson is not None and lesson.expected_gain is not None and lesson.expected_gain > 0:
+            options.append((_saving(lesson.expected_gain), "lesson"))
+    last = next((st for st in reversed(campaign.steps) if st.kept), None) if campaign is not None else None
+    if last is not None and last.gain and last.gain > 0 and last.change.lever == change.lever \
+            and _same_direction(last.change.before, last.change.after, change.after):
+        options.append((REMOVED_SHARE * _saving(last.gain), "momentum"))
+    best, basis = max(options, default=(BLIND_PRIOR, "blind"))
+    return best, cost, basis
+
+
+def _same_direction(before: Scalar | None, after: Scalar, further: Scalar) -> bool:
+    """Whether ``further`` continues the move ``before -> after`` (numbers only)."""
+    numbers = (int, float)
+    if not all(isinstance(v, numbers) and not isinstance(v, bool) for v in (before, after, further)):
+        return False
+    return (after - before) * (further - after) > 0  # type: ignore[operator]
 
 
 def score(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | None, change: Change,
-          trust: float | None = None) -> Score:
-    """The score of ``change`` against the incumbent (``trust``: :func:`credibility`, computed where not given)."""
+          trust: float | None = None, lessons: Mapping[str, Lesson] | None = None) -> Score:
+    """The score of ``change`` against the incumbent (``trust``: :func:`credibility`, computed where not given;
+    ``lessons`` by id, for their measured gains)."""
     here = catalog.effective(campaign.incumbent_levers)
     there = target_levers(campaign, change)
     m = model_saving(space, here, there)
-    prior, aimed = prior_saving(change, incumbent)
+    prior, aimed, basis = prior_saving(change, incumbent, lessons, campaign)
     c = (credibility(campaign, space) if trust is None else trust) if m is not None else 0.0
     saving = c * m + (1.0 - c) * prior if m is not None else prior
     ratio = 1.0 / (1.0 - m) if m is not None and m < 1.0 else 1.0  # candidate step time over the incumbent's
     cost = 1.0 + (ratio if math.isfinite(ratio) else 1.0)
-    return Score(saving=saving, model_saving=m, prior_saving=prior, credibility=c, cost=cost, aimed_at=aimed)
+    return Score(saving=saving, model_saving=m, prior_saving=prior, credibility=c, cost=cost, aimed_at=aimed,
+                 prior_basis=basis)
