@@ -11,6 +11,7 @@ the inputs raise :class:`~gate.errors.GateInputError` (or ``RecipeError``): the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from bot.core.recipe import RecipeError, parse_recipe_text
@@ -73,7 +74,7 @@ def run_gate(
     cache_dir: str | Path | None = None,
     calibrate_missing: bool = True,
     jobs: int = 1,
-    progress=None,
+    progress: Callable[[str], None] | None = None,
 ) -> Verdict:
     """Gate ``candidate_path`` against ``baseline_path`` (see the module docstring).
 

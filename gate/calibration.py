@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
@@ -105,7 +106,7 @@ def calibrate(
     steps: int,
     safety: float = DEFAULT_SAFETY,
     jobs: int = 1,
-    progress=None,
+    progress: Callable[[str], None] | None = None,
 ) -> Band:
     """Run (or reuse) the calibration runs, build the band and cache it."""
     recipe = parse_recipe_text(recipe_text, baseline_spec.label)

@@ -353,8 +353,8 @@ def diff_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[tup
 def _same(a: Any, b: Any) -> bool:
     """Equality that never equates a bool with a number (``True`` is not ``1``)."""
     if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    return a == b
+        return type(a) is type(b) and bool(a == b)
+    return bool(a == b)
 
 
 def _scalars(value: Any) -> list[Any]:
@@ -485,7 +485,7 @@ def check_config(
     baseline: Recipe,
     candidate: Recipe,
     *,
-    stack: dict | None = None,
+    stack: dict[str, Any] | None = None,
     precision_tolerance: float | None = None,
 ) -> Verdict:
     """Config stage: resolve both recipes and judge the candidate's change (never runs training).

@@ -32,7 +32,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.core.band import Band, SignalBand, series
+from bot.core.band import Band as Band  # re-exported: the gate's band type
+from bot.core.band import SignalBand as SignalBand  # re-exported
+from bot.core.band import series
 from bot.core.records import CheckResult, RunRecord, Verdict
 from gate.errors import GateInputError
 
@@ -165,7 +167,7 @@ def _describe(r: SignalResult, tier: str) -> str:
 
 def _reject(tier: str, reason: str, evidence: dict[str, Any] | None = None) -> Verdict:
     check = CheckResult(name="convergence", passed=False, reasons=[reason], evidence=evidence or {})
-    return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason], checks=[check])  # type: ignore[arg-type]
+    return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason], checks=[check])
 
 
 def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, band: Band | None, steps: int = 20) -> Verdict:
@@ -212,4 +214,4 @@ def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, b
     }
     reasons = [_describe(r, tier) for r in (failed or results)]
     check = CheckResult(name="bitwise" if tier == "B" else "band", passed=not failed, reasons=reasons, evidence=evidence)
-    return Verdict(verdict="reject" if failed else "ok", stage="convergence", tier=tier, reasons=reasons, checks=[check])  # type: ignore[arg-type]
+    return Verdict(verdict="reject" if failed else "ok", stage="convergence", tier=tier, reasons=reasons, checks=[check])

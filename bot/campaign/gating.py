@@ -77,7 +77,7 @@ def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str, band:
         return check_convergence(baseline, candidate, tier=tier, band=band, steps=gate_steps(baseline))
     except GateInputError as exc:  # the baseline or band cannot serve: fail closed, say why
         reason = f"the gate could not compare the curves: {exc} (fail closed)"
-        return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason],  # type: ignore[arg-type]
+        return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason],
                        checks=[CheckResult(name="convergence", passed=False, reasons=[reason])])
 
 

@@ -303,7 +303,7 @@ def check_results(repo: Path) -> list[ResultRecord]:
     return [load_result(path) for path in _result_files(repo)]
 
 
-def collect(repo: Path) -> list[dict]:
+def collect(repo: Path) -> list[dict[str, Any]]:
     """The board's rows: per (model, hardware, devices, nodes x ranks) the fastest eligible record.
 
     Every ``results/`` file is validated first; one that is not a run record raises :class:`LeaderboardError`."""
@@ -330,7 +330,7 @@ def _system(row: dict[str, Any]) -> str:
     return f"{row['devices']}× {row['hardware']} ({nodes} node{'s' if nodes > 1 else ''} × {row['devices_per_node']})"
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return HEADER + "\nNo measured result has landed yet.\n"
     table = [[r["model"] + (" (MoE)" if r["moe"] else ""), _system(r),

@@ -226,12 +226,12 @@ def _next_pair(s: Campaign, st: Step) -> list[Action]:
             return _decide(s, st)
     last = next((r.order for r in reversed(st.runs) if r.kind == "pair"), "")
     order = ("BA" if last == "AB" else "AB") if last else ms.pair_order(k, with_trial=s.pair_with_trial)
-    action = MeasurePair(n=st.n, k=k, order=order, with_trial=with_trial)  # type: ignore[arg-type]
+    action = MeasurePair(n=st.n, k=k, order=order, with_trial=with_trial)
     return _run_or_close(s, st, action, runs=1 if with_trial else 2)
 
 
 def _unmeasured(s: Campaign, gain: float | None, decision: str, why: str, *, screened: bool = False) -> Measurement:
-    return Measurement(estimate=gain, confidence=s.confidence, min_gain=s.min_gain, decision=decision, why=why,  # type: ignore[arg-type]
+    return Measurement(estimate=gain, confidence=s.confidence, min_gain=s.min_gain, decision=decision, why=why,
                        rule=ms.rule_text(s), screened=screened)
 
 

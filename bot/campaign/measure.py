@@ -136,8 +136,9 @@ def share(x: float) -> str:
 
 def rule_text(state: Campaign) -> str:
     window = f"each run's median of {state.measure_steps} steps after the warm-up; " if state.measure_steps else ""
-    prior = (f" and a known {share(state.noise_prior_sd)} run noise weighted as {state.noise_prior_df} repeat runs"
-             if state.known_run_sd is not None else "")
+    sd = state.known_run_sd  # the prior's sd where it counts
+    prior = (f" and a known {share(sd)} run noise weighted as {state.noise_prior_df} repeat runs"
+             if sd is not None else "")
     return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs{prior}); "
             f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
             f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "
@@ -267,7 +268,7 @@ def screen(state: Campaign, st: Step) -> Measurement | None:
     """*No gain* decided on the unpaired trial alone, or None (measure pairs). The trial is compared with the
     incumbent's last estimate; the difference of two single runs has the pair's sd, and only a clear *no* is taken."""
     trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
-    if trial is None or not state.incumbent_tps:
+    if trial is None or trial.tps is None or not state.incumbent_tps:
         return None
     sd_run, df = pooled_run_sd(run_groups(state).values(), state.noise_prior_sd, state.noise_prior_df)
     if sd_run is None:

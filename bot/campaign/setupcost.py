@@ -62,7 +62,7 @@ def _ceil4(x: float) -> float:
     """``x`` rounded up at four significant digits (a budget named as the smallest must hold the set-up)."""
     if x <= 0:
         return 0.0
-    scale = 10 ** (3 - math.floor(math.log10(x)))
+    scale: float = 10 ** (3 - math.floor(math.log10(x)))
     return math.ceil(x * scale - 1e-9) / scale
 
 

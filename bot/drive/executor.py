@@ -30,7 +30,7 @@ from bot.core.recipe import parse_recipe_text as _parse_recipe_text
 from bot.core.records import MEASURED_OUTCOMES, RunRecord, Verdict
 from bot.drive.interrupt import Interrupted
 from bot.drive.ports import RecordStore, RunPort, RunRequest, StateStore, budget_cap_s
-from bot.forge.base import StepRequest
+from bot.forge.base import Forge, StepRequest
 from bot.runner import EarlyStop
 
 MARKER_CAMPAIGN = "attune:campaign"
@@ -68,7 +68,7 @@ class Executor:
     def __init__(
         self,
         *,
-        forge: Any,
+        forge: Forge,
         states: StateStore,
         records: RecordStore,
         runs: RunPort,
@@ -173,10 +173,10 @@ class Executor:
             max_wall_s = budget_cap_s(state, recipe.devices, already)
             request = RunRequest(key=key, kind=kind, n=n, attempt=attempt, recipe_text=text, max_wall_s=max_wall_s,
                                  early_stop=early_stop, steps=measured_only_steps(state, recipe, kind, attempt))
-            record = self._run_or_abandon(state, recipe, request)
-            if record is None:
+            ran = self._run_or_abandon(state, recipe, request)
+            if ran is None:
                 return None
-            where = self.records.put_run(state.id, key, record)
+            record, where = ran, self.records.put_run(state.id, key, ran)
         return cm.RunRef.of(record, kind="pair" if kind.startswith("pair-") else kind, n=n, attempt=attempt, ref=where,
                             window=measure_window(state, recipe))
 
@@ -314,6 +314,7 @@ class Executor:
         n = action.n
         st = state.step(n)
         ref = self.forge.find_step(state.id, n)
+        assert ref is not None, f"step {n} is not on the forge"
         if ref.state != "merged":
             files = self._results_files(state, st)
             if files:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bot import campaign as cm
 from bot.agent import get_policy
-from bot.agent.lessons import load_lessons, propose_lessons, write_proposed
+from bot.agent.lessons import Lesson, load_lessons, propose_lessons, write_proposed
 from bot.agent.space import make_space
 from bot.campaign.gating import config_gate, convergence_gate, make_calibrator
 from bot.campaign.leaderboard import regenerate
@@ -27,12 +28,16 @@ from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.runner import get_runner
 from bot.runner.workdir import importable
 
+if TYPE_CHECKING:
+    from bot.forge.base import Forge
+    from bot.forge.local import LocalForge
+
 FORGES = ("local", "none")
 
 
 def finish_local(state: cm.Campaign, executor: Executor) -> None:
     """Commit the summary, baseline records and proposed lessons on the base branch; refresh the leaderboard."""
-    forge = executor.forge
+    forge = cast("LocalForge", executor.forge)  # the hook of the local forge only (build_executor)
     files: dict[str, str] = {f"campaigns/{state.id}/summary.md": render_campaign_summary(state)}
     for r in state.baseline:
         text = executor.records.read_text(r.record)
@@ -56,16 +61,17 @@ def finish_local(state: cm.Campaign, executor: Executor) -> None:
     forge.commit_on_base({"leaderboard.md": board}, "attune: refresh leaderboard.md")
 
 
-def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "local", on_event=None,
+def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "local",
+                   on_event: Callable[[cm.Campaign, Any, Any], None] | None = None,
                    runner_options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
-                   progress: Any = None, lessons: list | None = None) -> Executor:
+                   progress: Any = None, lessons: list[Lesson] | None = None) -> Executor:
     """The executor with local ports for the recipe ``recipe_rel`` of ``repo``; ``cache_dir`` holds the gate's
     calibration runs (default ``<repo>/.attune``). Lessons: ATTUNE's packaged catalog with the repository's ``lessons/``."""
     recipe = load_recipe(repo / recipe_rel)
     if forge == "local":
         from bot.forge.local import LocalForge
 
-        forge_obj: Any = LocalForge(repo)
+        forge_obj: Forge = LocalForge(repo)
     elif forge == "none":
         from bot.forge.memory import MemoryForge
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -164,7 +164,7 @@ class LocalRunPort:
 
     def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord:
         recipe = parse_recipe_text(request.recipe_text, state.recipe_path)
-        extra: dict[str, object] = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
+        extra: dict[str, Any] = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
         if request.steps is not None:
             extra["steps"] = request.steps
         if _takes(self.runner.run, "run_index"):
@@ -178,5 +178,6 @@ class LocalRunPort:
         if self.calibrator is None:
             return cm.Calibrated(note="no loss-band calibration configured: tier-R/N steps fail closed")
         if _takes(self.calibrator, "max_wall_s"):  # its runs are capped at what is left of the budget, like every run
-            return self.calibrator(recipe_text, reference, max_wall_s=budget_cap_s(state, state.devices))
+            capped: Callable[..., cm.Calibrated] = self.calibrator
+            return capped(recipe_text, reference, max_wall_s=budget_cap_s(state, state.devices))
         return self.calibrator(recipe_text, reference)

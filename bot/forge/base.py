@@ -52,7 +52,7 @@ class Forge(Protocol):
         """The step ``n`` of ``campaign`` if it was already opened (any state), else None."""
         ...
 
-    def open_step(self, req: StepRequest, base_ref: str | None = None) -> StepRef:
+    def open_step(self, req: StepRequest, *, base_ref: str | None = None) -> StepRef:
         """Create the step branch with a one-line commit, and open the PR.
 
         The branch starts from the base branch, or from ``base_ref`` — another step's branch of the same
