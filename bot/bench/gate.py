@@ -436,7 +436,7 @@ def run_bench(
         cand = records.get(f"case:{c.name}", base)
         conv = check_convergence(base, cand, tier=v.tier, band=band if c.baseline == "base" or v.tier != "B" else None, steps=steps)
         decided, evidence = _conv_evidence(conv)
-        verdict = conv.verdict
+        verdict: str = conv.verdict
         if c.kind == "fault" and c.inject == "code" and _bitwise_equal(base, cand, steps):
             verdict, evidence = "no-op", "candidate curves bitwise identical to the baseline: the fault did not change the update"
         clean = records.get(f"clean:{c.name}")

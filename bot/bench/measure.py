@@ -66,7 +66,7 @@ def estimator_spread(records: list[RunRecord], warmup: int) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- one comparison, by the protocol
 def _ref(kind: str, tps: float | None, ok: bool, key: str, *, n: int = 1, attempt: int = 1, **kw: Any) -> RunRef:
-    return RunRef(kind=kind, n=n, attempt=attempt, outcome="ok" if ok and tps else "crash", tps=tps, record=key, **kw)  # type: ignore[arg-type]
+    return RunRef(kind=kind, n=n, attempt=attempt, outcome="ok" if ok and tps else "crash", tps=tps, record=key, **kw)
 
 
 def decide(settings: dict[str, Any], baseline: list[float], measure_run: Callable[[str], float | None], n: int = 1) -> dict[str, Any]:

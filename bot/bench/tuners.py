@@ -181,7 +181,8 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
             if v > 0:
                 seeds.append((v, lv))
     seeds.sort(key=lambda x: -x[0])
-    starts, seen_struct = [], set()
+    starts: list[dict[str, Any]] = []
+    seen_struct: set[tuple[Any, ...]] = set()
     for _v, lv in seeds:
         sk = tuple(lv.get(k) for k in struct)
         if sk in seen_struct and len(starts) >= top_k // 2:

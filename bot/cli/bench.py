@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from bot.cli.common import EXIT_OK, UsageError, emit_json
 
 if TYPE_CHECKING:
+    from bot.bench.gate import Suite
     from bot.core.recipe import Recipe
 
 
@@ -21,7 +22,7 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
-    suite = None
+    suite: Suite | None = None
     if args.suite == "moe":
         from bot.bench.gate_moe import SUITE as suite
     if wanted(args.json):  # a live display on a terminal: the runs done of those to run, elapsed, ETA

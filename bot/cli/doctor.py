@@ -370,7 +370,7 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
             f.repo_error = str(exc)
             root = None
         recipe = root / DEMO_RECIPE if root else None
-        if root and not recipe.is_file():
+        if recipe is not None and not recipe.is_file():
             f.repo_error, root, recipe = f"{root}: no {DEMO_RECIPE} (not a checkout of ATTUNE)", None, None
         if root is not None:
             f.data_root = str(root)

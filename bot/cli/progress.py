@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, TextIO
+from typing import Any, Self, TextIO
 
 from rich.console import Console
 from rich.markup import escape
@@ -64,7 +64,7 @@ class Display:
             fields["description"] = escape(f"{self.title} · {now}")
         self.progress.update(self.task, total=self.total or None, refresh=True, **fields)  # every change is seen
 
-    def __enter__(self) -> Display:
+    def __enter__(self) -> Self:
         self.progress.start()
         return self
 

@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -136,10 +137,10 @@ SM100 = (10, 0)
 def converters_as_on(capability: tuple[int, int]) -> Iterator[None]:
     """torchtitan's converter capability checks answered as a GPU of CUDA ``capability`` would answer them (a host
     without that GPU: this machine, a Slurm login node); restored after."""
-    saved = []
+    saved: list[tuple[Any, Any]] = []
     for name in _CONVERTER_MODULES:
         try:
-            mod = importlib.import_module(name)
+            mod: Any = importlib.import_module(name)  # torchtitan's: untyped
         except ImportError:
             continue
         if hasattr(mod, "has_cuda_capability"):

@@ -34,6 +34,7 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
     state on that issue names; an issue that is not a number refuses a step run. None: no state is read."""
     kind = kind or ("baseline" if pr == 0 else "trial")
     records_sha = base_sha = ""
+    check: dict[str, Any]
     try:
         labels = runs_on(runner_labels or "")
     except ValueError as exc:

@@ -302,6 +302,7 @@ class GitHubPorts:
         branch = records_branch(cid)
         if branch not in self._branches and self.gh._branch_head(branch) is None:  # noqa: SLF001
             base = self.gh._branch_head(self.gh.base_branch)  # noqa: SLF001
+            assert base is not None, f"no branch {self.gh.base_branch}"
             self.gh._repo.create_git_ref(f"refs/heads/{branch}", base)  # noqa: SLF001
         self._branches.add(branch)  # a branch once there stays there (the bot never deletes it)
         return branch
@@ -413,6 +414,7 @@ class GitHubPorts:
         key = run_key(state.pending[0])
         if not self.redispatch and self.stored.dispatched == key:
             return
+        pr: int | None
         if kind in ("baseline", "calibrate"):
             pr, sha = 0, self.gh._branch_head(self.gh.base_branch)  # noqa: SLF001
         else:

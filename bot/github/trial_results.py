@@ -162,6 +162,7 @@ def _handled(forge: GitHubForge, stored: Any, result_dir: Path, *, pr: int, sha:
         band = "a loss band" if calibrated.band is not None else "no loss band"
         return f"campaign {state.id}: calibrated ({band}); phase {state.phase}"
     if want_kind == "pair":
+        assert isinstance(action, cm.MeasurePair)  # run_kind's "pair"
         run = _pair_run(forge, ports, state, action, Path(result_dir), known, base_sha, job_wall_s, job)
         state = executor.feed(state, cm.RunFinished(run=run))
         ports.settle()

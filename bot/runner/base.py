@@ -94,7 +94,7 @@ def stack_fingerprint() -> StackFingerprint:
         torchtitan=titan,
         cuda=cuda,
         device_name=name,
-        device_family=family,  # type: ignore[arg-type]
+        device_family=family,
     )
 
 

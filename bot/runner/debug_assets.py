@@ -109,8 +109,8 @@ def make_debug_assets(root: str | Path, *, tokenizer_path: str | None = "./tests
             for name, text in files.items():
                 written.append(_write_new(folder / name, text))
     except OSError as exc:
-        for path in reversed(written):
-            path.unlink(missing_ok=True)
+        for done in reversed(written):
+            done.unlink(missing_ok=True)
         for folder in reversed(made_dirs):
             with contextlib.suppress(OSError):
                 folder.rmdir()

@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 
 from bot.core.recipe import Recipe
-from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash
+from bot.core.records import LaunchShape, Outcome, RunRecord, StackFingerprint, StepMetric, content_hash
 from bot.runner.base import EarlyStop, early_stop_reason, git_commit, new_run_id, summarize, wall_cap_reason
 from bot.sim.models import model_for, model_label
 
@@ -59,7 +59,8 @@ class SimRunner:
             wall = self.startup_s + t
         elif res.outcome == "oom":
             wall = self.startup_s  # dies in the first step
-        outcome, reason = res.outcome, res.reason
+        outcome: Outcome = res.outcome
+        reason = res.reason
         for i in range(len(metrics) - 1):  # a clearly slower trial ends as soon as the rule sees it (a completed run is ok)
             why = early_stop_reason(metrics[: i + 1], recipe.bench.warmup_steps, early_stop)
             if why is not None:

@@ -41,6 +41,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -255,7 +256,7 @@ class SlurmRunner:
         except (OSError, subprocess.SubprocessError) as exc:
             return subprocess.CompletedProcess(list(argv), 255, "", f"{argv[0]}: {exc}")
 
-    def _queued(self, job_id: str) -> JobInfo | None | bool:
+    def _queued(self, job_id: str) -> JobInfo | None | Literal[False]:
         """The job as squeue lists it; None once the queue no longer lists it; False when squeue did not answer."""
         out = self._slurm("squeue", "-h", "-j", job_id, "-o", SQUEUE_FORMAT)
         if out.returncode != 0:

@@ -48,8 +48,8 @@ def importable(root: Path | None) -> Iterator[None]:
     """Inside: ``root`` heads ``sys.path`` (a rank started in it has it there too), so torchtitan's
     config manager imports the recipe's module from it; after: ``sys.path`` as it was. A module once imported stays
     in ``sys.modules`` for the process."""
-    entry = str(Path(root).resolve()) if root is not None else None
-    added = entry is not None and entry not in sys.path
+    entry = str(Path(root).resolve()) if root is not None else ""
+    added = bool(entry) and entry not in sys.path
     if added:
         sys.path.insert(0, entry)
         importlib.invalidate_caches()  # a module written since this process started

@@ -10,6 +10,7 @@ change lives in the workload module itself (``moe_tiny_cpu_local_dispatch``). Us
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from torchtitan.models.common.token_dispatcher import HybridEPTokenDispatcher
 from torchtitan.trainer import Trainer
@@ -17,7 +18,7 @@ from torchtitan.trainer import Trainer
 from bot.inrank.workloads.moe_tiny import NUM_EXPERTS, TOP_K, moe_model_spec, moe_tiny_cpu
 
 
-def _each_moe(change: Callable[[object], None]) -> Trainer.Config:
+def _each_moe(change: Callable[[Any], None]) -> Trainer.Config:
     config = moe_tiny_cpu()
     for layer in config.model_spec.model.layers:
         change(layer.moe)
