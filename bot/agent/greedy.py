@@ -38,7 +38,7 @@ def lever_order(levers: LeverSpace) -> list[str]:
     return first + [k for k in levers.values if k not in first]
 
 
-def value_order(values: list[Scalar], current: Scalar) -> list[Scalar]:
+def value_order(values: list[Scalar], current: Scalar | None) -> list[Scalar]:
     """A lever's legal values nearest to the current one first (one notch up, one down, two up, ...)."""
     if current not in values:
         return list(values)

@@ -55,7 +55,7 @@ def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bo
     return False
 
 
-def proposed_by(campaign: Campaign, lesson: str, lever: str, value: Scalar) -> bool:
+def proposed_by(campaign: Campaign, lesson: str, lever: str, value: Scalar | None) -> bool:
     """Whether a step of the campaign (not an enabler) already moved ``lever`` to ``value`` for ``lesson``."""
     return any(lesson in s.change.lessons and not s.change.enabler and s.change.lever == lever and str(s.change.after) == str(value)
                for s in campaign.steps)

@@ -47,14 +47,14 @@ def _notch(values: list[Scalar], at: Scalar, up: bool) -> Scalar | None:
     return values[i] if 0 <= i < len(values) else None
 
 
-def next_notch(values: list[Scalar], before: Scalar, after: Scalar) -> Scalar | None:
+def next_notch(values: list[Scalar], before: Scalar | None, after: Scalar) -> Scalar | None:
     """The value one step past ``after`` in the direction ``before -> after`` of an ordered numeric lever, or None."""
     if not isinstance(before, int) or isinstance(before, bool) or before == after:
         return None
     return _notch(values, after, after > before)  # type: ignore[operator]
 
 
-def notch_toward(values: list[Scalar], at: Scalar, toward: Scalar) -> Scalar | None:
+def notch_toward(values: list[Scalar], at: Scalar, toward: Scalar | None) -> Scalar | None:
     """The value one step from ``at`` in the direction of ``toward`` on an ordered numeric lever, or None."""
     if not isinstance(toward, int) or isinstance(toward, bool) or at == toward:
         return None

@@ -23,7 +23,7 @@ OPS_BY_KIND: dict[str, tuple[str, ...]] = {
 }
 
 
-def apply_op(op: str, current: Scalar, order: Sequence[Scalar]) -> Scalar | None:
+def apply_op(op: str, current: Scalar | None, order: Sequence[Scalar]) -> Scalar | None:
     """The value a lesson's relative ``op`` takes ``current`` to (None: there is none). ``double`` / ``halve`` an
     integer multiply or divide it by 2 (``halve`` stops at 1); otherwise ``next`` / ``double`` step up ``order``
     (the lever's legal values, in order) and ``prev`` / ``halve`` down, None past either end or for a value not in

@@ -42,9 +42,9 @@ def lever_values(recipe: Recipe, name: str) -> list[Scalar]:
     if name == "parallelism.data_parallel_shard_degree":
         return [-1, *_powers(1, devices)]
     if name.endswith("_degree"):
-        return _powers(1, min(devices, 64))
+        return [*_powers(1, min(devices, 64))]
     if name == "parallelism.pipeline_parallel_microbatch_size":
-        return _powers(1, 16)
+        return [*_powers(1, 16)]
     if name == "loss.num_chunks":
         return [1, 2, 4, 8, 16]
     if name in ("training.gc_freq", "metrics.log_freq"):

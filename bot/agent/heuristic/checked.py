@@ -13,7 +13,7 @@ from bot.core.records import Change, Scalar
 from bot.core.state import Campaign
 
 
-def relative(space: LeverSpace, current: Scalar, lc: LeverChange) -> Scalar | None:
+def relative(space: LeverSpace, current: Scalar | None, lc: LeverChange) -> Scalar | None:
     if lc.op is None:
         return lc.value
     return apply_op(lc.op, current, space.values.get(lc.lever) or list(catalog.get(lc.lever).choices))

@@ -62,8 +62,11 @@ class Move(Protocol):
     """One move: ``propose`` returns its proposal for this decision, or None where it does not apply.
     ``obligation``: it continues an open chain (a retry, an enabled change, a follow-up) and keeps its place first."""
 
-    id: str
-    lessons: tuple[str, ...]
-    obligation: bool
+    @property
+    def id(self) -> str: ...
+    @property
+    def lessons(self) -> tuple[str, ...]: ...
+    @property
+    def obligation(self) -> bool: ...
 
     def propose(self, ctx: Context) -> Proposal | None: ...
