@@ -48,7 +48,7 @@ SYSTEM = (
 
 def build_prompt(campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], space: LeverSpace) -> str:
     ctx = lesson_context(campaign, diagnosis, space)
-    rel = relevant(lessons, ctx)[:8]
+    rel = relevant(lessons, ctx, include_rules=False)[:8]  # a rule in code is the default policy's, not a lesson
     history = [
         {"n": s.n, "change": s.change.title(), "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
          "gain": s.gain, "interval": [s.measurement.lo, s.measurement.hi] if s.measurement else None,

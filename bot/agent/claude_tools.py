@@ -180,9 +180,10 @@ class Toolbox:
             if found is None:
                 raise ToolError(f"no lesson {lid!r}; ask by lever to see the lessons that change it")
             self.consulted.lessons.append(found.id)
-            return render_lesson(found) + f"\nmatches now: {'yes' if found.id in now else 'no'}"
+            rule = "\n(a rule the default policy implements in code, cited here; not a lesson to propose from)"
+            return render_lesson(found) + f"\nmatches now: {'yes' if found.id in now else 'no'}" + (rule if found.kind == "rule" else "")
         if isinstance(lever, str) and lever:
-            hits = [x for x in self.lessons if any(t.lever == lever for t in x.try_)]
+            hits = [x for x in self.lessons if x.kind != "rule" and any(t.lever == lever for t in x.try_)]
             self.consulted.lessons.extend(x.id for x in hits)
             return json.dumps({"lessons": [{"id": x.id, "title": x.title, "try": [t.render() for t in x.try_],
                                             "matches_now": x.id in now} for x in hits]})

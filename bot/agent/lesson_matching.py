@@ -35,13 +35,16 @@ def relevant(
     *,
     include_proposed: bool = False,
     include_manual: bool = True,
+    include_rules: bool = True,
 ) -> list[Lesson]:
-    """Lessons that apply to ``ctx`` and whose ``when`` matches, highest priority first (stable)."""
+    """Lessons that apply to ``ctx`` and whose ``when`` matches, highest priority first (stable); ``include_rules``
+    False leaves out the citations of rules in code (what an agent is offered as lessons)."""
     hits = [
         lesson
         for lesson in lessons
         if (include_proposed or lesson.status == "curated")
         and (include_manual or lesson.auto_propose)
+        and (include_rules or lesson.kind != "rule")
         and applies(lesson, ctx)
         and (lesson.when is None or matches(lesson.when, ctx))
     ]
@@ -63,7 +66,7 @@ def render_lesson(lesson: Lesson) -> str:
     scope = lesson.applies_to
     stack = ", ".join(f"{k} {v}" for k, v in scope.stack.model_dump().items() if v) or "any"
     lines = [
-        f"{lesson.id}  (priority {lesson.priority}, {lesson.status}{'' if lesson.auto_propose else ', manual'})"
+        f"{lesson.id}  (priority {lesson.priority}, {lesson.status}{'' if lesson.auto_propose else ', rule in code' if lesson.kind == 'rule' else ', manual'})"
     ]
     if lesson.title:
         lines.append(lesson.title)
@@ -94,7 +97,7 @@ def render_table(lessons: Sequence[Lesson]) -> str:
     for lesson in lessons:
         first = lesson.try_[0].render() if lesson.try_ else "-"
         more = f" (+{len(lesson.try_) - 1})" if len(lesson.try_) > 1 else ""
-        manual = "" if lesson.auto_propose else "(manual) "
+        manual = "" if lesson.auto_propose else "(rule in code) " if lesson.kind == "rule" else "(manual) "
         rows.append(
             (lesson.id, str(lesson.priority), _clip(manual + first + more, 48), _clip(lesson.source, 70))
         )

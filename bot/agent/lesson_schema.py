@@ -99,6 +99,9 @@ class Lesson(BaseModel):
     priority: int = 0
     status: Literal["curated", "proposed"] = "curated"
     auto_propose: bool = True
+    # "rule": the citation of a rule the default policy implements in code (never proposed from the catalog, never
+    # offered to an agent as a lesson); "lesson": a lesson
+    kind: Literal["lesson", "rule"] = "lesson"
     evidence: str = ""
     # the throughput gain its evidence measured (a fraction): the scorer's prior where the cost model cannot tell
     expected_gain: float | None = Field(default=None, gt=-1.0, le=10.0)
@@ -110,6 +113,8 @@ class Lesson(BaseModel):
 
     @model_validator(mode="after")
     def _try_needed(self) -> Lesson:
+        if self.kind == "rule" and self.auto_propose:
+            raise ValueError("a 'kind: rule' citation is never proposed from the catalog: set auto_propose: false")
         if self.auto_propose and not self.try_:
             raise ValueError("'try' must list at least one lever change (or set auto_propose: false)")
         return self
@@ -135,6 +140,8 @@ def lesson_to_data(lesson: Lesson) -> dict[str, Any]:
     data["status"] = lesson.status
     if not lesson.auto_propose:
         data["auto_propose"] = False
+    if lesson.kind != "lesson":
+        data["kind"] = lesson.kind
     if lesson.evidence:
         data["evidence"] = lesson.evidence
     if lesson.expected_gain is not None:

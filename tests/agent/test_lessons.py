@@ -715,3 +715,16 @@ def test_the_one_thread_advice_reads_the_recipes_own_environment_and_is_never_pr
         ctx = lesson_context(new_state(recipe_text), Diagnosis(outcome="ok", tps=1000.0), space)
         assert ctx["recipe.env.OMP_NUM_THREADS"] == threads.strip('"')
         assert ids(relevant([lesson], ctx)) == expected
+
+
+def test_citations_of_rules_in_code_are_marked_and_not_offered_as_lessons() -> None:
+    from bot.agent.lessons import load_lessons as packaged
+
+    lessons = packaged()
+    rules = [x for x in lessons if x.kind == "rule"]
+    assert len(rules) >= 15 and all(not x.auto_propose for x in rules)
+    assert "layout-jump-review" in {x.id for x in rules} and "compile-on-gpu" not in {x.id for x in rules}
+    offered = relevant(lessons, {}, include_rules=False)
+    assert not any(x.kind == "rule" for x in offered)
+    with pytest.raises(ValueError, match="auto_propose: false"):
+        Lesson.model_validate({"id": "r", "kind": "rule", "try": [], "why": "w", "source": "https://example.org"})
