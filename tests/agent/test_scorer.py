@@ -7,7 +7,6 @@ from pathlib import Path
 from campaign_fakes import new_state, space_fn
 
 from bot.agent.heuristic.explain import prediction, saw
-from bot.agent.lessons import load_lessons
 from bot.agent.heuristic.scorer import (
     BLIND_PRIOR,
     PRIOR_CREDIBILITY,
@@ -16,6 +15,7 @@ from bot.agent.heuristic.scorer import (
     prior_saving,
     score,
 )
+from bot.agent.lessons import load_lessons
 from bot.campaign.report import expectation
 from bot.core import levers as catalog
 from bot.core.diagnosis import Diagnosis
