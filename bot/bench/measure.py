@@ -151,8 +151,11 @@ def real_condition(recipe: Recipe, out: Path, *, repeats: int, steps: int, warmu
         for name, delta in REAL_CHANGES.items():
             start = counter[0]
             began = time.time()
-            res = decide({k: v for k, v in settings.items() if k not in ("baseline_warmup_runs",)}, baseline,
-                         lambda side, d=delta: run(d if side == "B" else {}, side))
+
+            def run_side(side: str, d: dict[str, Any] = delta) -> float | None:
+                return run(d if side == "B" else {}, side)
+
+            res = decide({k: v for k, v in settings.items() if k not in ("baseline_warmup_runs",)}, baseline, run_side)
             res["wall_s"] = time.time() - began
             res["runs"] = counter[0] - start
             results[name].append(res)
@@ -196,7 +199,11 @@ def remeasure(state: Campaign, recipe: Recipe, out: Path, *, steps: int, warmup:
         before, after = dict(incumbent), dict(st.levers)
         base = [t for t in (run(before, "baseline") for _ in range(baseline_runs)) if t]
         began = time.time()
-        res = decide(settings, base, lambda side, b=before, a=after: run(a if side == "B" else b, side), n=st.n)
+
+        def run_side(side: str, b: dict[str, Any] = before, a: dict[str, Any] = after) -> float | None:
+            return run(a if side == "B" else b, side)
+
+        res = decide(settings, base, run_side, n=st.n)
         results.append({"step": st.n, "change": st.change.title(), "campaign_estimate": st.gain, "wall_s": time.time() - began, **res,
                         "above_zero": res["lo"] is not None and res["lo"] > 0})
         incumbent = after
