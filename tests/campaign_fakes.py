@@ -11,7 +11,7 @@ from typing import Any
 from bot import campaign as cm
 from bot.agent import LeverSpace
 from bot.agent.space import search_space
-from bot.campaign.gating import catalog_verdict
+from bot.campaign.gate_calls import catalog_verdict
 from bot.core import levers as catalog
 from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
 from bot.core.records import (

@@ -192,7 +192,7 @@ class DispatchAnswerer:
 
     def _calibrate(self, inputs: dict[str, str], out: Path) -> None:
         """``attune github calibrate`` on the records branch (real recipes; a simulated one is never dispatched)."""
-        from bot.campaign.gating import calibrate_loss_band
+        from bot.campaign.gate_calls import calibrate_loss_band
         from bot.core.records import RunRecord, atomic_write_text
         from bot.github.ports import records_branch
 

@@ -38,7 +38,7 @@ from bot.bench.tuners_report import (
     render_trace,
     targets,
 )
-from bot.campaign.gating import config_gate, convergence_gate, make_calibrator
+from bot.campaign.gate_calls import config_gate, convergence_gate, make_calibrator
 from bot.campaign.setup import measurement_options
 from bot.core import levers as catalog
 from bot.core.recipe import Recipe, load_recipe

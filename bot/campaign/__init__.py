@@ -1,4 +1,4 @@
-"""The campaign layer: the pure state machine (:mod:`.machine`), the gate as campaigns use it (:mod:`.gating`),
+"""The campaign layer: the pure state machine (:mod:`.machine`), the gate as campaigns use it (:mod:`.gate_calls`),
 how a campaign measures on each kind of machine (:mod:`.setup`), the step and campaign reports (:mod:`.report`)
 and TrainingThroughputBench (:mod:`.leaderboard`).
 

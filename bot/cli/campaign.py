@@ -322,7 +322,7 @@ def _fit_to_budget(state: Campaign, recipe: Any, text: str, cache: Path) -> tupl
     from the simulator, a real one's only once its first run is in (the campaign fits the set-up then); the
     calibration runs not in the cache. A budget that cannot hold the set-up and one trial is refused, naming the
     smallest that can; one that holds them scaled down says so (the note answered)."""
-    from bot.campaign.gating import fresh_calibration_runs
+    from bot.campaign.gate_calls import fresh_calibration_runs
     from bot.campaign.setup import sim_run_cost
     from bot.campaign.setupcost import fit_setup
 

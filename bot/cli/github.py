@@ -182,12 +182,12 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    """The loss-band calibration runs of a campaign's baseline, on this (self-hosted) machine: ``bot.campaign.gating``'s
+    """The loss-band calibration runs of a campaign's baseline, on this (self-hosted) machine: ``bot.campaign.gate_calls``'s
     ``calibrate_loss_band``; writes the ``Calibrated`` event as JSON and every calibration run's record beside it in
     ``calibration/`` (the report job recomputes the band from those records: ``bot.github.uploads``). A calibration
     that cannot be made is still written (no band, with the reason), so the campaign goes on with tier-R/N steps
     failing closed."""
-    from bot.campaign.gating import calibrate_loss_band
+    from bot.campaign.gate_calls import calibrate_loss_band
     from bot.core.recipe import RecipeError, parse_recipe_text
     from bot.core.records import atomic_write_text, read_record
     from bot.core.textfile import read_utf8

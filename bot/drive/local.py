@@ -18,7 +18,7 @@ from bot import campaign as cm
 from bot.agent import get_policy
 from bot.agent.lessons import Lesson, load_lessons, propose_lessons, write_proposed
 from bot.agent.space import make_space
-from bot.campaign.gating import config_gate, convergence_gate, make_calibrator
+from bot.campaign.gate_calls import config_gate, convergence_gate, make_calibrator
 from bot.campaign.leaderboard import regenerate
 from bot.campaign.report import render_campaign_summary
 from bot.core.recipe import load_recipe

@@ -405,7 +405,7 @@ class GitHubPorts:
             return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")
         if self.calibrator is not None:
             return self.calibrator(recipe_text, reference)
-        from bot.campaign.gating import calibrate_loss_band
+        from bot.campaign.gate_calls import calibrate_loss_band
 
         with tempfile.TemporaryDirectory(prefix="attune-cal-") as cache:
             return calibrate_loss_band(recipe_text, reference, cache_dir=Path(cache))
@@ -448,7 +448,7 @@ def github_executor(forge: GitHubForge, stored: Stored, *, dispatch_ref: str | N
     from bot.agent import get_policy
     from bot.agent.lessons import load_lessons
     from bot.agent.space import make_space
-    from bot.campaign.gating import config_gate, convergence_gate
+    from bot.campaign.gate_calls import config_gate, convergence_gate
     from bot.drive.executor import Executor
 
     ports = GitHubPorts(forge, stored, dispatch_ref=dispatch_ref, redispatch=redispatch, calibrate=calibrate)

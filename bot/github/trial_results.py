@@ -36,7 +36,7 @@ from bot.github.uploads import WALL_SLACK, Expected, record_problem, wall_bound
 
 RECORD_FILE = "record.json"
 CALIBRATED_FILE = "calibrated.json"  # the runner's own summary: for its log, never read here
-CALIBRATION_RUNS = "calibration"  # the calibration runs' records, one file each (bot.campaign.gating.record_name)
+CALIBRATION_RUNS = "calibration"  # the calibration runs' records, one file each (bot.campaign.gate_calls.record_name)
 
 
 def _read(path: Path, model: type[RunRecord]) -> tuple[RunRecord | None, str]:
@@ -62,7 +62,7 @@ def recompute_calibration(result_dir: Path, reference: RunRecord | None, baselin
                           job: str) -> cm.Calibrated:
     """The loss band recomputed from the uploaded calibration run records (each checked), with their cost. The plan
     comes from the recipe as the baseline ran it (the bot's own copy on the records branch)."""
-    from bot.campaign.gating import band_from_runs, calibration_plan, record_name
+    from bot.campaign.gate_calls import band_from_runs, calibration_plan, record_name
 
     if reference is None or baseline_text is None:
         return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")

@@ -160,7 +160,7 @@ def test_the_campaign_summary_names_the_gate_loss_band() -> None:
 
 
 def test_the_report_opens_with_the_one_screen_summary_then_the_chart_then_folded_evidence() -> None:
-    from bot.campaign.gating import config_gate
+    from bot.campaign.gate_calls import config_gate
     from bot.core.recipe import set_lever_text
 
     state = campaign()

@@ -9,7 +9,7 @@ import pytest
 from campaign_fakes import new_state, recipe_text
 
 from bot import campaign as cm
-from bot.campaign import gating
+from bot.campaign import gate_calls
 from bot.campaign.setupcost import CALIBRATION_RUNS_MAX, fit_setup
 
 
@@ -66,6 +66,6 @@ def test_calibration_runs_share_the_budget_cap(monkeypatch, tmp_path: Path) -> N
     from bot.core.recipe import parse_recipe_text
 
     reference = make_record(parse_recipe_text(text, "r.yaml"), "ok", 1000.0, 0.01)
-    event = gating.calibrate_loss_band(text, reference, cache_dir=tmp_path, max_wall_s=400.0)
+    event = gate_calls.calibrate_loss_band(text, reference, cache_dir=tmp_path, max_wall_s=400.0)
     assert event.band is None and "stop here" in event.note
     assert len(seen) >= 2 and all(spec.max_wall_s == pytest.approx(400.0 / len(seen)) for spec in seen.values())

@@ -131,7 +131,7 @@ def test_calibrate_caps_its_runs_at_what_is_left_of_the_budget(tmp_path, monkeyp
     """The self-hosted calibration job passes the budget left (trial.yml's limits) to the calibration runs."""
     from test_trial_scenarios import record
 
-    from bot.campaign import gating
+    from bot.campaign import gate_calls
     from bot.core.recipe import parse_recipe_text
 
     seen = {}
@@ -140,7 +140,7 @@ def test_calibrate_caps_its_runs_at_what_is_left_of_the_budget(tmp_path, monkeyp
         seen.update(kw)
         return cm.Calibrated(band=None, device_hours=0.0, note="capped")
 
-    monkeypatch.setattr(gating, "calibrate_loss_band", calibrate)
+    monkeypatch.setattr(gate_calls, "calibrate_loss_band", calibrate)
     recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
     reference = tmp_path / "baseline-1.json"
     reference.write_text(record(recipe, 500.0, simulated=True).model_dump_json())

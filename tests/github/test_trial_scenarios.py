@@ -170,7 +170,7 @@ class Flow:
 
     def write_calibration(self, out: Path, device_hours: float) -> None:
         """The calibration runs' records as ``attune github calibrate`` uploads them (``calibration/``)."""
-        from bot.campaign.gating import calibration_plan, record_name
+        from bot.campaign.gate_calls import calibration_plan, record_name
         from bot.github.ports import records_branch
 
         cid = self.state().id

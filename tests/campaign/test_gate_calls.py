@@ -1,4 +1,4 @@
-"""bot/campaign/gating.py: how a campaign calls the gate — the loss band it calibrates once, and the convergence stage with it."""
+"""bot/campaign/gate_calls.py: how a campaign calls the gate — the loss band it calibrates once, and the convergence stage with it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bot import campaign as cm
-from bot.campaign.gating import calibrate_loss_band, convergence_gate, make_calibrator
+from bot.campaign.gate_calls import calibrate_loss_band, convergence_gate, make_calibrator
 from bot.core.recipe import load_recipe
 from bot.core.records import StepMetric
 from bot.runner.sim import SimRunner
