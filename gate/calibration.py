@@ -13,7 +13,7 @@ Calibration runs (:func:`calibration_specs`), all against the baseline run with 
 3. a gradient-accumulation split (another local batch, the global batch pinned);
 4. another ``loss.num_chunks`` (chunked cross-entropy).
 
-The benchmark (``bot/bench/gate.py``) holds its other legitimate changes out of this set and counts
+The benchmark (``bot/bench/gate_faults.py``) holds its other legitimate changes out of this set and counts
 false rejects on them.
 """
 

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 from bot.cli.common import EXIT_OK, UsageError, emit_json
 
 if TYPE_CHECKING:
-    from bot.bench.gate import Suite
+    from bot.bench.gate_faults import Suite
     from bot.core.recipe import Recipe
 
 
 def cmd_bench_gate(args: argparse.Namespace) -> int:
-    from bot.bench.gate import render_bench, run_bench
+    from bot.bench.gate_faults import render_bench, run_bench
     from bot.cli.common import console
     from bot.cli.progress import CountDisplay, wanted
 
@@ -24,7 +24,7 @@ def cmd_bench_gate(args: argparse.Namespace) -> int:
         raise UsageError(f"--jobs: expected at least 1; got {args.jobs}")
     suite: Suite | None = None
     if args.suite == "moe":
-        from bot.bench.gate_moe import SUITE as suite
+        from bot.bench.gate_faults_moe import SUITE as suite
     if wanted(args.json):  # a live display on a terminal: the runs done of those to run, elapsed, ETA
         with CountDisplay(console(), "bench gate", 0, "runs") as display:
             report = run_bench(out_dir=Path(args.out), jobs=args.jobs, progress=display.message, suite=suite)
@@ -270,7 +270,7 @@ def register(sub: Any) -> None:
     bg.add_argument("--jobs", type=int, default=2, help="real runs at a time (default 2: one per core of a 2-core box)")
     bg.add_argument("--json", action="store_true")
     bg.add_argument("--suite", choices=("dense", "moe"), default="dense",
-                    help="dense: the llama3-tiny cases (default); moe: the moe-tiny MoE cases (bot/bench/gate_moe.py)")
+                    help="dense: the llama3-tiny cases (default); moe: the moe-tiny MoE cases (bot/bench/gate_faults_moe.py)")
     bg.set_defaults(func=cmd_bench_gate)
     bt = b.add_parser("tuners", help="every policy under the same budget in the simulator (SIMULATED)")
     bt.add_argument("--recipe", action="append", default=[])

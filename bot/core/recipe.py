@@ -65,7 +65,7 @@ def _non_negative(v: float) -> bool:
 
 
 # The kinds of the pinned keys that torchtitan 0.3.0 reads as numbers, flags or choices (the shipped recipes' pins and
-# the gate benchmark's, bot/bench/gate.py). Any other pinned key may be any scalar (a path, a name), but a finite one.
+# the gate benchmark's, bot/bench/gate_faults.py). Any other pinned key may be any scalar (a path, a name), but a finite one.
 PIN_TYPES: dict[str, PinType] = {
     # -1 is torchtitan's "local batch x data parallel": valid here, refused separately by the gate's config check
     "training.global_batch_size": PinType("int", "a positive integer or -1 (local batch x data parallel)", lambda v: v > 0 or v == -1),

@@ -2,7 +2,7 @@ r"""Test-only workload hooks, installed inside torchtitan ranks when ``ATTUNE_HO
 
 A hook is ``name`` or ``name:arg``; several are comma-separated. They exist to make real
 failures and real faults happen in real torchtitan runs (runner tests, the gate's
-fault-injection benchmark ``bot/bench/gate.py``); recipes never set them. Every hook wraps the
+fault-injection benchmark ``bot/bench/gate_faults.py``); recipes never set them. Every hook wraps the
 attribute it patches as it finds it, so hooks compose and the CPU compatibility layer
 (installed first by ``bot/inrank/_site/sitecustomize.py``) stays underneath.
 

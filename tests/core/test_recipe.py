@@ -189,7 +189,7 @@ def test_pins_of_the_right_kind_load(key: str, value: object) -> None:
 
 
 def test_pin_types_cover_every_pin_of_the_shipped_recipes_and_the_gate_benchmark() -> None:
-    from bot.bench.gate import cases
+    from bot.bench.gate_faults import cases
 
     shipped = {key for path in SHIPPED for key in load_recipe(path).pinned}
     benchmark = {key for case in cases() for key, value in case.pinned.items() if not isinstance(value, str) and value is not None}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.gate import edit_recipe_text
+from bot.bench.gate_faults import edit_recipe_text
 from bot.core.records import LaunchShape, RunRecord, StackFingerprint, write_record
 from gate.api import render_verdict, run_gate, verdict_json
 from gate.errors import GateInputError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bot.bench.gate import edit_recipe_text
+from bot.bench.gate_faults import edit_recipe_text
 from bot.core.recipe import parse_recipe_text
 from gate.calibration import band_path, calibration_specs, load_band, objective_hash, save_band
 from gate.convergence import Band, SignalBand

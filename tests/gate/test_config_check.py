@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.gate import edit_recipe_text
+from bot.bench.gate_faults import edit_recipe_text
 from bot.core.recipe import Recipe, parse_recipe_text
 from gate.config_check import (
     ABSENT,

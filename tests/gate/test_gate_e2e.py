@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.gate import edit_recipe_text
+from bot.bench.gate_faults import edit_recipe_text
 from gate.api import render_verdict, run_gate
 from gate.runs import RunSpec, cached_path, run_one
 

@@ -21,7 +21,7 @@ OUT = REPO / "tests" / "data" / "cpu2_layout_matrix.json"
 
 
 def layout_text(levers: dict) -> str:
-    from bot.bench.gate import edit_recipe_text
+    from bot.bench.gate_faults import edit_recipe_text
 
     return edit_recipe_text(RECIPE.read_text(), levers=levers, source="layout")
 

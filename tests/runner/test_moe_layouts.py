@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bot.agent.space import make_space
-from bot.bench.gate import edit_recipe_text
+from bot.bench.gate_faults import edit_recipe_text
 from bot.core import levers as catalog
 from bot.core.recipe import parse_recipe_text
 from bot.runner.local import LocalRunner

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.gate import edit_recipe_text
+from bot.bench.gate_faults import edit_recipe_text
 from bot.core.recipe import load_recipe, parse_recipe_text
 from bot.runner.command import titan_args
 from bot.runner.seed import ensure_seed_checkpoint, load_args, seed_key, seed_recipe, wants_seed

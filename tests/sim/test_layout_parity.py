@@ -24,7 +24,7 @@ RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu-2rank.yaml"
 
 
 def _recipe(levers: dict):
-    from bot.bench.gate import edit_recipe_text
+    from bot.bench.gate_faults import edit_recipe_text
 
     return parse_recipe_text(edit_recipe_text(RECIPE.read_text(), levers=levers, source="layout"), "layout")
 

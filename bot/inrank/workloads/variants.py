@@ -3,7 +3,7 @@
 torchtitan 0.3.0 freezes its CLI: optimizer hyperparameters, parameter groups and the model
 config can only be changed in a config function. These variants are the objective-changing
 edits a careless refactor of such a function makes; the gate's fault-injection benchmark
-(``bot/bench/gate.py``) points a candidate recipe at one of them (``workload.config``) and the
+(``bot/bench/gate_faults.py``) points a candidate recipe at one of them (``workload.config``) and the
 config check must reject it from the resolved config alone. Use as
 ``--module bot.inrank.workloads.variants --config <name>``.
 """

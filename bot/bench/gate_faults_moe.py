@@ -1,6 +1,6 @@
 """The MoE suite of the gate's fault-injection benchmark (``attune bench gate --suite moe``).
 
-The same protocol as :mod:`bot.bench.gate` (config stage, then real ~20-step CPU runs against a calibrated band),
+The same protocol as :mod:`bot.bench.gate_faults` (config stage, then real ~20-step CPU runs against a calibrated band),
 on ``recipes/moe-tiny/cpu.yaml`` (torchtitan's Qwen3-MoE code, 8 experts, top-2):
 
 * **config faults** — objective-changing MoE settings made in a config function
@@ -16,7 +16,7 @@ on ``recipes/moe-tiny/cpu.yaml`` (torchtitan's Qwen3-MoE code, 8 experts, top-2)
 
 from __future__ import annotations
 
-from bot.bench.gate import Case, edit_recipe_text
+from bot.bench.gate_faults import Case, edit_recipe_text
 
 BASELINE_RECIPE = "moe-tiny/cpu.yaml"
 MOE_VARIANTS = "bot.inrank.workloads.moe_variants"

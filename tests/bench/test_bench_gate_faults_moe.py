@@ -1,11 +1,11 @@
-"""The MoE suite of ``attune bench gate`` (bot/bench/gate_moe.py): its config stage, without the runs."""
+"""The MoE suite of ``attune bench gate`` (bot/bench/gate_faults_moe.py): its config stage, without the runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bot.bench.gate import candidate_text
-from bot.bench.gate_moe import SUITE
+from bot.bench.gate_faults import candidate_text
+from bot.bench.gate_faults_moe import SUITE
 from bot.core.recipe import parse_recipe_text
 from bot.inrank.hooks import HOOKS
 from gate.config_check import check_config

@@ -358,7 +358,7 @@ TWO_RANK_CALIBRATION = {"ddp2": "DDP, replicate 2", "ep1x2": "FSDP 2, EP 1"}
 
 def dense_suite() -> Suite:
     """The default suite: its baseline recipe (under recipes/), its cases and its baselines (llama3-tiny).
-    ``bot.bench.gate_moe.SUITE`` is the MoE one."""
+    ``bot.bench.gate_faults_moe.SUITE`` is the MoE one."""
     return BASELINE_RECIPE, cases, baselines
 
 

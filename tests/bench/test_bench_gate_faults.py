@@ -1,4 +1,4 @@
-"""bot/bench/gate.py without runs: the case catalogue is well formed and its config half decides correctly."""
+"""bot/bench/gate_faults.py without runs: the case catalogue is well formed and its config half decides correctly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.gate import (
+from bot.bench.gate_faults import (
     BASELINE_RECIPE,
     BenchReport,
     CaseResult,
