@@ -175,8 +175,8 @@ def _chosen_tasks(loaded: dict[Path, Recipe], names: list[str] | None) -> list[P
 
 def cmd_bench_measure(args: argparse.Namespace) -> int:
     """The campaign's A/B decisions benchmarked: real comparisons on this machine (idle and under a busy loop the
-    benchmark starts and stops) and simulated ones (:mod:`bot.bench.measure`)."""
-    from bot.bench.measure import render, run_bench
+    benchmark starts and stops) and simulated ones (:mod:`bot.bench.ab_decisions`)."""
+    from bot.bench.ab_decisions import render, run_bench
     from bot.cli.common import console
     from bot.cli.progress import CountDisplay, wanted
     from bot.core.recipe import RecipeError, load_recipe
@@ -244,7 +244,7 @@ def _windows(text: str) -> list[int]:
 
 def _remeasure(args: argparse.Namespace) -> int:
     """``--remeasure ID``: every kept step of a finished local campaign, its incumbent against it, measured again."""
-    from bot.bench.measure import remeasure
+    from bot.bench.ab_decisions import remeasure
     from bot.core.recipe import load_recipe
     from bot.core.repo import Repo
     from bot.drive.ports import FileStateStore

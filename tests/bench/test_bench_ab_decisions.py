@@ -1,4 +1,4 @@
-"""bot/bench/measure.py and ``attune bench measure``: the protocol's decisions benchmarked (the simulated part here;
+"""bot/bench/ab_decisions.py and ``attune bench measure``: the protocol's decisions benchmarked (the simulated part here;
 the real part makes real CPU runs for minutes and is run as the benchmark, not in the default suite)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bot.bench.measure import (
+from bot.bench.ab_decisions import (
     SIM_STEPS,
     SIM_WARMUP,
     decide,
@@ -88,7 +88,7 @@ def test_the_cli_prints_the_simulated_table_and_json_and_refuses_bad_options() -
 
 
 def test_remeasure_measures_each_kept_step_against_its_own_incumbent(tmp_path: Path) -> None:
-    from bot.bench.measure import remeasure
+    from bot.bench.ab_decisions import remeasure
     from bot.core.recipe import load_recipe
     from bot.core.records import Change
     from bot.core.state import Campaign, Step
