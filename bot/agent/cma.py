@@ -63,10 +63,10 @@ class CmaEsPolicy:
         """The study rebuilt from the campaign (the k-th proposal recomputed exactly as it was made, then told what
         step k measured) and the next proposal (None when no untried legal configuration is found)."""
         import optuna
-        from optuna.distributions import IntDistribution
+        from optuna.distributions import BaseDistribution, IntDistribution
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        dists = {k: IntDistribution(0, len(v) - 1) for k, v in levers.values.items()}
+        dists: dict[str, BaseDistribution] = {k: IntDistribution(0, len(v) - 1) for k, v in levers.values.items()}
         x0 = self._encode(levers, campaign.baseline_levers)
         with warnings.catch_warnings():  # x0 is deprecated in optuna 4.9 (source_trials instead), with_margin experimental
             warnings.simplefilter("ignore")

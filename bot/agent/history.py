@@ -29,6 +29,18 @@ MOMENTUM_GAIN = 0.10  # a kept step that removed a tenth of the step time or mor
 COMPILE_NAME = "compile.enable"
 
 
+def undone(levers: dict[str, Scalar], *changes: Change) -> dict[str, Scalar]:
+    """``levers`` with each change undone: its lever back to the value it had, or unset (torchtitan's default) where
+    it had none."""
+    out = dict(levers)
+    for c in changes:
+        if c.before is None:
+            out.pop(c.lever, None)
+        else:
+            out[c.lever] = c.before
+    return out
+
+
 def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bool:
     """``lesson``'s ``lever=value`` was measured clearly slower on an earlier incumbent (screened out or stopped
     early: below it by more than the noise band; or an interval wholly below zero) and no step kept since has
@@ -48,8 +60,7 @@ def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bo
                 or lesson.id not in s.change.lessons or m is None or m.decision != "no_gain"
                 or not (m.screened or (m.hi is not None and m.hi < 0))):
             continue
-        then = catalog.effective({**s.levers, lever: s.change.before,
-                                  **({enabler.change.lever: enabler.change.before} if enabler is not None else {})})
+        then = catalog.effective(undone(s.levers, s.change, *([enabler.change] if enabler is not None else [])))
         if not any(now.get(k) != then.get(k) for k in watched if k != lever):
             return True
     return False
@@ -81,7 +92,7 @@ def recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
         if s.gain <= -MOMENTUM_GAIN:
             return True
         m = s.measurement
-        then = catalog.effective({**failed_step.levers, failed.lever: failed.before})
+        then = catalog.effective(undone(failed_step.levers, failed))
         if (m is not None and m.decision == "no_gain" and (m.screened or (m.hi is not None and m.hi < 0))
                 and not any(now.get(k) != then.get(k) for k in catalog.PARALLEL_DEGREES if k != failed.lever)):
             return True

@@ -98,10 +98,11 @@ class OptunaPolicy:
     def study(self, campaign: Campaign, levers: LeverSpace):
         """The study rebuilt from the campaign's history: (study, distributions)."""
         import optuna
-        from optuna.distributions import CategoricalDistribution
+        from optuna.distributions import BaseDistribution, CategoricalDistribution
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         dists = {k: CategoricalDistribution(list(v)) for k, v in levers.values.items()}
+        base_dists: dict[str, BaseDistribution] = dict(dists)  # what create_trial takes (its dict is invariant)
         study = optuna.create_study(direction="maximize", sampler=self._sampler())
         history = [(campaign.baseline_levers, campaign.baseline_tps, "ok")]
         for st in campaign.steps:
@@ -120,7 +121,7 @@ class OptunaPolicy:
             infeasible = 0.0 if feasible else 1.0
             study.add_trial(
                 optuna.trial.create_trial(
-                    params=params, distributions=dists, value=float(tps) if feasible else 0.0,
+                    params=params, distributions=base_dists, value=float(tps) if feasible and tps is not None else 0.0,
                     user_attrs={"infeasible": infeasible, "outcome": outcome},
                     system_attrs={"constraints": [infeasible]},  # what the constrained samplers read (> 0 = violated)
                 )

@@ -971,6 +971,9 @@ def test_more_stages_refused_by_dualpipev_for_too_few_microbatches_cross_on_the_
     back = restore_schedule(s4, space)
     assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (
         "parallelism.pipeline_parallel_schedule", "ZBVZeroBubble", "DualPipeV", None)
+    # a stone whose record does not say the schedule it replaced: nothing to restore
+    unsaid = gated.model_copy(update={"change": stone.model_copy(update={"before": None})})
+    assert restore_schedule(s4.model_copy(update={"steps": [oom, unsaid, kept, lbs]}), space) is None
     tried = cm.Step(n=5, change=back, state="closed", levers={**at8, "parallelism.pipeline_parallel_schedule": "DualPipeV"},
                     runs=[cm.RunRef(kind="trial", n=5, outcome="stopped", tps=1200.0)])
     assert restore_schedule(s4.model_copy(update={"steps": [*s4.steps, tried]}), space) is None
@@ -1186,6 +1189,10 @@ def test_a_small_kept_gain_is_measured_the_other_way_once_a_large_layout_change_
         return
     assert isinstance(back, Change) and (back.lever, back.before, back.after, back.stacked_on) == (ep, 16, 32, None)
     assert back.lessons == ["second-pass-over-small-gains"] and "step 2" in back.why
+    # a small step whose record does not say the value before it: no way back to measure (was a ValidationError: a
+    # change to None)
+    unsaid = small.model_copy(update={"change": small.change.model_copy(update={"before": None})})
+    assert second_pass(s2.model_copy(update={"steps": [unsaid, big]}), space, LESSONS, just_kept=True) is None
     tried = _measured(3, back, {**dual, ep: 32}, -0.05)
     assert second_pass(state.model_copy(update={"steps": [small, big, tried], "incumbent_step": 2,
                                                                    "incumbent_levers": dual}), space, LESSONS) is None

@@ -19,7 +19,7 @@ from bot.core.records import Scalar, Stop
 from bot.core.state import Campaign
 
 
-def neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar) -> list[Scalar]:
+def neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar | None) -> list[Scalar]:
     """Generic exploration moves for one lever: adjacent values of an ordered domain (batch sizes and degrees
     one doubling/halving away, larger first), every value of a categorical one, recompute only downwards; never a
     value that a step from this incumbent already showed runs out of memory (less recompute than a mode that
@@ -35,8 +35,9 @@ def neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scala
     numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in values) and isinstance(current, int)
     if not numeric or current not in values:
         return values
+    ints = [int(v) for v in values]  # numeric: every value is an int
     i = values.index(current)
-    out = [values[j] for j in (i + 1, i - 1) if 0 <= j < len(values) and values[j] > 0]
+    out: list[Scalar] = [ints[j] for j in (i + 1, i - 1) if 0 <= j < len(ints) and ints[j] > 0]
     if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"):
         limit = min((int(v) for v in oom), default=None)
         out = [v for v in out if limit is None or int(v) < limit]

@@ -26,14 +26,17 @@ def restore_schedule(campaign: Campaign, space: LeverSpace) -> Change | None:
         c = campaign.step(n).change
         if STONE_LESSON not in c.lessons or c.lever != SCHEDULE or current.get(SCHEDULE) != c.after:
             continue
-        if proposed_by(campaign, STONE_LESSON, SCHEDULE, c.before):
+        replaced = c.before
+        if replaced is None:  # the schedule it stood in for is not recorded: nothing to restore
+            continue
+        if proposed_by(campaign, STONE_LESSON, SCHEDULE, replaced):
             return None  # measured back once already (a later incumbent does not reopen it)
-        if already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: c.before}):
+        if already_stepped(campaign, {**campaign.incumbent_levers, SCHEDULE: replaced}):
             return None
-        if layout_problem(space.recipe, {**campaign.incumbent_levers, SCHEDULE: c.before}) is not None:
+        if layout_problem(space.recipe, {**campaign.incumbent_levers, SCHEDULE: replaced}) is not None:
             return None  # not legal yet: it comes back when a later step gives it the microbatches
-        why = f"step {n} ({c.title()}) stood in for {c.before} until the local batch allowed it: {c.before} back"
-        return checked(campaign, space, SCHEDULE, c.before, why, [STONE_LESSON])
+        why = f"step {n} ({c.title()}) stood in for {replaced} until the local batch allowed it: {replaced} back"
+        return checked(campaign, space, SCHEDULE, replaced, why, [STONE_LESSON])
     return None
 
 
