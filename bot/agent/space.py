@@ -62,8 +62,8 @@ def layout_problem(recipe: Recipe, levers: dict[str, Scalar]) -> str | None:
     split, lever prerequisites), or None when it would start. Legality only, computed in code for free -- no
     speed or memory estimate (those are what a trial measures). None also when the model is not one the
     layout checker knows (the trial then finds out)."""
+    from bot.facts.legality import LayoutError, resolve_layout
     from bot.sim.hardware import get_hardware
-    from bot.sim.layout import LayoutError, resolve_layout
 
     c = recipe.cluster
     try:

@@ -3,7 +3,7 @@
 A recipe can pass validation and still not run: ``launcher: sim`` needs hardware the simulator knows
 (:data:`bot.sim.hardware.HARDWARE`) and a model torchtitan builds here or the zoo holds (:func:`bot.sim.models.model_for`), and ``launcher: local`` runs one node. Nor
 can a layout torchtitan refuses (TP 16 on 8 devices, a global batch the data-parallel degree does not divide): a
-simulated recipe is resolved by the simulator's model of torchtitan's checks (:func:`bot.sim.layout.resolve_layout`),
+simulated recipe is resolved by ATTUNE's own model of torchtitan's checks (:func:`bot.facts.legality.resolve_layout`),
 a local or Slurm one by torchtitan's own ConfigManager, in-process on the CPU, as its runner does before a launch
 (:func:`bot.runner.resolve.resolve_recipe`). A campaign whose baseline cannot start would otherwise spend its
 first step finding that out, then finish with nothing to compare against.
@@ -68,8 +68,8 @@ def _field_named(recipe: Recipe, reason: str) -> tuple[str, ...]:
 
 
 def _sim_layout_problem(recipe: Recipe) -> Problem | None:
+    from bot.facts.legality import LayoutError, resolve_layout
     from bot.sim.hardware import get_hardware
-    from bot.sim.layout import LayoutError, resolve_layout
     from bot.sim.models import model_for
 
     c = recipe.cluster

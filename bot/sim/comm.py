@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from bot.facts.legality import Layout
 from bot.sim.efficiency import EfficiencyFactors
 from bot.sim.hardware import HardwareSpec
-from bot.sim.layout import Layout
 
 
 class Link(BaseModel):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.sim.layout import LEVER_DEFAULTS
+from bot.facts.legality import LEVER_DEFAULTS
 from bot.sim.simulate import SimResult, simulate
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from bot.facts.activation import layer_elems_per_token
+from bot.facts.legality import Layout, StageLoad
 from bot.sim.efficiency import EfficiencyFactors
 from bot.sim.flops import param_counts
-from bot.sim.layout import Layout, StageLoad
 from bot.sim.pipeline import inflight_chunks
 from bot.sim.zoo import ModelSpec
 

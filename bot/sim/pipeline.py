@@ -12,7 +12,7 @@ rank r warms up ``(v - 1) * microbatches_per_round + 2 * (p - 1 - r)`` chunks (`
 
 from __future__ import annotations
 
-from bot.sim.layout import Layout
+from bot.facts.legality import Layout
 
 # Share of the 1F1B-equivalent bubble that zero-bubble schedules leave (ZB-H1 ~1/3; ZB-V / DualPipeV ~0).
 ZERO_BUBBLE_SHARE = {"InterleavedZeroBubble": 1.0 / 3.0, "ZBVZeroBubble": 0.15, "DualPipeV": 0.15}

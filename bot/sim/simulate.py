@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from bot.facts.legality import Layout, LayoutError, resolve_layout
 from bot.sim.efficiency import DEFAULT_FACTORS, EfficiencyFactors
 from bot.sim.flops import flops_per_token
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import Layout, LayoutError, resolve_layout
 from bot.sim.memory import MemoryBreakdown, peak_memory
 from bot.sim.noise import SimulatedSeries, measured_throughput, stable_seed, step_throughputs
 from bot.sim.steptime import StepBreakdown, step_time
@@ -141,6 +141,6 @@ def simulate(
     """Simulate one benchmark run of a torchtitan recipe (pure, deterministic in ``seed``; results are simulated).
 
     ``model``: a zoo id or the workload's spec (:func:`bot.sim.models.model_for`). ``levers`` and ``pinned`` use torchtitan 0.3.0 dotted names (missing ones take torchtitan defaults);
-    see ``bot.sim.layout.LEVER_DEFAULTS``. Unknown names are listed in ``ignored_levers``.
+    see ``bot.facts.legality.LEVER_DEFAULTS``. Unknown names are listed in ``ignored_levers``.
     """
     return evaluate(model, hardware, nodes, devices_per_node, dict(levers), dict(pinned), seed)

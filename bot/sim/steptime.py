@@ -20,11 +20,11 @@ import math
 
 from pydantic import BaseModel
 
+from bot.facts.legality import Layout
 from bot.sim.comm import all_gather, all_reduce, all_to_all, groups, p2p
 from bot.sim.efficiency import EfficiencyFactors
 from bot.sim.flops import attention_flops_per_token_per_layer, param_counts
 from bot.sim.hardware import HardwareSpec
-from bot.sim.layout import Layout
 from bot.sim.memory import rank_params
 from bot.sim.pipeline import bubble_units
 from bot.sim.zoo import ModelSpec

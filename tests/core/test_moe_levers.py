@@ -1,5 +1,5 @@
 """MoE levers (bot/core/levers.py, bot/agent/space.py): legality as torchtitan 0.3.0 has it, the CUDA-only
-features it names, and the simulator's layout checker agreeing for the moe-tiny model."""
+features it names, and the layout checker (bot.facts.legality) agreeing for the moe-tiny model."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from bot.agent.space import lever_values, make_space
 from bot.core import levers as catalog
 from bot.core.recipe import load_recipe
+from bot.facts.legality import LayoutError, resolve_layout
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import LayoutError, resolve_layout
 from bot.sim.zoo import get_model
 
 REPO = Path(__file__).resolve().parents[2]

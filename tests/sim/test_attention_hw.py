@@ -2,9 +2,9 @@
 
 import pytest
 
+from bot.facts.legality import resolve_layout
 from bot.sim.efficiency import DEFAULT_FACTORS
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import resolve_layout
 from bot.sim.steptime import attn_hw_eff, microbatch_time
 from bot.sim.zoo import get_model
 

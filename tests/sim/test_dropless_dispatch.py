@@ -2,9 +2,9 @@
 
 import pytest
 
+from bot.facts.legality import LayoutError, resolve_layout
 from bot.sim.efficiency import DEFAULT_FACTORS
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import LayoutError, resolve_layout
 from bot.sim.steptime import dropless_dispatch_floor, microbatch_time, step_time
 from bot.sim.zoo import get_model
 

@@ -14,8 +14,8 @@ import pytest
 
 from bot.core import levers as catalog
 from bot.core.recipe import parse_recipe_text
+from bot.facts.legality import LayoutError, resolve_layout
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import LayoutError, resolve_layout
 from bot.sim.zoo import get_model
 
 REPO = Path(__file__).resolve().parents[2]

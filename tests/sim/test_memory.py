@@ -2,9 +2,9 @@
 
 import pytest
 
+from bot.facts.legality import resolve_layout
 from bot.sim.efficiency import DEFAULT_FACTORS as F
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import resolve_layout
 from bot.sim.memory import GIB, activation_elems_per_token, peak_memory, rank_params, saved_elems_per_token
 from bot.sim.simulate import simulate
 from bot.sim.zoo import get_model

@@ -2,8 +2,8 @@
 
 import pytest
 
+from bot.facts.legality import resolve_layout
 from bot.sim.hardware import get_hardware
-from bot.sim.layout import resolve_layout
 from bot.sim.pipeline import bubble_units, inflight_chunks
 from bot.sim.zoo import get_model
 

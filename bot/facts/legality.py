@@ -1,8 +1,11 @@
-"""Lever parsing and layout legality: torchtitan 0.3.0 dotted overrides -> a resolved, checked ``Layout``.
+"""Layout legality for every launcher: torchtitan 0.3.0 dotted overrides -> a resolved, checked ``Layout``.
 
 ``resolve_layout`` applies torchtitan's defaults to missing levers, derives the leftover FSDP degree, the gradient
 accumulation count and the pipeline stage split, and refuses layouts that torchtitan (or PyTorch pipelining) would
-refuse at parse or build time, returning the reason (docs/reference/torchtitan.md §0, §1a-1e). It never estimates speed or memory.
+refuse at parse or build time, returning the reason (docs/reference/torchtitan.md §0, §1a-1e). It never estimates speed
+or memory. Real runs are checked with it before they start (``bot.runner.check``), policies keep to it
+(``bot.agent.space``), and the simulator reads the layout it resolves (``bot.sim``); it knows only the model's facts
+and the few hardware facts of :class:`Host`.
 
 Levers named ``sim.*`` are calibration-only extensions (not torchtitan config) used to describe published runs of
 other stacks: ``sim.stack`` (torchtitan | megatron | meta) and ``sim.virtual_stages`` (Megatron-style virtual
@@ -16,12 +19,11 @@ the default ``default`` leaves the EP model as it is (torchtitan's dispatchers a
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel
 
-from bot.sim.hardware import HardwareSpec
-from bot.sim.zoo import ModelSpec
+from bot.facts.spec import ModelSpec
 
 AcMode = Literal["none", "selective", "full", "memory_budget"]
 
@@ -90,6 +92,20 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "sim.stack": ("torchtitan", "megatron", "meta"),
     "sim.moe_dispatch": ("default", "dropless-hostsync"),
 }
+
+
+class Host(Protocol):
+    """The hardware facts legality reads (``bot.sim.hardware.HardwareSpec`` has them): its id, GPUs per node, and
+    whether it is a GPU or a CPU host."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def gpus_per_node(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...
 
 
 class LayoutError(ValueError):
@@ -268,7 +284,7 @@ def _rank_loads(m: ModelSpec, stage_layers: list[int], pp: int, v_shape: bool) -
 
 
 def resolve_layout(
-    m: ModelSpec, hw: HardwareSpec, nodes: int, devices_per_node: int, levers: dict[str, Any], pinned: dict[str, Any]
+    m: ModelSpec, hw: Host, nodes: int, devices_per_node: int, levers: dict[str, Any], pinned: dict[str, Any]
 ) -> tuple[Layout, list[str]]:
     """Resolve and check a layout. Raises ``LayoutError`` with torchtitan's reason for refusing it."""
     s, ignored = read_settings(levers, pinned)
