@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from bot.campaign import measure as ms
-from bot.campaign.setup import measurement_options
+from bot.campaign.measurement_settings import measurement_options
 from bot.core.recipe import Recipe
 from bot.core.records import Change, RunRecord
 from bot.core.state import Campaign, RunRef, Step
@@ -257,7 +257,7 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- the benchmark
 def window_study(trials: int, seed: int, windows: list[int]) -> list[dict[str, Any]]:
     """The simulated comparisons once per measurement window (``measure_steps``): the evidence for the simulator's
-    window (:func:`bot.campaign.setup.measurement_options`). SIMULATED."""
+    window (:func:`bot.campaign.measurement_settings.measurement_options`). SIMULATED."""
     rows = []
     for w in windows:
         by = simulated(trials, seed, measure_steps=w)["by_gain"]

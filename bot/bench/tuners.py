@@ -39,7 +39,7 @@ from bot.bench.tuners_report import (
     targets,
 )
 from bot.campaign.gate_calls import config_gate, convergence_gate, make_calibrator
-from bot.campaign.setup import measurement_options
+from bot.campaign.measurement_settings import measurement_options
 from bot.core import levers as catalog
 from bot.core.recipe import Recipe, load_recipe
 from bot.core.repo import find_repo

@@ -1,7 +1,7 @@
 """What a campaign's set-up costs (its baseline and gate-calibration runs), and how it is fitted to the budget.
 
 Pure: :func:`fit_setup` reads a ``Campaign`` and answers what to change; the state machine applies it before the
-set-up starts (with a run-cost estimate: the simulator's) and after every baseline run (the runs so far are the
+set-up starts (with a run-cost estimate: the simulator's, :func:`sim_run_cost`) and after every baseline run (the runs so far are the
 estimate: :meth:`Campaign.expected_run_cost`), and ``attune campaign run`` calls it before anything is written.
 
 The set-up must leave room for one trial: a budget spent on measuring the baseline tries nothing. Where the runs
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+from bot.core.recipe import Recipe
 from bot.core.state import Campaign
 
 CALIBRATION_RUNS_MAX = 4  # the gate's calibration runs at most: a repeat, an init perturbation, a GA split, loss chunks
@@ -110,3 +111,13 @@ def fit_setup(s: Campaign) -> SetupFit:
     updates = {f: getattr(t, f) for f in fields if getattr(t, f) != getattr(s, f)}
     updates["setup_note"] = f"{s.setup_note}; {note}" if s.setup_note else note
     return SetupFit(updates=updates, note=note)
+
+
+def sim_run_cost(recipe: Recipe, *, seed: int = 0) -> float:
+    """Device-hours the first run of a simulated recipe costs, from the simulator (a campaign's first run is the same
+    draw: run 0 of ``seed``); 0 for a real recipe (no estimate before its first run)."""
+    if recipe.cluster.launcher != "sim":
+        return 0.0
+    from bot.runner.sim import SimRunner
+
+    return SimRunner(seed=seed).run(recipe, run_index=0).summary.device_hours

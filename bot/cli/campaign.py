@@ -296,7 +296,7 @@ def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
     """``--id`` when given (a new one), else ``<recipe>-<date>-<time>`` (``-2``, ``-3``, ... when taken). An id is
     taken by a stored campaign or by the step branches of one whose state is gone: the local forge finds a step by
     its branch, so a new campaign of that id would take an old branch for its own step."""
-    from bot.campaign.setup import new_campaign_id
+    from bot.campaign.new_campaign import new_campaign_id
     from bot.core.repo import step_branches
 
     if campaign_id is not None:
@@ -323,8 +323,7 @@ def _fit_to_budget(state: Campaign, recipe: Any, text: str, cache: Path) -> tupl
     calibration runs not in the cache. A budget that cannot hold the set-up and one trial is refused, naming the
     smallest that can; one that holds them scaled down says so (the note answered)."""
     from bot.campaign.gate_calls import fresh_calibration_runs
-    from bot.campaign.setup import sim_run_cost
-    from bot.campaign.setupcost import fit_setup
+    from bot.campaign.setupcost import fit_setup, sim_run_cost
 
     state = state.model_copy(update={"run_cost_estimate": sim_run_cost(recipe),
                                       "calibration_runs_planned": fresh_calibration_runs(text, recipe, cache)})
@@ -337,7 +336,8 @@ def _fit_to_budget(state: Campaign, recipe: Any, text: str, cache: Path) -> tupl
 def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
                   cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
     """Start a campaign; every check on the flags and the recipe comes first, so a refused one leaves nothing."""
-    from bot.campaign.setup import measurement_options, new_state
+    from bot.campaign.measurement_settings import measurement_options
+    from bot.campaign.new_campaign import new_state
     from bot.core.recipe import load_recipe
     from bot.core.repo import Repo, current_branch
     from bot.drive.lifecycle import LaunchFacts

@@ -301,14 +301,14 @@ class Campaign(BaseModel):
     spent: float = 0.0
     abandoned: float = 0.0  # of ``spent``: device-hours of real runs stopped by a signal before they ended (no record)
     # measured baseline runs: two at least, so the campaign has a noise estimate of its own, unless the machine kind's
-    # run noise is known (noise_prior_df > 0), when one does: the prior is the estimate (bot.campaign.setup)
+    # run noise is known (noise_prior_df > 0), when one does: the prior is the estimate (bot.campaign.measurement_settings)
     baseline_runs_wanted: int = Field(default=2, ge=1)
     # runs made before the measured baseline runs, reported but not counted in the baseline or its band: the first
     # run after an idle spell on a real machine is often slow (clocks, caches), which inflated the band to 70%
     baseline_warmup_runs: int = Field(default=0, ge=0)
     band_k: float = 2.0
     band_floor: float = 0.05
-    # the paired measurement (bot.campaign.measure; defaults per machine kind in bot.campaign.setup)
+    # the paired measurement (bot.campaign.measure; defaults per machine kind in bot.campaign.measurement_settings)
     min_gain: float = Field(default=0.05, ge=0.0, lt=1.0)  # the smallest gain worth keeping
     confidence: float = Field(default=0.90, gt=0.5, lt=1.0)  # of the two-sided interval on the gain
     max_pairs: int = Field(default=4, ge=1, le=50)  # undecided after this many pairs: not kept

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from bot import campaign as cm
-from bot.campaign.setup import github_measurement_options, new_state
+from bot.campaign.measurement_settings import github_measurement_options
+from bot.campaign.new_campaign import new_state
 from bot.forge.github import GitHubForge, GitHubForgeError
 from bot.github.ports import Stored, github_executor, load_state, settled
 from bot.github.request import RequestError, validate_request
@@ -30,7 +31,7 @@ def is_campaign_issue(payload: dict[str, Any]) -> bool:
 
 def handle(forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str, Any] | None = None, **driver_kw: Any) -> str:
     """Handle one ``issues`` event; answers a one-line summary of what was done. ``measurement``: the campaign's
-    measurement settings (``Campaign`` fields; default :func:`bot.campaign.setup.github_measurement_options`)."""
+    measurement settings (``Campaign`` fields; default :func:`bot.campaign.measurement_settings.github_measurement_options`)."""
     issue = payload["issue"]
     number, user = int(issue["number"]), str((issue.get("user") or {}).get("login", ""))
     if payload.get("action") not in ("opened", "labeled") or not is_campaign_issue(payload):

@@ -236,7 +236,7 @@ def test_a_machine_that_drifts_moves_every_run_so_no_pair_is_left_out() -> None:
 
 
 def test_with_two_pairs_required_one_clear_pair_is_not_yet_a_gain() -> None:
-    from bot.campaign.setup import measurement_options
+    from bot.campaign.measurement_settings import measurement_options
 
     # on this CPU box a gain needs a pair in each order (the drift over one pair does not cancel); one clear pair
     # leaves the step measuring, the second (its mirror) decides it; a clear *no* still needs only one pair

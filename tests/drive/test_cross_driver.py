@@ -36,7 +36,8 @@ from openapi_contract import Contract, spec_missing_reason  # noqa: E402
 
 from bot import campaign as cm  # noqa: E402
 from bot.agent.lessons import load_lessons  # noqa: E402
-from bot.campaign.setup import measurement_options, new_state  # noqa: E402
+from bot.campaign.measurement_settings import measurement_options  # noqa: E402
+from bot.campaign.new_campaign import new_state  # noqa: E402
 from bot.core.recipe import load_recipe  # noqa: E402
 from bot.drive.local import build_executor  # noqa: E402
 from bot.runner.sim import SimRunner  # noqa: E402
@@ -55,7 +56,7 @@ LESSONS = load_lessons(ROOT / "lessons")  # the GitHub side loads lessons/ of th
 
 # Every measurement field of Campaign, one profile for both drivers. "github": what campaign_requests.handle sets
 # (early stop below twice the band; every pair in one job, never the trial against a later run elsewhere); "sim": what
-# `attune campaign run` sets for a simulated recipe (bot.campaign.setup.measurement_options("sim")).
+# `attune campaign run` sets for a simulated recipe (bot.campaign.measurement_settings.measurement_options("sim")).
 PROFILES: dict[str, dict[str, Any]] = {
     "github": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
                "early_stop_k": 2.0, "max_steps": 50, "min_gain": 0.02, "confidence": 0.9, "max_pairs": 4, "pair_with_trial": False},

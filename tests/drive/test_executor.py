@@ -226,7 +226,7 @@ def test_runs_that_are_only_measured_stop_after_the_measurement_window(tmp_path:
     known run noise makes one baseline run enough there; a campaign that measures more stops its repeats early too.)"""
     from bot.bench.tuners import BUDGET_RUNS, run_campaign
     from bot.campaign.measure import measured_only_steps
-    from bot.campaign.setup import SIM_MEASURE_STEPS
+    from bot.campaign.measurement_settings import SIM_MEASURE_STEPS
     from bot.core.recipe import load_recipe
     from bot.core.state import window_median
     from bot.drive.ports import FileRecordStore

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bot.campaign.new_campaign import new_state
 from bot.campaign.report import summary_json
-from bot.campaign.setup import new_state
 from bot.core.mdtext import md_inline
 from bot.core.recipe import load_recipe
 from bot.core.records import read_record

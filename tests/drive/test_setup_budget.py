@@ -25,7 +25,9 @@ from campaign_fakes import (
 )
 
 from bot import campaign as cm
-from bot.campaign.setup import measurement_options, new_state, sim_run_cost
+from bot.campaign.measurement_settings import measurement_options
+from bot.campaign.new_campaign import new_state
+from bot.campaign.setupcost import sim_run_cost
 from bot.core.recipe import load_recipe, parse_recipe_text
 from bot.core.records import content_hash
 from bot.drive.local import build_executor

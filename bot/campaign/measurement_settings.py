@@ -1,17 +1,9 @@
-"""How a campaign is set up: its id, its first state, and how it measures on each kind of machine."""
+"""How a campaign measures on each kind of machine: the ``Campaign`` measurement settings per launcher and for
+self-hosted GitHub runners (a new campaign's id and first state: :mod:`.new_campaign`)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
-
-from bot.core.recipe import Recipe
-from bot.core.state import Campaign
-
-
-def new_campaign_id(recipe: Recipe) -> str:
-    return f"{recipe.name.replace('/', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"
-
 
 SIM_MEASURE_STEPS = 4  # the simulator's measurement window (steps after the warm-up; see measurement_options)
 # the simulated machine's run-to-run noise (the sd of one run's log tokens/s over its window), counted as 8 repeat
@@ -46,23 +38,3 @@ def github_measurement_options() -> dict[str, Any]:
     than the one that measured the incumbent)."""
     return {"early_stop": True, "early_stop_k": 2.0, "pair_with_trial": False, "min_gain": 0.02, "max_pairs": 4}
 
-
-def sim_run_cost(recipe: Recipe, *, seed: int = 0) -> float:
-    """Device-hours the first run of a simulated recipe costs, from the simulator (a campaign's first run is the same
-    draw: run 0 of ``seed``); 0 for a real recipe (no estimate before its first run)."""
-    if recipe.cluster.launcher != "sim":
-        return 0.0
-    from bot.runner.sim import SimRunner
-
-    return SimRunner(seed=seed).run(recipe, run_index=0).summary.device_hours
-
-
-def new_state(recipe: Recipe, recipe_rel: str, *, budget: float, policy: str, campaign_id: str | None = None, **kw: Any) -> Campaign:
-    """A campaign's first state. A simulated recipe's calibration makes no runs (its band is modelled): planned 0."""
-    if recipe.cluster.launcher == "sim":
-        kw.setdefault("calibration_runs_planned", 0)
-    return Campaign(
-        id=campaign_id or new_campaign_id(recipe), recipe_path=recipe_rel, recipe_id=recipe.name, policy=policy,
-        devices=recipe.devices, usd_per_device_hour=recipe.cluster.usd_per_device_hour, budget=budget,
-        baseline_levers=dict(recipe.levers), incumbent_levers=dict(recipe.levers), **kw,
-    )
