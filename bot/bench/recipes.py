@@ -36,7 +36,7 @@ DEVICES_PER_NODE = 8
 STATE_BYTES_PER_PARAM = 16  # fp32 parameters, gradients and both Adam moments
 MEMORY_SHARE = 0.5  # that state, sharded over the cluster, may fill at most this share of each device
 DEFAULT_BASELINES = ("costmodel", "tpe")  # the two strongest by mean fraction of the oracle in a bench tuners probe (docs)
-AGENT = "attune"
+AGENT = "heuristic"
 TARGET_FRACTION = 0.95
 
 

@@ -1,6 +1,6 @@
 """``attune bench tuners``: every policy through the same campaign loop and budget, in the simulator.
 
-Per task (a ``launcher: sim`` recipe of ``TASKS_DIR``, or one given) and policy (the heuristic agent ``attune``; the baselines ``random``,
+Per task (a ``launcher: sim`` recipe of ``TASKS_DIR``, or one given) and policy (the default policy ``heuristic``, the agent; the baselines ``random``,
 ``tpe``, ``gp``, ``cmaes``, ``greedy``, ``costmodel``; ``claude`` when a key is set; and the exhaustive ``oracle``),
 over N seeds: mean
 and best gain over the baseline recipe, device-hours used, payback hours (the mean campaign's), fraction of the oracle
@@ -57,7 +57,7 @@ __all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "TASKS_DIR", "FLAT_GA
            "run_campaign", "select_tasks", "settle_oracle", "targets", "task_group", "trace_rows", "true_tps", "unknown_tasks"]
 
 SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seeded RNG
-DEFAULT_POLICIES = ["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
+DEFAULT_POLICIES = ["heuristic", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
 # the tasks whose traces were read while the agent's rules were developed (which, and the rule each shaped:
 # docs/agent-evidence.md, Development tasks); every other task is report-only: run to report, its traces not used for rules
 DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
@@ -286,7 +286,7 @@ def trace_rows(state: cm.Campaign) -> list[dict[str, Any]]:
 
 
 def default_policies() -> list[str]:
-    """The policies compared when none are named: attune and every baseline (and claude when its key is set)."""
+    """The policies compared when none are named: heuristic (the agent) and every baseline (and claude when its key is set)."""
     return DEFAULT_POLICIES + (["claude"] if os.environ.get("ANTHROPIC_API_KEY") else [])
 
 
@@ -354,7 +354,7 @@ def _bench_task(path: Path, recipe: Recipe, policies: list[str], seeds: int, wor
     traces: dict[str, list[dict[str, Any]]] = {}
     for policy in policies:
         for seed in range(seeds):
-            state = run_campaign(path, "heuristic" if policy == "attune" else policy, seed, budget, work, recipe=recipe, text=text)
+            state = run_campaign(path, policy, seed, budget, work, recipe=recipe, text=text)
             if trace and seed == 0 and _named(recipe, trace):
                 traces[policy] = trace_rows(state)
             final = dict(state.incumbent_levers)

@@ -12,7 +12,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-AGENT = "attune"
+AGENT = "heuristic"  # the agent: the default policy, compared with the baselines
 GROUP_LABEL = {"dev": "dev: traces used while developing rules", "report": "report-only: run only to report"}
 FLAT_GAIN = 0.01  # a task whose oracle optimum is within 1% of the recipe is flat: nothing to find
 
@@ -194,7 +194,7 @@ def render_targets(result: dict[str, Any]) -> str:
         if not rows:
             continue
         parts.append(f"### {GROUP_LABEL[group]}\n")
-        parts.append(table(rows, ["task", "attune gain", "best alternative", "its gain", "its of oracle", "gain ratio", "device-hours ratio",
-                                  "attune of oracle", "false gains", "payback h", "attune spend of budget", "targets"], "lrlrrrrrrrrl"))
+        parts.append(table(rows, ["task", "agent gain", "best alternative", "its gain", "its of oracle", "gain ratio", "device-hours ratio",
+                                  "agent of oracle", "false gains", "payback h", "agent spend of budget", "targets"], "lrlrrrrrrrrl"))
         parts.append("")
     return "\n".join(parts)

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
     from bot.bench.gate_faults import Suite
     from bot.core.recipe import Recipe
 
+# old policy names still accepted by ``--policies``/``--baselines``: ``attune``, the agent's label in the
+# benchmark's reports before the default policy had one name (``heuristic``, as ``campaign run --policy`` says)
+DEPRECATED_ALIASES = {"attune": "heuristic"}
+
 
 def cmd_bench_gate(args: argparse.Namespace) -> int:
     from bot.bench.gate_faults import render_bench, run_bench
@@ -73,9 +77,10 @@ def cmd_bench_recipes(args: argparse.Namespace) -> int:
 
     if args.seeds < 1:
         raise UsageError(f"--seeds: expected at least 1; got {args.seeds}")
-    baselines = _tuner_policies(_names("--baselines", args.baselines)) or []
-    if "attune" in baselines:
-        raise UsageError("--baselines: attune is the agent, always run; name baselines only")
+    named = _names("--baselines", args.baselines) or []
+    if "heuristic" in (DEPRECATED_ALIASES.get(n, n) for n in named):
+        raise UsageError("--baselines: heuristic is the agent, always run; name baselines only")
+    baselines = _tuner_policies(named) or []
     configs = _names("--configs", args.configs)
     known = {n for m in REGISTRIES for c in registry_configs(m) for n in (c, f"{m}:{c}")}
     unknown = [c for c in configs or [] if c not in known]
@@ -105,21 +110,26 @@ def _names(flag: str, text: str | None) -> list[str] | None:
 
 def _tuner_policies(policies: list[str] | None) -> list[str] | None:
     """``--policies``: each one known, and ``claude`` only with its key (without it every step would be the heuristic's).
-    The agent is ``attune`` in the benchmark's tables; ``heuristic``, its name for ``campaign run --policy``, means it."""
+    A name of DEPRECATED_ALIASES is read as the policy it names, with a warning on stderr."""
     from bot.agent import POLICIES
     from bot.bench.tuners import DEFAULT_POLICIES
 
-    allowed = ("attune", *(p for p in POLICIES if p != "heuristic"))
-    if policies is not None:
-        policies = ["attune" if p == "heuristic" else p for p in policies]
-        if policies.count("attune") > 1:
-            raise UsageError("--policies: attune given twice (heuristic is the same agent); give it once")
-    bad = [p for p in policies or [] if p not in allowed]
+    if policies is None:
+        return None
+    old = [p for p in policies if p in DEPRECATED_ALIASES]
+    policies = [DEPRECATED_ALIASES.get(p, p) for p in policies]
+    for name in old:
+        if policies.count(DEPRECATED_ALIASES[name]) > 1:
+            raise UsageError(f"--policies: {DEPRECATED_ALIASES[name]} given twice ({name} is its deprecated name); give it once")
+    bad = [p for p in policies if p not in POLICIES]
     if bad:
-        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(allowed)} (attune is also called heuristic; default {','.join(DEFAULT_POLICIES)})")
-    if "claude" in (policies or []) and not os.environ.get("ANTHROPIC_API_KEY"):
-        raise UsageError("--policies: claude needs ANTHROPIC_API_KEY set (without it every claude step would be the attune agent's); "
+        raise UsageError(f"--policies: unknown {', '.join(bad)}; expected a comma list of {', '.join(POLICIES)} (default {','.join(DEFAULT_POLICIES)})")
+    if "claude" in policies and not os.environ.get("ANTHROPIC_API_KEY"):
+        raise UsageError("--policies: claude needs ANTHROPIC_API_KEY set (without it every claude step would be the heuristic's); "
                          "set the key or leave claude out")
+    for name in old:
+        print(f"attune: warning: --policies: {name} is a deprecated name of {DEPRECATED_ALIASES[name]}; "
+              f"use {DEPRECATED_ALIASES[name]}", file=sys.stderr)
     return policies
 
 
@@ -276,7 +286,7 @@ def register(sub: Any) -> None:
     bt.add_argument("--recipe", action="append", default=[])
     bt.add_argument("--seeds", type=int, default=3)
     bt.add_argument("--tasks", default=None, help="comma list of tasks (recipe ids like llama3.1-8b/h100x8, or model ids); default all")
-    bt.add_argument("--policies", default=None, help="comma list of policies (default attune and every baseline)")
+    bt.add_argument("--policies", default=None, help="comma list of policies (default heuristic, the agent, and every baseline)")
     bt.add_argument("--trace", default="", help="a task whose seed-0 campaigns are printed step by step (change, why, measured, decision)")
     bt.add_argument("--json", action="store_true")
     bt.set_defaults(func=cmd_bench_tuners)

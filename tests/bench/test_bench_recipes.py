@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from bot.bench.recipes import (
     REGISTRIES,
     candidate_clusters,
@@ -79,3 +81,13 @@ def test_a_draft_that_runs_out_of_memory_steps_up_to_the_next_cluster_size(tmp_p
     never = coverage_row("torchtitan.models.qwen3", "qwen3_0_6b", 1, ("greedy",), tmp_path)
     assert not never["accepted"] and never["agent"] is None
     assert "runs on no cluster of the rule" in never["why"] and "256 x h200: oom" in never["why"]
+
+
+@pytest.mark.parametrize("name", ["heuristic", "attune"])
+def test_the_agent_is_refused_as_a_baseline_under_either_name(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``attune`` is the deprecated name of ``heuristic`` (the agent, always run): as a baseline it is refused, in one line."""
+    from bot.cli import main
+
+    assert main(["bench", "recipes", "--baselines", f"tpe,{name}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--baselines: heuristic is the agent, always run" in err and len(err.splitlines()) == 1

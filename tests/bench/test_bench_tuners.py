@@ -66,12 +66,12 @@ def test_the_oracle_is_at_least_every_legal_single_lever_neighbour(small_recipe:
 
 
 def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
-    result = bench([small_recipe], seeds=1, policies=["attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"])
+    result = bench([small_recipe], seeds=1, policies=["heuristic", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"])
     assert result["simulated"] is True
     json.dumps(result)  # the CLI prints it as the last line
     (task,) = result["tasks"]
     pols = result["tasks"][task]
-    assert set(pols) == {"attune", "random", "tpe", "gp", "cmaes", "greedy", "costmodel", "oracle"}
+    assert set(pols) == {"heuristic", "random", "tpe", "gp", "cmaes", "greedy", "costmodel", "oracle"}
     budget = result["oracle"][task]["budget"]
     for name, m in pols.items():
         assert 0.0 <= m["oracle_fraction"] <= 1.0 + 1e-9
@@ -85,9 +85,9 @@ def test_a_small_tuner_comparison_runs_end_to_end(small_recipe: Path) -> None:
     assert pols["oracle"]["oracle_fraction"] == (pytest.approx(1.0) if not o["oracle_from_policy"] else pytest.approx(
         (1 + o["search_gain"]) / (1 + o["oracle_gain"])))
     # the agent improves this recipe (more local batch / less recompute fits on 80 GB)
-    assert pols["attune"]["mean_gain"] > 0.05
+    assert pols["heuristic"]["mean_gain"] > 0.05
     text = render(result)
-    assert "SIMULATED" in text and "attune" in text and "oracle" in text
+    assert "SIMULATED" in text and "heuristic" in text and "oracle" in text
     assert "The agent against the best alternative" in text
     # the samplers' versions: another optuna may draw other points from the same seed
     import optuna
@@ -99,9 +99,9 @@ def test_targets_compare_the_agent_with_the_best_alternative_by_gain() -> None:
     from bot.bench.tuners import targets
 
     m = lambda gain, dh, frac=0.9: {"mean_gain": gain, "device_hours": dh, "oracle_fraction": frac, "false_gains": 0.0}  # noqa: E731
-    result = {"tasks": {"t": {"attune": m(0.40, 50.0, 0.97), "random": m(0.0, 90.0), "tpe": m(0.08, 120.0), "gp": m(0.05, 200.0),
+    result = {"tasks": {"t": {"heuristic": m(0.40, 50.0, 0.97), "random": m(0.0, 90.0), "tpe": m(0.08, 120.0), "gp": m(0.05, 200.0),
                               "oracle": m(0.42, 1e6, 1.0)},
-                        "flat": {"attune": m(0.2, 10.0), "tpe": m(0.0, 30.0)}}}
+                        "flat": {"heuristic": m(0.2, 10.0), "tpe": m(0.0, 30.0)}}}
     got = targets(result)
     assert got["t"]["best_alternative"] == "tpe" and got["t"]["gain_ratio"] == pytest.approx(5.0)
     assert got["t"]["device_hours_ratio"] == pytest.approx(50 / 120) and got["t"]["oracle_fraction"] == 0.97
@@ -120,7 +120,7 @@ def test_a_missed_target_says_what_it_is_short_of(gain: float, dh: float, oracle
     from bot.bench.tuners import targets
 
     m = lambda g, d, frac=0.5: {"mean_gain": g, "device_hours": d, "oracle_fraction": frac, "false_gains": 0.0}  # noqa: E731
-    result = {"tasks": {"t": {"attune": m(gain, dh, 0.97), "greedy": m(0.08, 100.0)}}, "oracle": {"t": {"oracle_gain": oracle}}}
+    result = {"tasks": {"t": {"heuristic": m(gain, dh, 0.97), "greedy": m(0.08, 100.0)}}, "oracle": {"t": {"oracle_gain": oracle}}}
     met = targets(result)["t"]["met"]
     assert met == {">= 95% of oracle": True, f"beats the best alternative ({says})": False, "no false gain": True, "payback < 24 h": False}
 
@@ -128,14 +128,14 @@ def test_a_missed_target_says_what_it_is_short_of(gain: float, dh: float, oracle
 def test_the_benchmark_reports_which_group_each_task_is_in_with_a_trace(small_recipe: Path) -> None:
     from bot.bench.tuners import DEV_TASKS, GROUP_LABEL, TASKS_DIR, task_group
 
-    result = bench([small_recipe], seeds=1, policies=["attune", "greedy", "costmodel"], trace="llama3.1-8b")
+    result = bench([small_recipe], seeds=1, policies=["heuristic", "greedy", "costmodel"], trace="llama3.1-8b")
     (task,) = result["tasks"]
     assert result["groups"] == {task: "report"}  # a task not in DEV_TASKS is report-only
     assert result["targets"][task]["group"] == "report"
-    steps = result["traces"][task]["attune"]
+    steps = result["traces"][task]["heuristic"]
     assert steps[-1]["change"] == "stop" and all({"change", "why", "measured_gain", "decision"} <= set(s) for s in steps)
     text = render(result)
-    assert GROUP_LABEL["report"] in text and f"### Trace: {task}, attune, seed 0" in text
+    assert GROUP_LABEL["report"] in text and f"### Trace: {task}, heuristic, seed 0" in text
     # the dev group (the four tasks shipped before issue 15, and deepseek-v3) are task recipes of the benchmark
     shipped = {load_recipe(p).name for p in TASKS_DIR.glob("*/*.yaml")}
     assert set(DEV_TASKS) <= shipped and all(task_group(t) == "dev" for t in DEV_TASKS)
@@ -182,7 +182,7 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("args", "needle"), [(["--policies", "attune,bogus"], "--policies: unknown bogus"),
+@pytest.mark.parametrize(("args", "needle"), [(["--policies", "heuristic,bogus"], "--policies: unknown bogus"),
                                               (["--tasks", "no-such-task"], "--tasks: no task is called no-such-task"),
                                               (["--tasks", "glm-4.5", "--trace", "mixtral-8x22b"], "--trace: mixtral-8x22b is not one of the tasks run"),
                                               (["--seeds", "0"], "--seeds: expected at least 1")])
@@ -237,9 +237,9 @@ def test_payback_is_the_mean_campaigns_device_hours_over_its_mean_gain_and_says_
     10 / (0.06 x 8) = 20.8 h. The mean of the per-seed paybacks (12.5 h) would leave the two seeds that gained nothing out."""
     from bot.bench.tuners import render
 
-    result = _result(_rows("m/c", "attune", [0.1, 0.1, 0.1, 0.0, 0.0]) + _rows("m/c", "tpe", [0.05] * 5))
-    attune = result["tasks"]["m/c"]["attune"]
-    assert attune["payback_hours"] == pytest.approx(10 / (0.06 * 8)) and (attune["seeds"], attune["seeds_gained"]) == (5, 3)
+    result = _result(_rows("m/c", "heuristic", [0.1, 0.1, 0.1, 0.0, 0.0]) + _rows("m/c", "tpe", [0.05] * 5))
+    agent = result["tasks"]["m/c"]["heuristic"]
+    assert agent["payback_hours"] == pytest.approx(10 / (0.06 * 8)) and (agent["seeds"], agent["seeds_gained"]) == (5, 3)
     assert result["targets"]["m/c"]["payback_hours"] == pytest.approx(20.83, abs=0.01)  # the target reads the same number
     text = render(result)
     assert "20.83 (3 of 5 seeds gained)" in text  # the policy table
@@ -250,7 +250,7 @@ def test_payback_is_the_mean_campaigns_device_hours_over_its_mean_gain_and_says_
 
 def test_the_payback_target_reads_the_mean_campaign_not_the_mean_of_the_seeds_that_gained() -> None:
     # per seed that gained: 10 / (0.2 x 8) = 6.25 h; the mean campaign (+4 %): 10 / (0.04 x 8) = 31.25 h
-    result = _result(_rows("m/c", "attune", [0.2, 0.0, 0.0, 0.0, 0.0]) + _rows("m/c", "greedy", [0.01] * 5))
+    result = _result(_rows("m/c", "heuristic", [0.2, 0.0, 0.0, 0.0, 0.0]) + _rows("m/c", "greedy", [0.01] * 5))
     assert result["targets"]["m/c"]["payback_hours"] == pytest.approx(31.25)
     assert result["targets"]["m/c"]["met"]["payback < 24 h"] is False
 
@@ -258,12 +258,12 @@ def test_the_payback_target_reads_the_mean_campaign_not_the_mean_of_the_seeds_th
 def test_an_oracle_a_policy_set_is_credited_to_it_and_the_search_keeps_its_own_gain() -> None:
     from bot.bench.tuners import render
 
-    result = _result(_rows("m/c", "attune", [0.1]) + _rows("m/c", "tpe", [0.25]), search_gain=0.2)
+    result = _result(_rows("m/c", "heuristic", [0.1]) + _rows("m/c", "tpe", [0.25]), search_gain=0.2)
     o, pols = result["oracle"]["m/c"], result["tasks"]["m/c"]
     assert o["oracle_from_policy"] is True and o["oracle_policy"] == "tpe"
     assert o["oracle_gain"] == pytest.approx(0.25) and o["search_gain"] == pytest.approx(0.2)
     assert pols["oracle"]["mean_gain"] == pytest.approx(0.2) and pols["oracle"]["oracle_fraction"] == pytest.approx(120 / 125)
-    assert pols["tpe"]["oracle_fraction"] == pytest.approx(1.0) and pols["attune"]["oracle_fraction"] == pytest.approx(110 / 125)
+    assert pols["tpe"]["oracle_fraction"] == pytest.approx(1.0) and pols["heuristic"]["oracle_fraction"] == pytest.approx(110 / 125)
     text = render(result)
     assert "oracle: a better point tpe reached, +25.0% over the recipe (the structured search, 50 points evaluated, found +20.0%)" in text
     assert "optimum +25.0%" not in text
@@ -274,7 +274,7 @@ def test_an_oracle_a_policy_set_is_credited_to_it_and_the_search_keeps_its_own_g
 def test_an_oracle_the_search_set_is_the_searchs() -> None:
     from bot.bench.tuners import render
 
-    result = _result(_rows("m/c", "attune", [0.1]) + _rows("m/c", "tpe", [0.15]), search_gain=0.2)
+    result = _result(_rows("m/c", "heuristic", [0.1]) + _rows("m/c", "tpe", [0.15]), search_gain=0.2)
     o = result["oracle"]["m/c"]
     assert o["oracle_from_policy"] is False and o["oracle_policy"] is None and o["search_gain"] == o["oracle_gain"] == pytest.approx(0.2)
     assert result["tasks"]["m/c"]["oracle"]["oracle_fraction"] == 1.0
@@ -282,10 +282,10 @@ def test_an_oracle_the_search_set_is_the_searchs() -> None:
 
 
 @pytest.mark.parametrize(("policies", "says"), [
-    (["attune", "cmaes"], "## The agent against the best alternative of cmaes — SIMULATED"),
-    (["attune", "tpe", "greedy"], "## The agent against the best alternative of tpe, greedy — SIMULATED"),
-    (["cmaes"], "No summary of the agent against the alternatives: the agent attune did not run (policies run: cmaes)."),
-    (["attune"], "No summary of the agent against the alternatives: no alternative policy ran (only attune)."),
+    (["heuristic", "cmaes"], "## The agent against the best alternative of cmaes — SIMULATED"),
+    (["heuristic", "tpe", "greedy"], "## The agent against the best alternative of tpe, greedy — SIMULATED"),
+    (["cmaes"], "No summary of the agent against the alternatives: the agent heuristic did not run (policies run: cmaes)."),
+    (["heuristic"], "No summary of the agent against the alternatives: no alternative policy ran (only heuristic)."),
 ])
 def test_the_summary_names_the_alternatives_or_says_why_there_is_none(policies: list[str], says: str) -> None:
     from bot.bench.tuners import render
@@ -301,10 +301,10 @@ def test_tables_print_numbers_as_formatted_and_right_aligned() -> None:
     """tabulate would re-read 1939540.1 as a float and print 1.93954e+06."""
     from bot.bench.tuners import render
 
-    result = _result(_rows("m/c", "attune", [1e-6] * 2, device_hours=15.5) + _rows("m/c", "greedy", [0.1] * 2), oracle_hours=1939540.1)
+    result = _result(_rows("m/c", "heuristic", [1e-6] * 2, device_hours=15.5) + _rows("m/c", "greedy", [0.1] * 2), oracle_hours=1939540.1)
     text = render(result)
     assert "1939540.1" in text and "e+0" not in text
-    assert " 1937500.00 |" in text and " 1937500.0 |" in text  # attune's payback, 15.5 / (1e-6 x 8): its table and the summary
+    assert " 1937500.00 |" in text and " 1937500.0 |" in text  # the heuristic policy's payback, 15.5 / (1e-6 x 8): its table and the summary
     oracle_row = next(line for line in text.splitlines() if line.startswith("| oracle"))
     assert oracle_row.endswith(" 0 |") and "|             0 |" in oracle_row  # false gains: right-aligned under its header
 
@@ -312,12 +312,12 @@ def test_tables_print_numbers_as_formatted_and_right_aligned() -> None:
 def test_a_flat_tasks_spend_shows_its_maximum_beside_the_mean() -> None:
     from bot.bench.tuners import render
 
-    flat = _result(_rows("m/c", "attune", [0.0, 0.0], share=[0.2, 0.4]) + _rows("m/c", "greedy", [0.0, 0.0]), search_gain=0.0)
+    flat = _result(_rows("m/c", "heuristic", [0.0, 0.0], share=[0.2, 0.4]) + _rows("m/c", "greedy", [0.0, 0.0]), search_gain=0.0)
     line = next(line for line in render(flat).splitlines() if line.startswith("| m/c (flat)"))
     assert "30% (max 40%)" in line and flat["targets"]["m/c"]["met"]["<= 30% of the budget"] is False
-    same = _result(_rows("m/c", "attune", [0.0, 0.0], share=[0.2, 0.2]) + _rows("m/c", "greedy", [0.0, 0.0]), search_gain=0.0)
+    same = _result(_rows("m/c", "heuristic", [0.0, 0.0], share=[0.2, 0.2]) + _rows("m/c", "greedy", [0.0, 0.0]), search_gain=0.0)
     assert "(max" not in render(same)
-    steep = _result(_rows("m/c", "attune", [0.1, 0.1], share=[0.2, 0.4]) + _rows("m/c", "greedy", [0.0, 0.0]))  # not flat
+    steep = _result(_rows("m/c", "heuristic", [0.1, 0.1], share=[0.2, 0.4]) + _rows("m/c", "greedy", [0.0, 0.0]))  # not flat
     assert "(max" not in render(steep)
 
 
@@ -332,7 +332,7 @@ def test_the_trace_stop_row_gives_the_final_measured_gain() -> None:
     step, stop = trace_rows(state)
     assert step["decision"] == "kept" and step["measured_gain"] == pytest.approx(0.123)
     assert stop["change"] == "stop" and stop["decision"] == "final measured gain +12.3%"
-    assert "final measured gain +12.3%" in render_trace("m/c", {"attune": [stop]})
+    assert "final measured gain +12.3%" in render_trace("m/c", {"heuristic": [stop]})
 
 
 # --- attune bench tuners: bad flags are one line, exit 2, and nothing runs -------------------------------------------
@@ -354,7 +354,7 @@ def _refused(proc, needle: str) -> str:
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--policies", "claude"], "--policies: claude needs ANTHROPIC_API_KEY set"),
-    (["--policies", "attune,claude", "--tasks", "llama3.1-8b/h100x8"], "--policies: claude needs ANTHROPIC_API_KEY set"),
+    (["--policies", "heuristic,claude", "--tasks", "llama3.1-8b/h100x8"], "--policies: claude needs ANTHROPIC_API_KEY set"),
     (["--tasks", ""], "--tasks: expected a comma list of names; got ''"),
     (["--tasks", ","], "--tasks: expected a comma list of names; got ','"),
     (["--policies", ""], "--policies: expected a comma list of names; got ''"),
@@ -367,7 +367,7 @@ def _refused(proc, needle: str) -> str:
     (["--recipe", "bot/bench/tasks/llama3.1-8b/h100x8.yaml", "--recipe", "bot/bench/../bench/tasks/llama3.1-8b/h100x8.yaml"],
      "--recipe bot/bench/../bench/tasks/llama3.1-8b/h100x8.yaml: given twice (also as bot/bench/tasks/llama3.1-8b/h100x8.yaml)"),
     (["--recipe", "no/such.yaml"], "--recipe no/such.yaml: no such recipe"),
-    (["--policies", "attune,heuristic"], "--policies: attune given twice (heuristic is the same agent)"),
+    (["--policies", "attune,heuristic"], "--policies: heuristic given twice (attune is its deprecated name)"),
 ])
 def test_bad_bench_tuners_flags_are_refused_before_anything_runs(args: list[str], needle: str) -> None:
     _refused(_bench_tuners(*args), needle)
@@ -440,8 +440,12 @@ def test_bench_tuners_loads_each_recipe_once(monkeypatch: pytest.MonkeyPatch, ca
     assert loads and set(loads.values()) == {1}, loads  # every recipe of the repository once, the one run too
 
 
-def test_heuristic_the_agents_name_in_campaign_run_is_the_benchmarks_attune(capsys: pytest.CaptureFixture[str]) -> None:
+def test_attune_is_a_deprecated_name_of_the_heuristic_policy(capsys: pytest.CaptureFixture[str]) -> None:
+    """The agent was labelled ``attune`` in the benchmark's reports; ``--policies attune`` still runs it, under its
+    one name ``heuristic`` (the name ``campaign run --policy`` and stored campaigns use), with a warning."""
     from bot.cli import main
 
-    assert main(["bench", "tuners", "--tasks", "llama3.1-8b/h100x8", "--policies", "heuristic", "--seeds", "1"]) == 0
-    assert "| attune" in capsys.readouterr().out
+    assert main(["bench", "tuners", "--tasks", "llama3.1-8b/h100x8", "--policies", "attune", "--seeds", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert "| heuristic" in out and "| attune" not in out
+    assert "--policies: attune is a deprecated name of heuristic; use heuristic" in err
