@@ -19,7 +19,7 @@ from bot.core.records import RunRecord, Verdict, content_hash, read_record
 from bot.core.textfile import NotText, read_utf8
 from gate.calibration import DEFAULT_CACHE, calibrate, load_band
 from gate.config_check import check_config
-from gate.convergence import Band, check_convergence
+from gate.convergence import LossBand, check_convergence
 from gate.errors import GateInputError
 from gate.runs import RunSpec, run_one
 
@@ -99,7 +99,7 @@ def run_gate(
     base_rec = _record(baseline_run, "baseline", base_text, allow_hook=False) if baseline_run else run_one(base_spec, cache)
     cand_rec = _record(candidate_run, "candidate", cand_text, allow_hook=True) if candidate_run else run_one(cand_spec, cache)
 
-    band: Band | None = load_band(cache, baseline, base_rec.stack.key())
+    band: LossBand | None = load_band(cache, baseline, base_rec.stack.key())
     if config.tier in ("R", "N") and band is None and calibrate_missing:
         band = calibrate(base_text, baseline_spec=base_spec, cache_dir=cache, steps=steps, jobs=jobs, progress=progress)
     if band is not None and config.precision_change and precision_tolerance is not None:

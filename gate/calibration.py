@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bot.core.recipe import Recipe, parse_recipe_text, set_lever_text
 from bot.core.records import atomic_write_text, content_hash
-from gate.convergence import DEFAULT_SAFETY, Band, calibrate_band
+from gate.convergence import DEFAULT_SAFETY, LossBand, calibrate_band
 from gate.runs import RunSpec, located, run_many
 
 DEFAULT_CACHE = Path(".attune")
@@ -47,11 +47,11 @@ def band_path(cache_dir: Path, recipe_id: str, stack_key: str) -> Path:
     return Path(cache_dir).joinpath("calibration", *parts, f"{_slug(stack_key)}.json")
 
 
-def load_band(cache_dir: Path, recipe: Recipe, stack_key: str) -> Band | None:
+def load_band(cache_dir: Path, recipe: Recipe, stack_key: str) -> LossBand | None:
     """The cached band for this recipe and stack, or None (absent, unreadable or stale)."""
     path = band_path(cache_dir, recipe.name, stack_key)
     try:
-        band = Band.model_validate_json(path.read_text())
+        band = LossBand.model_validate_json(path.read_text())
     except (OSError, ValueError):
         return None
     if band.stack_key != stack_key or band.objective_hash != objective_hash(recipe):
@@ -59,7 +59,7 @@ def load_band(cache_dir: Path, recipe: Recipe, stack_key: str) -> Band | None:
     return band
 
 
-def save_band(cache_dir: Path, band: Band) -> Path:
+def save_band(cache_dir: Path, band: LossBand) -> Path:
     path = band_path(cache_dir, band.recipe_id, band.stack_key)
     atomic_write_text(path, band.model_dump_json(indent=1) + "\n")
     return path
@@ -107,7 +107,7 @@ def calibrate(
     safety: float = DEFAULT_SAFETY,
     jobs: int = 1,
     progress: Callable[[str], None] | None = None,
-) -> Band:
+) -> LossBand:
     """Run (or reuse) the calibration runs, build the band and cache it."""
     recipe = parse_recipe_text(recipe_text, baseline_spec.label)
     baseline_spec = located(baseline_spec)

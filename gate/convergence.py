@@ -8,7 +8,7 @@ the records carry one.
 * Tier B (bit-identical by construction, and an identical config with a different code path):
   every logged value must be exactly equal. Any difference rejects; the evidence names the
   signal, the first and the worst differing step.
-* Tier R / N: a two-sided, step-dependent noise band per signal (:class:`Band`); the statistic
+* Tier R / N: a two-sided, step-dependent noise band per signal (:class:`LossBand`); the statistic
   is ``max_t |delta_t| / band_t`` and the candidate is rejected when it exceeds 1. Two-sided
   because several faults *lower* the loss (future-token leaks, duplicated data, no warm-up).
 * Tier X is never compared (the config stage rejects it).
@@ -32,9 +32,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from bot.core.band import Band as Band  # re-exported: the gate's band type
-from bot.core.band import SignalBand as SignalBand  # re-exported
-from bot.core.band import series
+from bot.core.loss_band import LossBand as LossBand  # re-exported: the gate's band type
+from bot.core.loss_band import SignalBand as SignalBand  # re-exported
+from bot.core.loss_band import series
 from bot.core.records import CheckResult, RunRecord, Verdict
 from gate.errors import GateInputError
 
@@ -85,7 +85,7 @@ def calibrate_band(
     *,
     labels: list[str] | None = None,
     objective_hash: str | None = None,
-) -> Band:
+) -> LossBand:
     """A band from calibration runs compared with ``reference`` (see the module docstring)."""
     if not runs:
         raise GateInputError("calibration needs at least one run besides the reference")
@@ -112,7 +112,7 @@ def calibrate_band(
         )
     if "loss" not in signals:
         raise GateInputError("calibration runs carry no complete loss curve")
-    return Band(
+    return LossBand(
         recipe_id=reference.recipe_id,
         stack_key=reference.stack.key(),
         objective_hash=objective_hash,
@@ -127,7 +127,7 @@ def calibrate_band(
 # ----------------------------------------------------------------------------- comparison
 
 
-def compare_signal(baseline: RunRecord, candidate: RunRecord, signal: str, steps: int, band: Band | None) -> SignalResult:
+def compare_signal(baseline: RunRecord, candidate: RunRecord, signal: str, steps: int, band: LossBand | None) -> SignalResult:
     """Step-by-step comparison of one signal over steps 1..``steps`` (both must carry it)."""
     base = _series(baseline, signal)[:steps]
     cand = _series(candidate, signal)[:steps]
@@ -170,7 +170,7 @@ def _reject(tier: str, reason: str, evidence: dict[str, Any] | None = None) -> V
     return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason], checks=[check])
 
 
-def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, band: Band | None, steps: int = 20) -> Verdict:
+def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, band: LossBand | None, steps: int = 20) -> Verdict:
     """Compare the candidate's first ``steps`` steps with the baseline's (see the module docstring).
 
     Raises :class:`GateInputError` when the baseline cannot serve (not ok, too short) or the band

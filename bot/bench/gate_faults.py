@@ -48,7 +48,7 @@ from bot.core.recipe import parse_recipe_text, set_lever_text
 from bot.core.records import RunRecord, Scalar, Verdict, atomic_write_text
 from gate.calibration import DEFAULT_CACHE, calibration_specs, objective_hash, save_band
 from gate.config_check import check_config
-from gate.convergence import DEFAULT_SAFETY, Band, calibrate_band, check_convergence, compare_signal
+from gate.convergence import DEFAULT_SAFETY, LossBand, calibrate_band, check_convergence, compare_signal
 from gate.runs import RunSpec, lookup, run_key, run_many, stack_key
 
 BASELINE_RECIPE = "llama3-tiny/cpu.yaml"  # in recipes/ of the repository at or above the working directory
@@ -332,7 +332,7 @@ def _conv_evidence(v: Verdict) -> tuple[str, str]:
     return name, "; ".join(parts) or "; ".join(v.reasons)
 
 
-def _band_ratio(base: RunRecord, cand: RunRecord, band: Band | None, steps: int) -> float | None:
+def _band_ratio(base: RunRecord, cand: RunRecord, band: LossBand | None, steps: int) -> float | None:
     if band is None or base.outcome != "ok" or cand.outcome != "ok":
         return None
     ratios = []

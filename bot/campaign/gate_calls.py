@@ -24,7 +24,7 @@ from bot.core import levers as catalog
 from bot.core.recipe import Recipe, parse_recipe_text
 from bot.core.records import CheckResult, RunRecord, StepMetric, Verdict, read_record, write_record
 from bot.core.state import Calibrated
-from gate.convergence import Band
+from gate.convergence import LossBand
 
 TIER_ORDER = "BRNX"
 
@@ -69,7 +69,7 @@ def gate_steps(baseline: RunRecord) -> int:
     return min(GATE_STEPS, max((s.step for s in baseline.steps), default=GATE_STEPS))
 
 
-def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str, band: Band | None = None) -> Verdict:
+def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str, band: LossBand | None = None) -> Verdict:
     from gate.convergence import check_convergence
     from gate.errors import GateInputError
 
@@ -84,7 +84,7 @@ def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str, band:
 SIM_DRIFT_RUNS = 3  # modelled reduction-order perturbations a simulated band is calibrated on
 
 
-def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[Band, str]:
+def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[LossBand, str]:
     from bot.sim.models import model_label
     from bot.sim.noise import sim_loss_curve
     from gate.convergence import calibrate_band

@@ -48,7 +48,6 @@ from bot.core.state import (
     Measurement,
     MeasurePair,
     Merge,
-    NoiseBand,
     OpenStep,
     Propose,
     Proposed,
@@ -63,6 +62,7 @@ from bot.core.state import (
     StepMerged,
     StepOpened,
     StopRequested,
+    ThroughputBand,
     confirmed_tps,
 )
 
@@ -177,7 +177,7 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
             return _finish(s, refused)
         if len(s.baseline) < s.baseline_runs_wanted + s.baseline_warmup_runs:
             return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
-        s.band = NoiseBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor,
+        s.band = ThroughputBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor,
                                      prior_sd=s.known_run_sd)
         s.incumbent_levers = dict(s.baseline_levers)
         s.incumbent_tps = s.baseline_tps

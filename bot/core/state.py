@@ -1,4 +1,4 @@
-"""The campaign records: the state a policy reads and a driver stores (Campaign, Step, RunRef, the noise band),
+"""The campaign records: the state a policy reads and a driver stores (Campaign, Step, RunRef, the throughput band),
 and the actions and events of the state machine in :mod:`bot.campaign.machine`.
 
 They live here, at the bottom of the house, so that policies (``bot.agent``) and the campaign logic
@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from bot.core.band import Band
+from bot.core.loss_band import LossBand
 from bot.core.records import Change, RunRecord, Scalar, StepMetric, Stop, Verdict, read_model
 
 Phase = Literal["baseline", "stepping", "finished"]
@@ -60,9 +60,10 @@ def window_median(steps: list[StepMetric], after: int, upto: int) -> float | Non
     return statistics.median(tps) if tps else None
 
 
-class NoiseBand(BaseModel):
-    """The baseline runs' spread: it screens a trial (early stop; an unpaired look that can only say *no gain*) and
-    scales the heuristic's sense of what is worth trying. Gains are decided by the paired measurement, never by it."""
+class ThroughputBand(BaseModel):
+    """The baseline runs' throughput spread (not the gate's loss band, :class:`LossBand`): it screens a trial (early
+    stop; an unpaired look that can only say *no gain*) and scales the heuristic's sense of what is worth trying. Gains
+    are decided by the paired measurement, never by it."""
 
     k: float
     floor: float
@@ -70,7 +71,7 @@ class NoiseBand(BaseModel):
     band: float  # max(k x spread, floor): the gain a change must clear
 
     @classmethod
-    def from_runs(cls, tps: list[float], *, k: float, floor: float, prior_sd: float | None = None) -> NoiseBand:
+    def from_runs(cls, tps: list[float], *, k: float, floor: float, prior_sd: float | None = None) -> ThroughputBand:
         """The band of the baseline runs' ``tps``. One run has no spread of its own: with the machine kind's known
         run noise ``prior_sd`` (sd of log tokens/s) it takes the expected spread of two runs, E|x1 - x2| = 2/sqrt(pi)
         x sd (about 1.13 sd); without one, none (the floor)."""
@@ -235,7 +236,7 @@ class Calibrated(BaseModel):
     """The gate's loss band for this campaign (None: none could be made; tier-R/N steps then fail closed)."""
 
     type: Literal["calibrated"] = "calibrated"
-    band: Band | None = None
+    band: LossBand | None = None
     device_hours: float = 0.0  # the calibration runs made for it (cached runs cost nothing)
     note: str = ""
 
@@ -333,10 +334,10 @@ class Campaign(BaseModel):
     phase: Phase = "baseline"
     baseline_levers: dict[str, Scalar] = Field(default_factory=dict)
     baseline: list[RunRef] = Field(default_factory=list)
-    band: NoiseBand | None = None
+    band: ThroughputBand | None = None
     calibrated: bool = False
     calibration_runs: bool = False  # the gate's calibration made fresh runs (between the baseline and step 1)
-    loss_band: Band | None = None  # the gate's loss-curve band (tier R/N steps are compared within it)
+    loss_band: LossBand | None = None  # the gate's loss-curve band (tier R/N steps are compared within it)
     calibration_note: str = ""
     incumbent_levers: dict[str, Scalar] = Field(default_factory=dict)
     incumbent_tps: float | None = None

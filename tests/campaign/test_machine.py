@@ -96,7 +96,7 @@ def test_one_baseline_run_without_a_known_run_noise_is_refused_with_the_field_na
         new_state(recipe_text(), baseline_runs_wanted=1)
     with pytest.raises(ValidationError, match="baseline_runs_wanted"):
         new_state(recipe_text(), baseline_runs_wanted=1, noise_prior_sd=0.014)  # a prior worth no runs is no prior
-    assert cm.NoiseBand.from_runs([1000.0], k=2.0, floor=0.05).spread == 0.0  # one run, nothing known: the floor
+    assert cm.ThroughputBand.from_runs([1000.0], k=2.0, floor=0.05).spread == 0.0  # one run, nothing known: the floor
 
 
 # ----------------------------------------------------------------------------- keep / reject (paired measurement)
@@ -687,9 +687,9 @@ def test_measurement_options_are_validated_and_the_bound_is_never_negative() -> 
         new_state(recipe_text(), max_pairs=0)
     state = new_state(recipe_text(), early_stop=True)
     assert state.early_stop_bound() is None  # no incumbent measured yet
-    wide = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.NoiseBand.from_runs([1000.0, 1800.0], k=2.0, floor=0.05)})
+    wide = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.ThroughputBand.from_runs([1000.0, 1800.0], k=2.0, floor=0.05)})
     assert wide.early_stop_bound() is None
-    narrow = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.NoiseBand.from_runs([1000.0, 1010.0], k=2.0, floor=0.05)})
+    narrow = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.ThroughputBand.from_runs([1000.0, 1010.0], k=2.0, floor=0.05)})
     assert narrow.early_stop_bound() == pytest.approx(950.0)
     assert narrow.model_copy(update={"early_stop_k": 2.0}).early_stop_bound() == pytest.approx(900.0)
 

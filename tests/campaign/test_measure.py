@@ -15,11 +15,11 @@ from bot.core.state import Campaign, RunRef, Step
 
 def campaign(baseline: list[float], *, band: bool = False, **kw) -> Campaign:
     """A campaign after its baseline runs; ``band``: with the screen band a campaign sets from them (k 2, floor 5%)."""
-    from bot.core.state import NoiseBand
+    from bot.core.state import ThroughputBand
 
     state = Campaign(id="c", recipe_path="r", recipe_id="r", budget=1e9, **kw)
     if band:
-        state.band = NoiseBand.from_runs(baseline, k=2.0, floor=0.05)
+        state.band = ThroughputBand.from_runs(baseline, k=2.0, floor=0.05)
     state.baseline = [RunRef(kind="baseline", attempt=i + 1, outcome="ok", tps=t, record=f"b{i}") for i, t in enumerate(baseline)]
     state.incumbent_tps = float(np.median(baseline))
     return state
@@ -198,10 +198,10 @@ def test_the_screen_only_ever_says_no_gain() -> None:
 def test_a_trial_only_a_little_slower_is_paired_not_screened() -> None:
     """One trial can be hit by a transient slowdown: inside the screen band it is paired even when the unpaired
     interval already lies below the minimum gain."""
-    from bot.core.state import NoiseBand
+    from bot.core.state import ThroughputBand
 
     state = campaign([1000.0, 1002.0, 998.0], min_gain=0.05)
-    state.band = NoiseBand.from_runs([1000.0, 1002.0, 998.0], k=2.0, floor=0.05)
+    state.band = ThroughputBand.from_runs([1000.0, 1002.0, 998.0], k=2.0, floor=0.05)
     st = with_pairs(state, [(1000.0, 970.0)], trial=970.0)
     st.runs = st.runs[:1]
     est, _, hi = ms.interval([math.log(0.97)], math.sqrt(2) * ms.pooled_run_sd(ms.run_groups(state).values())[0], 2, 0.9)
@@ -214,11 +214,11 @@ def test_a_trial_only_a_little_slower_is_paired_not_screened() -> None:
 def test_a_pair_with_a_run_hit_by_a_transient_slowdown_is_left_out_and_measured_again() -> None:
     """A demo's incumbent run measured 2,036 tok/s between runs of ~5,974: that pair alone claimed +280% for a change
     the other demos measured at +30%. Such a pair is left out (estimate and noise) and another pair is measured."""
-    from bot.core.state import NoiseBand
+    from bot.core.state import ThroughputBand
 
     base = [5974.0, 5904.0, 6076.0]
     state = campaign(base, min_gain=0.05, max_pairs=4, pair_with_trial=True)
-    state.band = NoiseBand.from_runs(base, k=2.0, floor=0.05)
+    state.band = ThroughputBand.from_runs(base, k=2.0, floor=0.05)
     st = with_pairs(state, [(2036.0, 7746.0)], trial=7746.0)
     st.runs[1] = st.runs[1].model_copy(update={"record": "t"})  # pair 1's candidate run is the trial
     m = ms.measure(state, st)

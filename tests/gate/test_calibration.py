@@ -7,16 +7,16 @@ from pathlib import Path
 from bot.bench.gate_faults import edit_recipe_text
 from bot.core.recipe import parse_recipe_text
 from gate.calibration import band_path, calibration_specs, load_band, objective_hash, save_band
-from gate.convergence import Band, SignalBand
+from gate.convergence import LossBand, SignalBand
 
 BASE_TEXT = (Path(__file__).resolve().parents[2] / "recipes" / "llama3-tiny" / "cpu.yaml").read_text()
 STACK_KEY = "cpu/cpu/torch2.13.0+cpu/titan0.3.0"
 
 
-def band_for(text: str, stack_key: str = STACK_KEY) -> Band:
+def band_for(text: str, stack_key: str = STACK_KEY) -> LossBand:
     recipe = parse_recipe_text(text, "t")
     sb = SignalBand(signal="loss", quantum=1e-5, floor=2e-5, envelope=[0.0] * 3, band=[2e-5] * 3)
-    return Band(recipe_id=recipe.name, stack_key=stack_key, objective_hash=objective_hash(recipe), safety=5, steps=3, signals={"loss": sb})
+    return LossBand(recipe_id=recipe.name, stack_key=stack_key, objective_hash=objective_hash(recipe), safety=5, steps=3, signals={"loss": sb})
 
 
 def test_band_path_is_per_recipe_and_stack(tmp_path: Path) -> None:

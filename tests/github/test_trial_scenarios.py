@@ -497,7 +497,7 @@ def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
     from bot.github.ports import run_limits
 
     state = cm.Campaign(id="c", recipe_path="r.yaml", recipe_id="r", budget=2.0, spent=0.5, early_stop=True, early_stop_k=2.0,
-                        incumbent_tps=1350.0, band=cm.NoiseBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05))
+                        incumbent_tps=1350.0, band=cm.ThroughputBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05))
     assert state.band.band > 1.0 and state.early_stop_bound() is None
     assert run_limits(state, "trial") == {"max_wall_s": 5400.0}
     spent = state.model_copy(update={"spent": 2.0})

@@ -1,4 +1,5 @@
-"""The gate's calibrated loss-curve band (a record: campaigns store it, the gate computes and applies it)."""
+"""The gate's calibrated loss-curve band, :class:`LossBand` (a record: campaigns store it, the gate computes and
+applies it). Not the throughput band of the baseline runs (``bot.core.state.ThroughputBand``)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class SignalBand(BaseModel):
     band: list[float]
 
 
-class Band(BaseModel):
-    """A calibrated, step-dependent, two-sided noise band for one recipe on one stack."""
+class LossBand(BaseModel):
+    """The loss-curve band: a calibrated, step-dependent, two-sided noise band per signal for one recipe on one stack."""
 
     recipe_id: str
     stack_key: str
@@ -43,7 +44,7 @@ class Band(BaseModel):
     def at(self, signal: str, step: int) -> float:
         return self.signals[signal].band[step - 1]
 
-    def widened(self, tolerance: float, reference: RunRecord) -> Band:
+    def widened(self, tolerance: float, reference: RunRecord) -> LossBand:
         """The band widened to at least ``tolerance`` x |reference value| per step (precision changes)."""
         signals = {}
         for name, sb in self.signals.items():
