@@ -42,10 +42,10 @@ def undone(levers: dict[str, Scalar], *changes: Change) -> dict[str, Scalar]:
 
 
 def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bool:
-    """``lesson``'s ``lever=value`` was measured clearly slower on an earlier incumbent (screened out or stopped
-    early: below it by more than the noise band; or an interval wholly below zero) and no step kept since has
-    changed a parallel degree or a lever the lesson's condition reads: on such an incumbent it would measure the
-    same, so the lesson does not propose it again. (A kept change of one of those levers -- a new layout -- opens it
+    """``lesson``'s ``lever=value`` was measured clearly slower on an earlier incumbent (its trial cut -- stopped
+    early or closed without pairs, below it by more than the throughput band -- or an interval wholly below zero) and
+    no step kept since has changed a parallel degree or a lever the lesson's condition reads: on such an incumbent it
+    would measure the same, so the lesson does not propose it again. (A kept change of one of those levers -- a new layout -- opens it
     again: AC off may lose at microbatch 1 and win at 8.) A change measured stacked on its enabler (the local batch
     that keeps the pinned global batch, from the incumbent) counts as measured: proposed again, it comes with the same
     enabler; one stacked on an out-of-memory step measured that step's recompute too, and does not."""
@@ -58,7 +58,7 @@ def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bo
             continue  # stacked on an out-of-memory step or a chain: it measured more than this change
         if (s.kept or s.change.lever != lever or str(s.change.after) != str(value)
                 or lesson.id not in s.change.lessons or m is None or m.decision != "no_gain"
-                or not (m.screened or (m.hi is not None and m.hi < 0))):
+                or not (m.cut or (m.hi is not None and m.hi < 0))):
             continue
         then = catalog.effective(undone(s.levers, s.change, *([enabler.change] if enabler is not None else [])))
         if not any(now.get(k) != then.get(k) for k in watched if k != lever):
@@ -76,7 +76,7 @@ def recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
     """The change ``last`` made (its lever and value) ran out of memory before, on an earlier incumbent, and its
     retry with ``mode`` recompute was measured slower than that incumbent by MOMENTUM_GAIN or more -- the recompute
     costs about the same share of the step again, so the retry is not made again -- or measured clearly slower by
-    less (screened out, or an interval wholly below zero) with no step kept since that changed a parallel degree, as
+    less (its trial cut, or an interval wholly below zero) with no step kept since that changed a parallel degree, as
     for a refuted lesson (:func:`refuted`): on the same layout it measures the same. The measurements:
     docs/agent-evidence.md."""
     now = catalog.effective(campaign.incumbent_levers)
@@ -93,7 +93,7 @@ def recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
             return True
         m = s.measurement
         then = catalog.effective(undone(failed_step.levers, failed))
-        if (m is not None and m.decision == "no_gain" and (m.screened or (m.hi is not None and m.hi < 0))
+        if (m is not None and m.decision == "no_gain" and (m.cut or (m.hi is not None and m.hi < 0))
                 and not any(now.get(k) != then.get(k) for k in catalog.PARALLEL_DEGREES if k != failed.lever)):
             return True
     return False

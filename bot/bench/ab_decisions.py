@@ -81,9 +81,9 @@ def decide(settings: dict[str, Any], baseline: list[float], measure_run: Callabl
     runs = 1
     trial = measure_run("B")
     step.runs.append(_ref("trial", trial, trial is not None, "t", n=n))
-    screened = ms.screen(state, step)
-    if screened is not None:
-        return {"decision": "no_gain", "estimate": screened.estimate, "lo": screened.lo, "hi": screened.hi, "pairs": 0, "runs": runs, "screened": True}
+    cut = ms.cut(state, step)
+    if cut is not None:
+        return {"decision": "no_gain", "estimate": cut.estimate, "lo": cut.lo, "hi": cut.hi, "pairs": 0, "runs": runs, "cut": True}
     m = None
     for k in range(1, state.max_pairs + 1):
         order = ms.pair_order(k, with_trial=state.pair_with_trial)
@@ -100,7 +100,7 @@ def decide(settings: dict[str, Any], baseline: list[float], measure_run: Callabl
         if m.decision != "measuring":
             break
     assert m is not None
-    return {"decision": m.decision, "estimate": m.estimate, "lo": m.lo, "hi": m.hi, "pairs": m.pairs, "runs": runs, "screened": False}
+    return {"decision": m.decision, "estimate": m.estimate, "lo": m.lo, "hi": m.hi, "pairs": m.pairs, "runs": runs, "cut": False}
 
 
 # ----------------------------------------------------------------------------- real runs on this machine

@@ -189,7 +189,7 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
         if run.outcome == "stopped":
             st.gain = run.tps / s.incumbent_tps - 1.0 if run.tps and s.incumbent_tps else None
             st.close_reason = f"no gain: {run.reason} ({_pct(st.gain)})"
-            st.measurement = _unmeasured(s, st.gain, "no_gain", f"the trial stopped early: {run.reason}", screened=True)
+            st.measurement = _unmeasured(s, st.gain, "no_gain", f"the trial stopped early: {run.reason}", cut=True)
             return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="stopped early: slower"), Close(n=st.n, reason=st.close_reason)]
         if run.outcome != "ok":
             st.close_reason = f"trial {run.outcome}: {run.reason}".strip(": ")
@@ -230,9 +230,9 @@ def _next_pair(s: Campaign, st: Step) -> list[Action]:
     return _run_or_close(s, st, action, runs=1 if with_trial else 2)
 
 
-def _unmeasured(s: Campaign, gain: float | None, decision: str, why: str, *, screened: bool = False) -> Measurement:
+def _unmeasured(s: Campaign, gain: float | None, decision: str, why: str, *, cut: bool = False) -> Measurement:
     return Measurement(estimate=gain, confidence=s.confidence, min_gain=s.min_gain, decision=decision, why=why,
-                       rule=ms.rule_text(s), screened=screened)
+                       rule=ms.rule_text(s), cut=cut)
 
 
 def _pct(x: float | None) -> str:
@@ -283,10 +283,10 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
     if not v.ok:
         st.close_reason = "gate (convergence): " + "; ".join(v.reasons)
         return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the loss curve"), Close(n=st.n, reason=st.close_reason)]
-    screened = ms.screen(s, st)
-    if screened is not None:
-        st.measurement, st.gain = screened, screened.estimate
-        st.close_reason = f"no gain: {_pct(screened.estimate)}, {screened.why}"
+    cut = ms.cut(s, st)
+    if cut is not None:
+        st.measurement, st.gain = cut, cut.estimate
+        st.close_reason = f"no gain: {_pct(cut.estimate)}, {cut.why}"
         return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; no gain"), Close(n=st.n, reason=st.close_reason)]
     return _next_pair(s, st)
 

@@ -4,7 +4,7 @@ After a step's trial passes the gate, incumbent and candidate run in pairs, ABBA
 mean paired log-ratio, its interval Student's t with the variance pooled over the campaign's repeat runs (and the
 machine kind's noise prior). After every pair: *gain*, *no gain*, another pair, or *undecided* at the cap --
 earlier where the cap is out of reach or would take over half the budget left (*futile*). A clearly slower trial
-is closed without pairs (*screened*). The protocol in full, and the measurements behind it: docs/agent-evidence.md.
+is closed without pairs (*cut*). The protocol in full, and the measurements behind it: docs/agent-evidence.md.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ def rule_text(state: Campaign) -> str:
             f"the pairs to it costing more than half the budget left)")
 
 
-# a run farther than this (relative), and than twice the screen band, from its side's median is an outlier: on this CPU
+# a run farther than this (relative), and than twice the throughput band, from its side's median is an outlier: on this CPU
 # run-to-run noise is 2-4% (the baseline runs' spread in the demos), so 10% is 3+ sd of a pair's difference; a small-df
 # estimate of the noise is not used for it (three runs that happen to agree would make every fourth run an outlier)
 OUTLIER_FLOOR = 0.10
@@ -264,8 +264,8 @@ def _at_cap(state: Campaign, st: Step) -> bool:
     return st_pairs(st) >= state.max_pairs
 
 
-def screen(state: Campaign, st: Step) -> Measurement | None:
-    """*No gain* decided on the unpaired trial alone, or None (measure pairs). The trial is compared with the
+def cut(state: Campaign, st: Step) -> Measurement | None:
+    """The trial cut: *no gain* decided on the unpaired trial alone, or None (measure pairs). The trial is compared with the
     incumbent's last estimate; the difference of two single runs has the pair's sd, and only a clear *no* is taken."""
     trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
     if trial is None or trial.tps is None or not state.incumbent_tps:
@@ -278,6 +278,6 @@ def screen(state: Campaign, st: Step) -> Measurement | None:
     if hi >= state.min_gain or est > -band:  # and clearly slower: one trial hit by a transient slowdown decides nothing
         return None
     return Measurement(estimate=est, lo=lo, hi=hi, confidence=state.confidence, min_gain=state.min_gain, pairs=0, sigma=math.sqrt(2.0) * sd_run,
-                       df=df, decision="no_gain", screened=True, rule=rule_text(state),
-                       why=f"screened on the trial (unpaired, against the incumbent's {state.incumbent_tps:,.0f} tok/s): upper end {hi:+.1%} "
+                       df=df, decision="no_gain", cut=True, rule=rule_text(state),
+                       why=f"cut on the trial (unpaired, against the incumbent's {state.incumbent_tps:,.0f} tok/s): upper end {hi:+.1%} "
                            f"is below the minimum gain {share(state.min_gain)}")

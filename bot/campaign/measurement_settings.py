@@ -34,7 +34,7 @@ def measurement_options(launcher: str) -> dict[str, Any]:
 def github_measurement_options() -> dict[str, Any]:
     """How a campaign measures on self-hosted GitHub runners: a label names a pool of machines, so every pair runs
     both sides in one job on one machine (trial.yml's ``pair`` kind), never the trial against a later run elsewhere;
-    a trial below the incumbent by twice the screen band stops early (twice: a runner from the pool may be slower
+    a trial below the incumbent by twice the throughput band stops early (twice: a runner from the pool may be slower
     than the one that measured the incumbent)."""
     return {"early_stop": True, "early_stop_k": 2.0, "pair_with_trial": False, "min_gain": 0.02, "max_pairs": 4}
 

@@ -107,7 +107,7 @@ def measurement_line(m: Measurement) -> str:
     if m.estimate is None:
         return f"{m.decision.replace('_', ' ')}: {m.why}"
     ci = "" if m.lo is None else f" [{m.lo:+.1%}, {m.hi:+.1%}]"
-    what = "unpaired trial, screened" if m.screened else f"{m.pairs} pair{'s' * (m.pairs != 1)}"
+    what = "unpaired trial, cut" if m.cut else f"{m.pairs} pair{'s' * (m.pairs != 1)}"
     conf = f"{m.confidence:.0%} CI, " if m.lo is not None else ""
     return f"**{m.estimate:+.1%}**{ci} ({conf}{what}) — {m.decision.replace('_', ' ')}: {m.why}"
 
@@ -266,7 +266,7 @@ def render_campaign_summary(state: Campaign, status: str | None = None) -> str:
                                                                       + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
                                                                       + ")" if state.baseline else "")],
         ["measurement", f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {share(state.min_gain)}, at most {state.max_pairs} pairs a step"
-                        + (f"; screen band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else "")],
+                        + (f"; throughput band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else "")],
         ["gate loss band", md_inline(state.calibration_note, 600) if state.calibration_note else ("—" if not state.calibrated else "none")],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
         ["gain", f"{state.gain:+.1%} (the kept steps' paired estimates, compounded)"],

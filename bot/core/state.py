@@ -12,7 +12,7 @@ import os
 import statistics
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AliasChoices, BaseModel, Field, model_validator
 
 from bot.core.loss_band import LossBand
 from bot.core.records import Change, RunRecord, Scalar, StepMetric, Stop, Verdict, read_model
@@ -61,7 +61,7 @@ def window_median(steps: list[StepMetric], after: int, upto: int) -> float | Non
 
 
 class ThroughputBand(BaseModel):
-    """The baseline runs' throughput spread (not the gate's loss band, :class:`LossBand`): it screens a trial (early
+    """The baseline runs' throughput spread (not the gate's loss band, :class:`LossBand`): it cuts a trial (early
     stop; an unpaired look that can only say *no gain*) and scales the heuristic's sense of what is worth trying. Gains
     are decided by the paired measurement, never by it."""
 
@@ -99,7 +99,9 @@ class Measurement(BaseModel):
     decision: Literal["measuring", "gain", "no_gain", "undecided"] = "measuring"
     why: str = ""
     rule: str = ""
-    screened: bool = False  # decided on the unpaired trial alone (only ever *no gain*)
+    # the trial was cut: *no gain* decided on it alone, unpaired (stopped early, or clearly slower:
+    # bot.campaign.measure.cut); records stored before it had its own word say "screened", which still loads
+    cut: bool = Field(default=False, validation_alias=AliasChoices("cut", "screened"))
 
 
 class Step(BaseModel):
@@ -115,7 +117,7 @@ class Step(BaseModel):
     verdict: Verdict | None = None
     runs: list[RunRef] = Field(default_factory=list)
     measurement: Measurement | None = None
-    gain: float | None = None  # the paired estimate (or the unpaired trial's, when it was screened out)
+    gain: float | None = None  # the paired estimate (or the unpaired trial's, when the trial was cut)
     kept: bool = False
     close_reason: str = ""
 

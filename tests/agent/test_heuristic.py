@@ -773,7 +773,7 @@ def test_compile_over_a_v_shaped_schedule_is_stacked_on_the_compile_safe_zero_bu
 
 
 def _rejected_then_kept(kept_lever: str, kept_value: object):
-    """A lesson's EP 1 -> 2 screened out as clearly slower (step 1), then an unrelated step kept (step 2)."""
+    """A lesson's EP 1 -> 2 cut as clearly slower (step 1), then an unrelated step kept (step 2)."""
     from bot.core.recipe import set_lever_text
 
     ep = _lesson("ep", {"lever": "parallelism.expert_parallel_degree", "op": "double"})
@@ -784,7 +784,7 @@ def _rejected_then_kept(kept_lever: str, kept_value: object):
     assert isinstance(fresh, Change) and (fresh.lever, fresh.after) == ("parallelism.expert_parallel_degree", 2)
     slow = cm.Step(n=1, change=Change(lever="parallelism.expert_parallel_degree", before=1, after=2, lessons=["ep"], why="t"),
                    state="closed", levers={**base, "parallelism.expert_parallel_degree": 2},
-                   measurement=cm.Measurement(estimate=-0.1, lo=-0.15, hi=-0.05, confidence=0.9, min_gain=0.05, decision="no_gain", screened=True))
+                   measurement=cm.Measurement(estimate=-0.1, lo=-0.15, hi=-0.05, confidence=0.9, min_gain=0.05, decision="no_gain", cut=True))
     kept_levers = {**base, kept_lever: kept_value}
     kept = cm.Step(n=2, change=Change(lever=kept_lever, before=base.get(kept_lever), after=kept_value, why="t"), state="merged",
                    levers=kept_levers, kept=True)
@@ -1307,7 +1307,7 @@ def test_a_change_measured_clearly_slower_on_its_enabler_is_not_proposed_again_a
                      levers={**lbs4, "activation_checkpoint": "selective"}))
     slow = cm.Step(n=2, change=Change(lever="parallelism.tensor_parallel_degree", before=8, after=4, lessons=["tp"], why="t", stacked_on=1),
                    stacked_on=1, state="closed", levers={**below.levers, "parallelism.tensor_parallel_degree": 4},
-                   measurement=cm.Measurement(estimate=-0.4, lo=-0.45, hi=-0.35, confidence=0.9, min_gain=0.005, decision="no_gain", screened=True))
+                   measurement=cm.Measurement(estimate=-0.4, lo=-0.45, hi=-0.35, confidence=0.9, min_gain=0.005, decision="no_gain", cut=True))
     kept_levers = {**base, "compile.enable": True}
     kept = cm.Step(n=3, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="merged", levers=kept_levers, kept=True)
     state = state.model_copy(update={"steps": [below, slow, kept], "incumbent_levers": kept_levers, "incumbent_step": 3})

@@ -56,7 +56,7 @@ def kinds(actions: list, n: int | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- baseline and band
-def test_two_baseline_runs_set_the_screen_band_from_the_floor_when_the_spread_is_small(tmp_path: Path) -> None:
+def test_two_baseline_runs_set_the_throughput_band_from_the_floor_when_the_spread_is_small(tmp_path: Path) -> None:
     state, _, runner, actions = run_campaign(tmp_path, {}, script=[])
     assert kinds(actions)[:3] == ["comment", "run_baseline", "run_baseline"]
     assert [r.tps for r in state.baseline] == [1000.0, 1010.0]
@@ -64,7 +64,7 @@ def test_two_baseline_runs_set_the_screen_band_from_the_floor_when_the_spread_is
     assert band.spread == pytest.approx(10 / 1005)
     assert band.band == pytest.approx(0.05) == band.floor  # 2 x 1.0% < 5% floor
     summary = render_campaign_summary(state)
-    assert "screen band 5.0% (baseline spread 1.0%)" in summary
+    assert "throughput band 5.0% (baseline spread 1.0%)" in summary
     assert "paired A/B, 90% interval, minimum worthwhile gain 5%, at most 4 pairs a step" in summary
 
 
@@ -72,7 +72,7 @@ def test_band_is_k_times_the_spread_when_that_exceeds_the_floor(tmp_path: Path) 
     state, *_ = run_campaign(tmp_path, {}, script=[], base=[1000.0, 1100.0])
     assert state.band.spread == pytest.approx(100 / 1050)
     assert state.band.band == pytest.approx(2 * 100 / 1050)
-    assert "screen band 19.0% (baseline spread 9.5%)" in render_campaign_summary(state)
+    assert "throughput band 19.0% (baseline spread 9.5%)" in render_campaign_summary(state)
 
 
 def test_with_a_known_run_noise_one_baseline_run_is_the_baseline_and_the_first_trials_first_pair(tmp_path: Path) -> None:
@@ -139,8 +139,8 @@ def test_nothing_clears_the_minimum_gain_so_the_recipe_is_kept(tmp_path: Path) -
     assert [s.state for s in state.steps] == ["closed", "closed"]
     # +2.5% on the trial: could be a gain, so it is paired; the pair's interval lies below the 5% minimum
     assert one.measurement.decision == "no_gain" and one.measurement.pairs >= 1 and one.measurement.hi < 0.05
-    # -1.5% on the trial: not clearly slower (inside the 5% screen band), so it is paired too, and the pair says no
-    assert two.measurement.decision == "no_gain" and not two.measurement.screened and two.measurement.pairs >= 1
+    # -1.5% on the trial: not clearly slower (inside the 5% throughput band), so it is paired too, and the pair says no
+    assert two.measurement.decision == "no_gain" and not two.measurement.cut and two.measurement.pairs >= 1
     assert state.phase == "finished" and state.finish_reason.startswith("policy stopped")
     assert state.incumbent_step == 0 and state.incumbent_levers == state.baseline_levers and state.gain == 0.0
     assert forge.read_file(RECIPE_REL) == recipe_text()
@@ -606,11 +606,11 @@ def test_a_closed_steps_incumbent_run_made_last_is_the_next_trials_first_pair(tm
 
 
 def test_a_rejected_trial_right_before_is_never_an_incumbent_run(tmp_path: Path) -> None:
-    # step 1's trial is screened out (clearly slower): it ran last, so step 2's pair 1 runs the incumbent afresh
+    # step 1's trial is cut (clearly slower): it ran last, so step 2's pair 1 runs the incumbent afresh
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
     state, _, _, _ = run_campaign(tmp_path, {AC_NONE: [500.0], LBS2: [1040.0, 1052.0, 1045.0, 1038.0, 1050.0]}, script=script,
                                   base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0], state_kw=WITH_TRIAL)
-    assert state.step(1).measurement.screened and [r.kind for r in state.step(1).runs] == ["trial"]
+    assert state.step(1).measurement.cut and [r.kind for r in state.step(1).runs] == ["trial"]
     first2 = next(r for r in state.step(2).runs if r.kind == "pair")
     assert not first2.reused and first2.order == "BA" and first2.device_hours > 0
 
@@ -624,7 +624,7 @@ def test_a_clearly_slower_trial_is_stopped_early_and_closed_with_what_it_measure
     one, two = state.step(1), state.step(2)
     assert one.runs[0].outcome == "stopped" and one.state == "closed" and not one.kept
     assert one.gain == pytest.approx(900 / 1005 - 1) and one.close_reason.startswith("no gain: stopped early")
-    assert one.measurement.decision == "no_gain" and one.measurement.screened
+    assert one.measurement.decision == "no_gain" and one.measurement.cut
     assert one.runs[0].device_hours == pytest.approx(0.01 / 3)
     assert two.runs[0].outcome == "ok" and two.close_reason.startswith("no gain")  # -1.5%: not clearly slower, measured on
     # off by default: every trial runs to its end

@@ -14,7 +14,7 @@ from bot.core.state import Campaign, RunRef, Step
 
 
 def campaign(baseline: list[float], *, band: bool = False, **kw) -> Campaign:
-    """A campaign after its baseline runs; ``band``: with the screen band a campaign sets from them (k 2, floor 5%)."""
+    """A campaign after its baseline runs; ``band``: with the throughput band a campaign sets from them (k 2, floor 5%)."""
     from bot.core.state import ThroughputBand
 
     state = Campaign(id="c", recipe_path="r", recipe_id="r", budget=1e9, **kw)
@@ -171,7 +171,7 @@ def test_a_false_gain_is_rare_on_a_to_a_comparisons() -> None:
         st = Step(n=1, change=Change(lever="x", after=1))
         st.runs.append(RunRef(kind="trial", n=1, outcome="ok", tps=float(np.exp(rng.normal(7.0, 0.08))), record="t"))
         state.steps.append(st)
-        if ms.screen(state, st) is not None:
+        if ms.cut(state, st) is not None:
             continue
         for k in range(1, 5):
             a, b = (float(np.exp(rng.normal(7.0, 0.08))) for _ in range(2))
@@ -183,20 +183,20 @@ def test_a_false_gain_is_rare_on_a_to_a_comparisons() -> None:
     assert gains / trials <= 0.05
 
 
-def test_the_screen_only_ever_says_no_gain() -> None:
+def test_the_cut_only_ever_says_no_gain() -> None:
     state = campaign([1000.0, 1002.0, 998.0], min_gain=0.05)
     slow = with_pairs(state, [(1000.0, 800.0)], trial=800.0)
     slow.runs = slow.runs[:1]
-    m = ms.screen(state, slow)
-    assert m is not None and m.decision == "no_gain" and m.screened and m.hi < 0.05
+    m = ms.cut(state, slow)
+    assert m is not None and m.decision == "no_gain" and m.cut and m.hi < 0.05
     state = campaign([1000.0, 1002.0, 998.0], min_gain=0.05)
     fast = with_pairs(state, [(1000.0, 1500.0)], trial=1500.0)
     fast.runs = fast.runs[:1]
-    assert ms.screen(state, fast) is None  # a fast trial is paired, never kept on its own
+    assert ms.cut(state, fast) is None  # a fast trial is paired, never kept on its own
 
 
-def test_a_trial_only_a_little_slower_is_paired_not_screened() -> None:
-    """One trial can be hit by a transient slowdown: inside the screen band it is paired even when the unpaired
+def test_a_trial_only_a_little_slower_is_paired_not_cut() -> None:
+    """One trial can be hit by a transient slowdown: inside the throughput band it is paired even when the unpaired
     interval already lies below the minimum gain."""
     from bot.core.state import ThroughputBand
 
@@ -206,9 +206,9 @@ def test_a_trial_only_a_little_slower_is_paired_not_screened() -> None:
     st.runs = st.runs[:1]
     est, _, hi = ms.interval([math.log(0.97)], math.sqrt(2) * ms.pooled_run_sd(ms.run_groups(state).values())[0], 2, 0.9)
     assert hi < 0.05 and est > -state.band.band  # the unpaired look alone would say no gain
-    assert ms.screen(state, st) is None
+    assert ms.cut(state, st) is None
     st.runs[0] = st.runs[0].model_copy(update={"tps": 900.0})  # -10%: clearly slower, beyond the 5% band
-    assert ms.screen(state, st) is not None
+    assert ms.cut(state, st) is not None
 
 
 def test_a_pair_with_a_run_hit_by_a_transient_slowdown_is_left_out_and_measured_again() -> None:

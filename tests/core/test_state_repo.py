@@ -1,5 +1,5 @@
 """bot/core/state.py and bot/core/repo.py for the campaign lifecycle: a state written before ``base_branch`` existed
-still reads (and records none), and the branch a checkout has checked out."""
+still reads (and records none), as does a cut trial stored as "screened"; and the branch a checkout has checked out."""
 
 from __future__ import annotations
 
@@ -22,6 +22,26 @@ def test_a_state_written_before_base_branch_reads_with_none_recorded(tmp_path: P
     assert read_campaign(path).base_branch == ""
     state = Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0, base_branch="main")
     assert Campaign.model_validate_json(state.model_dump_json()).base_branch == "main"
+
+
+def test_a_state_whose_cut_trial_was_stored_as_screened_reads_as_cut(tmp_path: Path) -> None:
+    """A measurement stored before the cut had its own word says ``"screened"``: it still reads, as ``cut``; a state
+    written now says ``"cut"`` and reads back the same."""
+    from bot.core.records import Change
+    from bot.core.state import Measurement, Step
+
+    cut = Measurement(confidence=0.9, min_gain=0.02, decision="no_gain", cut=True)
+    state = Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0,
+                     steps=[Step(n=1, change=Change(lever="compile.enable", after=True), measurement=cut)])
+    data = json.loads(state.model_dump_json())
+    stored = data["steps"][0]["measurement"]
+    assert stored["cut"] is True and "screened" not in stored
+    stored["screened"] = stored.pop("cut")
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(data))
+    m = read_campaign(path).steps[0].measurement
+    assert m is not None and m.cut
+    assert Campaign.model_validate_json(state.model_dump_json()).steps[0].measurement == cut
 
 
 IDENTITY = {
