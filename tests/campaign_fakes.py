@@ -27,7 +27,7 @@ from bot.core.records import (
     content_hash,
 )
 from bot.drive.executor import Executor
-from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
+from bot.drive.local_ports import FileRecordStore, FileStateStore, LocalRunPort
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu.yaml"

@@ -194,7 +194,7 @@ class DispatchAnswerer:
         """``attune github calibrate`` on the records branch (real recipes; a simulated one is never dispatched)."""
         from bot.campaign.gate_calls import calibrate_loss_band
         from bot.core.records import RunRecord, atomic_write_text
-        from bot.github.ports import records_branch
+        from bot.github.github_ports import records_branch
 
         cid = inputs["campaign"]
         branch = records_branch(cid)
@@ -252,7 +252,7 @@ class GitHubCampaign:
         return self.state()
 
     def state(self) -> Any:
-        from bot.github.ports import load_state
+        from bot.github.github_ports import load_state
 
         stored = load_state(self.forge, self.issue)
         assert stored is not None, f"no campaign state on issue #{self.issue}"

@@ -44,7 +44,7 @@ from bot.core import levers as catalog
 from bot.core.recipe import Recipe, load_recipe
 from bot.core.repo import find_repo
 from bot.drive.executor import Executor
-from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
+from bot.drive.local_ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.forge.memory import MemoryForge
 from bot.runner.sim import SimRunner
 from bot.sim.models import model_for, model_label

@@ -257,7 +257,7 @@ def _remeasure(args: argparse.Namespace) -> int:
     from bot.bench.ab_decisions import remeasure
     from bot.core.recipe import load_recipe
     from bot.core.repo import Repo
-    from bot.drive.ports import FileStateStore
+    from bot.drive.local_ports import FileStateStore
 
     root = Path(args.repo).resolve()
     state = FileStateStore(Repo(root).work / "campaigns").load(args.remeasure)

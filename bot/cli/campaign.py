@@ -94,7 +94,7 @@ def _campaigns(repo: Path) -> Path:
 
 
 def _state_path(repo: Path, cid: str) -> Path:
-    from bot.drive.ports import FileStateStore
+    from bot.drive.local_ports import FileStateStore
 
     return FileStateStore(_campaigns(repo)).path(cid)
 

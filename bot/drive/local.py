@@ -24,7 +24,7 @@ from bot.campaign.report import render_campaign_summary
 from bot.core.recipe import load_recipe
 from bot.core.repo import Repo
 from bot.drive.executor import Executor, parse_recipe_text
-from bot.drive.ports import FileRecordStore, FileStateStore, LocalRunPort
+from bot.drive.local_ports import FileRecordStore, FileStateStore, LocalRunPort
 from bot.runner import get_runner
 from bot.runner.workdir import importable
 

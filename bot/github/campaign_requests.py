@@ -14,7 +14,7 @@ from bot import campaign as cm
 from bot.campaign.measurement_settings import github_measurement_options
 from bot.campaign.new_campaign import new_state
 from bot.forge.github import GitHubForge, GitHubForgeError
-from bot.github.ports import Stored, github_executor, load_state, settled
+from bot.github.github_ports import Stored, github_executor, load_state, settled
 from bot.github.request import RequestError, validate_request
 
 LABEL = "attune:campaign"

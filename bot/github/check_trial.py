@@ -18,7 +18,7 @@ from typing import Any
 
 from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import COMPARE_FILE_LIMIT, DATA_PATHS, DATA_SUFFIXES, GitHubForgeError
-from bot.github.ports import records_branch
+from bot.github.github_ports import records_branch
 from bot.github.request import plain_digits, runs_on
 
 KINDS = ("baseline", "trial", "pair", "calibrate")
@@ -186,7 +186,7 @@ def allowed_levers(forge: Any, issue: int | None, campaign: str, pr: int) -> set
     None without an issue to read the state from."""
     if not issue:
         return None
-    from bot.github.ports import load_state
+    from bot.github.github_ports import load_state
 
     stored = load_state(forge, issue)
     if stored is None or stored.campaign.id != campaign:

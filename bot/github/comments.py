@@ -19,7 +19,7 @@ from typing import Any
 from bot import campaign as cm
 from bot.forge.markers import marker
 from bot.github.commands import Command, CommandError, parse_command
-from bot.github.ports import HANDLED_KEPT, STATE_MARKER, Stored, github_executor, load_state, settled
+from bot.github.github_ports import HANDLED_KEPT, STATE_MARKER, Stored, github_executor, load_state, settled
 
 # who may be a writer at all (campaign.yml's `if` uses the same list): a cost filter, never a permission
 WRITER_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR")

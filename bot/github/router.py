@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bot.github import campaign_requests, comments
-from bot.github.ports import github_executor, load_state, settled
+from bot.github.github_ports import github_executor, load_state, settled
 
 
 class EventError(ValueError):

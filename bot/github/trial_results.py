@@ -31,7 +31,7 @@ from bot.core.records import RunRecord, read_model
 from bot.drive.executor import BASELINE_RECIPE
 from bot.forge.github import GitHubForge
 from bot.github import comments
-from bot.github.ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
+from bot.github.github_ports import RUNNER_ACTIONS, github_executor, load_state, run_key, run_kind, settled
 from bot.github.uploads import WALL_SLACK, Expected, record_problem, wall_bound
 
 RECORD_FILE = "record.json"

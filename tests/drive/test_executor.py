@@ -28,7 +28,7 @@ from campaign_fakes import (
 
 from bot import campaign as cm
 from bot.drive.local import finish_local
-from bot.drive.ports import FileStateStore
+from bot.drive.local_ports import FileStateStore
 from bot.forge.local import LocalForge
 
 SCRIPT = [
@@ -229,7 +229,7 @@ def test_runs_that_are_only_measured_stop_after_the_measurement_window(tmp_path:
     from bot.campaign.measurement_settings import SIM_MEASURE_STEPS
     from bot.core.recipe import load_recipe
     from bot.core.state import window_median
-    from bot.drive.ports import FileRecordStore
+    from bot.drive.local_ports import FileRecordStore
     from bot.runner.sim import SimRunner
 
     # GLM-4.5's optimum has two steps of about +2.5 %: at the simulator's 1.4 % run noise each takes fresh pairs

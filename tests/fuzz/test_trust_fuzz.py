@@ -26,7 +26,7 @@ from bot.core.mdtext import md_inline  # noqa: E402
 from bot.core.recipe import RecipeError, parse_recipe_text  # noqa: E402
 from bot.core.records import LaunchShape, RunRecord, RunSummary, StackFingerprint, StepMetric, content_hash  # noqa: E402
 from bot.github.commands import Command, CommandError, parse_command  # noqa: E402
-from bot.github.ports import GitHubForgeError, parse_state  # noqa: E402
+from bot.github.github_ports import GitHubForgeError, parse_state  # noqa: E402
 from bot.github.request import CampaignRequest, RequestError, validate_request  # noqa: E402
 from bot.github.trial_results import REASON_CAP, capped  # noqa: E402
 from bot.github.uploads import CEILINGS, STRING_CAP, Expected, record_problem  # noqa: E402

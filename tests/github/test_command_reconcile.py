@@ -12,7 +12,7 @@ import test_state_store  # noqa: E402
 from fake_github import FakeGitHub  # noqa: E402
 from test_state_store import command, started  # noqa: E402 - helpers of the state store
 
-from bot.github.ports import load_state  # noqa: E402
+from bot.github.github_ports import load_state  # noqa: E402
 from bot.github.router import nudge  # noqa: E402
 
 gh = test_state_store.gh  # the state store's fixture, found by pytest under this name

@@ -15,7 +15,7 @@ import test_state_store  # noqa: E402
 from test_state_store import command, started  # noqa: E402
 
 from bot.forge.github import GitHubForgeError  # noqa: E402
-from bot.github.ports import GitHubPorts, load_state, parse_state, records_branch  # noqa: E402
+from bot.github.github_ports import GitHubPorts, load_state, parse_state, records_branch  # noqa: E402
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from fake_github import FakeGitHub  # noqa: E402
 from test_trial_scenarios import Flow, Scripted, forge, gh, record  # noqa: E402,F401 - the fixtures and the flow
 
 from bot.forge.github import GitHubForge  # noqa: E402
-from bot.github.ports import load_state  # noqa: E402
+from bot.github.github_ports import load_state  # noqa: E402
 
 
 def test_the_report_job_applies_unhandled_commands_before_the_result(gh: FakeGitHub, forge: GitHubForge, tmp_path) -> None:  # noqa: F811

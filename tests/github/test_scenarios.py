@@ -17,7 +17,7 @@ from openapi_contract import Contract  # noqa: E402
 
 from bot.forge.github import GitHubForge  # noqa: E402
 from bot.github import campaign_requests  # noqa: E402
-from bot.github.ports import load_state  # noqa: E402
+from bot.github.github_ports import load_state  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"
 FORM = (

@@ -1,4 +1,4 @@
-"""bot/github/ports.py as the campaign's state store on GitHub: a compare-and-swap on the records branch's
+"""bot/github/github_ports.py as the campaign's state store on GitHub: a compare-and-swap on the records branch's
 ``state.json``, commands applied once, and identity that fails closed (against the spec-validated fake)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from openapi_contract import Contract  # noqa: E402
 
 from bot.forge.github import GitHubForge, GitHubForgeError  # noqa: E402
 from bot.github import campaign_requests, comments  # noqa: E402
-from bot.github.ports import GitHubPorts, StateConflict, load_state, parse_state, records_branch, render_state  # noqa: E402
+from bot.github.github_ports import GitHubPorts, StateConflict, load_state, parse_state, records_branch, render_state  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/llama3.1-405b/h200x128.yaml"

@@ -36,7 +36,7 @@ from bot.core.records import (  # noqa: E402
 )
 from bot.forge.github import GATE_CONTEXT, GitHubForge  # noqa: E402
 from bot.github import campaign_requests, trial_results  # noqa: E402
-from bot.github.ports import load_state, records_branch  # noqa: E402
+from bot.github.github_ports import load_state, records_branch  # noqa: E402
 
 RECIPE = "recipes/llama3-tiny/cpu.yaml"  # a real recipe: its calibration runs on the self-hosted runner
 SIM_RECIPE = "recipes/llama3.1-405b/h200x128.yaml"  # a simulated one: calibrated by the bot, no runs
@@ -171,7 +171,7 @@ class Flow:
     def write_calibration(self, out: Path, device_hours: float) -> None:
         """The calibration runs' records as ``attune github calibrate`` uploads them (``calibration/``)."""
         from bot.campaign.gate_calls import calibration_plan, record_name
-        from bot.github.ports import records_branch
+        from bot.github.github_ports import records_branch
 
         cid = self.state().id
         baseline_text = self.gh.file(f"campaigns/{cid}/baseline-recipe.yaml", records_branch(cid))
@@ -494,7 +494,7 @@ def test_a_moved_step_branch_is_still_closed_when_the_gate_fails(gh, forge, tmp_
 def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
     """Baseline runs 1000 and 1700 make a band over 100%: no positive bound is left, so none is sent (check-trial
     would refuse a non-positive one and the campaign would wait for a run that never starts)."""
-    from bot.github.ports import run_limits
+    from bot.github.github_ports import run_limits
 
     state = cm.Campaign(id="c", recipe_path="r.yaml", recipe_id="r", budget=2.0, spent=0.5, early_stop=True, early_stop_k=2.0,
                         incumbent_tps=1350.0, band=cm.ThroughputBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05))

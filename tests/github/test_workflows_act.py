@@ -158,7 +158,7 @@ def campaign_state(fake: FakeGitHub, issue: int) -> Any:
     from forge_helpers import TOKEN
 
     from bot.forge.github import GitHubForge
-    from bot.github.ports import load_state
+    from bot.github.github_ports import load_state
 
     fake.start()  # the in-process client, for reading the state comment
     try:

@@ -1,4 +1,4 @@
-"""bot/github/ports.py: the campaign state comment (the GitHub state store): dashboard on top, state below, compressed when large."""
+"""bot/github/github_ports.py: the campaign state comment (the GitHub state store): dashboard on top, state below, compressed when large."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from bot import campaign as cm
 from bot.core.records import Change
 from bot.forge.github import GitHubForgeError
-from bot.github.ports import INLINE_STATE_LIMIT, Stored, parse_state, render_state, run_key
+from bot.github.github_ports import INLINE_STATE_LIMIT, Stored, parse_state, render_state, run_key
 
 
 def stored(steps: int, why: str = "because") -> Stored:
