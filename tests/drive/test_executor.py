@@ -128,7 +128,7 @@ def test_the_uninterrupted_campaign(reference) -> None:
     assert state.step(2).runs[0].outcome == "oom" and state.step(3).stacked_on == 2
     assert state.step(3).levers["training.local_batch_size"] == 2 and state.step(3).levers["activation_checkpoint"] == "selective"
     assert state.finish_reason == "policy stopped: script exhausted" and state.pending == []
-    assert len(runner.calls) == 9  # 2 baseline + trial and one pair (2 runs) + trial (oom) + trial and one pair (-3.4%: inside the screen band)
+    assert len(runner.calls) == 9  # 2 baseline + trial and one pair (2 runs) + trial (oom) + trial and one pair (-3.4%: inside the throughput band)
     assert facts["branches"] == ["attune/c1/1-activation_checkpoint", "attune/c1/2-training-local_batch_size",
                                  "attune/c1/3-activation_checkpoint"]
     assert any(line.startswith("attune: campaign c1 finished") for line in facts["main"])
