@@ -43,7 +43,9 @@ def _record(path: str | Path, what: str, recipe_text: str, *, allow_hook: bool) 
     except ValueError as exc:  # one line naming the file and its first wrong field, or the byte that is not UTF-8
         raise GateInputError(str(exc)) from None
     if record.recipe_hash != content_hash(recipe_text):
-        raise GateInputError(f"{path}: the {what} run record was made from another recipe (hash {record.recipe_hash}, recipe {content_hash(recipe_text)})")
+        raise GateInputError(
+            f"{path}: the {what} run record was made from another recipe (hash {record.recipe_hash}, recipe {content_hash(recipe_text)})"
+        )
     if record.hook and not allow_hook:
         raise GateInputError(f"{path}: the {what} run record was made with the test hook {record.hook!r}")
     return record
@@ -94,10 +96,18 @@ def run_gate(
     if not config.ok or config_only:
         return _finish(config, out_dir)
 
-    base_spec = RunSpec(label=f"baseline {baseline.name}", recipe_text=base_text, steps=steps, recipe_path=str(baseline_path))
-    cand_spec = RunSpec(label=f"candidate {candidate.name}", recipe_text=cand_text, steps=steps, recipe_path=str(candidate_path))
-    base_rec = _record(baseline_run, "baseline", base_text, allow_hook=False) if baseline_run else run_one(base_spec, cache)
-    cand_rec = _record(candidate_run, "candidate", cand_text, allow_hook=True) if candidate_run else run_one(cand_spec, cache)
+    base_spec = RunSpec(
+        label=f"baseline {baseline.name}", recipe_text=base_text, steps=steps, recipe_path=str(baseline_path)
+    )
+    cand_spec = RunSpec(
+        label=f"candidate {candidate.name}", recipe_text=cand_text, steps=steps, recipe_path=str(candidate_path)
+    )
+    base_rec = (
+        _record(baseline_run, "baseline", base_text, allow_hook=False) if baseline_run else run_one(base_spec, cache)
+    )
+    cand_rec = (
+        _record(candidate_run, "candidate", cand_text, allow_hook=True) if candidate_run else run_one(cand_spec, cache)
+    )
 
     band: LossBand | None = load_band(cache, baseline, base_rec.stack.key())
     if config.tier in ("R", "N") and band is None and calibrate_missing:
@@ -133,10 +143,17 @@ def render_verdict(v: Verdict) -> str:
     lines += [f"- {r}" for r in v.reasons] or ["- (no reasons)"]
     lines += ["", "checks:"]
     for check in v.checks:
-        lines.append(f"- [{'x' if check.passed else ' '}] {check.name}" + ("" if check.passed else f": {len(check.reasons)} problem(s)"))
+        lines.append(
+            f"- [{'x' if check.passed else ' '}] {check.name}"
+            + ("" if check.passed else f": {len(check.reasons)} problem(s)")
+        )
         if check.name in ("bitwise", "band"):
             for sig in check.evidence.get("signals", []):
                 stat = "" if sig.get("statistic") is None else f", max|d|/band {sig['statistic']:.3g}"
-                where = "" if sig.get("worst_step") is None else f", worst step {sig['worst_step']} delta {sig['deviation']:+.3g}"
+                where = (
+                    ""
+                    if sig.get("worst_step") is None
+                    else f", worst step {sig['worst_step']} delta {sig['deviation']:+.3g}"
+                )
                 lines.append(f"    - {sig['signal']}: {'equal' if sig['equal'] else 'differs'}{where}{stat}")
     return "\n".join(lines) + "\n"

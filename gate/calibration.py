@@ -72,15 +72,23 @@ def _other_divisor(n: int, current: int, limit: int | None = None) -> int | None
     return None
 
 
-def calibration_specs(recipe_text: str, *, steps: int, env: dict[str, str] | None = None, label: str = "baseline",
-                      workdir: str | None = None) -> dict[str, RunSpec]:
+def calibration_specs(
+    recipe_text: str,
+    *,
+    steps: int,
+    env: dict[str, str] | None = None,
+    label: str = "baseline",
+    workdir: str | None = None,
+) -> dict[str, RunSpec]:
     """The calibration runs for a baseline recipe (ids -> specs); the baseline itself is not among them. ``workdir``:
     the root their ranks start in, the baseline's repository (default: where they are run from)."""
     recipe = parse_recipe_text(recipe_text, label)
     env = env or {}
     specs = {
         "cal:repeat": RunSpec(label=f"{label} (repeat)", recipe_text=recipe_text, steps=steps, env=env, repeat=1),
-        "cal:init_perturb": RunSpec(label=f"{label} + init x(1+1e-6 N)", recipe_text=recipe_text, steps=steps, env=env, hook="init_perturb:1"),
+        "cal:init_perturb": RunSpec(
+            label=f"{label} + init x(1+1e-6 N)", recipe_text=recipe_text, steps=steps, env=env, hook="init_perturb:1"
+        ),
     }
     gbs = int(recipe.pinned.get("training.global_batch_size", -1))
     lbs = int(recipe.levers.get("training.local_batch_size", 8))
@@ -94,7 +102,9 @@ def calibration_specs(recipe_text: str, *, steps: int, env: dict[str, str] | Non
     other_chunks = _other_divisor(seq, chunks, limit=16) if seq else None
     if other_chunks:
         text = set_lever_text(recipe_text, "loss.num_chunks", other_chunks, source=label)
-        specs["cal:num_chunks"] = RunSpec(label=f"{label} loss.num_chunks {other_chunks}", recipe_text=text, steps=steps, env=env)
+        specs["cal:num_chunks"] = RunSpec(
+            label=f"{label} loss.num_chunks {other_chunks}", recipe_text=text, steps=steps, env=env
+        )
     return {sid: spec.model_copy(update={"workdir": workdir}) for sid, spec in specs.items()}
 
 
@@ -111,10 +121,20 @@ def calibrate(
     """Run (or reuse) the calibration runs, build the band and cache it."""
     recipe = parse_recipe_text(recipe_text, baseline_spec.label)
     baseline_spec = located(baseline_spec)
-    specs = {"baseline": baseline_spec, **calibration_specs(recipe_text, steps=steps, env=baseline_spec.env, label=baseline_spec.label,
-                                                            workdir=baseline_spec.workdir)}
+    specs = {
+        "baseline": baseline_spec,
+        **calibration_specs(
+            recipe_text, steps=steps, env=baseline_spec.env, label=baseline_spec.label, workdir=baseline_spec.workdir
+        ),
+    }
     records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
     runs = [records[k] for k in specs if k != "baseline"]
-    band = calibrate_band(runs, records["baseline"], safety, labels=[specs[k].label for k in specs if k != "baseline"], objective_hash=objective_hash(recipe))
+    band = calibrate_band(
+        runs,
+        records["baseline"],
+        safety,
+        labels=[specs[k].label for k in specs if k != "baseline"],
+        objective_hash=objective_hash(recipe),
+    )
     save_band(cache_dir, band)
     return band

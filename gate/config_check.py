@@ -81,11 +81,27 @@ RECIPE_TIERS: list[TierRule] = [
         why="the world size sets the DP degree when dp_shard is -1: reduction order, sharded init and (unpinned) the global batch change",
         source=_DOC,
     ),
-    TierRule(pattern="cluster.nodes", tier="R", requires=["global_batch_pinned", "seed_checkpoint"], why="as cluster.devices_per_node", source=_DOC),
+    TierRule(
+        pattern="cluster.nodes",
+        tier="R",
+        requires=["global_batch_pinned", "seed_checkpoint"],
+        why="as cluster.devices_per_node",
+        source=_DOC,
+    ),
     TierRule(pattern="cluster.launcher", tier="R", why="local torchrun vs Slurm launch the same trainer", source=_DOC),
-    TierRule(pattern="cluster.hardware", tier="X", why="another platform: the baseline curve and its noise band do not transfer", source=_DOC),
+    TierRule(
+        pattern="cluster.hardware",
+        tier="X",
+        why="another platform: the baseline curve and its noise band do not transfer",
+        source=_DOC,
+    ),
     TierRule(pattern="cluster.*", tier="B", why="cost and runner labels only", source=_DOC),
-    TierRule(pattern="bench.*", tier="B", why="the measurement window only (the run length itself is diffed as training.steps)", source=_DOC),
+    TierRule(
+        pattern="bench.*",
+        tier="B",
+        why="the measurement window only (the run length itself is diffed as training.steps)",
+        source=_DOC,
+    ),
 ]
 
 INVARIANTS: dict[str, str] = {
@@ -158,7 +174,9 @@ def _walk(obj: Any, prefix: str, out: dict[str, Any], seen: set[int], depth: int
                 continue
             value = getattr(obj, f.name, None)
             if f.name.startswith("_") and (value is None or isinstance(value, bool | int | float | str)):
-                out[f"{prefix}{f.name}"] = value  # private fields (``to_dict`` drops them), e.g. router._debug_force_load_balance
+                out[f"{prefix}{f.name}"] = (
+                    value  # private fields (``to_dict`` drops them), e.g. router._debug_force_load_balance
+                )
                 continue
             _walk(value, f"{prefix}{f.name}.", out, seen, depth + 1)
     elif isinstance(obj, list | tuple):
@@ -234,7 +252,11 @@ def derived_values(flat: Mapping[str, Any], world_size: int) -> dict[str, Any]:
     cp, ep = int(flat["parallelism.context_parallel_degree"]), int(flat["parallelism.expert_parallel_degree"])
     dp = dp_degree(dict(flat), world_size)
     shard = max(dp // max(rep, 1), 1)
-    lbs, gbs_raw, seq = int(flat["training.local_batch_size"]), int(flat["training.global_batch_size"]), int(flat["training.seq_len"])
+    lbs, gbs_raw, seq = (
+        int(flat["training.local_batch_size"]),
+        int(flat["training.global_batch_size"]),
+        int(flat["training.seq_len"]),
+    )
     gbs = gbs_raw if gbs_raw > 0 else lbs * dp  # torchtitan trainer.py: -1 means local batch x DP degree
     total_raw = flat.get("lr_scheduler.total_steps")
     total = int(total_raw) if total_raw is not None else int(flat["training.steps"])
@@ -269,7 +291,12 @@ def local_stack() -> dict[str, Any]:
     from bot.runner.base import stack_fingerprint
 
     fp = stack_fingerprint()
-    return {"torch": fp.torch, "torchtitan": fp.torchtitan, "device_family": fp.device_family, "device_name": fp.device_name}
+    return {
+        "torch": fp.torch,
+        "torchtitan": fp.torchtitan,
+        "device_family": fp.device_family,
+        "device_name": fp.device_name,
+    }
 
 
 def runtime_flags(recipe: Recipe, stack: Mapping[str, Any]) -> dict[str, bool]:
@@ -368,8 +395,15 @@ def classify_change(field: str, before: Any, after: Any, tiers: Sequence[TierRul
     values = _scalars(before) + _scalars(after)
     rule = rules.classify(field, values=values, rules=[*RECIPE_TIERS, *tiers])
     return FieldChange(
-        field=field, before=before, after=after, tier=rule.tier, rule=rule.name, why=rule.why,
-        source=rule.source, precision=rule.precision, requires=list(rule.requires),
+        field=field,
+        before=before,
+        after=after,
+        tier=rule.tier,
+        rule=rule.name,
+        why=rule.why,
+        source=rule.source,
+        precision=rule.precision,
+        requires=list(rule.requires),
     )
 
 
@@ -383,7 +417,9 @@ def _requirement_problems(need: str, base: ResolvedRecipe, cand: ResolvedRecipe)
         same_layout = base.derived["derived.init_layout"] == cand.derived["derived.init_layout"]
         seeded = base.derived["derived.seed_checkpoint"] and cand.derived["derived.seed_checkpoint"]
         if not (same_layout or seeded):
-            return [f"init sharding {base.derived['derived.init_layout']!r} -> {cand.derived['derived.init_layout']!r} without a seed checkpoint"]
+            return [
+                f"init sharding {base.derived['derived.init_layout']!r} -> {cand.derived['derived.init_layout']!r} without a seed checkpoint"
+            ]
     elif need == "lr_schedule_pinned":
         values = (b.get("lr_scheduler.total_steps"), c.get("lr_scheduler.total_steps"))
         if any(v is None or v is ABSENT for v in values):
@@ -408,8 +444,18 @@ def check_resolved(
     checks: list[CheckResult] = []
 
     pinned = [(k, a, b) for k, a, b in diff_fields(base.pinned, cand.pinned)]
-    pin_reasons = [f"pinned {k}: {_show(a)} -> {_show(b)} (rule 'pinned': the recipe's objective; never changed by tuning)" for k, a, b in pinned]
-    checks.append(CheckResult(name="pinned", passed=not pin_reasons, reasons=pin_reasons, evidence={"changed": [{"field": k, "before": a, "after": b} for k, a, b in pinned]}))
+    pin_reasons = [
+        f"pinned {k}: {_show(a)} -> {_show(b)} (rule 'pinned': the recipe's objective; never changed by tuning)"
+        for k, a, b in pinned
+    ]
+    checks.append(
+        CheckResult(
+            name="pinned",
+            passed=not pin_reasons,
+            reasons=pin_reasons,
+            evidence={"changed": [{"field": k, "before": a, "after": b} for k, a, b in pinned]},
+        )
+    )
 
     # torchtitan's own fields first: they say what changed; recipe-level fields say where
     x_changes = sorted((c for c in changes if c.tier == "X"), key=lambda c: c.field.split(".")[0] in _RECIPE_SECTIONS)
@@ -432,8 +478,12 @@ def check_resolved(
     for change in changes:
         for need in change.requires:
             for problem in _requirement_problems(need, base, cand):
-                inv_reasons.append(f"{change.field} changed but {problem} (rule '{change.rule}' requires {need}: {REQUIRES_WHY[need]})")
-    checks.append(CheckResult(name="invariants", passed=not inv_reasons, reasons=inv_reasons, evidence={"derived": inv_evidence}))
+                inv_reasons.append(
+                    f"{change.field} changed but {problem} (rule '{change.rule}' requires {need}: {REQUIRES_WHY[need]})"
+                )
+    checks.append(
+        CheckResult(name="invariants", passed=not inv_reasons, reasons=inv_reasons, evidence={"derived": inv_evidence})
+    )
 
     fired = rules.matching_defects(list(defects), cand.context)
     defect_reasons = []
@@ -441,7 +491,9 @@ def check_resolved(
         if rule.action == "reject":
             also = " (the baseline matches it too)" if rules.defect_matches(rule, base.context) else ""
             defect_reasons.append(f"known stack defect '{rule.id}': {rule.title} ({rule.source}){also}")
-    gaps = {r.id: rules.missing_context(r, cand.context) for r in defects if rules.affects_matches(r.affects, cand.context)}
+    gaps = {
+        r.id: rules.missing_context(r, cand.context) for r in defects if rules.affects_matches(r.affects, cand.context)
+    }
     checks.append(
         CheckResult(
             name="defects",
@@ -457,7 +509,10 @@ def check_resolved(
     precision = [c for c in changes if c.precision]
     precision_reasons = []
     if precision and precision_tolerance is None:
-        precision_reasons = [f"precision change {c.describe()}; policy: rejected unless an explicit precision_tolerance is given" for c in precision]
+        precision_reasons = [
+            f"precision change {c.describe()}; policy: rejected unless an explicit precision_tolerance is given"
+            for c in precision
+        ]
     checks.append(
         CheckResult(
             name="precision",
@@ -470,12 +525,30 @@ def check_resolved(
     for check in checks:
         reasons += check.reasons
     if reasons:
-        return Verdict(verdict="reject", stage="config", tier=tier, reasons=reasons, checks=checks, requires_convergence=False, precision_change=bool(precision))
+        return Verdict(
+            verdict="reject",
+            stage="config",
+            tier=tier,
+            reasons=reasons,
+            checks=checks,
+            requires_convergence=False,
+            precision_change=bool(precision),
+        )
     info = [f"changed: {c.describe()}" for c in changes] or ["no field changed: the runs must be bitwise identical"]
     if precision:
         info.append(f"precision change accepted for a convergence check with tolerance {precision_tolerance}")
-    info += [f"defect '{r.id}' requires a convergence check ({r.source})" for r in fired if r.action == "require_convergence"]
-    return Verdict(verdict="ok", stage="config", tier=tier, reasons=info, checks=checks, requires_convergence=True, precision_change=bool(precision))
+    info += [
+        f"defect '{r.id}' requires a convergence check ({r.source})" for r in fired if r.action == "require_convergence"
+    ]
+    return Verdict(
+        verdict="ok",
+        stage="config",
+        tier=tier,
+        reasons=info,
+        checks=checks,
+        requires_convergence=True,
+        precision_change=bool(precision),
+    )
 
 
 # ----------------------------------------------------------------------------- the I/O edge
@@ -504,5 +577,7 @@ def check_config(
     except ResolveError as exc:
         reason = f"candidate does not resolve: {exc}"
         check = CheckResult(name="resolve", passed=False, reasons=[reason])
-        return Verdict(verdict="reject", stage="config", tier="X", reasons=[reason], checks=[check], requires_convergence=False)
+        return Verdict(
+            verdict="reject", stage="config", tier="X", reasons=[reason], checks=[check], requires_convergence=False
+        )
     return check_resolved(base, cand, precision_tolerance=precision_tolerance)

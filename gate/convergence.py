@@ -108,7 +108,11 @@ def calibrate_band(
             envelope.append(running)
         floor = FLOOR_QUANTA * QUANTUM[signal]
         signals[signal] = SignalBand(
-            signal=signal, quantum=QUANTUM[signal], floor=floor, envelope=envelope, band=[max(safety * e, floor) for e in envelope]
+            signal=signal,
+            quantum=QUANTUM[signal],
+            floor=floor,
+            envelope=envelope,
+            band=[max(safety * e, floor) for e in envelope],
         )
     if "loss" not in signals:
         raise GateInputError("calibration runs carry no complete loss curve")
@@ -127,13 +131,17 @@ def calibrate_band(
 # ----------------------------------------------------------------------------- comparison
 
 
-def compare_signal(baseline: RunRecord, candidate: RunRecord, signal: str, steps: int, band: LossBand | None) -> SignalResult:
+def compare_signal(
+    baseline: RunRecord, candidate: RunRecord, signal: str, steps: int, band: LossBand | None
+) -> SignalResult:
     """Step-by-step comparison of one signal over steps 1..``steps`` (both must carry it)."""
     base = _series(baseline, signal)[:steps]
     cand = _series(candidate, signal)[:steps]
     deltas = [c - b for b, c in zip(base, cand, strict=True)]  # type: ignore[operator]
     diff_steps = [t + 1 for t, d in enumerate(deltas) if base[t] != cand[t]]
-    result = SignalResult(signal=signal, steps=steps, equal=not diff_steps, mean_delta=sum(deltas) / steps if steps else 0.0)
+    result = SignalResult(
+        signal=signal, steps=steps, equal=not diff_steps, mean_delta=sum(deltas) / steps if steps else 0.0
+    )
     if diff_steps:
         result.first_diff_step = diff_steps[0]
     use_band = band is not None and signal in band.signals and band.steps >= steps
@@ -170,7 +178,9 @@ def _reject(tier: str, reason: str, evidence: dict[str, Any] | None = None) -> V
     return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason], checks=[check])
 
 
-def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, band: LossBand | None, steps: int = 20) -> Verdict:
+def check_convergence(
+    baseline: RunRecord, candidate: RunRecord, *, tier: str, band: LossBand | None, steps: int = 20
+) -> Verdict:
     """Compare the candidate's first ``steps`` steps with the baseline's (see the module docstring).
 
     Raises :class:`GateInputError` when the baseline cannot serve (not ok, too short) or the band
@@ -183,7 +193,11 @@ def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, b
     if not _available(baseline, "loss", steps):
         raise GateInputError(f"baseline run {baseline.run_id} has no complete loss curve for steps 1..{steps}")
     if candidate.outcome != "ok":
-        return _reject(tier, f"candidate run ended {candidate.outcome}: {candidate.reason or 'no reason logged'}", {"outcome": candidate.outcome})
+        return _reject(
+            tier,
+            f"candidate run ended {candidate.outcome}: {candidate.reason or 'no reason logged'}",
+            {"outcome": candidate.outcome},
+        )
     if not _available(candidate, "loss", steps):
         return _reject(tier, f"candidate run logged no complete loss curve for steps 1..{steps}")
     if baseline.pinned != candidate.pinned:
@@ -194,9 +208,13 @@ def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, b
         if band.steps < steps:
             raise GateInputError(f"the noise band covers {band.steps} steps; the comparison needs {steps}")
         if band.stack_key != candidate.stack.key():
-            raise GateInputError(f"the noise band was calibrated on {band.stack_key}, the candidate ran on {candidate.stack.key()}: recalibrate")
+            raise GateInputError(
+                f"the noise band was calibrated on {band.stack_key}, the candidate ran on {candidate.stack.key()}: recalibrate"
+            )
     signals = [s for s in SIGNALS if _available(baseline, s, steps) and _available(candidate, s, steps)]
-    skipped = [s for s in SIGNALS if s not in signals and (_available(baseline, s, steps) or _available(candidate, s, steps))]
+    skipped = [
+        s for s in SIGNALS if s not in signals and (_available(baseline, s, steps) or _available(candidate, s, steps))
+    ]
     for signal in signals:
         if not _finite(_series(candidate, signal)[:steps]):
             return _reject(tier, f"candidate {signal} is not finite within steps 1..{steps}")
@@ -210,8 +228,19 @@ def check_convergence(baseline: RunRecord, candidate: RunRecord, *, tier: str, b
         "steps": steps,
         "signals": [r.model_dump() for r in results],
         "skipped_signals": skipped,
-        "band": None if band is None else {"stack_key": band.stack_key, "safety": band.safety, "calibrated_on": band.calibrated_on, "precision_tolerance": band.precision_tolerance},
+        "band": None
+        if band is None
+        else {
+            "stack_key": band.stack_key,
+            "safety": band.safety,
+            "calibrated_on": band.calibrated_on,
+            "precision_tolerance": band.precision_tolerance,
+        },
     }
     reasons = [_describe(r, tier) for r in (failed or results)]
-    check = CheckResult(name="bitwise" if tier == "B" else "band", passed=not failed, reasons=reasons, evidence=evidence)
-    return Verdict(verdict="reject" if failed else "ok", stage="convergence", tier=tier, reasons=reasons, checks=[check])
+    check = CheckResult(
+        name="bitwise" if tier == "B" else "band", passed=not failed, reasons=reasons, evidence=evidence
+    )
+    return Verdict(
+        verdict="reject" if failed else "ok", stage="convergence", tier=tier, reasons=reasons, checks=[check]
+    )

@@ -154,16 +154,12 @@ FAIL_CLOSED = TierRule(
 
 def load_defects(path: Path | str | None = None) -> list[DefectRule]:
     """Load and validate ``defects.yaml`` (or ``path``); raises ``RuleFileError``."""
-    return load_entries(
-        Path(path) if path else DEFECTS_FILE, "defects", DefectRule, RuleFileError, kind="entry"
-    )
+    return load_entries(Path(path) if path else DEFECTS_FILE, "defects", DefectRule, RuleFileError, kind="entry")
 
 
 def load_tiers(path: Path | str | None = None) -> list[TierRule]:
     """Load and validate ``objective.yaml`` (or ``path``), keeping file order; raises ``RuleFileError``."""
-    return load_entries(
-        Path(path) if path else OBJECTIVE_FILE, "tiers", TierRule, RuleFileError, kind="entry"
-    )
+    return load_entries(Path(path) if path else OBJECTIVE_FILE, "tiers", TierRule, RuleFileError, kind="entry")
 
 
 @lru_cache(maxsize=1)
@@ -190,9 +186,7 @@ def strictest(rules: Iterable[TierRule]) -> TierRule:
 
 def _stack_checks(affects: Affects) -> list[tuple[str, str]]:
     return [
-        (key, spec)
-        for key, spec in (("stack.torch", affects.torch), ("stack.torchtitan", affects.torchtitan))
-        if spec
+        (key, spec) for key, spec in (("stack.torch", affects.torch), ("stack.torchtitan", affects.torchtitan)) if spec
     ]
 
 
@@ -230,15 +224,11 @@ def explain_defect(rule: DefectRule, ctx: Mapping[str, Any]) -> str:
     lines = [f"{rule.id}: {rule.title} -> {rule.action if defect_matches(rule, ctx) else 'does not apply'}"]
     for key, spec in _stack_checks(rule.affects):
         ok = version_matches(spec, ctx.get(key))
-        lines.append(
-            f"[{'x' if ok else ' '}] {key} version in {spec!r}  (actual: {ctx.get(key, 'missing')!r})"
-        )
+        lines.append(f"[{'x' if ok else ' '}] {key} version in {spec!r}  (actual: {ctx.get(key, 'missing')!r})")
     if "any" not in rule.affects.devices:
         ok = ctx.get("stack.device_family") in rule.affects.devices
         actual = ctx.get("stack.device_family", "missing")
-        lines.append(
-            f"[{'x' if ok else ' '}] stack.device_family in {rule.affects.devices}  (actual: {actual!r})"
-        )
+        lines.append(f"[{'x' if ok else ' '}] stack.device_family in {rule.affects.devices}  (actual: {actual!r})")
     lines.append(explain(rule.when, ctx))
     lines.append(f"source: {rule.source}")
     return "\n".join(lines)

@@ -131,9 +131,17 @@ def run_one(spec: RunSpec, cache_dir: Path) -> RunRecord:
     recipe = parse_recipe_text(spec.recipe_text, spec.label)
     launcher = "slurm" if recipe.cluster.launcher == "slurm" else "local"
     seed = {"seed_cache": Path(cache_dir)} if spec.seed else {}
-    runner = get_runner(launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, workdir=Path(located(spec).workdir or "."), **seed)
-    record = runner.run(recipe, steps=spec.steps, out_dir=Path(cache_dir) / "work" / path.stem, recipe_path=spec.recipe_path, recipe_text=spec.recipe_text,
-                        max_wall_s=spec.max_wall_s)
+    runner = get_runner(
+        launcher, hook=spec.hook, extra_env={**RUN_ENV, **spec.env}, workdir=Path(located(spec).workdir or "."), **seed
+    )
+    record = runner.run(
+        recipe,
+        steps=spec.steps,
+        out_dir=Path(cache_dir) / "work" / path.stem,
+        recipe_path=spec.recipe_path,
+        recipe_text=spec.recipe_text,
+        max_wall_s=spec.max_wall_s,
+    )
     write_record(record, path if record.outcome == "ok" else _failed_path(spec, cache_dir))
     return record
 
@@ -172,7 +180,12 @@ class _Worker:
 
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gate.runs", str(cache_dir)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, cwd=REPO, preexec_fn=die_with_parent(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=REPO,
+            preexec_fn=die_with_parent(),
         )
 
     def run(self, spec: RunSpec) -> RunRecord:

@@ -29,8 +29,11 @@ def torch_pin(root: Path = ROOT) -> str:
 def fingerprint(root: Path = ROOT) -> str:
     """sha256 of the runtime dependencies, the `test` extra and the torch pin, in order."""
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    inputs = {"dependencies": project.get("dependencies", []),
-              "test": project.get("optional-dependencies", {}).get("test", []), "torch": torch_pin(root)}
+    inputs = {
+        "dependencies": project.get("dependencies", []),
+        "test": project.get("optional-dependencies", {}).get("test", []),
+        "torch": torch_pin(root),
+    }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 

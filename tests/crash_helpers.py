@@ -25,9 +25,17 @@ def scratch_clone(dest: Path) -> Path:
     return dest
 
 
-def attune(repo: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(ATTUNE), *args], cwd=repo, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+def attune(
+    repo: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ATTUNE), *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _subjects(repo: Path, since: str, ref: str) -> tuple[list[str], list[str]]:
@@ -47,13 +55,31 @@ def campaign_trace(repo: Path, cid: str, base_start: str) -> dict[str, Any]:
     records = {}
     for path in sorted(folder.glob("*/record.json")):
         rec = json.loads(path.read_text())
-        records[path.parent.name] = (rec["outcome"], rec["summary"].get("tps_median"), rec["summary"].get("device_hours"))
+        records[path.parent.name] = (
+            rec["outcome"],
+            rec["summary"].get("tps_median"),
+            rec["summary"].get("device_hours"),
+        )
     return {
-        "phase": state.phase, "pending": [a.model_dump() for a in state.pending], "finish_reason": state.finish_reason,
-        "spent": state.spent, "gain": state.gain,
+        "phase": state.phase,
+        "pending": [a.model_dump() for a in state.pending],
+        "finish_reason": state.finish_reason,
+        "spent": state.spent,
+        "gain": state.gain,
         "baseline": [(r.attempt, r.outcome, r.tps) for r in state.baseline],
-        "steps": [(s.n, s.change.lever, repr(s.change.after), s.state, s.kept, s.gain, s.close_reason,
-                   [(r.kind, r.attempt, r.outcome, r.tps) for r in s.runs]) for s in state.steps],
+        "steps": [
+            (
+                s.n,
+                s.change.lever,
+                repr(s.change.after),
+                s.state,
+                s.kept,
+                s.gain,
+                s.close_reason,
+                [(r.kind, r.attempt, r.outcome, r.tps) for r in s.runs],
+            )
+            for s in state.steps
+        ],
         "branches": branches,
         # every commit, by subject, on each step branch and on the base branch (a repeated side effect shows here):
         # the first-parent line in order, and all of them (merged histories interleave by commit time)
@@ -62,6 +88,10 @@ def campaign_trace(repo: Path, cid: str, base_start: str) -> dict[str, Any]:
         "records": records,
         "run_dirs": sorted(p.name for p in folder.iterdir() if p.is_dir()),
         "comments": sorted(p.name for p in (repo / ".attune" / "comments").glob("*.md")),
-        "statuses": sorted(json.dumps(v, sort_keys=True) for v in json.loads((repo / ".attune" / "forge" / "status.json").read_text()).values())
-        if (repo / ".attune" / "forge" / "status.json").exists() else [],
+        "statuses": sorted(
+            json.dumps(v, sort_keys=True)
+            for v in json.loads((repo / ".attune" / "forge" / "status.json").read_text()).values()
+        )
+        if (repo / ".attune" / "forge" / "status.json").exists()
+        else [],
     }

@@ -44,8 +44,10 @@ def _number(x: float) -> str:
 
 
 def issue_form(recipe: str, budget: float, policy: str = "heuristic", labels: str = "gpu, h100") -> str:
-    return (f"### Recipe path\n\n{recipe}\n\n### Budget (device-hours)\n\n{_number(budget)}\n\n### Policy\n\n{policy}\n\n"
-            f"### Runner labels\n\n{labels}\n\n### Bench steps\n\n_No response_")
+    return (
+        f"### Recipe path\n\n{recipe}\n\n### Budget (device-hours)\n\n{_number(budget)}\n\n### Policy\n\n{policy}\n\n"
+        f"### Runner labels\n\n{labels}\n\n### Bench steps\n\n_No response_"
+    )
 
 
 class FreshSimRunner:
@@ -65,9 +67,19 @@ class FreshSimRunner:
 class DispatchAnswerer:
     """Answers the fake's trial.yml dispatches the way trial.yml's check, run and report jobs would."""
 
-    def __init__(self, gh: Any, forge: Any, work: Path, *, runner: Any = None, mode: str = "attune-run", check: bool = True,
-                 run_job_result: str = "success", driver_kw: dict[str, Any] | None = None,
-                 on_answer: Callable[[dict[str, str], Path, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        gh: Any,
+        forge: Any,
+        work: Path,
+        *,
+        runner: Any = None,
+        mode: str = "attune-run",
+        check: bool = True,
+        run_job_result: str = "success",
+        driver_kw: dict[str, Any] | None = None,
+        on_answer: Callable[[dict[str, str], Path, str], None] | None = None,
+    ) -> None:
         if runner is None and mode != "attune-run":
             raise ValueError(f"mode {mode!r} needs a runner; mode 'attune-run' runs bot.cli in-process")
         self.gh, self.forge, self.work = gh, forge, Path(work)
@@ -83,7 +95,7 @@ class DispatchAnswerer:
         return [d["inputs"] for d in self.gh.dispatches if d["workflow"] == TRIAL_WORKFLOW]
 
     def unanswered(self) -> list[dict[str, str]]:
-        return self.trial_dispatches()[self.answered:]
+        return self.trial_dispatches()[self.answered :]
 
     def drain(self, limit: int = 500) -> list[tuple[dict[str, str], str]]:
         """Answer every dispatch, including the ones each answer dispatches, until none is left."""
@@ -117,9 +129,19 @@ class DispatchAnswerer:
             self._run(recipe_path, sha, limits, out)
         from bot.github import trial_results
 
-        said = trial_results.handle(self.forge, out, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=pr, sha=sha,
-                                    kind=kind, attempt=int(inputs["attempt"]), run_job_result=self.run_job_result, base_sha=base_sha,
-                                    **self.driver_kw)
+        said = trial_results.handle(
+            self.forge,
+            out,
+            campaign=inputs["campaign"],
+            issue=int(inputs["issue"]),
+            pr=pr,
+            sha=sha,
+            kind=kind,
+            attempt=int(inputs["attempt"]),
+            run_job_result=self.run_job_result,
+            base_sha=base_sha,
+            **self.driver_kw,
+        )
         self.log.append((dict(inputs), said))
         if self.on_answer:
             self.on_answer(inputs, out, said)
@@ -177,7 +199,9 @@ class DispatchAnswerer:
             extra["max_wall_s"] = limits["max_wall_s"]
         if "stop_below_tps" in limits:
             extra["early_stop"] = EarlyStop(below_tps=limits["stop_below_tps"], after_steps=3)  # --stop-after default
-        record = self.runner.run(recipe, steps=recipe.bench.steps, out_dir=out, recipe_path=str(root / recipe_path), **extra)
+        record = self.runner.run(
+            recipe, steps=recipe.bench.steps, out_dir=out, recipe_path=str(root / recipe_path), **extra
+        )
         write_record(record.model_copy(update={"recipe_path": recipe_path}), out / "record.json")
         self._as_checked_out(out / "record.json", sha)
 
@@ -207,19 +231,40 @@ class DispatchAnswerer:
 class GitHubCampaign:
     """One campaign on the fake, from the issue form to the last answered dispatch."""
 
-    def __init__(self, gh: Any, recipe_path: str, recipe_text: str, budget: float, work: Path, *, policy: str = "heuristic",
-                 user: str = "alice", answerer: dict[str, Any] | None = None, driver_kw: dict[str, Any] | None = None,
-                 measurement: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        gh: Any,
+        recipe_path: str,
+        recipe_text: str,
+        budget: float,
+        work: Path,
+        *,
+        policy: str = "heuristic",
+        user: str = "alice",
+        answerer: dict[str, Any] | None = None,
+        driver_kw: dict[str, Any] | None = None,
+        measurement: dict[str, Any] | None = None,
+    ) -> None:
         from bot.forge.github import GitHubForge
 
         self.gh, self.path, self.budget, self.user = gh, recipe_path, budget, user
         gh.seed({recipe_path: recipe_text})
         gh.workflows.update({TRIAL_WORKFLOW, "leaderboard.yml"})
         gh.permissions[user] = "write"
-        self.forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                                 bot_login=gh.actor)
-        self.issue = gh.add_issue("tune it", issue_form(recipe_path, min(budget, FORM_BUDGET_MAX), policy), user=user,
-                                  labels=["attune:campaign"])
+        self.forge = GitHubForge(
+            gh.full_name,
+            TOKEN,
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+            retry=None,
+            bot_login=gh.actor,
+        )
+        self.issue = gh.add_issue(
+            "tune it",
+            issue_form(recipe_path, min(budget, FORM_BUDGET_MAX), policy),
+            user=user,
+            labels=["attune:campaign"],
+        )
         self.driver_kw = dict(driver_kw or {})
         self.measurement = measurement  # Campaign measurement fields for the request (default: GitHub's own)
         self.answerer = DispatchAnswerer(gh, self.forge, work, driver_kw=self.driver_kw, **(answerer or {}))
@@ -228,8 +273,16 @@ class GitHubCampaign:
         from bot.github import campaign_requests
 
         issue = self.gh.issues[self.issue]
-        payload = {"action": "opened", "issue": {"number": self.issue, "title": issue.title, "body": issue.body,
-                                                 "user": {"login": issue.user}, "labels": [{"name": "attune:campaign"}]}}
+        payload = {
+            "action": "opened",
+            "issue": {
+                "number": self.issue,
+                "title": issue.title,
+                "body": issue.body,
+                "user": {"login": issue.user},
+                "labels": [{"name": "attune:campaign"}],
+            },
+        }
         said = campaign_requests.handle(self.forge, payload, measurement=self.measurement, **self.driver_kw)
         left = round(self.budget - min(self.budget, FORM_BUDGET_MAX), 6)
         while left > 0:  # the form takes at most 500 device-hours: the rest comes as /attune budget +H comments
@@ -242,8 +295,14 @@ class GitHubCampaign:
         from bot.github.comments import handle as handle_comment
 
         cid = self.gh.add_comment(self.issue, body, user=self.user)
-        return handle_comment(self.forge, {"action": "created", "issue": {"number": self.issue},
-                                           "comment": {"id": cid, "body": body, "user": {"login": self.user}}})
+        return handle_comment(
+            self.forge,
+            {
+                "action": "created",
+                "issue": {"number": self.issue},
+                "comment": {"id": cid, "body": body, "user": {"login": self.user}},
+            },
+        )
 
     def run(self) -> Any:
         said = self.start()

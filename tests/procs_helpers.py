@@ -19,7 +19,9 @@ ATTUNE = Path(sys.executable).with_name("attune")
 
 def start_attune(repo: Path, *args: str, out: Path) -> subprocess.Popen[bytes]:
     """``attune ARGS`` in ``repo``, in a session of its own (a signal to the test's group never reaches it)."""
-    return subprocess.Popen([str(ATTUNE), *args], cwd=repo, stdout=out.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [str(ATTUNE), *args], cwd=repo, stdout=out.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def ranks(pid: int) -> list[int]:
@@ -59,7 +61,9 @@ def cmdline(pid: int) -> str:
         return "?"
 
 
-def wait_for(what: str, probe: Callable[[], T], timeout_s: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> T:
+def wait_for(
+    what: str, probe: Callable[[], T], timeout_s: float, proc: subprocess.Popen | None = None, log: Path | None = None
+) -> T:
     """Poll ``probe`` until it answers something truthy; fail (with the process's output) after ``timeout_s`` or when
     ``proc`` exits first."""
     deadline = time.monotonic() + timeout_s

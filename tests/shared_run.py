@@ -33,7 +33,9 @@ class SharedRun:
 
 def shared_recipe_text() -> str:
     text = CPU_RECIPE.read_text()
-    new = text.replace('OMP_NUM_THREADS: "2"', 'OMP_NUM_THREADS: "1"').replace("  warmup_steps: 5\n", "  warmup_steps: 1\n")
+    new = text.replace('OMP_NUM_THREADS: "2"', 'OMP_NUM_THREADS: "1"').replace(
+        "  warmup_steps: 5\n", "  warmup_steps: 1\n"
+    )
     assert new.count("\n") == text.count("\n") and 'OMP_NUM_THREADS: "1"' in new and "  warmup_steps: 1\n" in new
     return new
 

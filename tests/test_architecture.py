@@ -17,8 +17,14 @@ LINT = Path(sys.executable).with_name("lint-imports")
 def lint(tree: Path) -> subprocess.CompletedProcess:
     # the tree under test is first on the path: grimp reads that copy of bot/ and gate/, not the installed one
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tree), "PYTHONSAFEPATH": "1"}
-    return subprocess.run([str(LINT), "--config", str(tree / "pyproject.toml"), "--no-cache"], cwd=tree, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT), "--config", str(tree / "pyproject.toml"), "--no-cache"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def copy_tree(dest: Path) -> Path:
@@ -34,12 +40,15 @@ def test_the_layer_contract_is_kept() -> None:
     assert "0 broken" in out.stdout
 
 
-@pytest.mark.parametrize(("module", "back_import", "contract"), [
-    ("bot/core/records.py", "import bot.drive.executor", "layers"),  # the bottom pointing at the top
-    ("gate/config_check.py", "import bot.campaign.machine", "gate knows nothing"),
-    ("bot/agent/heuristic/__init__.py", "import bot.campaign.report", "layers"),  # siblings are independent
-    ("bot/runner/base.py", "import bot.runner.local", "no import cycles"),  # a base importing its plug-in
-])
+@pytest.mark.parametrize(
+    ("module", "back_import", "contract"),
+    [
+        ("bot/core/records.py", "import bot.drive.executor", "layers"),  # the bottom pointing at the top
+        ("gate/config_check.py", "import bot.campaign.machine", "gate knows nothing"),
+        ("bot/agent/heuristic/__init__.py", "import bot.campaign.report", "layers"),  # siblings are independent
+        ("bot/runner/base.py", "import bot.runner.local", "no import cycles"),  # a base importing its plug-in
+    ],
+)
 def test_a_back_pointing_import_breaks_it(tmp_path: Path, module: str, back_import: str, contract: str) -> None:
     tree = copy_tree(tmp_path / "tree")
     path = tree / module

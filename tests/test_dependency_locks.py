@@ -55,10 +55,13 @@ def declared(groups: tuple[str, ...]) -> list[Requirement]:
 
 @pytest.mark.parametrize("lock", sorted(LOCKS))
 def test_the_lock_was_compiled_from_pyproject_as_it_is(lock: str) -> None:
-    header = next(ln for ln in (ROOT / "requirements" / lock).read_text().splitlines() if ln.startswith("# inputs-sha256: "))
+    header = next(
+        ln for ln in (ROOT / "requirements" / lock).read_text().splitlines() if ln.startswith("# inputs-sha256: ")
+    )
     assert header.removeprefix("# inputs-sha256: ") == inputs_module().fingerprint(ROOT), (
         f"requirements/{lock} was compiled from other dependency lists than pyproject.toml's: run requirements/update "
-        "(docs/dependencies.md)")
+        "(docs/dependencies.md)"
+    )
 
 
 def test_the_fingerprint_moves_with_every_dependency_list(tmp_path: Path) -> None:
@@ -87,9 +90,13 @@ def test_every_declared_requirement_is_pinned_with_hashes(lock: str, groups: tup
     for req in declared(groups):
         name = canonicalize_name(req.name)
         assert name in pins, f"requirements/{lock}: {req.name} (pyproject.toml) is not locked"
-        assert req.specifier.contains(pins[name][0], prereleases=True), f"requirements/{lock}: {req.name}=={pins[name][0]} is outside {req}"
+        assert req.specifier.contains(pins[name][0], prereleases=True), (
+            f"requirements/{lock}: {req.name}=={pins[name][0]} is outside {req}"
+        )
     for name, (version, hashes) in pins.items():
-        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), f"requirements/{lock}: {name}=={version} has no hash"
+        assert hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), (
+            f"requirements/{lock}: {name}=={version} has no hash"
+        )
     assert not NEVER_LOCKED & set(pins) and not any(n.startswith("nvidia-") for n in pins), sorted(pins)
 
 
@@ -112,13 +119,19 @@ def test_every_install_reads_a_lock_with_hashes_and_the_project_without_dependen
     sources["dev"] = (ROOT / "dev").read_text()
     project_installs = 0
     for name, text in sources.items():
-        lines = [ln.strip() for ln in text.splitlines() if re.search(r"pip install\b", ln) and not ln.strip().startswith("#")]
+        lines = [
+            ln.strip() for ln in text.splitlines() if re.search(r"pip install\b", ln) and not ln.strip().startswith("#")
+        ]
         for i, line in enumerate(lines):
             if re.search(r"\s(-e\s+)?\.$", line):
                 project_installs += 1
                 assert "--no-deps" in line and "--no-build-isolation" in line, f"{name}: {line}"
-                assert i > 0 and "--require-hashes -r requirements/" in lines[i - 1], f"{name}: no locked install before {line}"
+                assert i > 0 and "--require-hashes -r requirements/" in lines[i - 1], (
+                    f"{name}: no locked install before {line}"
+                )
             elif "torch==" not in line and not line.startswith("pip_q=("):  # ./dev's torch wheel: installed as before
-                assert "--require-hashes" in line and re.search(r"-r requirements/(runtime|test)\.txt", line), f"{name}: {line}"
+                assert "--require-hashes" in line and re.search(r"-r requirements/(runtime|test)\.txt", line), (
+                    f"{name}: {line}"
+                )
     assert project_installs == 6  # campaign, leaderboard, trial (check, run, report), ./dev
     assert "requirements/test.txt" in next(ln for ln in sources["dev"].splitlines() if ln.startswith("want="))

@@ -26,8 +26,9 @@ def tool(module: str, *args: str, cwd: Path = ROOT, timeout: float = 300) -> sub
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def shown(out: subprocess.CompletedProcess[str]) -> str:
@@ -82,4 +83,6 @@ def test_mypy_is_strict_on_core_campaign_drive_and_gate_and_basic_elsewhere(tmp_
     tree = small_tree(tmp_path, files)
     out = tool("mypy", "--cache-dir", str(tmp_path / "cache"), "--no-error-summary", cwd=tree)
     flagged = {line.split(":", 1)[0] for line in out.stdout.splitlines() if ": error:" in line}
-    assert flagged == {"bot/core/x.py", "bot/campaign/x.py", "bot/drive/x.py", "gate/x.py", "bot/agent/y.py"}, shown(out)
+    assert flagged == {"bot/core/x.py", "bot/campaign/x.py", "bot/drive/x.py", "gate/x.py", "bot/agent/y.py"}, shown(
+        out
+    )

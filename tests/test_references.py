@@ -130,7 +130,9 @@ def test_every_reference_in_the_repository_resolves() -> None:
 
 def test_a_planted_dangling_reference_is_named_by_file_and_line(tmp_path: Path) -> None:
     (tmp_path / "docs" / "reference").mkdir(parents=True)
-    (tmp_path / "docs" / "guide.md").write_text("# Guide\n\n## Two words\n\nSee [the model](reference/model.md#memory).\n")
+    (tmp_path / "docs" / "guide.md").write_text(
+        "# Guide\n\n## Two words\n\nSee [the model](reference/model.md#memory).\n"
+    )
     (tmp_path / "docs" / "reference" / "model.md").write_text("# Model\n\n## Memory\n")
     (tmp_path / "code.py").write_text(
         '"""Fine: docs/guide.md, docs/reference/model.md#memory, [x](https://example.com/gate.md)."""\n'

@@ -28,7 +28,9 @@ from bot.core.diagnosis import Diagnosis
 from bot.core.records import Change, Consulted, RecordReader, Stop
 from bot.core.state import Campaign
 
-DEFAULT_MODEL = os.environ.get("ATTUNE_CLAUDE_MODEL", "claude-sonnet-5-5")  # claude-sonnet-4-5 reaches end-of-life 2026-11-30
+DEFAULT_MODEL = os.environ.get(
+    "ATTUNE_CLAUDE_MODEL", "claude-sonnet-5-5"
+)  # claude-sonnet-4-5 reaches end-of-life 2026-11-30
 TOKEN_BUDGET = 20_000  # input + output tokens one decision may spend, all turns together
 MAX_TURNS = 6  # requests one decision may make
 MAX_ERRORS = 3  # tool calls answered is_error before the fallback decides
@@ -50,14 +52,25 @@ def build_prompt(campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson]
     ctx = lesson_context(campaign, diagnosis, space)
     rel = relevant(lessons, ctx, include_rules=False)[:8]  # a rule in code is the default policy's, not a lesson
     history = [
-        {"n": s.n, "change": s.change.title(), "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
-         "gain": s.gain, "interval": [s.measurement.lo, s.measurement.hi] if s.measurement else None,
-         "pairs": s.measurement.pairs if s.measurement else 0, "decision": s.measurement.decision if s.measurement else None,
-         "kept": s.kept, "closed": s.close_reason}
+        {
+            "n": s.n,
+            "change": s.change.title(),
+            "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
+            "gain": s.gain,
+            "interval": [s.measurement.lo, s.measurement.hi] if s.measurement else None,
+            "pairs": s.measurement.pairs if s.measurement else 0,
+            "decision": s.measurement.decision if s.measurement else None,
+            "kept": s.kept,
+            "closed": s.close_reason,
+        }
         for s in campaign.steps
     ]
     levers = {
-        name: {"current": catalog.effective(campaign.incumbent_levers).get(name), "legal": values, "tier": catalog.get(name).tier}
+        name: {
+            "current": catalog.effective(campaign.incumbent_levers).get(name),
+            "legal": values,
+            "tier": catalog.get(name).tier,
+        }
         for name, values in space.values.items()
     }
     return "\n\n".join(
@@ -68,7 +81,11 @@ def build_prompt(campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson]
             f"{campaign.confidence:.0%} confidence (paired A/B); an 'undecided' configuration may be proposed again only with a retry_reason; "
             f"budget {campaign.budget:.4f} device-hours, spent {campaign.spent:.4f}.",
             "History:\n" + json.dumps(history, default=str, indent=1),
-            "Relevant lessons:\n" + "\n".join(f"- {lesson.id}: {lesson.why.strip()} (try: {', '.join(t.render() for t in lesson.try_)})" for lesson in rel),
+            "Relevant lessons:\n"
+            + "\n".join(
+                f"- {lesson.id}: {lesson.why.strip()} (try: {', '.join(t.render() for t in lesson.try_)})"
+                for lesson in rel
+            ),
             "Levers you may change (current value, legal values, tier):\n" + json.dumps(levers, default=str, indent=1),
         ]
     )
@@ -79,12 +96,25 @@ class ClaudePolicy:
 
     name = "claude"
 
-    def __init__(self, model: str | None = None, client: Any = None, max_tokens: int = 1024, token_budget: int = TOKEN_BUDGET,
-                 max_turns: int = MAX_TURNS, max_errors: int = MAX_ERRORS, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        client: Any = None,
+        max_tokens: int = 1024,
+        token_budget: int = TOKEN_BUDGET,
+        max_turns: int = MAX_TURNS,
+        max_errors: int = MAX_ERRORS,
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
         self.model = model or DEFAULT_MODEL
         self.client = client
         self.max_tokens = max_tokens
-        self.token_budget, self.max_turns, self.max_errors, self.timeout_s = token_budget, max_turns, max_errors, timeout_s
+        self.token_budget, self.max_turns, self.max_errors, self.timeout_s = (
+            token_budget,
+            max_turns,
+            max_errors,
+            timeout_s,
+        )
         self.fallback = HeuristicPolicy()
         self.last_error: str = ""
 
@@ -104,27 +134,40 @@ class ClaudePolicy:
         decision.policy = f"heuristic (claude fallback: {why[:160]})"
         return decision.model_copy(update={"consulted": box.consulted}) if isinstance(decision, Change) else decision
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         box = Toolbox(campaign, diagnosis, lessons, levers, records)
         if no_gain_stop(campaign, incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis) is not None:
-            return self._fallback("the default policy's no-gain stop: no gain in hand and its probing allowance is spent", box)
+            return self._fallback(
+                "the default policy's no-gain stop: no gain in hand and its probing allowance is spent", box
+            )
         try:
             client = self._client()
         except RuntimeError as exc:
             return self._fallback(str(exc), box)
-        messages: list[dict[str, Any]] = [{"role": "user", "content": build_prompt(campaign, diagnosis, lessons, levers)}]
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": build_prompt(campaign, diagnosis, lessons, levers)}
+        ]
         return self._loop(client, messages, box)
 
     def _loop(self, client: Any, messages: list[dict[str, Any]], box: Toolbox) -> Change | Stop:
         used, errors = box.consulted, 0
         for turn in range(1, self.max_turns + 1):
             if used.tokens >= self.token_budget:
-                return self._fallback(f"token budget spent: {used.tokens} of {self.token_budget} tokens in {turn - 1} turns", box)
+                return self._fallback(
+                    f"token budget spent: {used.tokens} of {self.token_budget} tokens in {turn - 1} turns", box
+                )
             try:
                 response = client.messages.create(
-                    model=self.model, max_tokens=min(self.max_tokens, self.token_budget - used.tokens), system=SYSTEM,
-                    tools=TOOLS, tool_choice={"type": "any"}, messages=messages, timeout=self.timeout_s)
+                    model=self.model,
+                    max_tokens=min(self.max_tokens, self.token_budget - used.tokens),
+                    system=SYSTEM,
+                    tools=TOOLS,
+                    tool_choice={"type": "any"},
+                    messages=messages,
+                    timeout=self.timeout_s,
+                )
             except anthropic.APITimeoutError:
                 return self._fallback(f"timeout: no answer within {self.timeout_s:g} s on turn {turn}", box)
             except Exception as exc:  # API errors, network: fall back, say why
@@ -133,12 +176,21 @@ class ClaudePolicy:
             used.tokens += response.usage.input_tokens + response.usage.output_tokens
             text = " ".join(b.text for b in response.content if b.type == "text").strip()
             if response.stop_reason == "refusal":
-                said = text or getattr(getattr(response, "stop_details", None), "explanation", None) or "declined to answer"
+                said = (
+                    text
+                    or getattr(getattr(response, "stop_details", None), "explanation", None)
+                    or "declined to answer"
+                )
                 return self._fallback(f"refusal: {said}", box)
             calls = [b for b in response.content if b.type == "tool_use"]
             if not calls:
                 return self._fallback(f"no tool call in the answer (stop_reason {response.stop_reason})", box)
-            messages.append({"role": "assistant", "content": [b.model_dump(mode="json", exclude_none=True) for b in response.content]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(mode="json", exclude_none=True) for b in response.content],
+                }
+            )
             results: list[dict[str, Any]] = []
             for call in calls:
                 try:
@@ -146,7 +198,9 @@ class ClaudePolicy:
                 except ToolError as exc:
                     errors += 1
                     used.rejected.append(f"{call.name}: {exc}")
-                    results.append({"type": "tool_result", "tool_use_id": call.id, "content": str(exc), "is_error": True})
+                    results.append(
+                        {"type": "tool_result", "tool_use_id": call.id, "content": str(exc), "is_error": True}
+                    )
                     continue
                 if isinstance(answer, Change | Stop):
                     return self._decided(answer, used)

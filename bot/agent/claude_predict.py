@@ -16,12 +16,19 @@ from bot.core.records import RecordReader, Scalar
 from bot.core.state import Campaign
 from bot.sim.hardware import get_hardware
 
-CPU_NOTE = ("a CPU host: the model's efficiencies are GPU figures, so its step times here are a rough guide and "
-            "the speed screen is off; only a run measures")
+CPU_NOTE = (
+    "a CPU host: the model's efficiencies are GPU figures, so its step times here are a rough guide and "
+    "the speed screen is off; only a run measures"
+)
 
 
-def forecast(campaign: Campaign, space: LeverSpace, records: RecordReader, levers: dict[str, Scalar],
-             stacked_on: int | None = None) -> dict[str, Any]:
+def forecast(
+    campaign: Campaign,
+    space: LeverSpace,
+    records: RecordReader,
+    levers: dict[str, Scalar],
+    stacked_on: int | None = None,
+) -> dict[str, Any]:
     """The predictions for a run of the recipe with ``levers`` (stacked on step ``stacked_on``, or on the incumbent);
     a figure the models cannot give is left out, and a ``note`` says why when none can be given."""
     out: dict[str, Any] = {}

@@ -54,10 +54,13 @@ class CmaEsPolicy:
             out[k] = values.index(eff[k]) if eff.get(k) in values else len(values) // 2
         return out
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         _study, change = self.replay(campaign, levers)
-        return change if change is not None else Stop(why="CMA-ES found no untried legal configuration", policy=self.name)
+        return (
+            change if change is not None else Stop(why="CMA-ES found no untried legal configuration", policy=self.name)
+        )
 
     def replay(self, campaign: Campaign, levers: LeverSpace) -> tuple[Any, Change | None]:
         """The study rebuilt from the campaign (the k-th proposal recomputed exactly as it was made, then told what
@@ -68,13 +71,23 @@ class CmaEsPolicy:
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         dists: dict[str, BaseDistribution] = {k: IntDistribution(0, len(v) - 1) for k, v in levers.values.items()}
         x0 = self._encode(levers, campaign.baseline_levers)
-        with warnings.catch_warnings():  # x0 is deprecated in optuna 4.9 (source_trials instead), with_margin experimental
+        with (
+            warnings.catch_warnings()
+        ):  # x0 is deprecated in optuna 4.9 (source_trials instead), with_margin experimental
             warnings.simplefilter("ignore")
-            sampler = optuna.samplers.CmaEsSampler(x0=x0, seed=self.seed, popsize=self.popsize, with_margin=True,
-                                                   n_startup_trials=0, warn_independent_sampling=False)
+            sampler = optuna.samplers.CmaEsSampler(
+                x0=x0,
+                seed=self.seed,
+                popsize=self.popsize,
+                with_margin=True,
+                n_startup_trials=0,
+                warn_independent_sampling=False,
+            )
         study = optuna.create_study(direction="maximize", sampler=sampler)
         if campaign.baseline_tps:
-            study.add_trial(optuna.trial.create_trial(params=x0, distributions=dists, value=float(campaign.baseline_tps)))
+            study.add_trial(
+                optuna.trial.create_trial(params=x0, distributions=dists, value=float(campaign.baseline_tps))
+            )
         seen = [dict(sorted(campaign.baseline_levers.items()))]
         for k in range(len(campaign.steps) + 1):
             change, trial = self._next(study, dists, campaign, levers, seen, k)
@@ -91,8 +104,15 @@ class CmaEsPolicy:
                 study.tell(trial, value)
         raise AssertionError("unreachable")
 
-    def _next(self, study: Any, dists: dict[str, Any], campaign: Campaign, levers: LeverSpace,
-              seen: list[dict[str, Scalar]], k: int) -> tuple[Change | None, Any]:
+    def _next(
+        self,
+        study: Any,
+        dists: dict[str, Any],
+        campaign: Campaign,
+        levers: LeverSpace,
+        seen: list[dict[str, Scalar]],
+        k: int,
+    ) -> tuple[Change | None, Any]:
         """The k-th proposal and the optuna trial it came from (told the step's measurement later): ask, decode,
         repair; a suggestion with no legal, untried layout near it is told as infeasible and asked again."""
         import optuna
@@ -111,7 +131,10 @@ class CmaEsPolicy:
                 return None, t
             why = "optuna CMA-ES suggestion" + ("" if config == asked else " (repaired to the nearest legal layout)")
             change = _as_change(campaign, config, self.name, why)
-            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+            if (
+                change
+                and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None
+            ):
                 return change, t
             study.tell(t, state=optuna.trial.TrialState.PRUNED)
         return None, None

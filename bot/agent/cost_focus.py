@@ -28,9 +28,13 @@ COMM_DP_LESSON = "fsdp-comm-fewer-dp-ranks"
 # the one cost a lever exists to remove, as named in the step-time breakdown
 ADDRESSES = {"parallelism.pipeline_parallel_schedule": "bubble", "activation_checkpoint": "recompute"}
 # what each lever's change can remove from the step, for putting first the lessons aimed at a cost that dominates it
-REMOVES = {"parallelism.fsdp_reshard_after_forward": "exposed_comm", "parallelism.expert_parallel_degree": "exposed_comm",
-           "parallelism.pipeline_parallel_schedule": "bubble", "parallelism.pipeline_parallel_microbatch_size": "bubble",
-           "activation_checkpoint": "recompute"}
+REMOVES = {
+    "parallelism.fsdp_reshard_after_forward": "exposed_comm",
+    "parallelism.expert_parallel_degree": "exposed_comm",
+    "parallelism.pipeline_parallel_schedule": "bubble",
+    "parallelism.pipeline_parallel_microbatch_size": "bubble",
+    "activation_checkpoint": "recompute",
+}
 # of the step: a cost over two fifths of it comes first (higher, a dominant cost waited behind lessons aimed at
 # nothing measured; lower, a moderate one went before the moves that shrink it: docs/agent-evidence.md)
 DOMINANT = 0.4
@@ -44,7 +48,9 @@ def aimed_cost(change: Change | None) -> str:
     if change is None:
         return ""
     enables = enabled_settings(change) if change.enabler else []
-    return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(enables[0].lever if enables else change.lever, "")
+    return next((AIMS[x] for x in change.lessons if x in AIMS), None) or REMOVES.get(
+        enables[0].lever if enables else change.lever, ""
+    )
 
 
 def costs_aimed_at(change: Change, lessons: dict[str, Lesson]) -> set[str]:
@@ -74,7 +80,9 @@ def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Les
     breakdown) the order is the lessons' own."""
     if diagnosis.outcome != "ok" or not diagnosis.breakdown:
         return lessons
-    cost, share = max(((k, v) for k, v in diagnosis.breakdown.items() if k in ADDRESSABLE), key=lambda kv: kv[1], default=("", 0.0))
+    cost, share = max(
+        ((k, v) for k, v in diagnosis.breakdown.items() if k in ADDRESSABLE), key=lambda kv: kv[1], default=("", 0.0)
+    )
     if share <= DOMINANT:
         return lessons
     aimed = [ls for ls in lessons if aims_at(ls, cost)]
@@ -98,11 +106,16 @@ def unmeasurable(campaign: Campaign, diagnosis: Diagnosis) -> set[str]:
     as a gain, so a trial would spend runs to learn nothing. Only with a measured breakdown that names the cost."""
     if campaign.band is None or diagnosis.outcome != "ok":
         return set()
+
     def best_gain(f: float) -> float:  # removing a share f of the step speeds it up by f / (1 - f)
         return f / (1.0 - f) if f < 1.0 else float("inf")
 
-    return {lever for lever, cost in ADDRESSES.items()
-            if cost in diagnosis.breakdown and best_gain(diagnosis.breakdown[cost]) < campaign.min_gain}
+    return {
+        lever
+        for lever, cost in ADDRESSES.items()
+        if cost in diagnosis.breakdown and best_gain(diagnosis.breakdown[cost]) < campaign.min_gain
+    }
+
 
 Partner = tuple[str, Scalar, str, str]  # a memory partner: (lever, value, lesson, how it frees memory)
 
@@ -113,6 +126,7 @@ def fastest_first(campaign: Campaign, space: LeverSpace, last: Step, options: li
     listed order breaking ties and kept where the model cannot tell (a model or hardware it does not know). The model
     orders the partners but vetoes none: a partner it ranks last is still tried before the batch is halved (why:
     docs/agent-evidence.md)."""
+
     def predicted(option: Partner) -> float:
         lever, value = option[0], option[1]
         on = campaign.step(last.stacked_on) if lever == last.change.lever and last.stacked_on else last
@@ -132,6 +146,7 @@ def predicted_step(space: LeverSpace, levers: dict[str, Scalar]) -> float:
 def predicted_faster(campaign: Campaign, space: LeverSpace, a: Change, b: Change) -> bool:
     """Whether the analytic cost model predicts the run ``a`` leads to (an enabler's: with the change it enables) at
     least as fast as ``b``'s; False where it cannot tell (a model or hardware it does not know)."""
+
     def target(change: Change) -> dict[str, Scalar]:
         levers = change_levers(campaign, change)
         enables = enabled_settings(change) if change.enabler else []

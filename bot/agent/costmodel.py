@@ -21,8 +21,12 @@ from bot.sim.zoo import ModelSpec
 
 GIB = 2.0**30
 TP, PP, CP, EP = catalog.PARALLEL_DEGREES
-LBS, MB, SCHED, AC = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
-                      "parallelism.pipeline_parallel_schedule", "activation_checkpoint")
+LBS, MB, SCHED, AC = (
+    "training.local_batch_size",
+    "parallelism.pipeline_parallel_microbatch_size",
+    "parallelism.pipeline_parallel_schedule",
+    "activation_checkpoint",
+)
 GEMM_EFF = 0.5  # llm-analysis: flops efficiency <= 0.5 for training (docs/reference/performance-model.md#46-open-calculators-and-simulators-with-claimed-accuracy)
 LINK_EFF = 0.8  # bus bandwidth reached by large NCCL collectives relative to the link (nccl-tests PERFORMANCE.md)
 ALPHA_S = 20e-6  # per-collective latency, order of NCCL ring latency at these scales (alpha of the α-β model)
@@ -66,8 +70,10 @@ class Estimate:
 
     @property
     def summary(self) -> str:
-        return (f"estimated step {self.step_s:.2f}s (compute {self.compute_s:.2f}, exposed comm {self.comm_s:.2f}, "
-                f"bubble {self.bubble_s:.2f}), memory {self.memory_gib:.0f} GiB")
+        return (
+            f"estimated step {self.step_s:.2f}s (compute {self.compute_s:.2f}, exposed comm {self.comm_s:.2f}, "
+            f"bubble {self.bubble_s:.2f}), memory {self.memory_gib:.0f} GiB"
+        )
 
 
 def _attn_params(m: ModelSpec) -> float:
@@ -171,7 +177,9 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     cp_comm = 0.0
     if s.cp > 1:
         kv = 2 * tokens_mb * m.kv_dim * 2
-        cp_comm = n_mb * layers_rank * 3 * (s.cp - 1) * _coll(kv, 2, intra if s.cp * s.tp <= hw.gpus_per_node else inter)
+        cp_comm = (
+            n_mb * layers_rank * 3 * (s.cp - 1) * _coll(kv, 2, intra if s.cp * s.tp <= hw.gpus_per_node else inter)
+        )
         attn = compute * (12 * layers * m.q_dim * seq) / fpt
         cp_comm = max(0.0, cp_comm - attn)
     v = 2 if s.schedule in MULTI_STAGE else 1
@@ -185,12 +193,16 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     # ---- memory
     efsdp = max(dp * s.cp * s.tp // s.ep, 1) if moe else shard
     states = 16 * ((dense / s.tp) / pp / shard + (routed / s.ep) / pp / efsdp)
-    layer_u = (_attn_params(m) + (3 * m.hidden * m.ffn_dense if not moe else m.n_experts * 3 * m.hidden * m.ffn_expert / s.ep)) / s.tp
+    layer_u = (
+        _attn_params(m) + (3 * m.hidden * m.ffn_dense if not moe else m.n_experts * 3 * m.hidden * m.ffn_expert / s.ep)
+    ) / s.tp
     held = 2 * params_rank if (pp > 1 or s.reshard == "never") else 2 * 2 * layer_u
     grads = 4 * params_rank if pp > 1 else 0.0
     f_width = (m.top_k * m.ffn_expert + m.n_shared_experts * m.ffn_shared) if moe else m.ffn_dense
     per_tok_none = m.hidden * (18 + 6 * f_width / m.hidden) / s.tp
-    per_tok = {"none": per_tok_none, "selective": per_tok_none / 2, "memory_budget": per_tok_none / 2}.get(s.ac, 2 * m.hidden / s.tp)
+    per_tok = {"none": per_tok_none, "selective": per_tok_none / 2, "memory_budget": per_tok_none / 2}.get(
+        s.ac, 2 * m.hidden / s.tp
+    )
     interleave = 1 + (pp - 1) / (pp * v) if v > 1 else 1.0
     inflight = (m_flush if s.schedule in EVERY_MICROBATCH else min(m_flush, pp) * interleave) if pp > 1 else 1.0
     acts = tokens_mb * per_tok * 2 * layers_rank * inflight  # bf16
@@ -198,15 +210,27 @@ def estimate(m: ModelSpec, hw: HardwareSpec, world: int, gbs: int, seq: int, s: 
     logits = 6 * tokens_mb * m.vocab / s.tp / max(s.loss_chunks, 1)
     mem = (states + held + grads + acts + logits) * (1 + MEMORY_MARGIN) / GIB
     fits = mem <= hw.hbm_gib
-    return Estimate(step_s=step, compute_s=compute, comm_s=comm, bubble_s=bubble, memory_gib=mem, fits=fits and math.isfinite(step))
+    return Estimate(
+        step_s=step, compute_s=compute, comm_s=comm, bubble_s=bubble, memory_gib=mem, fits=fits and math.isfinite(step)
+    )
 
 
 def shape_of(eff: dict[str, Scalar]) -> Shape:
     """The cost model's view of a layout: its modelled levers, from effective lever values (defaults filled in)."""
-    return Shape(tp=int(eff[TP]), pp=int(eff[PP]), cp=int(eff[CP]), ep=int(eff[EP]), local_batch=int(eff[LBS]), microbatch=int(eff[MB]),
-                 schedule=str(eff[SCHED]), ac=str(eff[AC]), sp=bool(eff["parallelism.enable_sequence_parallel"]),
-                 async_tp=bool(eff["compile.enable_async_tensor_parallel"]), reshard=str(eff["parallelism.fsdp_reshard_after_forward"]),
-                 loss_chunks=int(eff["loss.num_chunks"]))
+    return Shape(
+        tp=int(eff[TP]),
+        pp=int(eff[PP]),
+        cp=int(eff[CP]),
+        ep=int(eff[EP]),
+        local_batch=int(eff[LBS]),
+        microbatch=int(eff[MB]),
+        schedule=str(eff[SCHED]),
+        ac=str(eff[AC]),
+        sp=bool(eff["parallelism.enable_sequence_parallel"]),
+        async_tp=bool(eff["compile.enable_async_tensor_parallel"]),
+        reshard=str(eff["parallelism.fsdp_reshard_after_forward"]),
+        loss_chunks=int(eff["loss.num_chunks"]),
+    )
 
 
 def global_batch(recipe: Recipe, levers: dict[str, Scalar]) -> int:
@@ -220,4 +244,11 @@ def estimate_of(recipe: Recipe, levers: dict[str, Scalar]) -> Estimate:
     """The cost model's estimate for ``recipe`` run with ``levers`` (KeyError: a model or hardware it does not know)."""
     eff = catalog.effective(levers)
     m, hw = model_for(recipe.workload), get_hardware(recipe.cluster.hardware)
-    return estimate(m, hw, recipe.devices, global_batch(recipe, levers), int(recipe.pinned.get("training.seq_len", 2048)), shape_of(eff))
+    return estimate(
+        m,
+        hw,
+        recipe.devices,
+        global_batch(recipe, levers),
+        int(recipe.pinned.get("training.seq_len", 2048)),
+        shape_of(eff),
+    )

@@ -33,8 +33,9 @@ def _values(space: dict[str, list[Scalar]], eff: dict[str, Scalar], name: str) -
     return list(space.get(name) or [eff[name]])
 
 
-def _quick_legal(recipe: Recipe, tp: int, pp: int, cp: int, ep: int, lbs: int, n_heads: int, n_kv: int, layers: int,
-                 experts: int) -> bool:
+def _quick_legal(
+    recipe: Recipe, tp: int, pp: int, cp: int, ep: int, lbs: int, n_heads: int, n_kv: int, layers: int, experts: int
+) -> bool:
     """The cheap arithmetic part of legality (degrees divide the world and the heads, the pinned global batch
     splits), to prune before the full pre-check."""
     world = recipe.devices
@@ -91,7 +92,9 @@ def _layouts(recipe_json: str) -> tuple[tuple[Ranked, bool], ...]:
                 if pp > 1 and int(lbs) % int(mb):
                     continue
                 shape = shape_of({**eff, TP: tp, PP: pp, CP: cp, EP: ep, LBS: lbs, MB: mb, SCHED: sched, AC: ac})
-                est: Estimate = estimate(m, hw, recipe.devices, gbs or int(lbs) * recipe.devices // (tp * pp * cp), seq, shape)
+                est: Estimate = estimate(
+                    m, hw, recipe.devices, gbs or int(lbs) * recipe.devices // (tp * pp * cp), seq, shape
+                )
                 if not (math.isfinite(est.step_s) and est.memory_gib <= MEMORY_SLACK * hw.hbm_gib):
                     continue
                 levers = {**base, TP: tp, PP: pp, CP: cp, LBS: lbs, AC: ac}
@@ -110,8 +113,9 @@ def _layouts(recipe_json: str) -> tuple[tuple[Ranked, bool], ...]:
 class CostModelPolicy:
     name = "costmodel"
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         recipe = levers.recipe
         try:
             ranked = ranking(recipe.model_copy(update={"levers": dict(campaign.baseline_levers)}).model_dump_json())
@@ -124,6 +128,9 @@ class CostModelPolicy:
             if catalog.effective(config) in tried or layout_problem(recipe, config) is not None:
                 continue
             change = _as_change(campaign, config, self.name, f"cost model rank {rank} of {len(ranked)}: {summary}")
-            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+            if (
+                change
+                and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None
+            ):
                 return change
         return Stop(why="every layout the cost model ranks was measured", policy=self.name)

@@ -49,8 +49,9 @@ def value_order(values: list[Scalar], current: Scalar | None) -> list[Scalar]:
 class GreedyPolicy:
     name = "greedy"
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         order = lever_order(levers)
         current = catalog.effective(campaign.incumbent_levers)
         seen = [catalog.effective(c) for c in _tried_configs(campaign)]
@@ -62,20 +63,32 @@ class GreedyPolicy:
                 config = self._legal({**campaign.incumbent_levers, lever: value}, lever, levers, seen)
                 if config is None:
                     continue
-                why = f"coordinate descent (hand-tuning order): {lever} = {value!r}, the next untried value of this lever"
+                why = (
+                    f"coordinate descent (hand-tuning order): {lever} = {value!r}, the next untried value of this lever"
+                )
                 if BATCH in config and config.get(BATCH) != campaign.incumbent_levers.get(BATCH) and lever != BATCH:
                     why += f", with local batch {config[BATCH]} so the pinned global batch still divides"
                 change = _as_change(campaign, {k: config[k] for k in config}, self.name, why)
                 if change is not None and change.lever != lever:  # the lever this step is about comes first
                     extra = {k: v for k, v in {change.lever: change.after, **change.extra}.items() if k != lever}
-                    change = Change(lever=lever, before=current.get(lever), after=value, extra=extra, why=why, policy=self.name)
-                if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+                    change = Change(
+                        lever=lever, before=current.get(lever), after=value, extra=extra, why=why, policy=self.name
+                    )
+                if (
+                    change
+                    and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None
+                ):
                     return change
-        return Stop(why="coordinate descent: a whole pass over the levers improved nothing (every one-lever move from "
-                        "the incumbent was measured)", policy=self.name)
+        return Stop(
+            why="coordinate descent: a whole pass over the levers improved nothing (every one-lever move from "
+            "the incumbent was measured)",
+            policy=self.name,
+        )
 
     @staticmethod
-    def _legal(config: dict[str, Scalar], lever: str, levers: LeverSpace, seen: list[dict[str, Scalar]]) -> dict[str, Scalar] | None:
+    def _legal(
+        config: dict[str, Scalar], lever: str, levers: LeverSpace, seen: list[dict[str, Scalar]]
+    ) -> dict[str, Scalar] | None:
         """``config`` if legal and untried; else, for a lever other than the local batch, the same with the local
         batch nearest the current one that makes it legal; else None."""
         if catalog.effective(config) in seen:

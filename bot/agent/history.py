@@ -21,7 +21,9 @@ from bot.core.state import Campaign, RunRef, Step
 
 # an enabler's why: "enabler of X=v: ..." or, for a chain, "enabler of X=v, then Y=w[, then Z=u ...]: ..." (each link
 # names the ones after it; the heuristic's ``_microbatch_enabler`` makes a two-link one)
-ENABLER = re.compile(r"^enabler of (?P<lever>[\w.]+)=(?P<value>[^\s,:]+)(?:, then (?P<then>[\w.]+=[^\s,:]+(?:, then [\w.]+=[^\s,:]+)*))?:")
+ENABLER = re.compile(
+    r"^enabler of (?P<lever>[\w.]+)=(?P<value>[^\s,:]+)(?:, then (?P<then>[\w.]+=[^\s,:]+(?:, then [\w.]+=[^\s,:]+)*))?:"
+)
 EXPLORING = "exploring the search space one lever at a time"  # a blind probe's why
 # recompute modes by how much they recompute (memory_budget keeps about half the activations, like selective)
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
@@ -49,16 +51,24 @@ def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bo
     again: AC off may lose at microbatch 1 and win at 8.) A change measured stacked on its enabler (the local batch
     that keeps the pinned global batch, from the incumbent) counts as measured: proposed again, it comes with the same
     enabler; one stacked on an out-of-memory step measured that step's recompute too, and does not."""
-    watched = set(catalog.PARALLEL_DEGREES) | {f.removeprefix("levers.") for f in (fields(lesson.when) if lesson.when else set()) if f.startswith("levers.")}
+    watched = set(catalog.PARALLEL_DEGREES) | {
+        f.removeprefix("levers.") for f in (fields(lesson.when) if lesson.when else set()) if f.startswith("levers.")
+    }
     now = catalog.effective(campaign.incumbent_levers)
     for s in campaign.steps:
         m = s.measurement
         enabler = campaign.step(s.stacked_on) if s.stacked_on is not None else None
         if enabler is not None and (not enabler.change.enabler or enabler.stacked_on is not None):
             continue  # stacked on an out-of-memory step or a chain: it measured more than this change
-        if (s.kept or s.change.lever != lever or str(s.change.after) != str(value)
-                or lesson.id not in s.change.lessons or m is None or m.decision != "no_gain"
-                or not (m.cut or (m.hi is not None and m.hi < 0))):
+        if (
+            s.kept
+            or s.change.lever != lever
+            or str(s.change.after) != str(value)
+            or lesson.id not in s.change.lessons
+            or m is None
+            or m.decision != "no_gain"
+            or not (m.cut or (m.hi is not None and m.hi < 0))
+        ):
             continue
         then = catalog.effective(undone(s.levers, s.change, *([enabler.change] if enabler is not None else [])))
         if not any(now.get(k) != then.get(k) for k in watched if k != lever):
@@ -68,8 +78,13 @@ def refuted(campaign: Campaign, lesson: Lesson, lever: str, value: Scalar) -> bo
 
 def proposed_by(campaign: Campaign, lesson: str, lever: str, value: Scalar | None) -> bool:
     """Whether a step of the campaign (not an enabler) already moved ``lever`` to ``value`` for ``lesson``."""
-    return any(lesson in s.change.lessons and not s.change.enabler and s.change.lever == lever and str(s.change.after) == str(value)
-               for s in campaign.steps)
+    return any(
+        lesson in s.change.lessons
+        and not s.change.enabler
+        and s.change.lever == lever
+        and str(s.change.after) == str(value)
+        for s in campaign.steps
+    )
 
 
 def recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
@@ -81,20 +96,33 @@ def recompute_retry_refuted(campaign: Campaign, last: Step, mode: str) -> bool:
     docs/agent-evidence.md."""
     now = catalog.effective(campaign.incumbent_levers)
     for s in campaign.steps:
-        if (s.stacked_on is None or s.stacked_on == last.n or s.kept or s.change.lever != "activation_checkpoint"
-                or str(s.change.after) != mode or s.gain is None):
+        if (
+            s.stacked_on is None
+            or s.stacked_on == last.n
+            or s.kept
+            or s.change.lever != "activation_checkpoint"
+            or str(s.change.after) != mode
+            or s.gain is None
+        ):
             continue
         failed_step = campaign.step(s.stacked_on)
         failed = failed_step.change
-        if (failed.lever, str(failed.before), str(failed.after)) != (last.change.lever, str(last.change.before), str(last.change.after)) or not any(
-                r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs):
+        if (failed.lever, str(failed.before), str(failed.after)) != (
+            last.change.lever,
+            str(last.change.before),
+            str(last.change.after),
+        ) or not any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs):
             continue
         if s.gain <= -MOMENTUM_GAIN:
             return True
         m = s.measurement
         then = catalog.effective(undone(failed_step.levers, failed))
-        if (m is not None and m.decision == "no_gain" and (m.cut or (m.hi is not None and m.hi < 0))
-                and not any(now.get(k) != then.get(k) for k in catalog.PARALLEL_DEGREES if k != failed.lever)):
+        if (
+            m is not None
+            and m.decision == "no_gain"
+            and (m.cut or (m.hi is not None and m.hi < 0))
+            and not any(now.get(k) != then.get(k) for k in catalog.PARALLEL_DEGREES if k != failed.lever)
+        ):
             return True
     return False
 
@@ -103,13 +131,18 @@ def already_stepped(campaign: Campaign, levers: dict[str, Scalar]) -> bool:
     """Whether the baseline or some step of the campaign already has this configuration (measured, refused or gated):
     validation refuses a change to either (an enabler of one would be proposed again and again, its change never)."""
     target = catalog.effective(levers)
-    return target == catalog.effective(campaign.baseline_levers) or any(catalog.effective(s.levers) == target for s in campaign.steps)
+    return target == catalog.effective(campaign.baseline_levers) or any(
+        catalog.effective(s.levers) == target for s in campaign.steps
+    )
 
 
 def tried_from_incumbent(campaign: Campaign) -> set[tuple[str, str]]:
     """(lever, value) of the one-lever steps already proposed from the current incumbent's levers."""
-    return {(s.change.lever, str(s.change.after)) for s in campaign.steps
-            if s.n > campaign.incumbent_step and s.stacked_on is None and not s.change.enabler}
+    return {
+        (s.change.lever, str(s.change.after))
+        for s in campaign.steps
+        if s.n > campaign.incumbent_step and s.stacked_on is None and not s.change.enabler
+    }
 
 
 def chain_steps(campaign: Campaign, n: int) -> list[int]:
@@ -128,9 +161,14 @@ def chain_depth(campaign: Campaign, step) -> int:
 
 def oom_values(campaign: Campaign, lever: str) -> list[Scalar]:
     """Values of ``lever`` that ran out of memory as a one-lever step from the current incumbent."""
-    return [s.change.after for s in campaign.steps if s.change.lever == lever and s.change.stacked_on is None
-            and s.levers == {**campaign.incumbent_levers, lever: s.change.after}
-            and any(r.kind == "trial" and r.outcome == "oom" for r in s.runs)]
+    return [
+        s.change.after
+        for s in campaign.steps
+        if s.change.lever == lever
+        and s.change.stacked_on is None
+        and s.levers == {**campaign.incumbent_levers, lever: s.change.after}
+        and any(r.kind == "trial" and r.outcome == "oom" for r in s.runs)
+    ]
 
 
 def oom_dominated(campaign: Campaign, lever: str, value: Scalar) -> bool:
@@ -140,7 +178,9 @@ def oom_dominated(campaign: Campaign, lever: str, value: Scalar) -> bool:
         return False
     if lever == "activation_checkpoint":
         return AC_RANK.get(str(value), 2) <= min(AC_RANK.get(str(v), 2) for v in oom)
-    if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size") and isinstance(value, int):
+    if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size") and isinstance(
+        value, int
+    ):
         return value >= min(int(v) for v in oom)
     return False
 
@@ -238,8 +278,11 @@ def compile_untried(campaign: Campaign, space: LeverSpace) -> bool:
     """Whether torch.compile is off in the incumbent, legal to turn on in the space, and not yet measured on by any
     step (the lessons will propose it: :func:`bot.agent.layout_jump.layout_jump` compares layouts as compiled)."""
     on = [v for v in space.values.get(COMPILE_NAME, []) if v is True]
-    return bool(on) and not catalog.effective(campaign.incumbent_levers)[COMPILE_NAME] and not any(
-        s.runs and catalog.effective(s.levers)[COMPILE_NAME] for s in campaign.steps)
+    return (
+        bool(on)
+        and not catalog.effective(campaign.incumbent_levers)[COMPILE_NAME]
+        and not any(s.runs and catalog.effective(s.levers)[COMPILE_NAME] for s in campaign.steps)
+    )
 
 
 # a chain link's own reason, as ``enabled_why`` writes it: "the change step N enabled (...)"
@@ -271,5 +314,7 @@ def enabled_why(campaign: Campaign, enabler: Step) -> str:
     root = chain_root(campaign, enabler)
     if root.n == enabler.n:
         return f"the change step {enabler.n} enabled ({enabler.change.title()}: {link_reason(enabler)})"
-    return (f"the change step {enabler.n} enabled ({enabler.change.title()}), a link of the chain step {root.n} began "
-            f"({root.change.title()}: {link_reason(root)})")
+    return (
+        f"the change step {enabler.n} enabled ({enabler.change.title()}), a link of the chain step {root.n} began "
+        f"({root.change.title()}: {link_reason(root)})"
+    )

@@ -33,9 +33,17 @@ COMPILE = "compile.enable"
 HEAD = 64  # ranked layouts re-estimated with the incumbent's levers: the ranking's order moves little with them
 # the order of a jump's links: prerequisites, then the parallel degrees, the batch split, the schedule, recompute last
 # (a zero-bubble schedule is refused with recompute on, torchtitan#773, so recompute comes off before it)
-LINK_ORDER = ("training.disable_cuda_graphs", "parallelism.pipeline_parallel_degree", "parallelism.tensor_parallel_degree",
-              "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree", "training.local_batch_size",
-              "parallelism.pipeline_parallel_microbatch_size", "activation_checkpoint", "parallelism.pipeline_parallel_schedule")
+LINK_ORDER = (
+    "training.disable_cuda_graphs",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.tensor_parallel_degree",
+    "parallelism.context_parallel_degree",
+    "parallelism.expert_parallel_degree",
+    "training.local_batch_size",
+    "parallelism.pipeline_parallel_microbatch_size",
+    "activation_checkpoint",
+    "parallelism.pipeline_parallel_schedule",
+)
 
 
 class Jump(BaseModel):
@@ -52,10 +60,19 @@ class Jump(BaseModel):
         return 1.0 - self.step_s / self.incumbent_step_s
 
 
-def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str, Scalar], space: dict[str, list[Scalar]],
-                stepped: list[dict[str, Scalar]], model: ModelFacts | None = None, moot: frozenset[str] = frozenset(),
-                measured: MeasuredPeak | None = None, speedup: float | None = None,
-                last: tuple[dict[str, Scalar], float] | None = None, compile_untried: bool = False) -> Jump | None:
+def layout_jump(
+    recipe: Recipe,
+    baseline: dict[str, Scalar],
+    incumbent: dict[str, Scalar],
+    space: dict[str, list[Scalar]],
+    stepped: list[dict[str, Scalar]],
+    model: ModelFacts | None = None,
+    moot: frozenset[str] = frozenset(),
+    measured: MeasuredPeak | None = None,
+    speedup: float | None = None,
+    last: tuple[dict[str, Scalar], float] | None = None,
+    compile_untried: bool = False,
+) -> Jump | None:
     """The best layout (by the cost model) reached from ``incumbent`` by changing only modelled levers (and their
     prerequisites), predicted to fit and to save MIN_SAVING, legal, within ``space`` and not ``stepped``; None without
     one or for an unknown model or hardware. ``moot``: levers left alone unless a degree moves. ``measured``: the peak
@@ -85,8 +102,13 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
             return est.step_s / COMPILE_SPEEDUP, f"; {est.step_s / COMPILE_SPEEDUP:.2f} s once compiled"
         return est.step_s, "; not compiled: the schedule rules compile out (pytorch#161904)"
 
-    reproduced = (speedup is not None and consistent(start.step_s / here.step_s, speedup)
-                  or last is not None and before_last is not None and consistent(before_last.step_s / here.step_s, last[1]))
+    reproduced = (
+        speedup is not None
+        and consistent(start.step_s / here.step_s, speedup)
+        or last is not None
+        and before_last is not None
+        and consistent(before_last.step_s / here.step_s, last[1])
+    )
     if speedup is not None and speedup > 0 and not reproduced:
         return None
 
@@ -99,8 +121,10 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
         """The memory the fit was judged on, where it is a measured peak's (the formula's own figure is in the summary)."""
         if measured is None or anchor is None:
             return ""
-        return (f"; predicted peak {measured.peak_gib * est.memory_gib / anchor:.0f} GiB of {measured.capacity_gib:.0f} "
-                f"(the measured {measured.peak_gib:.0f} GiB x the memory model's {est.memory_gib / anchor:.2f})")
+        return (
+            f"; predicted peak {measured.peak_gib * est.memory_gib / anchor:.0f} GiB of {measured.capacity_gib:.0f} "
+            f"(the measured {measured.peak_gib:.0f} GiB x the memory model's {est.memory_gib / anchor:.2f})"
+        )
 
     if anchor is None and not here.fits:
         return None  # the model predicts the incumbent does not fit, and no measured peak corrects it
@@ -110,11 +134,15 @@ def layout_jump(recipe: Recipe, baseline: dict[str, Scalar], incumbent: dict[str
 
     def best(ranked: tuple[Ranked, ...]) -> Jump | None:
         candidates = []
-        fitting = 0  # ranked layouts predicted to fit, of which the first HEAD are re-estimated with the incumbent's levers
+        fitting = (
+            0  # ranked layouts predicted to fit, of which the first HEAD are re-estimated with the incumbent's levers
+        )
         for _t, items, _summary in ranked:
             if fitting >= HEAD:
                 break
-            levers = catalog.with_prerequisites({**incumbent, **{k: v for k, v in items if k in MODELLED}}, model, set(space))
+            levers = catalog.with_prerequisites(
+                {**incumbent, **{k: v for k, v in items if k in MODELLED}}, model, set(space)
+            )
             est = estimate_of(recipe, levers)
             if not fits(est):
                 continue
@@ -163,8 +191,9 @@ def consistent(predicted: float, measured: float) -> bool:
     return 1.0 - MIN_SAVING <= predicted / measured <= 1.0 / (1.0 - MIN_SAVING)
 
 
-def _links(recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar],
-           seen: list[dict[str, Scalar]]) -> list[tuple[str, Scalar]] | None:
+def _links(
+    recipe: Recipe, incumbent: dict[str, Scalar], diff: dict[str, Scalar], seen: list[dict[str, Scalar]]
+) -> list[tuple[str, Scalar]] | None:
     """``diff``'s levers in the order their links are proposed, each partial layout legal (torchtitan would refuse an
     enabler's configuration otherwise) and none of them a configuration already stepped (``seen``, effective values: a
     campaign refuses a step to a configuration it measured, so the chain would stop there): the first such order in

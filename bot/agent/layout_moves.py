@@ -22,15 +22,22 @@ def fewer_dp_degrees(space: LeverSpace, eff: dict[str, Scalar], factors: tuple[i
     for lever in (TP, CP):
         for factor in factors:
             value = factor * int(eff[lever])
-            if lever in space.values and value in space.values[lever] and not (lever == TP and value > space.recipe.cluster.devices_per_node):
+            if (
+                lever in space.values
+                and value in space.values[lever]
+                and not (lever == TP and value > space.recipe.cluster.devices_per_node)
+            ):
                 out.append((lever, value))
     return out
 
 
 def model_parallel(eff: dict[str, Scalar]) -> int:
     """The model-parallel product TP x CP x PP of the effective levers ``eff`` (the cluster over it is the DP degree)."""
-    return (int(eff["parallelism.tensor_parallel_degree"]) * int(eff["parallelism.context_parallel_degree"])
-            * int(eff["parallelism.pipeline_parallel_degree"]))
+    return (
+        int(eff["parallelism.tensor_parallel_degree"])
+        * int(eff["parallelism.context_parallel_degree"])
+        * int(eff["parallelism.pipeline_parallel_degree"])
+    )
 
 
 def dp_spans_nodes(space: LeverSpace, eff: dict[str, Scalar]) -> bool:
@@ -72,5 +79,7 @@ def with_batch_share(levers: dict[str, Scalar], lever: str, value: Scalar) -> di
     as ``_enabler`` sets it), where that is a whole number."""
     cur = catalog.effective(levers)
     new = {**levers, lever: value}
-    share = batch_share(int(cur["training.local_batch_size"]), model_parallel(cur), model_parallel(catalog.effective(new)))
+    share = batch_share(
+        int(cur["training.local_batch_size"]), model_parallel(cur), model_parallel(catalog.effective(new))
+    )
     return {**new, "training.local_batch_size": share} if share else new

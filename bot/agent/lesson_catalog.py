@@ -49,7 +49,9 @@ def packaged_lessons() -> list[Lesson]:
     """ATTUNE's own catalog, as shipped with the package (no repository's lessons)."""
     shipped = catalog_dir()
     if not shipped.is_dir():
-        raise LessonFileError(f"{shipped}: ATTUNE's lessons catalog is missing from the installed package; reinstall ATTUNE")
+        raise LessonFileError(
+            f"{shipped}: ATTUNE's lessons catalog is missing from the installed package; reinstall ATTUNE"
+        )
     return load_lesson_folder(shipped)
 
 

@@ -52,7 +52,10 @@ def _env_change_problem(change: LeverChange) -> tuple[str, str] | None:
     if not env_allowed(name):
         return "lever", f"{name!r} is not an environment variable a recipe may set ({ENV_ALLOWED_TEXT})"
     if change.op is not None and change.op not in ENV_OPS:
-        return "op", f"op {change.op!r} does not apply to an environment variable; use {' or '.join(ENV_OPS)}, or a value"
+        return (
+            "op",
+            f"op {change.op!r} does not apply to an environment variable; use {' or '.join(ENV_OPS)}, or a value",
+        )
     return None
 
 

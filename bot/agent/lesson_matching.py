@@ -72,18 +72,14 @@ def render_lesson(lesson: Lesson) -> str:
         lines.append(lesson.title)
     lines.append(f"when:       {describe(lesson.when) if lesson.when is not None else 'always'}")
     if lesson.try_:
-        lines.append(
-            "try:        " + "\n            ".join(f"{i}. {c.render()}" for i, c in enumerate(lesson.try_, 1))
-        )
+        lines.append("try:        " + "\n            ".join(f"{i}. {c.render()}" for i, c in enumerate(lesson.try_, 1)))
     else:
         lines.append("try:        (nothing automatic)")
     lines.append(f"why:        {lesson.why}")
     lines.append(f"source:     {lesson.source}")
     if lesson.evidence:
         lines.append(f"evidence:   {lesson.evidence}")
-    lines.append(
-        f"applies to: models {', '.join(scope.models)}; hardware {', '.join(scope.hardware)}; stack {stack}"
-    )
+    lines.append(f"applies to: models {', '.join(scope.models)}; hardware {', '.join(scope.hardware)}; stack {stack}")
     return "\n".join(lines)
 
 
@@ -98,9 +94,7 @@ def render_table(lessons: Sequence[Lesson]) -> str:
         first = lesson.try_[0].render() if lesson.try_ else "-"
         more = f" (+{len(lesson.try_) - 1})" if len(lesson.try_) > 1 else ""
         manual = "" if lesson.auto_propose else "(rule in code) " if lesson.kind == "rule" else "(manual) "
-        rows.append(
-            (lesson.id, str(lesson.priority), _clip(manual + first + more, 48), _clip(lesson.source, 70))
-        )
+        rows.append((lesson.id, str(lesson.priority), _clip(manual + first + more, 48), _clip(lesson.source, 70)))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     out = []
     for row in rows:

@@ -56,19 +56,31 @@ def propose_lessons(measurements: Iterable[Mapping[str, Any]], *, origin: str = 
         m = Measurement.model_validate(raw)
         if not m.kept or m.gain <= 0:
             continue
-        key = (m.lever, repr(m.from_), repr(m.to), m.model, m.hardware)  # (a campaign's steps are all simulated or none)
+        key = (
+            m.lever,
+            repr(m.from_),
+            repr(m.to),
+            m.model,
+            m.hardware,
+        )  # (a campaign's steps are all simulated or none)
         groups.setdefault(key, []).append(m)
     proposed: list[dict[str, Any]] = []
     for (lever, _, _, model, hardware), group in groups.items():
         first = group[0]
         gain = sum(m.gain for m in group) / len(group)
         lesson = {
-            "id": _slug(f"measured-{lever}-{first.from_}-to-{first.to}-" + (f"in-{origin}" if origin else f"{model}-{hardware}")),
+            "id": _slug(
+                f"measured-{lever}-{first.from_}-to-{first.to}-" + (f"in-{origin}" if origin else f"{model}-{hardware}")
+            ),
             "title": f"{lever}: {first.from_!r} -> {first.to!r} on {model} / {hardware}",
             "when": {"field": f"levers.{lever}", "op": "eq", "value": first.from_},
             "try": [{"lever": lever, "value": first.to}],
-            "why": (f"SIMULATED (the simulator, not a measurement): {gain:+.1%} tokens/s" if first.simulated else f"Measured {gain:+.1%} tokens/s")
-                   + f" on {model} / {hardware} over {len(group)} kept step(s).",
+            "why": (
+                f"SIMULATED (the simulator, not a measurement): {gain:+.1%} tokens/s"
+                if first.simulated
+                else f"Measured {gain:+.1%} tokens/s"
+            )
+            + f" on {model} / {hardware} over {len(group)} kept step(s).",
             "source": first.record,
             "applies_to": {"models": [model], "hardware": [hardware]},
             "priority": max(1, min(99, round(gain * 100))),
@@ -82,18 +94,14 @@ def propose_lessons(measurements: Iterable[Mapping[str, Any]], *, origin: str = 
     return proposed
 
 
-def write_proposed(
-    lessons: Iterable[Mapping[str, Any] | Lesson], path: Path | str, *, merge: bool = True
-) -> Path:
+def write_proposed(lessons: Iterable[Mapping[str, Any] | Lesson], path: Path | str, *, merge: bool = True) -> Path:
     """Write proposed lessons to ``path`` atomically (temp file in the same folder, then rename).
 
     With ``merge`` an existing file keeps its lessons except those whose id is rewritten.
     Every lesson is validated first; nothing is written if one is malformed.
     """
     target = Path(path)
-    new = [
-        lesson if isinstance(lesson, Lesson) else Lesson.model_validate(dict(lesson)) for lesson in lessons
-    ]
+    new = [lesson if isinstance(lesson, Lesson) else Lesson.model_validate(dict(lesson)) for lesson in lessons]
     kept: list[Lesson] = []
     if merge and target.exists():
         ids = {lesson.id for lesson in new}

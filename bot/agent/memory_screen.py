@@ -61,8 +61,9 @@ class PeakPrediction(NamedTuple):
     ratio: float
 
 
-def predicted_peak(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
-                   records: RecordReader) -> PeakPrediction | None:
+def predicted_peak(
+    campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace, records: RecordReader
+) -> PeakPrediction | None:
     """The predicted peak of a run with ``levers`` (stacked on step ``stacked_on``, or on the incumbent), anchored on
     a measured peak -- or None where nothing can tell (no measured peak, a model or layout the cost model does not
     know)."""
@@ -80,8 +81,9 @@ def predicted_peak(campaign: Campaign, levers: dict[str, Scalar], stacked_on: in
     return PeakPrediction(peak * after / before, capacity, peak, after / before)
 
 
-def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace,
-                  records: RecordReader) -> str | None:
+def predicted_oom(
+    campaign: Campaign, levers: dict[str, Scalar], stacked_on: int | None, space: LeverSpace, records: RecordReader
+) -> str | None:
     """Why a run with ``levers`` (stacked on step ``stacked_on``, or on the incumbent) would run out of memory --
     the prediction, anchored on a measured peak -- or None (it may fit, or nothing can tell)."""
     pred = predicted_peak(campaign, levers, stacked_on, space, records)
@@ -89,5 +91,7 @@ def predicted_oom(campaign: Campaign, levers: dict[str, Scalar], stacked_on: int
         return None
     if pred.predicted <= pred.capacity * (1.0 + MARGIN):
         return None
-    return (f"predicted to run out of memory: {pred.predicted:.0f} GiB (the measured {pred.measured:.0f} GiB x the memory "
-            f"model's {pred.ratio:.2f}) is over the device's {pred.capacity:.0f} GiB by more than {MARGIN:.0%}")
+    return (
+        f"predicted to run out of memory: {pred.predicted:.0f} GiB (the measured {pred.measured:.0f} GiB x the memory "
+        f"model's {pred.ratio:.2f}) is over the device's {pred.capacity:.0f} GiB by more than {MARGIN:.0%}"
+    )

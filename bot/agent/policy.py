@@ -32,15 +32,23 @@ class LeverSpace:
 class Policy(Protocol):
     name: str
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop: ...
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop: ...
 
 
 def base_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:
     return campaign.step(change.stacked_on).levers if change.stacked_on else campaign.incumbent_levers
 
 
-def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, allow_multi: bool = False, check_prerequisites: bool = True) -> str | None:
+def validate_change(
+    campaign: Campaign,
+    change: Change,
+    space: LeverSpace,
+    *,
+    allow_multi: bool = False,
+    check_prerequisites: bool = True,
+) -> str | None:
     """Why ``change`` may not become a step, or None when it may."""
     try:
         lever = catalog.get(change.lever)
@@ -62,7 +70,9 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
         except catalog.LeverError as exc:
             return str(exc)
         if legal and parsed not in legal:
-            return f"{name}={parsed!r} is not a legal value for this recipe (expected one of {', '.join(map(str, legal))})"
+            return (
+                f"{name}={parsed!r} is not a legal value for this recipe (expected one of {', '.join(map(str, legal))})"
+            )
     base = effective = base_levers(campaign, change)
     effective = {**base, **change.extra, change.lever: value}
     if catalog.effective(base).get(change.lever) == value and not change.extra:
@@ -76,20 +86,27 @@ def validate_change(campaign: Campaign, change: Change, space: LeverSpace, *, al
     if same and not (undecided and change.retry_reason):
         if undecided:
             return f"{change.lever}={value!r} was measured undecided; propose it again only with a retry_reason"
-        return f"{change.lever}={value!r} was already tried" if not change.extra else "this configuration was already tried"
+        return (
+            f"{change.lever}={value!r} was already tried"
+            if not change.extra
+            else "this configuration was already tried"
+        )
     if target == catalog.effective(campaign.baseline_levers):
         return "this configuration is the baseline's"
     if not check_prerequisites:
         return None
     hw = space.recipe.cluster.hardware
-    new_problems = set(catalog.prerequisite_problems(effective, space.model, hw)) - set(catalog.prerequisite_problems(base, space.model, hw))
+    new_problems = set(catalog.prerequisite_problems(effective, space.model, hw)) - set(
+        catalog.prerequisite_problems(base, space.model, hw)
+    )
     if new_problems:
         return "prerequisite missing: " + "; ".join(sorted(new_problems))
     return None
 
 
-def lesson_context(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace,
-                   levers: dict[str, Scalar] | None = None) -> dict[str, Any]:
+def lesson_context(
+    campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace, levers: dict[str, Scalar] | None = None
+) -> dict[str, Any]:
     """What the lessons' conditions read: ``diagnosis``, the recipe and stack, and the levers of the incumbent (or of
     ``levers``: a rejected layout the diagnosis is of)."""
     recipe = space.recipe

@@ -34,8 +34,13 @@ def _tried_configs(campaign: Campaign) -> list[dict[str, Scalar]]:
     return [campaign.baseline_levers] + [s.levers for s in campaign.steps]
 
 
-def repair(levers: LeverSpace, config: dict[str, Scalar], rng: random.Random, seen: list[dict[str, Scalar]],
-           max_changes: int = 2) -> dict[str, Scalar] | None:
+def repair(
+    levers: LeverSpace,
+    config: dict[str, Scalar],
+    rng: random.Random,
+    seen: list[dict[str, Scalar]],
+    max_changes: int = 2,
+) -> dict[str, Scalar] | None:
     """``config`` if legal, else the nearest legal, untried configuration (fewest levers changed), or None."""
     recipe = levers.recipe
     if layout_problem(recipe, config) is None and dict(sorted(config.items())) not in seen:
@@ -62,8 +67,9 @@ class RandomPolicy:
     def __init__(self, seed: int = 0, max_draws: int = 20000) -> None:
         self.seed, self.max_draws = seed, max_draws
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         rng = random.Random(f"{self.seed}:{len(campaign.steps)}")
         seen = [dict(sorted(c.items())) for c in _tried_configs(campaign)]
         for _ in range(self.max_draws):
@@ -71,7 +77,10 @@ class RandomPolicy:
             if dict(sorted(config.items())) in seen or layout_problem(levers.recipe, config) is not None:
                 continue
             change = _as_change(campaign, config, self.name, "random search: a uniformly drawn legal configuration")
-            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+            if (
+                change
+                and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None
+            ):
                 return change
         return Stop(why="random search found no untried configuration", policy=self.name)
 
@@ -107,7 +116,9 @@ class OptunaPolicy:
         history = [(campaign.baseline_levers, campaign.baseline_tps, "ok")]
         for st in campaign.steps:
             trial = next((r for r in st.runs if r.kind == "trial"), None)
-            outcome = trial.outcome if trial else ("invalid" if st.config_verdict and not st.config_verdict.ok else None)
+            outcome = (
+                trial.outcome if trial else ("invalid" if st.config_verdict and not st.config_verdict.ok else None)
+            )
             if outcome == "ok" and st.verdict is not None and st.verdict.stage == "convergence" and not st.verdict.ok:
                 outcome = "rejected"  # it trains something else: as infeasible as an OOM
             if outcome is None:
@@ -121,15 +132,18 @@ class OptunaPolicy:
             infeasible = 0.0 if feasible else 1.0
             study.add_trial(
                 optuna.trial.create_trial(
-                    params=params, distributions=base_dists, value=float(tps) if feasible and tps is not None else 0.0,
+                    params=params,
+                    distributions=base_dists,
+                    value=float(tps) if feasible and tps is not None else 0.0,
                     user_attrs={"infeasible": infeasible, "outcome": outcome},
                     system_attrs={"constraints": [infeasible]},  # what the constrained samplers read (> 0 = violated)
                 )
             )
         return study, dists
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         import optuna
 
         study, dists = self.study(campaign, levers)
@@ -145,9 +159,14 @@ class OptunaPolicy:
                 t.set_user_attr("infeasible", 1.0)
                 study.tell(t, 0.0)
                 continue
-            why = f"optuna {self.sampler_name.upper()} suggestion" + ("" if config == asked else " (repaired to the nearest legal layout)")
+            why = f"optuna {self.sampler_name.upper()} suggestion" + (
+                "" if config == asked else " (repaired to the nearest legal layout)"
+            )
             change = _as_change(campaign, config, self.name, why)
-            if change and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None:
+            if (
+                change
+                and validate_change(campaign, change, levers, allow_multi=True, check_prerequisites=False) is None
+            ):
                 return change
             study.tell(t, state=optuna.trial.TrialState.PRUNED)
         return Stop(why=f"{self.sampler_name} found no untried configuration", policy=self.name)

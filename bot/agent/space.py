@@ -86,7 +86,9 @@ def make_space(recipe: Recipe) -> LeverSpace:
     where = {"devices": recipe.devices}
     try:
         m = model_for(recipe.workload)
-        facts = catalog.ModelFacts(n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None, **where)
+        facts = catalog.ModelFacts(
+            n_heads=m.n_heads, n_kv_heads=m.n_kv_heads, n_layers=m.n_layers, num_experts=m.n_experts or None, **where
+        )
     except (KeyError, ValueError):
         facts = None
     return LeverSpace(recipe=recipe, values=search_space(recipe), model=facts)

@@ -42,5 +42,7 @@ def predicted_slower(space: LeverSpace, incumbent: dict[str, Scalar], levers: di
     loss = 1.0 - there[0] / here[0]
     if loss <= MIN_SAVING:
         return None
-    return (f"predicted slower: the analytic cost model puts this layout at {there[1]:.2f} s a step against the "
-            f"incumbent's {here[1]:.2f} s, {loss:.0%} fewer tokens/s -- more than its {MIN_SAVING:.0%} error on one layout")
+    return (
+        f"predicted slower: the analytic cost model puts this layout at {there[1]:.2f} s a step against the "
+        f"incumbent's {here[1]:.2f} s, {loss:.0%} fewer tokens/s -- more than its {MIN_SAVING:.0%} error on one layout"
+    )

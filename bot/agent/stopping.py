@@ -31,9 +31,22 @@ def patience_stop(campaign: Campaign) -> str | None:
     # a blind probe that failed found nothing too: a real start that ran out of memory or crashed (a retry of it
     # included), or a probe the memory screen predicted to run out (its free retries are the same probe); and a step
     # the speed screen predicted slower, which stands in for the run that would have measured it
-    measured = [s for s in since if s.change.predicted_slower or any(r.kind == "trial" and (r.outcome in MEASURED_OUTCOMES or (
-        (r.device_hours > 0 or (r.outcome == "oom" and s.stacked_on is None)) and from_a_blind_probe(campaign, s.n)))
-                                        for r in s.runs)]
+    measured = [
+        s
+        for s in since
+        if s.change.predicted_slower
+        or any(
+            r.kind == "trial"
+            and (
+                r.outcome in MEASURED_OUTCOMES
+                or (
+                    (r.device_hours > 0 or (r.outcome == "oom" and s.stacked_on is None))
+                    and from_a_blind_probe(campaign, s.n)
+                )
+            )
+            for r in s.runs
+        )
+    ]
     run_cost = max((r.device_hours for r in campaign.measured_baseline()), default=0.0)
     spent = sum(r.device_hours for s in since for r in s.runs)
     if len(measured) >= PATIENCE:
@@ -42,8 +55,10 @@ def patience_stop(campaign: Campaign) -> str | None:
         why = f"the steps since the last kept one spent {spent / run_cost:.1f} baseline runs' device-hours and gained nothing"
     else:
         return None
-    return (f"no diagnosis- or lesson-driven move is left and {why}; keeping the +{campaign.gain:.1%} found rather than "
-            "spend more device-hours on blind exploration")
+    return (
+        f"no diagnosis- or lesson-driven move is left and {why}; keeping the +{campaign.gain:.1%} found rather than "
+        "spend more device-hours on blind exploration"
+    )
 
 
 def addressable_share(d: Diagnosis | None) -> float | None:
@@ -72,16 +87,23 @@ def no_gain_stop(campaign: Campaign, incumbent: Diagnosis | None) -> str | None:
         return None
     share = addressable_share(incumbent)
     if share is not None and share / max(1.0 - share, 1e-9) < campaign.min_gain:
-        return (f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
-                f"{share:.1%} of its step, less than the {campaign.min_gain:.1%} minimum worthwhile gain even if all were removed")
+        return (
+            f"nothing measurable to win: the recipe's exposed communication, bubble and usable recompute are "
+            f"{share:.1%} of its step, less than the {campaign.min_gain:.1%} minimum worthwhile gain even if all were removed"
+        )
     left = no_gain_allowance_left(campaign, incumbent)
     if campaign.steps and left is not None and left < campaign.expected_run_cost():
         n, spent = len(campaign.steps), steps_spent(campaign)
-        past = (" (a step whose estimate cleared the minimum gain was measured to its decision past it)"
-                if spent > no_gain_allowance(campaign, incumbent) else "")
-        return (f"no gain found: {n} step{'s' * (n != 1)} spent {spent / campaign.budget:.0%} of the budget "
-                f"and none beat the recipe; {no_gain_allowance_text(campaign, incumbent)}{past}, and less than a run of "
-                "it is left: it is most likely at its optimum (keeping it rather than spend more on blind probes)")
+        past = (
+            " (a step whose estimate cleared the minimum gain was measured to its decision past it)"
+            if spent > no_gain_allowance(campaign, incumbent)
+            else ""
+        )
+        return (
+            f"no gain found: {n} step{'s' * (n != 1)} spent {spent / campaign.budget:.0%} of the budget "
+            f"and none beat the recipe; {no_gain_allowance_text(campaign, incumbent)}{past}, and less than a run of "
+            "it is left: it is most likely at its optimum (keeping it rather than spend more on blind probes)"
+        )
     return None
 
 

@@ -38,7 +38,7 @@ SIM_GAINS = (0.0, 0.02, 0.03, 0.10)
 def _trimmed(values: list[float], cut: float = 0.2) -> float:
     v = sorted(values)
     k = int(len(v) * cut)
-    return statistics.fmean(v[k:len(v) - k] or v)
+    return statistics.fmean(v[k : len(v) - k] or v)
 
 
 ESTIMATORS: dict[str, Callable[[list[float]], float]] = {
@@ -69,7 +69,9 @@ def _ref(kind: str, tps: float | None, ok: bool, key: str, *, n: int = 1, attemp
     return RunRef(kind=kind, n=n, attempt=attempt, outcome="ok" if ok and tps else "crash", tps=tps, record=key, **kw)
 
 
-def decide(settings: dict[str, Any], baseline: list[float], measure_run: Callable[[str], float | None], n: int = 1) -> dict[str, Any]:
+def decide(
+    settings: dict[str, Any], baseline: list[float], measure_run: Callable[[str], float | None], n: int = 1
+) -> dict[str, Any]:
     """One comparison by the campaign's protocol: the trial, then pairs in ABBA order until the rule decides.
     ``measure_run("A"|"B")`` makes one run and answers its tokens/s (None: it failed)."""
     state = Campaign(id="bench", recipe_path="r", recipe_id="r", budget=1e9, **settings)
@@ -83,7 +85,15 @@ def decide(settings: dict[str, Any], baseline: list[float], measure_run: Callabl
     step.runs.append(_ref("trial", trial, trial is not None, "t", n=n))
     cut = ms.cut(state, step)
     if cut is not None:
-        return {"decision": "no_gain", "estimate": cut.estimate, "lo": cut.lo, "hi": cut.hi, "pairs": 0, "runs": runs, "cut": True}
+        return {
+            "decision": "no_gain",
+            "estimate": cut.estimate,
+            "lo": cut.lo,
+            "hi": cut.hi,
+            "pairs": 0,
+            "runs": runs,
+            "cut": True,
+        }
     m = None
     for k in range(1, state.max_pairs + 1):
         order = ms.pair_order(k, with_trial=state.pair_with_trial)
@@ -94,13 +104,32 @@ def decide(settings: dict[str, Any], baseline: list[float], measure_run: Callabl
                 continue
             tps[side] = measure_run(side)
             runs += 1
-        step.runs.append(_ref("pair", tps["B"], tps["A"] is not None and tps["B"] is not None, "t" if (k == 1 and state.pair_with_trial) else f"p{k}b",
-                              n=n, attempt=k, reference_tps=tps["A"], reference_record=f"p{k}a", order=order))
+        step.runs.append(
+            _ref(
+                "pair",
+                tps["B"],
+                tps["A"] is not None and tps["B"] is not None,
+                "t" if (k == 1 and state.pair_with_trial) else f"p{k}b",
+                n=n,
+                attempt=k,
+                reference_tps=tps["A"],
+                reference_record=f"p{k}a",
+                order=order,
+            )
+        )
         m = ms.measure(state, step)
         if m.decision != "measuring":
             break
     assert m is not None
-    return {"decision": m.decision, "estimate": m.estimate, "lo": m.lo, "hi": m.hi, "pairs": m.pairs, "runs": runs, "cut": False}
+    return {
+        "decision": m.decision,
+        "estimate": m.estimate,
+        "lo": m.lo,
+        "hi": m.hi,
+        "pairs": m.pairs,
+        "runs": runs,
+        "cut": False,
+    }
 
 
 # ----------------------------------------------------------------------------- real runs on this machine
@@ -123,7 +152,9 @@ class BusyLoad:
             self.proc.wait()
 
 
-def real_condition(recipe: Recipe, out: Path, *, repeats: int, steps: int, warmup: int, progress: Callable[[str], None]) -> dict[str, Any]:
+def real_condition(
+    recipe: Recipe, out: Path, *, repeats: int, steps: int, warmup: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
     """Warm-up, three baseline runs, then ``repeats`` comparisons per change, interleaved change by change."""
     from bot.runner import get_runner
 
@@ -159,9 +190,14 @@ def real_condition(recipe: Recipe, out: Path, *, repeats: int, steps: int, warmu
             res["wall_s"] = time.time() - began
             res["runs"] = counter[0] - start
             results[name].append(res)
-    return {"baseline": baseline, "comparisons": results, "wall_s": time.time() - t0,
-            "estimators": estimator_spread(records["A"], warmup), "base_runs": [step_tps(r, warmup) for r in records["A"]],
-            "base_tps": [r.summary.tps_median for r in records["A"] if r.summary.tps_median]}
+    return {
+        "baseline": baseline,
+        "comparisons": results,
+        "wall_s": time.time() - t0,
+        "estimators": estimator_spread(records["A"], warmup),
+        "base_runs": [step_tps(r, warmup) for r in records["A"]],
+        "base_tps": [r.summary.tps_median for r in records["A"] if r.summary.tps_median],
+    }
 
 
 def resampled_false_gains(tps: list[float], settings: dict[str, Any], trials: int, seed: int = 0) -> dict[str, Any]:
@@ -174,8 +210,16 @@ def resampled_false_gains(tps: list[float], settings: dict[str, Any], trials: in
     return summarise(out)
 
 
-def remeasure(state: Campaign, recipe: Recipe, out: Path, *, steps: int, warmup: int, progress: Callable[[str], None] = lambda s: None,
-              baseline_runs: int = 3) -> list[dict[str, Any]]:
+def remeasure(
+    state: Campaign,
+    recipe: Recipe,
+    out: Path,
+    *,
+    steps: int,
+    warmup: int,
+    progress: Callable[[str], None] = lambda s: None,
+    baseline_runs: int = 3,
+) -> list[dict[str, Any]]:
     """Every kept step of a finished campaign measured again, its incumbent against it, by the same protocol with fresh
     runs (``baseline_runs`` of the incumbent first, as a campaign starts): no false gain means every interval lies
     above zero."""
@@ -183,16 +227,25 @@ def remeasure(state: Campaign, recipe: Recipe, out: Path, *, steps: int, warmup:
 
     runner = get_runner(recipe.cluster.launcher)
     bench = recipe.bench.model_copy(update={"steps": steps, "warmup_steps": warmup})
-    settings = {k: v for k, v in measurement_options(recipe.cluster.launcher).items() if k not in ("baseline_warmup_runs", "baseline_runs_wanted")}
+    settings = {
+        k: v
+        for k, v in measurement_options(recipe.cluster.launcher).items()
+        if k not in ("baseline_warmup_runs", "baseline_runs_wanted")
+    }
     counter = [0]
     results = []
     incumbent = dict(state.baseline_levers)
     for st in state.steps:
         if not st.kept:
             continue
+
         def run(levers: dict[str, Any], side: str, n: int = st.n) -> float | None:
             counter[0] += 1
-            rec = runner.run(recipe.model_copy(update={"levers": levers, "bench": bench}), steps=steps, out_dir=out / f"run-{counter[0]:03d}")
+            rec = runner.run(
+                recipe.model_copy(update={"levers": levers, "bench": bench}),
+                steps=steps,
+                out_dir=out / f"run-{counter[0]:03d}",
+            )
             progress(f"step {n} {side}: {rec.outcome} {rec.summary.tps_median or 0:,.0f} tok/s")
             return rec.summary.tps_median if rec.outcome == "ok" else None
 
@@ -204,8 +257,16 @@ def remeasure(state: Campaign, recipe: Recipe, out: Path, *, steps: int, warmup:
             return run(a if side == "B" else b, side)
 
         res = decide(settings, base, run_side, n=st.n)
-        results.append({"step": st.n, "change": st.change.title(), "campaign_estimate": st.gain, "wall_s": time.time() - began, **res,
-                        "above_zero": res["lo"] is not None and res["lo"] > 0})
+        results.append(
+            {
+                "step": st.n,
+                "change": st.change.title(),
+                "campaign_estimate": st.gain,
+                "wall_s": time.time() - began,
+                **res,
+                "above_zero": res["lo"] is not None and res["lo"] > 0,
+            }
+        )
         incumbent = after
     return results
 
@@ -228,10 +289,16 @@ def simulated(trials: int, seed: int = 0, **overrides: Any) -> dict[str, Any]:
     for gain in SIM_GAINS:
         res = []
         for t in range(trials):
+
             def run(side: str, g: float = gain, t: int = t) -> float:
                 counter[0] += 1
-                return measured_throughput(1000.0 * (1.0 + g if side == "B" else 1.0), seed, f"bench-{t}-{counter[0]}",
-                                           steps=SIM_WARMUP + window, warmup=SIM_WARMUP)
+                return measured_throughput(
+                    1000.0 * (1.0 + g if side == "B" else 1.0),
+                    seed,
+                    f"bench-{t}-{counter[0]}",
+                    steps=SIM_WARMUP + window,
+                    warmup=SIM_WARMUP,
+                )
 
             base = [run("A") for _ in range(settings.get("baseline_runs_wanted", 2))]
             r = decide(settings, base, run)
@@ -246,12 +313,17 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
         return {"n": 0}
     count = {d: sum(r["decision"] == d for r in results) for d in ("gain", "no_gain", "undecided")}
     widths = [r["hi"] - r["lo"] for r in results if r.get("lo") is not None]
-    return {"n": n, **{f"{d}_share": c / n for d, c in count.items()}, "runs_mean": statistics.fmean(r["runs"] for r in results),
-            "runs_max": max(r["runs"] for r in results),
-            **({"steps_mean": statistics.fmean(r["steps"] for r in results)} if all("steps" in r for r in results) else {}),
-            "width_median": statistics.median(widths) if widths else None,
-            "estimate_median": statistics.median(r["estimate"] for r in results if r["estimate"] is not None)
-            if any(r["estimate"] is not None for r in results) else None}
+    return {
+        "n": n,
+        **{f"{d}_share": c / n for d, c in count.items()},
+        "runs_mean": statistics.fmean(r["runs"] for r in results),
+        "runs_max": max(r["runs"] for r in results),
+        **({"steps_mean": statistics.fmean(r["steps"] for r in results)} if all("steps" in r for r in results) else {}),
+        "width_median": statistics.median(widths) if widths else None,
+        "estimate_median": statistics.median(r["estimate"] for r in results if r["estimate"] is not None)
+        if any(r["estimate"] is not None for r in results)
+        else None,
+    }
 
 
 # ----------------------------------------------------------------------------- the benchmark
@@ -261,20 +333,49 @@ def window_study(trials: int, seed: int, windows: list[int]) -> list[dict[str, A
     rows = []
     for w in windows:
         by = simulated(trials, seed, measure_steps=w)["by_gain"]
-        rows.append({"window": w, "false_gain": by["+0%"]["gain_share"], "detected_3pct": by["+3%"]["gain_share"],
-                     "runs_3pct": by["+3%"]["runs_mean"], "steps_3pct": by["+3%"]["steps_mean"], "steps_0pct": by["+0%"]["steps_mean"]})
+        rows.append(
+            {
+                "window": w,
+                "false_gain": by["+0%"]["gain_share"],
+                "detected_3pct": by["+3%"]["gain_share"],
+                "runs_3pct": by["+3%"]["runs_mean"],
+                "steps_3pct": by["+3%"]["steps_mean"],
+                "steps_0pct": by["+0%"]["steps_mean"],
+            }
+        )
     return rows
 
 
-def run_bench(recipe: Recipe, out: Path, *, repeats: int = 2, steps: int = 12, warmup: int = 3, load_s: float = 1800.0,
-              sim_trials: int = 2000, real: bool = True, progress: Callable[[str], None] = lambda s: None,
-              sim_seed: int = 0, sim_windows: list[int] | None = None) -> dict[str, Any]:
-    report: dict[str, Any] = {"recipe": recipe.name, "steps": steps, "warmup": warmup, "repeats": repeats,
-                              "settings": measurement_options("local"), "real": {}}
+def run_bench(
+    recipe: Recipe,
+    out: Path,
+    *,
+    repeats: int = 2,
+    steps: int = 12,
+    warmup: int = 3,
+    load_s: float = 1800.0,
+    sim_trials: int = 2000,
+    real: bool = True,
+    progress: Callable[[str], None] = lambda s: None,
+    sim_seed: int = 0,
+    sim_windows: list[int] | None = None,
+) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "recipe": recipe.name,
+        "steps": steps,
+        "warmup": warmup,
+        "repeats": repeats,
+        "settings": measurement_options("local"),
+        "real": {},
+    }
     if real:
-        report["real"]["idle"] = real_condition(recipe, out / "idle", repeats=repeats, steps=steps, warmup=warmup, progress=progress)
+        report["real"]["idle"] = real_condition(
+            recipe, out / "idle", repeats=repeats, steps=steps, warmup=warmup, progress=progress
+        )
         with BusyLoad(load_s):
-            report["real"]["load"] = real_condition(recipe, out / "load", repeats=repeats, steps=steps, warmup=warmup, progress=progress)
+            report["real"]["load"] = real_condition(
+                recipe, out / "load", repeats=repeats, steps=steps, warmup=warmup, progress=progress
+            )
         pooled = [t for cond in report["real"].values() for t in cond["base_tps"]]
         for cond in report["real"].values():
             cond["summary"] = {k: summarise(v) for k, v in cond["comparisons"].items()}
@@ -294,38 +395,129 @@ def _pct(x: float | None) -> str:
 def render(report: dict[str, Any]) -> str:
     from tabulate import tabulate
 
-    lines = [f"# Measurement benchmark — {report['recipe']} ({report['steps']} steps, {report['warmup']} warm-up; protocol settings "
-             f"{report['settings']})\n"]
+    lines = [
+        f"# Measurement benchmark — {report['recipe']} ({report['steps']} steps, {report['warmup']} warm-up; protocol settings "
+        f"{report['settings']})\n"
+    ]
     for name, cond in report.get("real", {}).items():
-        lines.append(f"## Real runs, {name}{' (a busy loop on one core)' if name == 'load' else ''}: baseline "
-                     f"{', '.join(f'{t:,.0f}' for t in cond['baseline'])} tok/s; {cond['wall_s']:.0f} s\n")
-        rows = [[k, s["n"], _pct(s["gain_share"]), _pct(s["no_gain_share"]), _pct(s["undecided_share"]),
-                 "—" if s["estimate_median"] is None else f"{s['estimate_median']:+.1%}",
-                 "—" if s["width_median"] is None else f"{s['width_median']:.1%}", f"{s['runs_mean']:.1f} (max {s['runs_max']})"]
-                for k, s in cond["summary"].items()]
-        lines.append(tabulate(rows, headers=["comparison", "n", "gain", "no gain", "undecided", "median estimate", "median CI width", "runs"],
-                              tablefmt="github"))
-        per = [[k, ", ".join(f"{r['decision']} {r['estimate']:+.1%}" + (f" [{r['lo']:+.1%}, {r['hi']:+.1%}]" if r["lo"] is not None else "")
-                             + f" {r['runs']} runs {r['wall_s']:.0f} s" for r in v if r["estimate"] is not None)] for k, v in cond["comparisons"].items()]
+        lines.append(
+            f"## Real runs, {name}{' (a busy loop on one core)' if name == 'load' else ''}: baseline "
+            f"{', '.join(f'{t:,.0f}' for t in cond['baseline'])} tok/s; {cond['wall_s']:.0f} s\n"
+        )
+        rows = [
+            [
+                k,
+                s["n"],
+                _pct(s["gain_share"]),
+                _pct(s["no_gain_share"]),
+                _pct(s["undecided_share"]),
+                "—" if s["estimate_median"] is None else f"{s['estimate_median']:+.1%}",
+                "—" if s["width_median"] is None else f"{s['width_median']:.1%}",
+                f"{s['runs_mean']:.1f} (max {s['runs_max']})",
+            ]
+            for k, s in cond["summary"].items()
+        ]
+        lines.append(
+            tabulate(
+                rows,
+                headers=[
+                    "comparison",
+                    "n",
+                    "gain",
+                    "no gain",
+                    "undecided",
+                    "median estimate",
+                    "median CI width",
+                    "runs",
+                ],
+                tablefmt="github",
+            )
+        )
+        per = [
+            [
+                k,
+                ", ".join(
+                    f"{r['decision']} {r['estimate']:+.1%}"
+                    + (f" [{r['lo']:+.1%}, {r['hi']:+.1%}]" if r["lo"] is not None else "")
+                    + f" {r['runs']} runs {r['wall_s']:.0f} s"
+                    for r in v
+                    if r["estimate"] is not None
+                ),
+            ]
+            for k, v in cond["comparisons"].items()
+        ]
         lines.append("\n" + tabulate(per, headers=["comparison", "each decision"], tablefmt="github"))
         rs = cond["resampled_a_vs_a"]
-        lines.append(f"\nA vs A resampled from this condition's {len(cond['base_tps'])} real runs of the recipe ({rs['n']} comparisons): "
-                     f"false gains {_pct(rs['gain_share'])}, no gain {_pct(rs['no_gain_share'])}, undecided {_pct(rs['undecided_share'])}, "
-                     f"runs {rs['runs_mean']:.1f} on average\n")
+        lines.append(
+            f"\nA vs A resampled from this condition's {len(cond['base_tps'])} real runs of the recipe ({rs['n']} comparisons): "
+            f"false gains {_pct(rs['gain_share'])}, no gain {_pct(rs['no_gain_share'])}, undecided {_pct(rs['undecided_share'])}, "
+            f"runs {rs['runs_mean']:.1f} on average\n"
+        )
         est = sorted(cond["estimators"].items(), key=lambda kv: kv[1])
-        lines.append("Per-run estimator, run-to-run spread (sd of log over the recipe's runs): "
-                     + ", ".join(f"{k} {v:.2%}" for k, v in est) + "\n")
+        lines.append(
+            "Per-run estimator, run-to-run spread (sd of log over the recipe's runs): "
+            + ", ".join(f"{k} {v:.2%}" for k, v in est)
+            + "\n"
+        )
     sim = report["simulated"]
-    lines.append(f"## SIMULATED (the simulator's seeded noise; settings {sim['settings']}; {sim['trials']} comparisons per gain)\n")
-    rows = [[g, _pct(s["gain_share"]), _pct(s["no_gain_share"]), _pct(s["undecided_share"]), f"{s['runs_mean']:.1f} (max {s['runs_max']})",
-             f"{s.get('steps_mean', 0):.0f}", "—" if s["width_median"] is None else f"{s['width_median']:.1%}"] for g, s in sim["by_gain"].items()]
-    lines.append(tabulate(rows, headers=["true gain", "decided gain", "no gain", "undecided", "runs per decision", "steps per decision",
-                                         "median CI width"], tablefmt="github"))
+    lines.append(
+        f"## SIMULATED (the simulator's seeded noise; settings {sim['settings']}; {sim['trials']} comparisons per gain)\n"
+    )
+    rows = [
+        [
+            g,
+            _pct(s["gain_share"]),
+            _pct(s["no_gain_share"]),
+            _pct(s["undecided_share"]),
+            f"{s['runs_mean']:.1f} (max {s['runs_max']})",
+            f"{s.get('steps_mean', 0):.0f}",
+            "—" if s["width_median"] is None else f"{s['width_median']:.1%}",
+        ]
+        for g, s in sim["by_gain"].items()
+    ]
+    lines.append(
+        tabulate(
+            rows,
+            headers=[
+                "true gain",
+                "decided gain",
+                "no gain",
+                "undecided",
+                "runs per decision",
+                "steps per decision",
+                "median CI width",
+            ],
+            tablefmt="github",
+        )
+    )
     if report.get("simulated_windows"):
-        lines.append(f"\n### SIMULATED: measurement windows (steps after the warm-up each run's median uses; {sim['trials']} comparisons per "
-                     f"gain; steps per decision: the trial's {SIM_STEPS}, each later run's {SIM_WARMUP} warm-up and its window)\n")
-        rows = [[r["window"], f"{r['false_gain']:.1%}", f"{r['detected_3pct']:.1%}", f"{r['runs_3pct']:.1f}", f"{r['steps_3pct']:.1f}",
-                 f"{r['steps_0pct']:.1f}"] for r in report["simulated_windows"]]
-        lines.append(tabulate(rows, headers=["window", "false gains (A vs A)", "+3% detected", "runs per +3% decision",
-                                             "steps per +3% decision", "steps per A-vs-A decision"], tablefmt="github"))
+        lines.append(
+            f"\n### SIMULATED: measurement windows (steps after the warm-up each run's median uses; {sim['trials']} comparisons per "
+            f"gain; steps per decision: the trial's {SIM_STEPS}, each later run's {SIM_WARMUP} warm-up and its window)\n"
+        )
+        rows = [
+            [
+                r["window"],
+                f"{r['false_gain']:.1%}",
+                f"{r['detected_3pct']:.1%}",
+                f"{r['runs_3pct']:.1f}",
+                f"{r['steps_3pct']:.1f}",
+                f"{r['steps_0pct']:.1f}",
+            ]
+            for r in report["simulated_windows"]
+        ]
+        lines.append(
+            tabulate(
+                rows,
+                headers=[
+                    "window",
+                    "false gains (A vs A)",
+                    "+3% detected",
+                    "runs per +3% decision",
+                    "steps per +3% decision",
+                    "steps per A-vs-A decision",
+                ],
+                tablefmt="github",
+            )
+        )
     return "\n".join(lines) + "\n"

@@ -82,14 +82,30 @@ DDP2 = {"cluster": {"devices_per_node": 2}, "levers": {"parallelism.data_paralle
 _ONE = {"parallelism.data_parallel_shard_degree": 1}
 LAYOUT2: dict[str, dict[str, Any]] = {
     "fsdp2": {"levers": {"parallelism.data_parallel_shard_degree": 2}},
-    "fsdp2_reshard_never": {"levers": {"parallelism.data_parallel_shard_degree": 2, "parallelism.fsdp_reshard_after_forward": "never"}},
+    "fsdp2_reshard_never": {
+        "levers": {"parallelism.data_parallel_shard_degree": 2, "parallelism.fsdp_reshard_after_forward": "never"}
+    },
     "tp2": {"levers": {**_ONE, "parallelism.tensor_parallel_degree": 2}},
-    "tp2_nosp": {"levers": {**_ONE, "parallelism.tensor_parallel_degree": 2, "parallelism.enable_sequence_parallel": False}},
+    "tp2_nosp": {
+        "levers": {**_ONE, "parallelism.tensor_parallel_degree": 2, "parallelism.enable_sequence_parallel": False}
+    },
     "pp2": {"levers": {**_ONE, "parallelism.pipeline_parallel_degree": 2, "training.local_batch_size": 2}},
-    "pp2_gpipe": {"levers": {**_ONE, "parallelism.pipeline_parallel_degree": 2, "training.local_batch_size": 2,
-                             "parallelism.pipeline_parallel_schedule": "GPipe"}},
-    "pp2_interleaved": {"levers": {**_ONE, "parallelism.pipeline_parallel_degree": 2, "training.local_batch_size": 4,
-                                   "parallelism.pipeline_parallel_schedule": "Interleaved1F1B"}},
+    "pp2_gpipe": {
+        "levers": {
+            **_ONE,
+            "parallelism.pipeline_parallel_degree": 2,
+            "training.local_batch_size": 2,
+            "parallelism.pipeline_parallel_schedule": "GPipe",
+        }
+    },
+    "pp2_interleaved": {
+        "levers": {
+            **_ONE,
+            "parallelism.pipeline_parallel_degree": 2,
+            "training.local_batch_size": 4,
+            "parallelism.pipeline_parallel_schedule": "Interleaved1F1B",
+        }
+    },
     "cp2": {"levers": {**_ONE, "parallelism.context_parallel_degree": 2}},
 }
 
@@ -107,37 +123,194 @@ def cases() -> list[Case]:
     """The benchmark's cases (faults first, then held-out legitimate changes)."""
     cfg = "config"
     faults = [
-        Case(name="lr +10%", kind="fault", inject=cfg, what="peak LR 3e-3 -> 3.3e-3 (config function, pin updated)", workload=_variant("lr_up_10pct"), pinned={"optimizer.lr": 0.0033}),
-        Case(name="lr +10%, stale pin", kind="fault", inject=cfg, what="peak LR 3.3e-3 in the config function, pin left at 3e-3", workload=_variant("lr_up_10pct")),
-        Case(name="clipping off", kind="fault", inject=cfg, what="max_norm 1.0 -> 1e9 (config function)", workload=_variant("clipping_off")),
-        Case(name="max_norm 2.0", kind="fault", inject=cfg, what="clip threshold 1.0 -> 2.0 (recipe pin)", pinned={"training.max_norm": 2.0}),
-        Case(name="weight decay 0", kind="fault", inject=cfg, what="AdamW weight_decay 0.1 -> 0", workload=_variant("weight_decay_off")),
+        Case(
+            name="lr +10%",
+            kind="fault",
+            inject=cfg,
+            what="peak LR 3e-3 -> 3.3e-3 (config function, pin updated)",
+            workload=_variant("lr_up_10pct"),
+            pinned={"optimizer.lr": 0.0033},
+        ),
+        Case(
+            name="lr +10%, stale pin",
+            kind="fault",
+            inject=cfg,
+            what="peak LR 3.3e-3 in the config function, pin left at 3e-3",
+            workload=_variant("lr_up_10pct"),
+        ),
+        Case(
+            name="clipping off",
+            kind="fault",
+            inject=cfg,
+            what="max_norm 1.0 -> 1e9 (config function)",
+            workload=_variant("clipping_off"),
+        ),
+        Case(
+            name="max_norm 2.0",
+            kind="fault",
+            inject=cfg,
+            what="clip threshold 1.0 -> 2.0 (recipe pin)",
+            pinned={"training.max_norm": 2.0},
+        ),
+        Case(
+            name="weight decay 0",
+            kind="fault",
+            inject=cfg,
+            what="AdamW weight_decay 0.1 -> 0",
+            workload=_variant("weight_decay_off"),
+        ),
         Case(name="eps 1e-6", kind="fault", inject=cfg, what="AdamW eps 1e-8 -> 1e-6", workload=_variant("eps_1e6")),
-        Case(name="beta2 0.999", kind="fault", inject=cfg, what="AdamW betas (0.9, 0.95) -> (0.9, 0.999)", workload=_variant("beta2_0999")),
-        Case(name="no decay on norms", kind="fault", inject=cfg, what="a param group exempts norms and embeddings from weight decay", workload=_variant("no_decay_on_norms")),
+        Case(
+            name="beta2 0.999",
+            kind="fault",
+            inject=cfg,
+            what="AdamW betas (0.9, 0.95) -> (0.9, 0.999)",
+            workload=_variant("beta2_0999"),
+        ),
+        Case(
+            name="no decay on norms",
+            kind="fault",
+            inject=cfg,
+            what="a param group exempts norms and embeddings from weight decay",
+            workload=_variant("no_decay_on_norms"),
+        ),
         Case(name="SGD", kind="fault", inject=cfg, what="AdamW replaced by SGD", workload=_variant("sgd_optimizer")),
-        Case(name="warm-up removed", kind="fault", inject=cfg, what="lr_scheduler.warmup_steps 5 -> 0", pinned={"lr_scheduler.warmup_steps": 0}),
-        Case(name="schedule 1000 -> 500", kind="fault", inject=cfg, what="lr_scheduler.total_steps 1000 -> 500", pinned={"lr_scheduler.total_steps": 500}),
-        Case(name="cosine decay", kind="fault", inject=cfg, what="lr_scheduler.decay_type linear -> cosine", pinned={"lr_scheduler.decay_type": "cosine"}),
-        Case(name="min lr 0", kind="fault", inject=cfg, what="lr_scheduler.min_lr_factor 0.1 -> 0", pinned={"lr_scheduler.min_lr_factor": 0.0}),
+        Case(
+            name="warm-up removed",
+            kind="fault",
+            inject=cfg,
+            what="lr_scheduler.warmup_steps 5 -> 0",
+            pinned={"lr_scheduler.warmup_steps": 0},
+        ),
+        Case(
+            name="schedule 1000 -> 500",
+            kind="fault",
+            inject=cfg,
+            what="lr_scheduler.total_steps 1000 -> 500",
+            pinned={"lr_scheduler.total_steps": 500},
+        ),
+        Case(
+            name="cosine decay",
+            kind="fault",
+            inject=cfg,
+            what="lr_scheduler.decay_type linear -> cosine",
+            pinned={"lr_scheduler.decay_type": "cosine"},
+        ),
+        Case(
+            name="min lr 0",
+            kind="fault",
+            inject=cfg,
+            what="lr_scheduler.min_lr_factor 0.1 -> 0",
+            pinned={"lr_scheduler.min_lr_factor": 0.0},
+        ),
         Case(name="seed 43", kind="fault", inject=cfg, what="debug.seed 42 -> 43", pinned={"debug.seed": 43}),
-        Case(name="global batch 16", kind="fault", inject=cfg, what="training.global_batch_size 8 -> 16", pinned={"training.global_batch_size": 16}),
-        Case(name="seq_len 128", kind="fault", inject=cfg, what="training.seq_len 256 -> 128", pinned={"training.seq_len": 128}),
-        Case(name="dataset seed", kind="fault", inject=cfg, what="dataloader.data_seed 1234 -> 7 (other data)", pinned={"dataloader.data_seed": 7}),
-        Case(name="tokenizer path", kind="fault", inject=cfg, what="hf_assets_path changed (other tokenizer assets)", pinned={"hf_assets_path": "./other-tokenizer"}),
-        Case(name="init from checkpoint", kind="fault", inject=cfg, what="checkpoint.initial_load_path set (other initial weights)", pinned={"checkpoint.initial_load_path": "/tmp/attune-seed-checkpoint"}),
-        Case(name="bf16 params (mixed precision)", kind="fault", inject=cfg, what="lever training.mixed_precision_param float32 -> bfloat16", levers={"training.mixed_precision_param": "bfloat16"}),
-        Case(name="bf16 optimizer states", kind="fault", inject=cfg, what="lever optimizer.implementation fused -> fused_opt_states_bf16", levers={"optimizer.implementation": "fused_opt_states_bf16"}),
-        Case(name="bf16 training dtype", kind="fault", inject=cfg, what="training.dtype float32 -> bfloat16 (config function)", workload=_variant("bf16_training")),
-        Case(name="tied embeddings", kind="fault", inject=cfg, what="weight tying on (config function)", workload=_variant("tied_embeddings")),
-        Case(name="3 layers", kind="fault", inject=cfg, what="one transformer block fewer (config function)", workload=_variant("three_layers")),
-        Case(name="rope theta 5e5", kind="fault", inject=cfg, what="RoPE theta 1e4 -> 5e5 (config function)", workload=_variant("rope_theta_500k")),
-        Case(name="lbs 4, global batch unpinned", kind="fault", inject="layout", what="local batch 8 -> 4 while global_batch_size is -1 (follows lbs x DP)", baseline="gbs_unpinned", levers={"training.local_batch_size": 4}),
-        Case(name="CP 2 ranks (cannot run on CPU)", kind="fault", inject="layout", what="context parallel 2: needs FlexAttention's backward, absent on the CPU (rejected before any run)", **_layout("cp2")),
-        Case(name="DDP 2 ranks, spmd_types", kind="fault", inject="layout", what="DDP over 2 ranks with the spmd_types backend (torch 2.13 defect)", workload=_variant("spmd_types_backend"), **DDP2),
+        Case(
+            name="global batch 16",
+            kind="fault",
+            inject=cfg,
+            what="training.global_batch_size 8 -> 16",
+            pinned={"training.global_batch_size": 16},
+        ),
+        Case(
+            name="seq_len 128",
+            kind="fault",
+            inject=cfg,
+            what="training.seq_len 256 -> 128",
+            pinned={"training.seq_len": 128},
+        ),
+        Case(
+            name="dataset seed",
+            kind="fault",
+            inject=cfg,
+            what="dataloader.data_seed 1234 -> 7 (other data)",
+            pinned={"dataloader.data_seed": 7},
+        ),
+        Case(
+            name="tokenizer path",
+            kind="fault",
+            inject=cfg,
+            what="hf_assets_path changed (other tokenizer assets)",
+            pinned={"hf_assets_path": "./other-tokenizer"},
+        ),
+        Case(
+            name="init from checkpoint",
+            kind="fault",
+            inject=cfg,
+            what="checkpoint.initial_load_path set (other initial weights)",
+            pinned={"checkpoint.initial_load_path": "/tmp/attune-seed-checkpoint"},
+        ),
+        Case(
+            name="bf16 params (mixed precision)",
+            kind="fault",
+            inject=cfg,
+            what="lever training.mixed_precision_param float32 -> bfloat16",
+            levers={"training.mixed_precision_param": "bfloat16"},
+        ),
+        Case(
+            name="bf16 optimizer states",
+            kind="fault",
+            inject=cfg,
+            what="lever optimizer.implementation fused -> fused_opt_states_bf16",
+            levers={"optimizer.implementation": "fused_opt_states_bf16"},
+        ),
+        Case(
+            name="bf16 training dtype",
+            kind="fault",
+            inject=cfg,
+            what="training.dtype float32 -> bfloat16 (config function)",
+            workload=_variant("bf16_training"),
+        ),
+        Case(
+            name="tied embeddings",
+            kind="fault",
+            inject=cfg,
+            what="weight tying on (config function)",
+            workload=_variant("tied_embeddings"),
+        ),
+        Case(
+            name="3 layers",
+            kind="fault",
+            inject=cfg,
+            what="one transformer block fewer (config function)",
+            workload=_variant("three_layers"),
+        ),
+        Case(
+            name="rope theta 5e5",
+            kind="fault",
+            inject=cfg,
+            what="RoPE theta 1e4 -> 5e5 (config function)",
+            workload=_variant("rope_theta_500k"),
+        ),
+        Case(
+            name="lbs 4, global batch unpinned",
+            kind="fault",
+            inject="layout",
+            what="local batch 8 -> 4 while global_batch_size is -1 (follows lbs x DP)",
+            baseline="gbs_unpinned",
+            levers={"training.local_batch_size": 4},
+        ),
+        Case(
+            name="CP 2 ranks (cannot run on CPU)",
+            kind="fault",
+            inject="layout",
+            what="context parallel 2: needs FlexAttention's backward, absent on the CPU (rejected before any run)",
+            **_layout("cp2"),
+        ),
+        Case(
+            name="DDP 2 ranks, spmd_types",
+            kind="fault",
+            inject="layout",
+            what="DDP over 2 ranks with the spmd_types backend (torch 2.13 defect)",
+            workload=_variant("spmd_types_backend"),
+            **DDP2,
+        ),
     ]
     code = [
-        ("loss per microbatch", "loss_per_microbatch", "each microbatch's own token mean, averaged (not the global token mean)"),
+        (
+            "loss per microbatch",
+            "loss_per_microbatch",
+            "each microbatch's own token mean, averaged (not the global token mean)",
+        ),
         ("labels shifted", "label_shift", "labels shifted once more: predicts t+2"),
         ("prompt labels trained", "ignore_index_off", "ignored (prompt/pad) labels trained as pad"),
         ("future-token leak", "future_leak", "attention mask lets each token see the next one"),
@@ -156,44 +329,203 @@ def cases() -> list[Case]:
         ("z-loss 1e-4", "z_loss:1e-4", "z-loss added to the objective"),
         ("label smoothing 0.1", "label_smoothing:0.1", "cross-entropy with label smoothing"),
         ("data restarts", "data_restart:80", "data stream restarts after 80 samples (step 11)"),
-        ("biases frozen (model has none)", r"drop_grads:\.bias$", "bias gradients dropped; no-op by construction: the model has no biases"),
+        (
+            "biases frozen (model has none)",
+            r"drop_grads:\.bias$",
+            "bias gradients dropped; no-op by construction: the model has no biases",
+        ),
     ]
     faults += [Case(name=n, kind="fault", inject="code", what=w, hook=h) for n, h, w in code]
     layout_code = [
-        ("TP plan shards the norms", "tp2", "tp_norm_sharded", "TP 2: per-layer norm weights sharded S(0) instead of replicated"),
-        ("TP plan leaves w3 unsharded", "tp2", "tp_proj_unsharded", "TP 2: FFN w3 replicated while w1 is column-sharded"),
+        (
+            "TP plan shards the norms",
+            "tp2",
+            "tp_norm_sharded",
+            "TP 2: per-layer norm weights sharded S(0) instead of replicated",
+        ),
+        (
+            "TP plan leaves w3 unsharded",
+            "tp2",
+            "tp_proj_unsharded",
+            "TP 2: FFN w3 replicated while w1 is column-sharded",
+        ),
         ("PP split drops layer 1", "pp2", "pp_drop_layer:1", "PP 2: layer 1 in no stage (the model runs without it)"),
         ("PP split duplicates layer 1", "pp2", "pp_dup_layer:1", "PP 2: layer 1 in both stages (runs twice)"),
-        ("PP loss / microbatch count", "pp2", "pp_mb_loss_scale", "PP 2: each microbatch loss divided again by the microbatch count (torchtitan#1733)"),
-        ("FSDP without the seed checkpoint", "fsdp2", "seed_not_loaded", "FSDP 2: seed checkpoint not loaded (identical shards on a CPU mesh)"),
+        (
+            "PP loss / microbatch count",
+            "pp2",
+            "pp_mb_loss_scale",
+            "PP 2: each microbatch loss divided again by the microbatch count (torchtitan#1733)",
+        ),
+        (
+            "FSDP without the seed checkpoint",
+            "fsdp2",
+            "seed_not_loaded",
+            "FSDP 2: seed checkpoint not loaded (identical shards on a CPU mesh)",
+        ),
         ("TP without the seed checkpoint", "tp2", "seed_not_loaded", "TP 2: seed checkpoint not loaded (sharded init)"),
-        ("PP without the seed checkpoint", "pp2", "seed_not_loaded", "PP 2: seed checkpoint not loaded (per-stage init seeds)"),
+        (
+            "PP without the seed checkpoint",
+            "pp2",
+            "seed_not_loaded",
+            "PP 2: seed checkpoint not loaded (per-stage init seeds)",
+        ),
     ]
-    faults += [Case(name=n, kind="fault", inject="code", what=w, hook=h, **_layout(lay)) for n, lay, h, w in layout_code]
     faults += [
-        Case(name="rank 1 reads rank 0's data", kind="fault", inject="code", what="DDP 2 ranks: both ranks read the same samples", baseline="ddp2", hook="dup_rank_data"),
-        Case(name="step skipped on rank 1", kind="fault", inject="code", what="DDP 2 ranks: rank 1 skips the optimizer step at step 3", baseline="ddp2", hook="skip_step:3@1"),
+        Case(name=n, kind="fault", inject="code", what=w, hook=h, **_layout(lay)) for n, lay, h, w in layout_code
+    ]
+    faults += [
+        Case(
+            name="rank 1 reads rank 0's data",
+            kind="fault",
+            inject="code",
+            what="DDP 2 ranks: both ranks read the same samples",
+            baseline="ddp2",
+            hook="dup_rank_data",
+        ),
+        Case(
+            name="step skipped on rank 1",
+            kind="fault",
+            inject="code",
+            what="DDP 2 ranks: rank 1 skips the optimizer step at step 3",
+            baseline="ddp2",
+            hook="skip_step:3@1",
+        ),
     ]
     legit = [
-        Case(name="AC none", kind="legit", inject=cfg, what="activation_checkpoint full -> none", levers={"activation_checkpoint": "none"}),
-        Case(name="AC selective", kind="legit", inject=cfg, what="activation_checkpoint full -> selective", levers={"activation_checkpoint": "selective"}),
-        Case(name="gc every step", kind="legit", inject=cfg, what="training.gc_freq 50 -> 1", levers={"training.gc_freq": 1}),
-        Case(name="reshard always", kind="legit", inject=cfg, what="fsdp_reshard_after_forward default -> always", levers={"parallelism.fsdp_reshard_after_forward": "always"}),
-        Case(name="reshard never", kind="legit", inject=cfg, what="fsdp_reshard_after_forward default -> never", levers={"parallelism.fsdp_reshard_after_forward": "never"}),
-        Case(name="structured logging off", kind="legit", inject=cfg, what="debug.enable_structured_logging true -> false", levers={"debug.enable_structured_logging": False}),
-        Case(name="optimizer foreach", kind="legit", inject=cfg, what="optimizer.implementation fused -> foreach", levers={"optimizer.implementation": "foreach"}),
-        Case(name="optimizer for-loop", kind="legit", inject=cfg, what="optimizer.implementation fused -> for-loop", levers={"optimizer.implementation": "for-loop"}),
-        Case(name="loss unchunked", kind="legit", inject=cfg, what="loss.num_chunks 8 -> 1", levers={"loss.num_chunks": 1}),
-        Case(name="GA 2 (lbs 4)", kind="legit", inject=cfg, what="local batch 1 -> 4, global batch pinned (GA 8 -> 2)", levers={"training.local_batch_size": 4}),
-        Case(name="GA 1 (lbs 8)", kind="legit", inject=cfg, what="local batch 1 -> 8, global batch pinned (GA 8 -> 1)", levers={"training.local_batch_size": 8}),
-        Case(name="FSDP 2 ranks", kind="legit", inject="layout", what="2 ranks, dp_shard 2, seed checkpoint, global batch pinned (GA 8 -> 4 per rank)", **_layout("fsdp2")),
-        Case(name="FSDP 2 ranks, reshard never", kind="legit", inject="layout", what="as FSDP 2 ranks, fsdp_reshard_after_forward never", **_layout("fsdp2_reshard_never")),
-        Case(name="TP 2 (+SP)", kind="legit", inject="layout", what="tensor parallel 2 with sequence parallel, seed checkpoint", **_layout("tp2")),
-        Case(name="TP 2 (no SP)", kind="legit", inject="layout", what="tensor parallel 2 without sequence parallel, seed checkpoint", **_layout("tp2_nosp")),
-        Case(name="PP 2 (1F1B)", kind="legit", inject="layout", what="pipeline parallel 2, 1F1B, local batch 2 = 2 microbatches, seed checkpoint", **_layout("pp2")),
-        Case(name="PP 2 (GPipe)", kind="legit", inject="layout", what="pipeline parallel 2, GPipe, 2 microbatches, seed checkpoint", **_layout("pp2_gpipe")),
-        Case(name="PP 2 (Interleaved1F1B)", kind="legit", inject="layout", what="pipeline parallel 2, Interleaved1F1B (4 stages), 4 microbatches, seed checkpoint", **_layout("pp2_interleaved")),
-        Case(name="compile", kind="legit", inject=cfg, what="compile.enable false -> true (inductor on CPU)", levers={"compile.enable": True}),
+        Case(
+            name="AC none",
+            kind="legit",
+            inject=cfg,
+            what="activation_checkpoint full -> none",
+            levers={"activation_checkpoint": "none"},
+        ),
+        Case(
+            name="AC selective",
+            kind="legit",
+            inject=cfg,
+            what="activation_checkpoint full -> selective",
+            levers={"activation_checkpoint": "selective"},
+        ),
+        Case(
+            name="gc every step",
+            kind="legit",
+            inject=cfg,
+            what="training.gc_freq 50 -> 1",
+            levers={"training.gc_freq": 1},
+        ),
+        Case(
+            name="reshard always",
+            kind="legit",
+            inject=cfg,
+            what="fsdp_reshard_after_forward default -> always",
+            levers={"parallelism.fsdp_reshard_after_forward": "always"},
+        ),
+        Case(
+            name="reshard never",
+            kind="legit",
+            inject=cfg,
+            what="fsdp_reshard_after_forward default -> never",
+            levers={"parallelism.fsdp_reshard_after_forward": "never"},
+        ),
+        Case(
+            name="structured logging off",
+            kind="legit",
+            inject=cfg,
+            what="debug.enable_structured_logging true -> false",
+            levers={"debug.enable_structured_logging": False},
+        ),
+        Case(
+            name="optimizer foreach",
+            kind="legit",
+            inject=cfg,
+            what="optimizer.implementation fused -> foreach",
+            levers={"optimizer.implementation": "foreach"},
+        ),
+        Case(
+            name="optimizer for-loop",
+            kind="legit",
+            inject=cfg,
+            what="optimizer.implementation fused -> for-loop",
+            levers={"optimizer.implementation": "for-loop"},
+        ),
+        Case(
+            name="loss unchunked",
+            kind="legit",
+            inject=cfg,
+            what="loss.num_chunks 8 -> 1",
+            levers={"loss.num_chunks": 1},
+        ),
+        Case(
+            name="GA 2 (lbs 4)",
+            kind="legit",
+            inject=cfg,
+            what="local batch 1 -> 4, global batch pinned (GA 8 -> 2)",
+            levers={"training.local_batch_size": 4},
+        ),
+        Case(
+            name="GA 1 (lbs 8)",
+            kind="legit",
+            inject=cfg,
+            what="local batch 1 -> 8, global batch pinned (GA 8 -> 1)",
+            levers={"training.local_batch_size": 8},
+        ),
+        Case(
+            name="FSDP 2 ranks",
+            kind="legit",
+            inject="layout",
+            what="2 ranks, dp_shard 2, seed checkpoint, global batch pinned (GA 8 -> 4 per rank)",
+            **_layout("fsdp2"),
+        ),
+        Case(
+            name="FSDP 2 ranks, reshard never",
+            kind="legit",
+            inject="layout",
+            what="as FSDP 2 ranks, fsdp_reshard_after_forward never",
+            **_layout("fsdp2_reshard_never"),
+        ),
+        Case(
+            name="TP 2 (+SP)",
+            kind="legit",
+            inject="layout",
+            what="tensor parallel 2 with sequence parallel, seed checkpoint",
+            **_layout("tp2"),
+        ),
+        Case(
+            name="TP 2 (no SP)",
+            kind="legit",
+            inject="layout",
+            what="tensor parallel 2 without sequence parallel, seed checkpoint",
+            **_layout("tp2_nosp"),
+        ),
+        Case(
+            name="PP 2 (1F1B)",
+            kind="legit",
+            inject="layout",
+            what="pipeline parallel 2, 1F1B, local batch 2 = 2 microbatches, seed checkpoint",
+            **_layout("pp2"),
+        ),
+        Case(
+            name="PP 2 (GPipe)",
+            kind="legit",
+            inject="layout",
+            what="pipeline parallel 2, GPipe, 2 microbatches, seed checkpoint",
+            **_layout("pp2_gpipe"),
+        ),
+        Case(
+            name="PP 2 (Interleaved1F1B)",
+            kind="legit",
+            inject="layout",
+            what="pipeline parallel 2, Interleaved1F1B (4 stages), 4 microbatches, seed checkpoint",
+            **_layout("pp2_interleaved"),
+        ),
+        Case(
+            name="compile",
+            kind="legit",
+            inject=cfg,
+            what="compile.enable false -> true (inductor on CPU)",
+            levers={"compile.enable": True},
+        ),
     ]
     return faults + legit
 
@@ -209,7 +541,9 @@ def _yaml() -> YAML:
     return yaml
 
 
-def edit_recipe_text(text: str, *, levers=None, pinned=None, cluster=None, workload=None, source: str = "<bench>") -> str:
+def edit_recipe_text(
+    text: str, *, levers=None, pinned=None, cluster=None, workload=None, source: str = "<bench>"
+) -> str:
     """``text`` with the given edits (levers through the catalog; other sections by YAML round-trip)."""
     for lever, value in (levers or {}).items():
         text = set_lever_text(text, lever, value, source=source)
@@ -235,12 +569,24 @@ def baselines(base_text: str) -> dict[str, str]:
     return {
         "base": base_text,
         "ddp2": edit_recipe_text(base_text, levers=DDP2["levers"], cluster=DDP2["cluster"], source="ddp2"),
-        "gbs_unpinned": edit_recipe_text(base_text, levers={"training.local_batch_size": 8}, pinned={"training.global_batch_size": -1}, source="gbs_unpinned"),
+        "gbs_unpinned": edit_recipe_text(
+            base_text,
+            levers={"training.local_batch_size": 8},
+            pinned={"training.global_batch_size": -1},
+            source="gbs_unpinned",
+        ),
     }
 
 
 def candidate_text(case: Case, bases: dict[str, str]) -> str:
-    return edit_recipe_text(bases[case.baseline], levers=case.levers, pinned=case.pinned, cluster=case.cluster, workload=case.workload, source=case.name)
+    return edit_recipe_text(
+        bases[case.baseline],
+        levers=case.levers,
+        pinned=case.pinned,
+        cluster=case.cluster,
+        workload=case.workload,
+        source=case.name,
+    )
 
 
 # ----------------------------------------------------------------------------- report
@@ -309,7 +655,10 @@ def _conv_evidence(v: Verdict) -> tuple[str, str]:
     check = v.checks[-1]
     signals = check.evidence.get("signals", [])
     if check.name == "bitwise" and check.passed:
-        return "bitwise", f"{', '.join(s['signal'] for s in signals)} bitwise equal over {check.evidence.get('steps')} steps"
+        return (
+            "bitwise",
+            f"{', '.join(s['signal'] for s in signals)} bitwise equal over {check.evidence.get('steps')} steps",
+        )
     if check.name not in ("bitwise", "band"):
         return check.name, "; ".join(v.reasons)
     bad = [s for s in signals if (not s["equal"] if check.name == "bitwise" else (s.get("statistic") or 0) > 1)]
@@ -397,16 +746,24 @@ def run_bench(
     cal = calibration_specs(base_text, steps=steps, env=env)
     two = next((k for k in TWO_RANK_CALIBRATION if k in bases), None)  # the suite's 2-rank baseline joins the band
     if two is not None:
-        cal[f"cal:{two}"] = RunSpec(label=f"baseline on 2 ranks ({TWO_RANK_CALIBRATION[two]})", recipe_text=bases[two], steps=steps, env=env)
+        cal[f"cal:{two}"] = RunSpec(
+            label=f"baseline on 2 ranks ({TWO_RANK_CALIBRATION[two]})", recipe_text=bases[two], steps=steps, env=env
+        )
     specs.update(cal)
     for c in all_cases:
         if verdicts[c.name].ok:
-            specs[f"base:{c.baseline}"] = RunSpec(label=f"baseline {c.baseline}", recipe_text=bases[c.baseline], steps=steps, env=env)
-            specs[f"case:{c.name}"] = RunSpec(label=c.name, recipe_text=texts[c.name], steps=steps, env=env, hook=c.hook)
+            specs[f"base:{c.baseline}"] = RunSpec(
+                label=f"baseline {c.baseline}", recipe_text=bases[c.baseline], steps=steps, env=env
+            )
+            specs[f"case:{c.name}"] = RunSpec(
+                label=c.name, recipe_text=texts[c.name], steps=steps, env=env, hook=c.hook
+            )
     # a layout fault (a hook on a layout) is a no-op when it leaves the same layout's clean run bitwise unchanged
     for c in all_cases:
         if verdicts[c.name].ok and c.hook and (c.levers or c.cluster):
-            specs[f"clean:{c.name}"] = RunSpec(label=f"{c.name} (no hook)", recipe_text=texts[c.name], steps=steps, env=env)
+            specs[f"clean:{c.name}"] = RunSpec(
+                label=f"{c.name} (no hook)", recipe_text=texts[c.name], steps=steps, env=env
+            )
     # a case identical to its baseline (no hook) is the baseline run itself
     for c in all_cases:
         sid = f"case:{c.name}"
@@ -420,9 +777,17 @@ def run_bench(
 
     # 3. calibrate the band on the calibration set only
     base_rec = records["base:base"]
-    band = calibrate_band([records[k] for k in cal], base_rec, safety, labels=[cal[k].label for k in cal], objective_hash=objective_hash(recipes["base"]))
+    band = calibrate_band(
+        [records[k] for k in cal],
+        base_rec,
+        safety,
+        labels=[cal[k].label for k in cal],
+        objective_hash=objective_hash(recipes["base"]),
+    )
     save_band(cache, band)
-    determinism = "bitwise identical" if _bitwise_equal(base_rec, records["cal:repeat"], steps) else "NOT bitwise identical"
+    determinism = (
+        "bitwise identical" if _bitwise_equal(base_rec, records["cal:repeat"], steps) else "NOT bitwise identical"
+    )
 
     # 4. judge every case
     results = []
@@ -434,14 +799,22 @@ def run_bench(
             continue
         base = records[f"base:{c.baseline}"]
         cand = records.get(f"case:{c.name}", base)
-        conv = check_convergence(base, cand, tier=v.tier, band=band if c.baseline == "base" or v.tier != "B" else None, steps=steps)
+        conv = check_convergence(
+            base, cand, tier=v.tier, band=band if c.baseline == "base" or v.tier != "B" else None, steps=steps
+        )
         decided, evidence = _conv_evidence(conv)
         verdict: str = conv.verdict
         if c.kind == "fault" and c.inject == "code" and _bitwise_equal(base, cand, steps):
-            verdict, evidence = "no-op", "candidate curves bitwise identical to the baseline: the fault did not change the update"
+            verdict, evidence = (
+                "no-op",
+                "candidate curves bitwise identical to the baseline: the fault did not change the update",
+            )
         clean = records.get(f"clean:{c.name}")
         if c.kind == "fault" and clean is not None and _bitwise_equal(clean, cand, steps):
-            verdict, evidence = "no-op", "curves bitwise identical to the same layout without the fault: it did not change the update"
+            verdict, evidence = (
+                "no-op",
+                "curves bitwise identical to the same layout without the fault: it did not change the update",
+            )
         ratio = _band_ratio(base, cand, band, steps) if c.baseline == "base" else None
         results.append(_result(c, verdict, conv, decided, evidence, runs=[base.run_id, cand.run_id], band_ratio=ratio))
 
@@ -470,8 +843,18 @@ def run_bench(
 def _result(c: Case, verdict: str, v: Verdict, decided: str, evidence: str, **extra: Any) -> CaseResult:
     correct = verdict == c.expected or (c.kind == "fault" and verdict == "no-op")
     return CaseResult(
-        name=c.name, kind=c.kind, inject=c.inject, what=c.what, expected=c.expected, verdict=verdict,
-        stage=v.stage, tier=v.tier, decided_by=decided, evidence=evidence, correct=correct, **extra,
+        name=c.name,
+        kind=c.kind,
+        inject=c.inject,
+        what=c.what,
+        expected=c.expected,
+        verdict=verdict,
+        stage=v.stage,
+        tier=v.tier,
+        decided_by=decided,
+        evidence=evidence,
+        correct=correct,
+        **extra,
     )
 
 

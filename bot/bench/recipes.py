@@ -28,14 +28,19 @@ from bot.runner.draft import draft_recipe, render
 from bot.runner.resolve import ResolveError, resolve_args
 from bot.sim.hardware import get_hardware
 
-REGISTRIES = tuple(f"torchtitan.models.{m}" for m in
-                   ("llama3", "qwen3", "qwen3_5", "deepseek_v3", "gpt_oss", "kimi_k2_7", "muse_glimmer"))
+REGISTRIES = tuple(
+    f"torchtitan.models.{m}"
+    for m in ("llama3", "qwen3", "qwen3_5", "deepseek_v3", "gpt_oss", "kimi_k2_7", "muse_glimmer")
+)
 CLUSTER_SIZES = (8, 16, 32, 64, 128, 256)
 HARDWARE_ORDER = ("h100-sxm-80gb", "h200")  # H100 first; H200 only where no H100 cluster size holds the state
 DEVICES_PER_NODE = 8
 STATE_BYTES_PER_PARAM = 16  # fp32 parameters, gradients and both Adam moments
 MEMORY_SHARE = 0.5  # that state, sharded over the cluster, may fill at most this share of each device
-DEFAULT_BASELINES = ("costmodel", "tpe")  # the two strongest by mean fraction of the oracle in a bench tuners probe (docs)
+DEFAULT_BASELINES = (
+    "costmodel",
+    "tpe",
+)  # the two strongest by mean fraction of the oracle in a bench tuners probe (docs)
 AGENT = "heuristic"
 TARGET_FRACTION = 0.95
 
@@ -74,8 +79,12 @@ def candidate_clusters(n_params: int) -> list[tuple[str, int]]:
     the training state (``STATE_BYTES_PER_PARAM`` per parameter, sharded evenly) fills at most ``MEMORY_SHARE`` of
     each device."""
     state = STATE_BYTES_PER_PARAM * n_params
-    return [(hw_id, n) for hw_id in HARDWARE_ORDER for n in CLUSTER_SIZES
-            if state / n <= get_hardware(hw_id).hbm_gib * 2**30 * MEMORY_SHARE]
+    return [
+        (hw_id, n)
+        for hw_id in HARDWARE_ORDER
+        for n in CLUSTER_SIZES
+        if state / n <= get_hardware(hw_id).hbm_gib * 2**30 * MEMORY_SHARE
+    ]
 
 
 def choose_cluster(n_params: int) -> tuple[str, int] | None:
@@ -124,9 +133,18 @@ def draft(module: str, config: str, hw_id: str, devices: int, work: Path) -> tup
     hw = get_hardware(hw_id)
     flat, refusal = _resolve(module, config)
     facts = model_facts(module, config, [])
-    d = draft_recipe(module=module, config=config, overrides=[], flat=flat, spec=facts.spec, hw=hw,
-                     nodes=devices // DEVICES_PER_NODE, devices_per_node=DEVICES_PER_NODE, launcher="sim",
-                     quantized=QUANTIZED_NOTE in facts.family_notes)
+    d = draft_recipe(
+        module=module,
+        config=config,
+        overrides=[],
+        flat=flat,
+        spec=facts.spec,
+        hw=hw,
+        nodes=devices // DEVICES_PER_NODE,
+        devices_per_node=DEVICES_PER_NODE,
+        launcher="sim",
+        quantized=QUANTIZED_NOTE in facts.family_notes,
+    )
     path = work / config / f"{hw.id}x{devices}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render(d))
@@ -142,10 +160,25 @@ def _changed(base: dict[str, Any], best: dict[str, Any]) -> str:
 
 def coverage_row(module: str, config: str, seeds: int, baselines: tuple[str, ...], work: Path) -> dict[str, Any]:
     """One config's row: built (or why not), the cluster, accepted (or why not), and the campaigns' figures."""
-    row: dict[str, Any] = {"module": module, "config": config, "built": False, "why": None, "missing_package": None,
-                           "total_params": None, "active_params": None, "hardware": None, "devices": None,
-                           "accepted": False, "baseline_tps_per_device": None, "oracle_gain": None, "agent": None,
-                           "best_baseline": None, "baselines": {}, "note": "", "recipe_init_here": None}
+    row: dict[str, Any] = {
+        "module": module,
+        "config": config,
+        "built": False,
+        "why": None,
+        "missing_package": None,
+        "total_params": None,
+        "active_params": None,
+        "hardware": None,
+        "devices": None,
+        "accepted": False,
+        "baseline_tps_per_device": None,
+        "oracle_gain": None,
+        "agent": None,
+        "best_baseline": None,
+        "baselines": {},
+        "note": "",
+        "recipe_init_here": None,
+    }
     try:
         facts = model_facts(module, config, [])
     except FactsError as exc:
@@ -177,13 +210,22 @@ def coverage_row(module: str, config: str, seeds: int, baselines: tuple[str, ...
     result = bench([path], seeds=seeds, policies=[AGENT, *baselines])
     task = recipe.name
     pols, oracle = result["tasks"][task], result["oracle"][task]
-    row.update(baseline_tps_per_device=oracle["baseline_tps"], oracle_gain=oracle["oracle_gain"],
-               oracle_changes=_changed(dict(recipe.levers), oracle["oracle_levers"]), budget_device_hours=oracle["budget"])
+    row.update(
+        baseline_tps_per_device=oracle["baseline_tps"],
+        oracle_gain=oracle["oracle_gain"],
+        oracle_changes=_changed(dict(recipe.levers), oracle["oracle_levers"]),
+        budget_device_hours=oracle["budget"],
+    )
 
     def figures(p: str) -> dict[str, Any]:
         m = pols[p]
-        return {"policy": p, "gain": m["mean_gain"], "oracle_fraction": m["oracle_fraction"],
-                "device_hours": m["device_hours"], "false_gains": int(m["false_gains"])}
+        return {
+            "policy": p,
+            "gain": m["mean_gain"],
+            "oracle_fraction": m["oracle_fraction"],
+            "device_hours": m["device_hours"],
+            "false_gains": int(m["false_gains"]),
+        }
 
     row["agent"] = figures(AGENT)
     row["baselines"] = {p: figures(p) for p in baselines}
@@ -191,15 +233,21 @@ def coverage_row(module: str, config: str, seeds: int, baselines: tuple[str, ...
     row["recipe_init_here"] = refusal
     notes = []
     if row["agent"]["oracle_fraction"] < TARGET_FRACTION:
-        notes.append(f"agent at {row['agent']['oracle_fraction']:.1%} of the oracle; the oracle's point: {row['oracle_changes']}")
+        notes.append(
+            f"agent at {row['agent']['oracle_fraction']:.1%} of the oracle; the oracle's point: {row['oracle_changes']}"
+        )
     if row["agent"]["false_gains"]:
         notes.append(f"{row['agent']['false_gains']} false gain(s)")
     row["note"] = "; ".join(notes)
     return row
 
 
-def coverage(seeds: int = 3, baselines: tuple[str, ...] = DEFAULT_BASELINES, configs: list[str] | None = None,
-             progress: Any = None) -> dict[str, Any]:
+def coverage(
+    seeds: int = 3,
+    baselines: tuple[str, ...] = DEFAULT_BASELINES,
+    configs: list[str] | None = None,
+    progress: Any = None,
+) -> dict[str, Any]:
     """Every registry config (or those ``configs`` names, as ``config`` or ``module:config``): the rows and the
     configs set aside (SIMULATED)."""
     t0 = time.monotonic()
@@ -216,14 +264,23 @@ def coverage(seeds: int = 3, baselines: tuple[str, ...] = DEFAULT_BASELINES, con
                 rows.append(coverage_row(module, config, seeds, tuple(baselines), Path(tmp)))
                 if progress:
                     progress(rows[-1])
-    return {"simulated": True, "seeds": seeds, "baselines": list(baselines), "rule": RULE, "rows": rows,
-            "set_aside": aside, "wall_s": time.monotonic() - t0}
+    return {
+        "simulated": True,
+        "seeds": seeds,
+        "baselines": list(baselines),
+        "rule": RULE,
+        "rows": rows,
+        "set_aside": aside,
+        "wall_s": time.monotonic() - t0,
+    }
 
 
-RULE = (f"the fewest of {', '.join(map(str, CLUSTER_SIZES))} H100 80GB ({DEVICES_PER_NODE} a node) on which "
-        f"{STATE_BYTES_PER_PARAM} bytes/parameter (fp32 weights, gradients, Adam moments), sharded evenly, fill at "
-        f"most {MEMORY_SHARE:.0%} of each device and the drafted layout runs in the simulator (the next count up where "
-        f"it runs out of memory); H200 where no H100 count does")
+RULE = (
+    f"the fewest of {', '.join(map(str, CLUSTER_SIZES))} H100 80GB ({DEVICES_PER_NODE} a node) on which "
+    f"{STATE_BYTES_PER_PARAM} bytes/parameter (fp32 weights, gradients, Adam moments), sharded evenly, fill at "
+    f"most {MEMORY_SHARE:.0%} of each device and the drafted layout runs in the simulator (the next count up where "
+    f"it runs out of memory); H200 where no H100 count does"
+)
 
 
 def _b(n: int | None) -> str:
@@ -236,24 +293,50 @@ def _pct(x: float | None) -> str:
 
 def render_coverage(result: dict[str, Any]) -> str:
     """The report: the rule, the table (every number SIMULATED), the notes and the set-aside list."""
-    lines = [f"# Registry coverage benchmark — SIMULATED ({result['seeds']} seeds; baselines "
-             f"{', '.join(result['baselines'])})\n", f"Cluster rule: {result['rule']}.\n"]
+    lines = [
+        f"# Registry coverage benchmark — SIMULATED ({result['seeds']} seeds; baselines "
+        f"{', '.join(result['baselines'])})\n",
+        f"Cluster rule: {result['rule']}.\n",
+    ]
     body = []
     for r in result["rows"]:
         built = "yes" if r["built"] else f"no: missing {r['missing_package']}" if r["missing_package"] else "no"
         cluster = f"{r['devices']} x {r['hardware']}" if r["devices"] else "—"
         a, b = r["agent"], r["best_baseline"]
-        body.append([r["config"], built, _b(r["total_params"]), _b(r["active_params"]), cluster,
-                     "yes" if r["accepted"] else "no",
-                     "—" if r["baseline_tps_per_device"] is None else f"{r['baseline_tps_per_device']:.1f}",
-                     _pct(r["oracle_gain"]),
-                     _pct(a["gain"]) if a else "—", f"{a['oracle_fraction']:.1%}" if a else "—",
-                     f"{b['policy']} {_pct(b['gain'])}" if b else "—", f"{b['oracle_fraction']:.1%}" if b else "—",
-                     f"{a['device_hours']:.1f} / {b['device_hours']:.1f}" if a and b else "—",
-                     f"{a['false_gains']} / {b['false_gains']}" if a and b else "—"])
-    headers = ["config", "built here", "total params", "active params", "cluster", "accepted", "baseline tok/s/dev",
-               "oracle gain", "agent gain", "agent of oracle", "best baseline gain", "its of oracle",
-               "device-h agent / best", "false gains agent / best"]
+        body.append(
+            [
+                r["config"],
+                built,
+                _b(r["total_params"]),
+                _b(r["active_params"]),
+                cluster,
+                "yes" if r["accepted"] else "no",
+                "—" if r["baseline_tps_per_device"] is None else f"{r['baseline_tps_per_device']:.1f}",
+                _pct(r["oracle_gain"]),
+                _pct(a["gain"]) if a else "—",
+                f"{a['oracle_fraction']:.1%}" if a else "—",
+                f"{b['policy']} {_pct(b['gain'])}" if b else "—",
+                f"{b['oracle_fraction']:.1%}" if b else "—",
+                f"{a['device_hours']:.1f} / {b['device_hours']:.1f}" if a and b else "—",
+                f"{a['false_gains']} / {b['false_gains']}" if a and b else "—",
+            ]
+        )
+    headers = [
+        "config",
+        "built here",
+        "total params",
+        "active params",
+        "cluster",
+        "accepted",
+        "baseline tok/s/dev",
+        "oracle gain",
+        "agent gain",
+        "agent of oracle",
+        "best baseline gain",
+        "its of oracle",
+        "device-h agent / best",
+        "false gains agent / best",
+    ]
     lines.append(tabulate(body, headers=headers, tablefmt="github", disable_numparse=True))
     why = [f"- {r['config']}: {r['why']}" for r in result["rows"] if r["why"]]
     notes = [f"- {r['config']}: {r['note']}" for r in result["rows"] if r["note"]]
@@ -263,8 +346,11 @@ def render_coverage(result: dict[str, Any]) -> str:
         lines += [f"\nBelow {TARGET_FRACTION:.0%} of the oracle or with a false gain:", *notes]
     stand_in = [f"- {r['config']}: {r['recipe_init_here']}" for r in result["rows"] if r.get("recipe_init_here")]
     if stand_in:
-        lines += ["\nDrafted with the low-precision converters answered as on an SM100 GPU (as the model facts build them); "
-                  "`recipe init` on this GPU-less host refuses them:", *stand_in]
+        lines += [
+            "\nDrafted with the low-precision converters answered as on an SM100 GPU (as the model facts build them); "
+            "`recipe init` on this GPU-less host refuses them:",
+            *stand_in,
+        ]
     if result["set_aside"]:
         lines += ["\nSet aside:", *(f"- {s['module']}:{s['config']}: {s['why']}" for s in result["set_aside"])]
     lines.append(f"\nAll numbers SIMULATED; {result['wall_s']:.0f} s.")

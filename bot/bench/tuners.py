@@ -52,17 +52,50 @@ from bot.sim.models import model_for, model_label
 if TYPE_CHECKING:
     from bot.sim.simulate import SimResult
 
-__all__ = ["BUDGET_RUNS", "DEFAULT_POLICIES", "DEV_TASKS", "TASKS_DIR", "FLAT_GAIN", "GROUP_LABEL", "aggregate", "bench", "default_policies",
-           "default_task_recipes", "default_tasks", "load_tasks", "oracle", "payback_hours", "render", "render_targets", "render_trace",
-           "run_campaign", "select_tasks", "settle_oracle", "targets", "task_group", "trace_rows", "true_tps", "unknown_tasks"]
+__all__ = [
+    "BUDGET_RUNS",
+    "DEFAULT_POLICIES",
+    "DEV_TASKS",
+    "TASKS_DIR",
+    "FLAT_GAIN",
+    "GROUP_LABEL",
+    "aggregate",
+    "bench",
+    "default_policies",
+    "default_task_recipes",
+    "default_tasks",
+    "load_tasks",
+    "oracle",
+    "payback_hours",
+    "render",
+    "render_targets",
+    "render_trace",
+    "run_campaign",
+    "select_tasks",
+    "settle_oracle",
+    "targets",
+    "task_group",
+    "trace_rows",
+    "true_tps",
+    "unknown_tasks",
+]
 
 SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seeded RNG
 DEFAULT_POLICIES = ["heuristic", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
 # the tasks whose traces were read while the agent's rules were developed (which, and the rule each shaped:
 # docs/agent-evidence.md, Development tasks); every other task is report-only: run to report, its traces not used for rules
-DEV_TASKS = ("glm-4.5/h100x128", "llama3.1-405b/h200x128", "minimax-m2/h200x64", "mixtral-8x22b/h100x64", "deepseek-v3/h200x256",
-             "qwen3-30b-a3b/b200x16", "llama3.1-70b/h100x64", "qwen3-235b-a22b/h200x64", "llama3.1-70b/b200x32",
-             "llama3.1-70b/h200x32")
+DEV_TASKS = (
+    "glm-4.5/h100x128",
+    "llama3.1-405b/h200x128",
+    "minimax-m2/h200x64",
+    "mixtral-8x22b/h100x64",
+    "deepseek-v3/h200x256",
+    "qwen3-30b-a3b/b200x16",
+    "llama3.1-70b/h100x64",
+    "qwen3-235b-a22b/h200x64",
+    "llama3.1-70b/b200x32",
+    "llama3.1-70b/h200x32",
+)
 TASKS_DIR = Path(__file__).with_name("tasks")  # the task recipes (``<model>/<cluster>.yaml``, package data)
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
 
@@ -134,7 +167,9 @@ def with_prerequisites(levers: dict[str, Any], model: Any, space: set[str]) -> d
     return catalog.with_prerequisites(levers, model, space)
 
 
-def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, float] | None = None) -> tuple[float, dict[str, Any], float, int]:
+def oracle(
+    recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, float] | None = None
+) -> tuple[float, dict[str, Any], float, int]:
     """The noiseless optimum of the shared legal search space: (best tps, its levers, device-hours, points).
 
     The full cartesian grid is far too large to enumerate (10^8-10^10 points), so the search is structured:
@@ -159,7 +194,9 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
         nonlocal legal
         key = tuple(sorted((k, repr(v)) for k, v in levers.items()))
         if key not in cache:
-            res = simulate(model_for(recipe.workload), c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0)
+            res = simulate(
+                model_for(recipe.workload), c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0
+            )
             legal += res.outcome != "invalid"
             cache[key] = res.tokens_per_s_per_device if res.outcome == "ok" else (0.0 if res.outcome == "oom" else -1.0)
         return cache[key]
@@ -191,7 +228,11 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
         starts.append(lv)
         if len(starts) >= top_k:
             break
-    pair_levers = [k for k in (*CORE, "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_schedule") if k in space]
+    pair_levers = [
+        k
+        for k in (*CORE, "parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_schedule")
+        if k in space
+    ]
     best, best_levers = max(seeds, key=lambda x: x[0]) if seeds else (0.0, base)
     for lv in starts:
         cur, cur_v = dict(lv), tps(lv)
@@ -216,8 +257,15 @@ def oracle(recipe: Recipe, run_cost: float, top_k: int = 24, seen: dict[tuple, f
     return best, best_levers, legal * run_cost, len(cache)
 
 
-def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work: Path, recipe: Recipe | None = None,
-                 text: str | None = None) -> cm.Campaign:
+def run_campaign(
+    recipe_path: Path,
+    policy: str,
+    seed: int,
+    budget: float,
+    work: Path,
+    recipe: Recipe | None = None,
+    text: str | None = None,
+) -> cm.Campaign:
     """One simulated campaign of ``policy`` on the recipe at ``recipe_path`` (``recipe``/``text``: that file already
     loaded and read, so a benchmark reads each recipe once)."""
     recipe = recipe if recipe is not None else load_recipe(recipe_path)
@@ -225,24 +273,44 @@ def run_campaign(recipe_path: Path, policy: str, seed: int, budget: float, work:
     options = {"seed": seed} if policy in SEEDED else {}
     records = FileRecordStore(work)
     executor = Executor(
-        forge=MemoryForge({rel: text if text is not None else recipe_path.read_text()}), states=FileStateStore(work), records=records,
-        runs=LocalRunPort(SimRunner(seed=seed), records, calibrate=make_calibrator(work)), policy=get_policy(policy, **options),
-        lessons=load_lessons(find_repo().lessons), space_fn=make_space,  # the catalog of the checkout running the bench
-        gate_config=config_gate, gate_convergence=convergence_gate,
+        forge=MemoryForge({rel: text if text is not None else recipe_path.read_text()}),
+        states=FileStateStore(work),
+        records=records,
+        runs=LocalRunPort(SimRunner(seed=seed), records, calibrate=make_calibrator(work)),
+        policy=get_policy(policy, **options),
+        lessons=load_lessons(find_repo().lessons),
+        space_fn=make_space,  # the catalog of the checkout running the bench
+        gate_config=config_gate,
+        gate_convergence=convergence_gate,
     )
-    state = cm.Campaign(id=f"{recipe.name.replace('/', '-')}-{policy}-{seed}", recipe_path=rel, recipe_id=recipe.name, policy=policy,
-                        devices=recipe.devices, usd_per_device_hour=recipe.cluster.usd_per_device_hour, budget=budget,
-                        baseline_levers=dict(recipe.levers), incumbent_levers=dict(recipe.levers), band_k=2.0, band_floor=0.02,
-                        **measurement_options(recipe.cluster.launcher))
+    state = cm.Campaign(
+        id=f"{recipe.name.replace('/', '-')}-{policy}-{seed}",
+        recipe_path=rel,
+        recipe_id=recipe.name,
+        policy=policy,
+        devices=recipe.devices,
+        usd_per_device_hour=recipe.cluster.usd_per_device_hour,
+        budget=budget,
+        baseline_levers=dict(recipe.levers),
+        incumbent_levers=dict(recipe.levers),
+        band_k=2.0,
+        band_floor=0.02,
+        **measurement_options(recipe.cluster.launcher),
+    )
     return executor.start(state)
 
 
 def fresh_gain(recipe: Recipe, levers: dict[str, Any], seed: int) -> float:
     """A fresh re-measure (3 new simulated runs each) of the final recipe against the baseline."""
     runner = SimRunner(seed=10_000 + seed)
+
     def med(lv: dict[str, Any]) -> float:
-        vals = [runner.run(recipe.model_copy(update={"levers": lv}), out_dir=None).summary.tps_median or 0.0 for _ in range(3)]
+        vals = [
+            runner.run(recipe.model_copy(update={"levers": lv}), out_dir=None).summary.tps_median or 0.0
+            for _ in range(3)
+        ]
         return statistics.median(vals)
+
     base = med(dict(recipe.levers))
     return med(levers) / base - 1.0 if base else 0.0
 
@@ -278,10 +346,26 @@ def trace_rows(state: cm.Campaign) -> list[dict[str, Any]]:
         trial = next((r for r in s.runs if r.kind == "trial"), None)
         change = s.change.title() + ("".join(f", {k}={v}" for k, v in s.change.extra.items()))
         decision = "kept" if s.kept else (s.close_reason or s.state)
-        rows.append({"n": s.n, "change": change + (f" (on step {s.stacked_on})" if s.stacked_on else ""), "why": s.change.why,
-                     "outcome": trial.outcome if trial else ("enabler" if s.change.enabler else "not run"),
-                     "measured_gain": s.gain, "decision": decision})
-    rows.append({"n": "-", "change": "stop", "why": state.finish_reason, "outcome": "", "measured_gain": None, "decision": f"final measured gain {state.gain:+.1%}"})
+        rows.append(
+            {
+                "n": s.n,
+                "change": change + (f" (on step {s.stacked_on})" if s.stacked_on else ""),
+                "why": s.change.why,
+                "outcome": trial.outcome if trial else ("enabler" if s.change.enabler else "not run"),
+                "measured_gain": s.gain,
+                "decision": decision,
+            }
+        )
+    rows.append(
+        {
+            "n": "-",
+            "change": "stop",
+            "why": state.finish_reason,
+            "outcome": "",
+            "measured_gain": None,
+            "decision": f"final measured gain {state.gain:+.1%}",
+        }
+    )
     return rows
 
 
@@ -307,14 +391,29 @@ def settle_oracle(task: str, entry: dict[str, Any], rows: list[dict[str, Any]], 
     top = max(rows, key=lambda r: r["final_tps"], default=None)
     from_policy = top is not None and top["final_tps"] > search_tps
     best = top["final_tps"] if from_policy and top is not None else search_tps
-    entry.update(oracle_tps=best, oracle_gain=gain(best), search_tps=search_tps, search_gain=gain(search_tps),
-                 oracle_from_policy=from_policy, oracle_policy=top["policy"] if from_policy and top is not None else None)
+    entry.update(
+        oracle_tps=best,
+        oracle_gain=gain(best),
+        search_tps=search_tps,
+        search_gain=gain(search_tps),
+        oracle_from_policy=from_policy,
+        oracle_policy=top["policy"] if from_policy and top is not None else None,
+    )
     for r in rows:
         r["oracle_fraction"] = r.pop("final_tps") / best if best else 0.0
     cost, budget = entry["oracle_device_hours"], entry["budget"]
-    return {"task": task, "policy": "oracle", "seed": 0, "gain": gain(search_tps), "claimed_gain": gain(search_tps), "device_hours": cost,
-            "oracle_fraction": search_tps / best if best else 0.0, "false_gains": 0, "steps": entry["grid"],
-            "budget_share": cost / budget if budget else 0.0}
+    return {
+        "task": task,
+        "policy": "oracle",
+        "seed": 0,
+        "gain": gain(search_tps),
+        "claimed_gain": gain(search_tps),
+        "device_hours": cost,
+        "oracle_fraction": search_tps / best if best else 0.0,
+        "false_gains": 0,
+        "steps": entry["grid"],
+        "budget_share": cost / budget if budget else 0.0,
+    }
 
 
 def aggregate(rows: list[dict[str, Any]], devices: Mapping[str, int]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -322,23 +421,42 @@ def aggregate(rows: list[dict[str, Any]], devices: Mapping[str, int]) -> dict[st
     (:func:`payback_hours`: mean device-hours over mean gain), how many seeds gained, and the rest of the table's figures."""
     df = pd.DataFrame(rows)
     df["gained"] = df["gain"] > 0
-    agg = df.groupby(["task", "policy"], sort=False).agg(
-        mean_gain=("gain", "mean"), best_gain=("gain", "max"), claimed_gain=("claimed_gain", "mean"), device_hours=("device_hours", "mean"),
-        oracle_fraction=("oracle_fraction", "mean"), false_gains=("false_gains", "sum"),
-        budget_share=("budget_share", "mean"), max_budget_share=("budget_share", "max"), max_claimed=("claimed_gain", "max"),
-        seeds=("gain", "size"), seeds_gained=("gained", "sum"),
-    ).reset_index()
+    agg = (
+        df.groupby(["task", "policy"], sort=False)
+        .agg(
+            mean_gain=("gain", "mean"),
+            best_gain=("gain", "max"),
+            claimed_gain=("claimed_gain", "mean"),
+            device_hours=("device_hours", "mean"),
+            oracle_fraction=("oracle_fraction", "mean"),
+            false_gains=("false_gains", "sum"),
+            budget_share=("budget_share", "mean"),
+            max_budget_share=("budget_share", "max"),
+            max_claimed=("claimed_gain", "max"),
+            seeds=("gain", "size"),
+            seeds_gained=("gained", "sum"),
+        )
+        .reset_index()
+    )
     tasks: dict[str, dict[str, dict[str, Any]]] = {}
     for r in agg.to_dict("records"):
-        m: dict[str, Any] = {k: (None if pd.isna(v) else float(v)) for k, v in r.items() if k not in ("task", "policy", "seeds", "seeds_gained")}
-        m.update(seeds=int(r["seeds"]), seeds_gained=int(r["seeds_gained"]),
-                 payback_hours=payback_hours(m["device_hours"], m["mean_gain"], devices.get(r["task"], 0)))
+        m: dict[str, Any] = {
+            k: (None if pd.isna(v) else float(v))
+            for k, v in r.items()
+            if k not in ("task", "policy", "seeds", "seeds_gained")
+        }
+        m.update(
+            seeds=int(r["seeds"]),
+            seeds_gained=int(r["seeds_gained"]),
+            payback_hours=payback_hours(m["device_hours"], m["mean_gain"], devices.get(r["task"], 0)),
+        )
         tasks.setdefault(r["task"], {})[r["policy"]] = m
     return tasks
 
 
-def _bench_task(path: Path, recipe: Recipe, policies: list[str], seeds: int, work: Path, trace: str | None,
-                progress: Any) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, list[dict[str, Any]]]]:
+def _bench_task(
+    path: Path, recipe: Recipe, policies: list[str], seeds: int, work: Path, trace: str | None, progress: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """One task: its oracle search and every policy's campaigns. (rows, oracle record, traces by policy)."""
     task = recipe.name
     text = path.read_text()
@@ -346,10 +464,19 @@ def _bench_task(path: Path, recipe: Recipe, policies: list[str], seeds: int, wor
     run_cost = SimRunner(seed=0).run(recipe, out_dir=None).summary.device_hours
     budget = BUDGET_RUNS * run_cost
     best, best_levers, ocost, grid = oracle(recipe, run_cost)
-    entry = {"oracle_tps": best, "oracle_gain": best / base_true - 1.0 if base_true else 0.0, "oracle_device_hours": ocost,
-             "grid": grid, "budget": budget, "baseline_tps": base_true, "oracle_levers": best_levers,
-             "group": task_group(task), "model": model_label(recipe.workload), "devices": recipe.devices,
-             "hardware": recipe.cluster.hardware}
+    entry = {
+        "oracle_tps": best,
+        "oracle_gain": best / base_true - 1.0 if base_true else 0.0,
+        "oracle_device_hours": ocost,
+        "grid": grid,
+        "budget": budget,
+        "baseline_tps": base_true,
+        "oracle_levers": best_levers,
+        "group": task_group(task),
+        "model": model_label(recipe.workload),
+        "devices": recipe.devices,
+        "hardware": recipe.cluster.hardware,
+    }
     rows: list[dict[str, Any]] = []
     traces: dict[str, list[dict[str, Any]]] = {}
     for policy in policies:
@@ -360,17 +487,34 @@ def _bench_task(path: Path, recipe: Recipe, policies: list[str], seeds: int, wor
             final = dict(state.incumbent_levers)
             final_true = true_tps(recipe, final)
             false_gain = int(state.incumbent_step != 0 and fresh_gain(recipe, final, seed) <= 0.0)
-            rows.append({"task": task, "policy": policy, "seed": seed, "gain": final_true / base_true - 1.0 if base_true else 0.0,
-                         "claimed_gain": state.gain, "device_hours": state.spent, "final_tps": final_true, "false_gains": false_gain,
-                         "steps": len(state.steps), "budget_share": state.spent / budget if budget else 0.0})
+            rows.append(
+                {
+                    "task": task,
+                    "policy": policy,
+                    "seed": seed,
+                    "gain": final_true / base_true - 1.0 if base_true else 0.0,
+                    "claimed_gain": state.gain,
+                    "device_hours": state.spent,
+                    "final_tps": final_true,
+                    "false_gains": false_gain,
+                    "steps": len(state.steps),
+                    "budget_share": state.spent / budget if budget else 0.0,
+                }
+            )
             if progress:
                 progress(rows[-1])
     rows.append(settle_oracle(task, entry, rows, best))
     return rows, entry, traces
 
 
-def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None, progress=None, trace: str | None = None,
-          loaded: Mapping[Path, Recipe] | None = None) -> dict[str, Any]:
+def bench(
+    recipes: list[Path],
+    seeds: int = 3,
+    policies: list[str] | None = None,
+    progress=None,
+    trace: str | None = None,
+    loaded: Mapping[Path, Recipe] | None = None,
+) -> dict[str, Any]:
     """Every policy on every task over ``seeds`` seeds (SIMULATED). ``trace``: a task (recipe id or model id) whose
     seed-0 campaigns are kept step by step (``result["traces"][task][policy]``). ``loaded``: the recipes already
     loaded (:func:`load_tasks`); each of the others is loaded here, once."""
@@ -380,8 +524,10 @@ def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None
     tasks_loaded = {p: known[p] if p in known else load_recipe(p) for p in recipes}
     failing = {r.name: problem for r in tasks_loaded.values() if (problem := baseline_problem(r)) is not None}
     if failing:
-        raise ValueError("a task's recipe does not run in the simulator, so it has no gain to measure: "
-                         + "; ".join(f"{task} ({problem})" for task, problem in failing.items()))
+        raise ValueError(
+            "a task's recipe does not run in the simulator, so it has no gain to measure: "
+            + "; ".join(f"{task} ({problem})" for task, problem in failing.items())
+        )
     ids = [r.name for r in tasks_loaded.values()]
     if len(set(ids)) < len(ids):
         raise ValueError(f"two recipes are the same task: {', '.join(sorted({i for i in ids if ids.count(i) > 1}))}")
@@ -390,11 +536,21 @@ def bench(recipes: list[Path], seeds: int = 3, policies: list[str] | None = None
     traces: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for path, recipe in tasks_loaded.items():
-            task_rows, oracles[recipe.name], task_traces = _bench_task(path, recipe, policies, seeds, Path(tmp), trace, progress)
+            task_rows, oracles[recipe.name], task_traces = _bench_task(
+                path, recipe, policies, seeds, Path(tmp), trace, progress
+            )
             rows += task_rows
             if task_traces:
                 traces[recipe.name] = task_traces
     tasks = aggregate(rows, {t: o["devices"] for t, o in oracles.items()})
-    result = {"simulated": True, "seeds": seeds, "budget_runs": BUDGET_RUNS, "versions": sampler_versions(), "tasks": tasks,
-              "oracle": oracles, "groups": {task: o["group"] for task, o in oracles.items()}, "traces": traces}
+    result = {
+        "simulated": True,
+        "seeds": seeds,
+        "budget_runs": BUDGET_RUNS,
+        "versions": sampler_versions(),
+        "tasks": tasks,
+        "oracle": oracles,
+        "groups": {task: o["group"] for task, o in oracles.items()},
+        "traces": traces,
+    }
     return {**result, "targets": targets(result), "wall_s": time.monotonic() - t0}

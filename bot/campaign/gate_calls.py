@@ -36,7 +36,9 @@ def catalog_verdict(baseline: Recipe, candidate: Recipe) -> Verdict:
     precision = False
     for key in sorted(set(baseline.pinned) | set(candidate.pinned)):
         if baseline.pinned.get(key) != candidate.pinned.get(key):
-            reasons.append(f"pinned {key} changed: {baseline.pinned.get(key)!r} -> {candidate.pinned.get(key)!r} (rule: the objective is pinned)")
+            reasons.append(
+                f"pinned {key} changed: {baseline.pinned.get(key)!r} -> {candidate.pinned.get(key)!r} (rule: the objective is pinned)"
+            )
             tier = "X"
     before, after = catalog.effective(baseline.levers), catalog.effective(candidate.levers)
     for key in sorted(k for k in after if before.get(k) != after.get(k)):
@@ -45,12 +47,20 @@ def catalog_verdict(baseline: Recipe, candidate: Recipe) -> Verdict:
         tier = max(tier, t, key=TIER_ORDER.index)
         if lever.precision or t == "N":
             precision = True
-            reasons.append(f"{key} changed {before.get(key)!r} -> {after[key]!r}: a precision change is never a plain pass (policy: reject)")
+            reasons.append(
+                f"{key} changed {before.get(key)!r} -> {after[key]!r}: a precision change is never a plain pass (policy: reject)"
+            )
         elif t == "X":
             reasons.append(f"{key} changed {before.get(key)!r} -> {after[key]!r}: objective-changing (tier X)")
     ok = not reasons
-    return Verdict(verdict="ok" if ok else "reject", stage="config", tier=tier, reasons=reasons or [f"changed levers are tier {tier} (lever catalog)"],
-                   checks=[CheckResult(name="catalog-tiers", passed=ok, reasons=reasons)], precision_change=precision)
+    return Verdict(
+        verdict="ok" if ok else "reject",
+        stage="config",
+        tier=tier,
+        reasons=reasons or [f"changed levers are tier {tier} (lever catalog)"],
+        checks=[CheckResult(name="catalog-tiers", passed=ok, reasons=reasons)],
+        precision_change=precision,
+    )
 
 
 def config_gate(baseline: Recipe, candidate: Recipe) -> Verdict:
@@ -77,8 +87,13 @@ def convergence_gate(baseline: RunRecord, candidate: RunRecord, tier: str, band:
         return check_convergence(baseline, candidate, tier=tier, band=band, steps=gate_steps(baseline))
     except GateInputError as exc:  # the baseline or band cannot serve: fail closed, say why
         reason = f"the gate could not compare the curves: {exc} (fail closed)"
-        return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason],
-                       checks=[CheckResult(name="convergence", passed=False, reasons=[reason])])
+        return Verdict(
+            verdict="reject",
+            stage="convergence",
+            tier=tier,
+            reasons=[reason],
+            checks=[CheckResult(name="convergence", passed=False, reasons=[reason])],
+        )
 
 
 SIM_DRIFT_RUNS = 3  # modelled reduction-order perturbations a simulated band is calibrated on
@@ -93,15 +108,25 @@ def _sim_band(recipe: Recipe, reference: RunRecord) -> tuple[LossBand, str]:
     n = gate_steps(reference)
     runs = []
     for k in range(1, SIM_DRIFT_RUNS + 1):
-        loss = sim_loss_curve(n, int(p.get("debug.seed", 0)), model=model_label(recipe.workload),
-                              global_batch_size=int(p["training.global_batch_size"]), seq_len=int(p["training.seq_len"]),
-                              lr=float(p["optimizer.lr"]), warmup_steps=int(p.get("lr_scheduler.warmup_steps", 0)),
-                              total_steps=int(p["lr_scheduler.total_steps"]), perturbation=k)
+        loss = sim_loss_curve(
+            n,
+            int(p.get("debug.seed", 0)),
+            model=model_label(recipe.workload),
+            global_batch_size=int(p["training.global_batch_size"]),
+            seq_len=int(p["training.seq_len"]),
+            lr=float(p["optimizer.lr"]),
+            warmup_steps=int(p.get("lr_scheduler.warmup_steps", 0)),
+            total_steps=int(p["lr_scheduler.total_steps"]),
+            perturbation=k,
+        )
         steps = [StepMetric(step=i + 1, loss=float(loss[i])) for i in range(n)]
         runs.append(reference.model_copy(update={"run_id": f"{reference.run_id}-drift{k}", "steps": steps}))
     labels = [f"modelled reduction-order drift {k} (simulated)" for k in range(1, SIM_DRIFT_RUNS + 1)]
     band = calibrate_band(runs, reference, labels=labels)
-    return band, f"SIMULATED loss band: modelled reduction-order drift ({SIM_DRIFT_RUNS} perturbations), safety {band.safety:g}; no runs"
+    return (
+        band,
+        f"SIMULATED loss band: modelled reduction-order drift ({SIM_DRIFT_RUNS} perturbations), safety {band.safety:g}; no runs",
+    )
 
 
 def calibration_plan(recipe_text: str, reference: RunRecord, workdir: Path | None = None) -> dict[str, Any]:
@@ -109,8 +134,13 @@ def calibration_plan(recipe_text: str, reference: RunRecord, workdir: Path | Non
     repository root, where their ranks start (default: where they are run from)."""
     from gate.calibration import calibration_specs
 
-    return calibration_specs(recipe_text, steps=gate_steps(reference), env={}, label="baseline",
-                             workdir=str(workdir) if workdir is not None else None)
+    return calibration_specs(
+        recipe_text,
+        steps=gate_steps(reference),
+        env={},
+        label="baseline",
+        workdir=str(workdir) if workdir is not None else None,
+    )
 
 
 def fresh_calibration_runs(recipe_text: str, recipe: Recipe, cache_dir: Path) -> int:
@@ -127,24 +157,33 @@ def fresh_calibration_runs(recipe_text: str, recipe: Recipe, cache_dir: Path) ->
     return sum(1 for spec in specs.values() if lookup(spec, Path(cache_dir)) is None)
 
 
-def band_from_runs(specs: dict[str, Any], records: dict[str, RunRecord], reference: RunRecord, *, spent: float,
-                   where: str = "") -> Calibrated:
+def band_from_runs(
+    specs: dict[str, Any], records: dict[str, RunRecord], reference: RunRecord, *, spent: float, where: str = ""
+) -> Calibrated:
     """The loss band from the calibration runs' records (every spec needs an ok record), with what they cost."""
     from gate.convergence import calibrate_band
     from gate.errors import GateInputError
 
     missing = [specs[sid].label for sid in specs if sid not in records]
     if missing:
-        return Calibrated(device_hours=spent, note=f"no loss band: calibration runs missing ({'; '.join(missing)}); tier-R/N steps fail closed")
+        return Calibrated(
+            device_hours=spent,
+            note=f"no loss band: calibration runs missing ({'; '.join(missing)}); tier-R/N steps fail closed",
+        )
     failed = [f"{specs[sid].label}: {records[sid].outcome}" for sid in specs if records[sid].outcome != "ok"]
     if failed:
-        return Calibrated(device_hours=spent, note=f"no loss band: calibration runs failed ({'; '.join(failed)}); tier-R/N steps fail closed")
+        return Calibrated(
+            device_hours=spent,
+            note=f"no loss band: calibration runs failed ({'; '.join(failed)}); tier-R/N steps fail closed",
+        )
     try:
         band = calibrate_band([records[sid] for sid in specs], reference, labels=[specs[sid].label for sid in specs])
     except GateInputError as exc:
         return Calibrated(device_hours=spent, note=f"no loss band: {exc}; tier-R/N steps fail closed")
-    note = (f"loss band calibrated on {len(specs)} runs ({', '.join(specs[sid].label for sid in specs)}) against baseline run "
-            f"{reference.run_id}, safety {band.safety:g}{where}")
+    note = (
+        f"loss band calibrated on {len(specs)} runs ({', '.join(specs[sid].label for sid in specs)}) against baseline run "
+        f"{reference.run_id}, safety {band.safety:g}{where}"
+    )
     return Calibrated(band=band, device_hours=spent, note=note)
 
 
@@ -153,8 +192,17 @@ def record_name(sid: str) -> str:
     return sid.replace(":", "-") + ".json"
 
 
-def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Path, jobs: int = 2, progress: Any = None,
-                        records_out: Path | None = None, max_wall_s: float | None = None, workdir: Path | None = None) -> Calibrated:
+def calibrate_loss_band(
+    recipe_text: str,
+    reference: RunRecord,
+    *,
+    cache_dir: Path,
+    jobs: int = 2,
+    progress: Any = None,
+    records_out: Path | None = None,
+    max_wall_s: float | None = None,
+    workdir: Path | None = None,
+) -> Calibrated:
     """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
 
     Real recipes: the calibration runs of ``gate.calibration`` (a repeat, an init perturbation, a
@@ -173,20 +221,31 @@ def calibrate_loss_band(recipe_text: str, reference: RunRecord, *, cache_dir: Pa
         return Calibrated(band=band, note=note)
     specs = calibration_plan(recipe_text, reference, workdir)
     fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
-    if max_wall_s is not None and fresh:  # the budget cap, shared: the fresh runs together never pass it, however many run at once
+    if (
+        max_wall_s is not None and fresh
+    ):  # the budget cap, shared: the fresh runs together never pass it, however many run at once
         share = max_wall_s / len(fresh)
-        specs = {sid: spec.model_copy(update={"max_wall_s": share}) if sid in fresh else spec for sid, spec in specs.items()}
+        specs = {
+            sid: spec.model_copy(update={"max_wall_s": share}) if sid in fresh else spec for sid, spec in specs.items()
+        }
     try:
         records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
     except RuntimeError as exc:
-        return Calibrated(device_hours=_spent_on([specs[sid] for sid in fresh], cache_dir),
-                          note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed")
+        return Calibrated(
+            device_hours=_spent_on([specs[sid] for sid in fresh], cache_dir),
+            note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed",
+        )
     if records_out is not None:
         for sid, record in records.items():
             write_record(record, Path(records_out) / record_name(sid))
     spent = sum(records[sid].summary.device_hours for sid in fresh)
-    return band_from_runs(specs, records, reference, spent=spent,
-                          where=f"; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}")
+    return band_from_runs(
+        specs,
+        records,
+        reference,
+        spent=spent,
+        where=f"; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}",
+    )
 
 
 def _spent_on(specs: list[Any], cache_dir: Path) -> float:
@@ -204,8 +263,11 @@ def _spent_on(specs: list[Any], cache_dir: Path) -> float:
     return spent
 
 
-def make_calibrator(cache_dir: Path, *, jobs: int = 1, progress: Any = None,
-                    workdir: Path | None = None) -> Callable[[str, RunRecord], Calibrated]:
+def make_calibrator(
+    cache_dir: Path, *, jobs: int = 1, progress: Any = None, workdir: Path | None = None
+) -> Callable[[str, RunRecord], Calibrated]:
     """The driver's ``calibrate`` callable: :func:`calibrate_loss_band` with its cache, parallelism and the recipe's
     repository root (where the calibration runs' ranks start) fixed."""
-    return functools.partial(calibrate_loss_band, cache_dir=Path(cache_dir), jobs=jobs, progress=progress, workdir=workdir)
+    return functools.partial(
+        calibrate_loss_band, cache_dir=Path(cache_dir), jobs=jobs, progress=progress, workdir=workdir
+    )

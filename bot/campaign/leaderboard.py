@@ -40,8 +40,27 @@ Simulated results never appear here. MoE models first.
 """
 
 PEAK_KNOWN = ("cuda", "rocm")  # device families whose peak FLOP/s torchtitan knows (its MFU means something there)
-COLUMNS = ["model", "system", "precision", "GBS", "MBS", "seq", "layout", "recompute", "compile", "tokens/s/device",
-           "model TFLOP/s/device", "MFU", "$ / M tokens", "gain", "gate", "stack", "date", "commit", "record"]
+COLUMNS = [
+    "model",
+    "system",
+    "precision",
+    "GBS",
+    "MBS",
+    "seq",
+    "layout",
+    "recompute",
+    "compile",
+    "tokens/s/device",
+    "model TFLOP/s/device",
+    "MFU",
+    "$ / M tokens",
+    "gain",
+    "gate",
+    "stack",
+    "date",
+    "commit",
+    "record",
+]
 
 
 class LeaderboardError(RepoError):
@@ -191,16 +210,22 @@ def load_result(path: Path) -> ResultRecord:
     except NotText as exc:
         raise LeaderboardError(f"{exc}; leaderboard.md left as it was") from None
     except OSError as exc:
-        raise LeaderboardError(f"{source}: cannot read it ({exc.strerror or exc}); leaderboard.md left as it was") from None
+        raise LeaderboardError(
+            f"{source}: cannot read it ({exc.strerror or exc}); leaderboard.md left as it was"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise LeaderboardError(f"{source}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); expected a run "
-                               "record, leaderboard.md left as it was") from None
+        raise LeaderboardError(
+            f"{source}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); expected a run "
+            "record, leaderboard.md left as it was"
+        ) from None
     except RecursionError:
-        raise LeaderboardError(f"{source}: not valid JSON (nested too deeply); expected a run record, "
-                               "leaderboard.md left as it was") from None
+        raise LeaderboardError(
+            f"{source}: not valid JSON (nested too deeply); expected a run record, leaderboard.md left as it was"
+        ) from None
     if not isinstance(data, dict):
-        raise LeaderboardError(f"{source}: expected a JSON object (a run record); got {type(data).__name__}, "
-                               "leaderboard.md left as it was")
+        raise LeaderboardError(
+            f"{source}: expected a JSON object (a run record); got {type(data).__name__}, leaderboard.md left as it was"
+        )
     try:
         return ResultRecord.model_validate(data)
     except ValidationError as exc:
@@ -216,8 +241,14 @@ def usd_per_million_tokens(usd_per_device_hour: float, tps_per_device: float) ->
 
 def _commit_of(repo: Path, path: Path) -> str:
     try:
-        out = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "-1", "--", str(path.relative_to(repo))],
-                             cwd=repo, capture_output=True, text=True, timeout=10, start_new_session=True)  # a Ctrl-C: not git's
+        out = subprocess.run(
+            ["git", "log", "--diff-filter=A", "--format=%h", "-1", "--", str(path.relative_to(repo))],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            start_new_session=True,
+        )  # a Ctrl-C: not git's
         if out.returncode != 0:  # git failed (or was killed): the commit is not known, which is not "uncommitted"
             return "unknown"
         return out.stdout.strip() or "uncommitted"
@@ -239,17 +270,23 @@ def is_moe(rec: ResultRecord) -> bool:
 
 def layout(levers: dict[str, Any]) -> str:
     """FSDP / TP (+SP) / PP (+schedule, virtual stages) / CP / EP as the recipe sets them (unset: torchtitan's default)."""
+
     def deg(name: str, default: int = 1) -> int:
         return int(levers.get(f"parallelism.{name}_parallel_degree", default) or default)
 
     parts = []
-    shard, rep = levers.get("parallelism.data_parallel_shard_degree", -1), levers.get("parallelism.data_parallel_replicate_degree", 1)
+    shard, rep = (
+        levers.get("parallelism.data_parallel_shard_degree", -1),
+        levers.get("parallelism.data_parallel_replicate_degree", 1),
+    )
     parts.append(f"FSDP {'auto' if shard == -1 else shard}" + (f" x DDP {rep}" if int(rep or 1) > 1 else ""))
     if deg("tensor") > 1:
         parts.append(f"TP {deg('tensor')}" + (" +SP" if levers.get("parallelism.enable_sequence_parallel") else ""))
     if deg("pipeline") > 1:
         schedule = levers.get("parallelism.pipeline_parallel_schedule", "")
-        vs = levers.get("parallelism.pipeline_parallel_layers_per_stage") or levers.get("parallelism.pipeline_parallel_virtual_stages")
+        vs = levers.get("parallelism.pipeline_parallel_layers_per_stage") or levers.get(
+            "parallelism.pipeline_parallel_virtual_stages"
+        )
         parts.append(f"PP {deg('pipeline')} {schedule}".strip() + (f" VP {vs}" if vs else ""))
     for name, label in (("context", "CP"), ("expert", "EP")):
         if deg(name) > 1:
@@ -282,18 +319,31 @@ def _row(repo: Path, rec: ResultRecord, path: Path) -> dict[str, Any]:
     device = f"CUDA {stack.cuda}, driver {stack.driver}" if family == "cuda" else stack.device_name
     base = rec.baseline_tps
     return {
-        "moe": is_moe(rec), "model": rec.model or rec.recipe_id, "hardware": rec.hardware, "devices": launch.world_size,
-        "nodes": launch.nodes, "devices_per_node": launch.devices_per_node,
-        "precision": _precision(rec), "gbs": rec.pinned.global_batch_size, "mbs": rec.levers.local_batch_size,
-        "seq": rec.pinned.seq_len, "layout": layout(levers), "recompute": rec.levers.recompute or "—",
-        "compile": bool(rec.levers.compile), "tps_per_device": tps, "tflops": _tflops(rec),
+        "moe": is_moe(rec),
+        "model": rec.model or rec.recipe_id,
+        "hardware": rec.hardware,
+        "devices": launch.world_size,
+        "nodes": launch.nodes,
+        "devices_per_node": launch.devices_per_node,
+        "precision": _precision(rec),
+        "gbs": rec.pinned.global_batch_size,
+        "mbs": rec.levers.local_batch_size,
+        "seq": rec.pinned.seq_len,
+        "layout": layout(levers),
+        "recompute": rec.levers.recompute or "—",
+        "compile": bool(rec.levers.compile),
+        "tps_per_device": tps,
+        "tflops": _tflops(rec),
         "mfu": rec.summary.mfu if family in PEAK_KNOWN else None,
         "usd_per_mtok": usd_per_million_tokens(rec.usd_per_device_hour, tps),
         # the campaign's compounded, A/B-confirmed gain when the record carries it (older records: tps / baseline)
         "gain": rec.gain if rec.gain is not None else ((tps / base - 1.0) if base else None),
         "gate": f"campaigns/{rec.campaign}/step-{rec.step}/report.md" if rec.campaign else "",
-        "date": rec.created_at[:10], "stack": f"torch {stack.torch}, torchtitan {stack.torchtitan}, {device}",
-        "commit": _commit_of(repo, path), "levers": levers, "record": str(path.relative_to(repo)),
+        "date": rec.created_at[:10],
+        "stack": f"torch {stack.torch}, torchtitan {stack.torchtitan}, {device}",
+        "commit": _commit_of(repo, path),
+        "levers": levers,
+        "record": str(path.relative_to(repo)),
     }
 
 
@@ -313,7 +363,13 @@ def collect(repo: Path) -> list[dict[str, Any]]:
         if not rec.eligible():
             continue
         # the launch shape is part of the key: a 2-rank and a 2-node result do not collide
-        key = (rec.model or rec.recipe_id, rec.hardware, rec.launch.world_size, rec.launch.nodes, rec.launch.devices_per_node)
+        key = (
+            rec.model or rec.recipe_id,
+            rec.hardware,
+            rec.launch.world_size,
+            rec.launch.nodes,
+            rec.launch.devices_per_node,
+        )
         if key not in best or (rec.summary.tps_median or 0.0) > (best[key][0].summary.tps_median or 0.0):
             best[key] = (rec, path)
     out = [_row(repo, rec, path) for rec, path in best.values()]
@@ -333,14 +389,34 @@ def _system(row: dict[str, Any]) -> str:
 def render(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return HEADER + "\nNo measured result has landed yet.\n"
-    table = [[r["model"] + (" (MoE)" if r["moe"] else ""), _system(r),
-              r["precision"], _fmt(r["gbs"], "d"), _fmt(r["mbs"], "d"), _fmt(r["seq"], "d"), r["layout"], r["recompute"],
-              "yes" if r["compile"] else "no", f"{r['tps_per_device']:,.0f}", _fmt(r["tflops"], ".2f"), _fmt(r["mfu"], ".1f") + ("%" if r["mfu"] is not None else ""),
-              "—" if r["usd_per_mtok"] is None else f"${r['usd_per_mtok']:.3f}",
-              _fmt(r["gain"], "+.1%"), f"[passed]({r['gate']})" if r["gate"] else "passed", r["stack"], r["date"], r["commit"],
-              f"[record]({r['record']})"] for r in rows]
+    table = [
+        [
+            r["model"] + (" (MoE)" if r["moe"] else ""),
+            _system(r),
+            r["precision"],
+            _fmt(r["gbs"], "d"),
+            _fmt(r["mbs"], "d"),
+            _fmt(r["seq"], "d"),
+            r["layout"],
+            r["recompute"],
+            "yes" if r["compile"] else "no",
+            f"{r['tps_per_device']:,.0f}",
+            _fmt(r["tflops"], ".2f"),
+            _fmt(r["mfu"], ".1f") + ("%" if r["mfu"] is not None else ""),
+            "—" if r["usd_per_mtok"] is None else f"${r['usd_per_mtok']:.3f}",
+            _fmt(r["gain"], "+.1%"),
+            f"[passed]({r['gate']})" if r["gate"] else "passed",
+            r["stack"],
+            r["date"],
+            r["commit"],
+            f"[record]({r['record']})",
+        ]
+        for r in rows
+    ]
     text = tabulate(table, headers=COLUMNS, tablefmt="github", disable_numparse=True)
-    details = "\n".join(f"- **{r['model']} on {_system(r)}**: `{json.dumps(r['levers'], sort_keys=True)}`" for r in rows)
+    details = "\n".join(
+        f"- **{r['model']} on {_system(r)}**: `{json.dumps(r['levers'], sort_keys=True)}`" for r in rows
+    )
     return f"{HEADER}\n{text}\n\n## Full recipes (levers)\n\n{details}\n"
 
 
@@ -354,5 +430,7 @@ def regenerate(repo: Path) -> tuple[Path, str]:
     try:
         atomic_write_text(path, text)
     except OSError as exc:
-        raise LeaderboardError(f"{path}: cannot write the board ({exc.strerror or exc}); it was left as it was") from None
+        raise LeaderboardError(
+            f"{path}: cannot write the board ({exc.strerror or exc}); it was left as it was"
+        ) from None
     return path, text

@@ -112,7 +112,11 @@ def _transition(s: Campaign, ev: Event) -> list[Action]:  # noqa: C901 - one sma
         if s.phase == "finished" and s.finish_reason.startswith("budget"):
             s.finish_reason = ""
             # the summary/finish actions not yet carried out are moot: the campaign goes on
-            s.pending = [a for a in s.pending if not isinstance(a, Finish) and not (isinstance(a, Comment) and a.kind == "summary")]
+            s.pending = [
+                a
+                for a in s.pending
+                if not isinstance(a, Finish) and not (isinstance(a, Comment) and a.kind == "summary")
+            ]
             if s.band is None:  # the budget ran out during the baseline: measure the rest of it first
                 s.phase = "baseline"
                 return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
@@ -163,7 +167,10 @@ def _fit_setup(s: Campaign) -> str:
 
 def _run_or_finish(s: Campaign, action: Action) -> list[Action]:
     if not s.next_run_fits():
-        return _finish(s, f"budget: the next run (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
+        return _finish(
+            s,
+            f"budget: the next run (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left",
+        )
     return [action]
 
 
@@ -171,14 +178,17 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
     if run.kind == "baseline":
         s.baseline.append(run)
         if run.outcome != "ok":
-            return _finish(s, f"baseline run failed ({run.outcome}: {run.reason}); the recipe must work before it is tuned")
+            return _finish(
+                s, f"baseline run failed ({run.outcome}: {run.reason}); the recipe must work before it is tuned"
+            )
         refused = _fit_setup(s)  # the runs so far are the estimate: the set-up left and one trial must fit
         if refused:
             return _finish(s, refused)
         if len(s.baseline) < s.baseline_runs_wanted + s.baseline_warmup_runs:
             return _run_or_finish(s, RunBaseline(attempt=len(s.baseline) + 1))
-        s.band = ThroughputBand.from_runs([r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor,
-                                     prior_sd=s.known_run_sd)
+        s.band = ThroughputBand.from_runs(
+            [r.tps or 0.0 for r in s.measured_baseline()], k=s.band_k, floor=s.band_floor, prior_sd=s.known_run_sd
+        )
         s.incumbent_levers = dict(s.baseline_levers)
         s.incumbent_tps = s.baseline_tps
         s.phase = "stepping"
@@ -190,15 +200,27 @@ def _on_run(s: Campaign, run: RunRef) -> list[Action]:
             st.gain = run.tps / s.incumbent_tps - 1.0 if run.tps and s.incumbent_tps else None
             st.close_reason = f"no gain: {run.reason} ({_pct(st.gain)})"
             st.measurement = _unmeasured(s, st.gain, "no_gain", f"the trial stopped early: {run.reason}", cut=True)
-            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="stopped early: slower"), Close(n=st.n, reason=st.close_reason)]
+            return [
+                Comment(n=st.n),
+                SetStatus(n=st.n, state="success", description="stopped early: slower"),
+                Close(n=st.n, reason=st.close_reason),
+            ]
         if run.outcome != "ok":
             st.close_reason = f"trial {run.outcome}: {run.reason}".strip(": ")
-            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"trial {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
+            return [
+                Comment(n=st.n),
+                SetStatus(n=st.n, state="failure", description=f"trial {run.outcome}"),
+                Close(n=st.n, reason=st.close_reason),
+            ]
         return [CheckConvergence(n=st.n)]
     # a pair
     if run.outcome != "ok":
         st.close_reason = f"pair {run.attempt} {run.outcome}: {run.reason}".strip(": ")
-        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description=f"pair {run.attempt} {run.outcome}"), Close(n=st.n, reason=st.close_reason)]
+        return [
+            Comment(n=st.n),
+            SetStatus(n=st.n, state="failure", description=f"pair {run.attempt} {run.outcome}"),
+            Close(n=st.n, reason=st.close_reason),
+        ]
     return _decide(s, st)
 
 
@@ -208,11 +230,21 @@ def _decide(s: Campaign, st: Step) -> list[Action]:
     st.measurement, st.gain = m, m.estimate
     if m.decision == "gain":
         st.kept = True
-        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; {_pct(m.estimate)} [{_pct(m.lo)}, {_pct(m.hi)}]"), Merge(n=st.n)]
+        return [
+            Comment(n=st.n),
+            SetStatus(
+                n=st.n, state="success", description=f"gate passed; {_pct(m.estimate)} [{_pct(m.lo)}, {_pct(m.hi)}]"
+            ),
+            Merge(n=st.n),
+        ]
     if m.decision in ("no_gain", "undecided"):
         what = "no gain" if m.decision == "no_gain" else "undecided"
         st.close_reason = f"{what}: {_pct(m.estimate)} [{_pct(m.lo)}, {_pct(m.hi)}], {m.why}"
-        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description=f"gate passed; {what}"), Close(n=st.n, reason=st.close_reason)]
+        return [
+            Comment(n=st.n),
+            SetStatus(n=st.n, state="success", description=f"gate passed; {what}"),
+            Close(n=st.n, reason=st.close_reason),
+        ]
     return _next_pair(s, st)
 
 
@@ -231,8 +263,15 @@ def _next_pair(s: Campaign, st: Step) -> list[Action]:
 
 
 def _unmeasured(s: Campaign, gain: float | None, decision: str, why: str, *, cut: bool = False) -> Measurement:
-    return Measurement(estimate=gain, confidence=s.confidence, min_gain=s.min_gain, decision=decision, why=why,
-                       rule=ms.rule_text(s), cut=cut)
+    return Measurement(
+        estimate=gain,
+        confidence=s.confidence,
+        min_gain=s.min_gain,
+        decision=decision,
+        why=why,
+        rule=ms.rule_text(s),
+        cut=cut,
+    )
 
 
 def _pct(x: float | None) -> str:
@@ -247,7 +286,10 @@ def _on_proposed(s: Campaign, ev: Proposed) -> list[Action]:
     if len(s.steps) >= s.max_steps:
         return _finish(s, f"reached the {s.max_steps}-step limit")
     if not s.next_run_fits():
-        return _finish(s, f"budget: the next trial (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left")
+        return _finish(
+            s,
+            f"budget: the next trial (~{s.expected_run_cost():.4f} device-hours) does not fit the {s.budget - s.spent:.4f} left",
+        )
     n = len(s.steps) + 1
     change = ev.decision
     base = s.step(change.stacked_on).levers if change.stacked_on else s.incumbent_levers
@@ -264,30 +306,59 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
         if not v.ok:
             st.verdict = v
             st.close_reason = "gate (config): " + "; ".join(v.reasons)
-            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the config"), Close(n=st.n, reason=st.close_reason)]
+            return [
+                Comment(n=st.n),
+                SetStatus(n=st.n, state="failure", description="gate rejected the config"),
+                Close(n=st.n, reason=st.close_reason),
+            ]
         if st.change.enabler:  # its own speed decides nothing: the change it enables is measured, stacked on it
             st.close_reason = "enabler: not run on its own; the change it enables is stacked on it and measured"
-            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="enabler (gated, not run)"), Close(n=st.n, reason=st.close_reason)]
+            return [
+                Comment(n=st.n),
+                SetStatus(n=st.n, state="success", description="enabler (gated, not run)"),
+                Close(n=st.n, reason=st.close_reason),
+            ]
         if st.change.predicted_oom:  # not started: an out-of-memory trial at no cost (the policy retries from it)
-            st.runs.append(RunRef(kind="trial", n=st.n, outcome="oom", reason=f"not run: {st.change.predicted_oom}",
-                                  simulated=bool(s.baseline) and s.baseline[0].simulated))
+            st.runs.append(
+                RunRef(
+                    kind="trial",
+                    n=st.n,
+                    outcome="oom",
+                    reason=f"not run: {st.change.predicted_oom}",
+                    simulated=bool(s.baseline) and s.baseline[0].simulated,
+                )
+            )
             st.close_reason = f"trial oom (predicted, not run): {st.change.predicted_oom}"
-            return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="predicted out of memory (not run)"),
-                    Close(n=st.n, reason=st.close_reason)]
+            return [
+                Comment(n=st.n),
+                SetStatus(n=st.n, state="failure", description="predicted out of memory (not run)"),
+                Close(n=st.n, reason=st.close_reason),
+            ]
         if st.change.predicted_slower:  # not started: a step that gains nothing, at no cost
             st.close_reason = f"no gain (predicted, not run): {st.change.predicted_slower}"
-            return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; predicted slower (not run)"),
-                    Close(n=st.n, reason=st.close_reason)]
+            return [
+                Comment(n=st.n),
+                SetStatus(n=st.n, state="success", description="gate passed; predicted slower (not run)"),
+                Close(n=st.n, reason=st.close_reason),
+            ]
         return _run_or_close(s, st, RunTrial(n=st.n))
     st.verdict = v
     if not v.ok:
         st.close_reason = "gate (convergence): " + "; ".join(v.reasons)
-        return [Comment(n=st.n), SetStatus(n=st.n, state="failure", description="gate rejected the loss curve"), Close(n=st.n, reason=st.close_reason)]
+        return [
+            Comment(n=st.n),
+            SetStatus(n=st.n, state="failure", description="gate rejected the loss curve"),
+            Close(n=st.n, reason=st.close_reason),
+        ]
     cut = ms.cut(s, st)
     if cut is not None:
         st.measurement, st.gain = cut, cut.estimate
         st.close_reason = f"no gain: {_pct(cut.estimate)}, {cut.why}"
-        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="gate passed; no gain"), Close(n=st.n, reason=st.close_reason)]
+        return [
+            Comment(n=st.n),
+            SetStatus(n=st.n, state="success", description="gate passed; no gain"),
+            Close(n=st.n, reason=st.close_reason),
+        ]
     return _next_pair(s, st)
 
 
@@ -298,7 +369,11 @@ def _run_or_close(s: Campaign, st: Step, action: Action, runs: int = 1) -> list[
     if not s.step_run_fits(st, runs):  # the policy's allowance for this step ends it; the campaign goes on
         st.close_reason = f"allowance: {_runs_not_fit(s, runs)} the {_cap_left_text(s, st)}"
         _end_undecided(st, "the step's allowance ends the pairs")
-        return [Comment(n=st.n), SetStatus(n=st.n, state="success", description="undecided: allowance spent"), Close(n=st.n, reason=st.close_reason)]
+        return [
+            Comment(n=st.n),
+            SetStatus(n=st.n, state="success", description="undecided: allowance spent"),
+            Close(n=st.n, reason=st.close_reason),
+        ]
     if not s.next_run_fits(runs):
         st.close_reason = f"budget: {_runs_not_fit(s, runs)} the {s.budget - s.spent:.4g} device-hours left"
         _end_undecided(st, "the budget ends the pairs")
@@ -321,7 +396,9 @@ def _cap_left_text(s: Campaign, st: Step) -> str:
 def _end_undecided(st: Step, why: str) -> None:
     """A step still measuring when no further pair may run is closed *undecided* (not kept), saying what ended it."""
     if st.measurement is not None and st.measurement.decision == "measuring":
-        st.measurement = st.measurement.model_copy(update={"decision": "undecided", "why": f"{st.measurement.why}; {why}"})
+        st.measurement = st.measurement.model_copy(
+            update={"decision": "undecided", "why": f"{st.measurement.why}; {why}"}
+        )
 
 
 def _stop_now(s: Campaign) -> list[Action]:

@@ -56,8 +56,20 @@ def pair_with_the_run_before(state: Campaign, st: Step) -> RunRef | None:
         tps, record = runs[-1].tps, runs[-1].record
     if not tps:
         return None
-    return RunRef(kind="pair", n=st.n, attempt=1, order="AB", outcome="ok", tps=trial.tps, reference_tps=tps, record=trial.record,
-                  reference_record=record, device_hours=0.0, simulated=trial.simulated, reused=True)
+    return RunRef(
+        kind="pair",
+        n=st.n,
+        attempt=1,
+        order="AB",
+        outcome="ok",
+        tps=trial.tps,
+        reference_tps=tps,
+        record=trial.record,
+        reference_record=record,
+        device_hours=0.0,
+        simulated=trial.simulated,
+        reused=True,
+    )
 
 
 def measure_window(state: Campaign, recipe: Recipe) -> tuple[int, int] | None:
@@ -110,7 +122,9 @@ def run_groups(state: Campaign, exclude: frozenset[str] = frozenset()) -> dict[t
     return groups
 
 
-def pooled_run_sd(groups: Iterable[list[float]], prior_sd: float | None = None, prior_df: int = 0) -> tuple[float | None, int]:
+def pooled_run_sd(
+    groups: Iterable[list[float]], prior_sd: float | None = None, prior_df: int = 0
+) -> tuple[float | None, int]:
     """(sd of one run's ``log tps``, its degrees of freedom) pooled within configurations, with the machine kind's
     prior ``prior_sd`` counted as ``prior_df`` degrees of freedom; (None, 0) with neither."""
     ss, df = (prior_sd**2 * prior_df, prior_df) if prior_sd and prior_df else (0.0, 0)
@@ -137,13 +151,16 @@ def share(x: float) -> str:
 def rule_text(state: Campaign) -> str:
     window = f"each run's median of {state.measure_steps} steps after the warm-up; " if state.measure_steps else ""
     sd = state.known_run_sd  # the prior's sd where it counts
-    prior = (f" and a known {share(sd)} run noise weighted as {state.noise_prior_df} repeat runs"
-             if sd is not None else "")
-    return (f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs{prior}); "
-            f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
-            f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "
-            f"out of reach of the cap, above it and out of reach of {FAR_OUT_OF_REACH} caps, or out of reach of the cap with "
-            f"the pairs to it costing more than half the budget left)")
+    prior = (
+        f" and a known {share(sd)} run noise weighted as {state.noise_prior_df} repeat runs" if sd is not None else ""
+    )
+    return (
+        f"{window}paired log-ratio, {state.confidence:.0%} t-interval (variance pooled over the campaign's repeat runs{prior}); "
+        f"gain when its lower end > {share(state.min_gain)}, no gain when its upper end < {share(state.min_gain)}, "
+        f"else another pair (at most {state.max_pairs}; undecided then, not kept; undecided sooner when below it and "
+        f"out of reach of the cap, above it and out of reach of {FAR_OUT_OF_REACH} caps, or out of reach of the cap with "
+        f"the pairs to it costing more than half the budget left)"
+    )
 
 
 # a run farther than this (relative), and than twice the throughput band, from its side's median is an outlier: on this CPU
@@ -169,9 +186,13 @@ def outliers(state: Campaign, st: Step) -> dict[int, str]:
     for r in pairs:
         a, b = math.log(r.reference_tps), math.log(r.tps)  # type: ignore[arg-type]
         if len(inc) > 1 and abs(a - _median(inc)) > tol:
-            out[r.attempt] = f"pair {r.attempt}'s incumbent run ({r.reference_tps:,.0f} tok/s) is {math.exp(a - _median(inc)) - 1:+.0%} off the incumbent's other measurements"
+            out[r.attempt] = (
+                f"pair {r.attempt}'s incumbent run ({r.reference_tps:,.0f} tok/s) is {math.exp(a - _median(inc)) - 1:+.0%} off the incumbent's other measurements"
+            )
         elif len(cand) > 2 and abs(b - _median(list(cand.values()))) > tol:
-            out[r.attempt] = f"pair {r.attempt}'s candidate run ({r.tps:,.0f} tok/s) is {math.exp(b - _median(list(cand.values()))) - 1:+.0%} off the candidate's other runs"
+            out[r.attempt] = (
+                f"pair {r.attempt}'s candidate run ({r.tps:,.0f} tok/s) is {math.exp(b - _median(list(cand.values()))) - 1:+.0%} off the candidate's other runs"
+            )
     return out
 
 
@@ -187,10 +208,17 @@ def measure(state: Campaign, st: Step) -> Measurement:
     bad = outliers(state, st)
     kept = [r for r in st.runs if log_ratio(r) is not None and r.attempt not in bad]
     ds = [d for d in (log_ratio(r) for r in kept) if d is not None]
-    exclude = frozenset(x for r in st.runs if r.kind == "pair" and r.attempt in bad for x in (r.reference_record, r.record if r.record != _trial_record(st) else ""))
+    exclude = frozenset(
+        x
+        for r in st.runs
+        if r.kind == "pair" and r.attempt in bad
+        for x in (r.reference_record, r.record if r.record != _trial_record(st) else "")
+    )
     sd_run, df = pooled_run_sd(run_groups(state, exclude - {""}).values(), state.noise_prior_sd, state.noise_prior_df)
     note = "; ".join(f"left out: {why}" for why in bad.values())
-    m = Measurement(confidence=state.confidence, min_gain=state.min_gain, pairs=len(ds), log_ratios=ds, df=df, rule=rule_text(state))
+    m = Measurement(
+        confidence=state.confidence, min_gain=state.min_gain, pairs=len(ds), log_ratios=ds, df=df, rule=rule_text(state)
+    )
     m = _decide(state, st, m, ds, sd_run, df)
     return m.model_copy(update={"why": f"{m.why}; {note}"}) if note else m
 
@@ -201,38 +229,81 @@ def _trial_record(st: Step) -> str:
 
 def _decide(state: Campaign, st: Step, m: Measurement, ds: list[float], sd_run: float | None, df: int) -> Measurement:
     if not ds:
-        return m.model_copy(update={"decision": "undecided" if _at_cap(state, st) else "measuring", "why": "no pair measured yet"})
+        return m.model_copy(
+            update={"decision": "undecided" if _at_cap(state, st) else "measuring", "why": "no pair measured yet"}
+        )
     if sd_run is None:
         est = math.exp(sum(ds) / len(ds)) - 1.0
         capped = _at_cap(state, st)
-        return m.model_copy(update={"estimate": est, "decision": "undecided" if capped else "measuring",
-                                    "why": "no repeat run yet: the noise is unknown" + (f"; {st_pairs(st)} pairs is the cap" if capped else "")})
+        return m.model_copy(
+            update={
+                "estimate": est,
+                "decision": "undecided" if capped else "measuring",
+                "why": "no repeat run yet: the noise is unknown"
+                + (f"; {st_pairs(st)} pairs is the cap" if capped else ""),
+            }
+        )
     sd_pair = math.sqrt(2.0) * sd_run
     est, lo, hi = interval(ds, sd_pair, df, state.confidence)
     m = m.model_copy(update={"estimate": est, "lo": lo, "hi": hi, "sigma": sd_pair})
     n = len(ds)
     if lo > state.min_gain and n >= state.min_pairs_for_gain:
-        return m.model_copy(update={"decision": "gain", "why": f"after {n} pair{'s' * (n > 1)} the lower end {lo:+.1%} clears the minimum gain {share(state.min_gain)}"})
+        return m.model_copy(
+            update={
+                "decision": "gain",
+                "why": f"after {n} pair{'s' * (n > 1)} the lower end {lo:+.1%} clears the minimum gain {share(state.min_gain)}",
+            }
+        )
     if lo > state.min_gain and not _at_cap(state, st):
-        return m.model_copy(update={"decision": "measuring", "why": f"the lower end {lo:+.1%} clears the minimum gain {share(state.min_gain)}, but a gain "
-                                                                    f"is decided on {state.min_pairs_for_gain} pairs at least (both orders)"})
+        return m.model_copy(
+            update={
+                "decision": "measuring",
+                "why": f"the lower end {lo:+.1%} clears the minimum gain {share(state.min_gain)}, but a gain "
+                f"is decided on {state.min_pairs_for_gain} pairs at least (both orders)",
+            }
+        )
     if hi < state.min_gain:
-        return m.model_copy(update={"decision": "no_gain", "why": f"after {n} pair{'s' * (n > 1)} the upper end {hi:+.1%} is below the minimum gain {share(state.min_gain)}"})
+        return m.model_copy(
+            update={
+                "decision": "no_gain",
+                "why": f"after {n} pair{'s' * (n > 1)} the upper end {hi:+.1%} is below the minimum gain {share(state.min_gain)}",
+            }
+        )
     if _at_cap(state, st):
-        return m.model_copy(update={"decision": "undecided", "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {share(state.min_gain)}"})
+        return m.model_copy(
+            update={
+                "decision": "undecided",
+                "why": f"{n} pairs (the cap) and the interval [{lo:+.1%}, {hi:+.1%}] still straddles the minimum gain {share(state.min_gain)}",
+            }
+        )
     need = pairs_to_decide(ds, sd_pair, df, state.confidence, state.min_gain) if n >= FUTILITY_AFTER else 0.0
     reach = 1 if est < state.min_gain else FAR_OUT_OF_REACH
     more, cost, left = state.max_pairs - n, pair_cost(state, st), state.budget - state.spent
     if need > state.max_pairs and more * cost > BUDGET_SHARE * left:
-        return m.model_copy(update={"decision": "undecided", "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
-                                                                      f"{share(state.min_gain)}, at its estimate deciding would take about {need:.0f} pairs, "
-                                                                      f"more than the cap of {state.max_pairs}, and the {more} pairs to the cap would cost "
-                                                                      f"{more * cost:.3g} device-hours, more than half the {left:.3g} left in the budget"})
+        return m.model_copy(
+            update={
+                "decision": "undecided",
+                "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
+                f"{share(state.min_gain)}, at its estimate deciding would take about {need:.0f} pairs, "
+                f"more than the cap of {state.max_pairs}, and the {more} pairs to the cap would cost "
+                f"{more * cost:.3g} device-hours, more than half the {left:.3g} left in the budget",
+            }
+        )
     if need > state.max_pairs * reach:
-        return m.model_copy(update={"decision": "undecided", "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
-                                                                      f"{share(state.min_gain)} and at its estimate deciding would take about {need:.0f} pairs, "
-                                                                      f"more than {f'{reach} x ' if reach > 1 else ''}the cap of {state.max_pairs}"})
-    return m.model_copy(update={"decision": "measuring", "why": f"the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain {share(state.min_gain)}"})
+        return m.model_copy(
+            update={
+                "decision": "undecided",
+                "why": f"futile: the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain "
+                f"{share(state.min_gain)} and at its estimate deciding would take about {need:.0f} pairs, "
+                f"more than {f'{reach} x ' if reach > 1 else ''}the cap of {state.max_pairs}",
+            }
+        )
+    return m.model_copy(
+        update={
+            "decision": "measuring",
+            "why": f"the interval [{lo:+.1%}, {hi:+.1%}] straddles the minimum gain {share(state.min_gain)}",
+        }
+    )
 
 
 FUTILITY_AFTER = 2  # pairs: one pair's estimate is too rough to project from
@@ -277,7 +348,18 @@ def cut(state: Campaign, st: Step) -> Measurement | None:
     band = state.band.band if state.band is not None else 0.0
     if hi >= state.min_gain or est > -band:  # and clearly slower: one trial hit by a transient slowdown decides nothing
         return None
-    return Measurement(estimate=est, lo=lo, hi=hi, confidence=state.confidence, min_gain=state.min_gain, pairs=0, sigma=math.sqrt(2.0) * sd_run,
-                       df=df, decision="no_gain", cut=True, rule=rule_text(state),
-                       why=f"cut on the trial (unpaired, against the incumbent's {state.incumbent_tps:,.0f} tok/s): upper end {hi:+.1%} "
-                           f"is below the minimum gain {share(state.min_gain)}")
+    return Measurement(
+        estimate=est,
+        lo=lo,
+        hi=hi,
+        confidence=state.confidence,
+        min_gain=state.min_gain,
+        pairs=0,
+        sigma=math.sqrt(2.0) * sd_run,
+        df=df,
+        decision="no_gain",
+        cut=True,
+        rule=rule_text(state),
+        why=f"cut on the trial (unpaired, against the incumbent's {state.incumbent_tps:,.0f} tok/s): upper end {hi:+.1%} "
+        f"is below the minimum gain {share(state.min_gain)}",
+    )

@@ -21,11 +21,25 @@ def measurement_options(launcher: str) -> dict[str, Any]:
     runs and decides a gain on two pairs at least. ``sim`` and ``local`` pair the trial with the incumbent's next run;
     ``slurm`` runs both sides of every pair fresh. Why each setting, and its measurements: docs/agent-evidence.md."""
     if launcher == "sim":
-        return {"min_gain": 0.005, "max_pairs": 6, "pair_with_trial": True, "early_stop": True, "measure_steps": SIM_MEASURE_STEPS,
-                "noise_prior_sd": SIM_RUN_SD, "noise_prior_df": SIM_RUN_SD_DF, "baseline_runs_wanted": 1}
+        return {
+            "min_gain": 0.005,
+            "max_pairs": 6,
+            "pair_with_trial": True,
+            "early_stop": True,
+            "measure_steps": SIM_MEASURE_STEPS,
+            "noise_prior_sd": SIM_RUN_SD,
+            "noise_prior_df": SIM_RUN_SD_DF,
+            "baseline_runs_wanted": 1,
+        }
     if launcher == "local":
-        return {"min_gain": 0.05, "max_pairs": 4, "pair_with_trial": True, "baseline_warmup_runs": 1, "baseline_runs_wanted": 3,
-                "min_pairs_for_gain": 2}
+        return {
+            "min_gain": 0.05,
+            "max_pairs": 4,
+            "pair_with_trial": True,
+            "baseline_warmup_runs": 1,
+            "baseline_runs_wanted": 3,
+            "min_pairs_for_gain": 2,
+        }
     if launcher == "slurm":
         return {"min_gain": 0.02, "max_pairs": 4}
     return {}
@@ -37,4 +51,3 @@ def github_measurement_options() -> dict[str, Any]:
     a trial below the incumbent by twice the throughput band stops early (twice: a runner from the pool may be slower
     than the one that measured the incumbent)."""
     return {"early_stop": True, "early_stop_k": 2.0, "pair_with_trial": False, "min_gain": 0.02, "max_pairs": 4}
-

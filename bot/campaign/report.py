@@ -26,9 +26,18 @@ def render_run_summary(record: RunRecord, path: str | None = None) -> str:
         ["outcome", record.outcome + (f" — {record.reason}" if record.reason else "")],
         ["steps", s.steps_completed],
         ["loss first → last", f"{_fmt(s.loss_first, '.4f')} → {_fmt(s.loss_last, '.4f')}"],
-        ["tokens/s per device (median)", f"{_fmt(s.tps_median)}  " + ("(CV: too few measured steps)" if s.tps_cv is None else f"(CV {_fmt(s.tps_cv * 100, '.1f')}%)")],
+        [
+            "tokens/s per device (median)",
+            f"{_fmt(s.tps_median)}  "
+            + ("(CV: too few measured steps)" if s.tps_cv is None else f"(CV {_fmt(s.tps_cv * 100, '.1f')}%)"),
+        ],
         ["step time (median)", f"{_fmt(s.step_time_median_s, '.3f')} s"],
-        ["MFU", _fmt(s.mfu, ".2f") + "%" if s.mfu is not None and record.stack.device_family in PEAK_KNOWN else "— (device peak unknown)"],
+        [
+            "MFU",
+            _fmt(s.mfu, ".2f") + "%"
+            if s.mfu is not None and record.stack.device_family in PEAK_KNOWN
+            else "— (device peak unknown)",
+        ],
         ["peak memory", f"{_fmt(s.peak_memory_gib, '.2f')} GiB"],
         ["wall / start-up", f"{s.wall_s:.1f} s / {_fmt(s.startup_s, '.1f')} s"],
         ["device-hours", f"{s.device_hours:.5f}"],
@@ -73,10 +82,16 @@ def _loss_chart(baseline: RunRecord | None, candidate: RunRecord | None) -> str:
             "```",
         ]
     )
-    rows = [[cs.step, bl, cl, f"{cs.loss - bs.loss:+.2e}", _fmt(bs.grad_norm, ".4f"), _fmt(cs.grad_norm, ".4f")]
-            for (bs, cs), bl, cl in zip(pairs, b, c, strict=True)]
-    table = tabulate(rows, headers=["step", "baseline loss", "candidate loss", "Δ", "baseline grad norm", "candidate grad norm"],
-                     tablefmt="github", disable_numparse=True)
+    rows = [
+        [cs.step, bl, cl, f"{cs.loss - bs.loss:+.2e}", _fmt(bs.grad_norm, ".4f"), _fmt(cs.grad_norm, ".4f")]
+        for (bs, cs), bl, cl in zip(pairs, b, c, strict=True)
+    ]
+    table = tabulate(
+        rows,
+        headers=["step", "baseline loss", "candidate loss", "Δ", "baseline grad norm", "candidate grad norm"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
     return chart + "\n\n" + table
 
 
@@ -124,7 +139,12 @@ def _pairs_table(step: Step) -> str:
         rows.append([r.attempt, r.order or "—", _fmt(r.reference_tps), _fmt(r.tps), d, r.outcome])
     if not rows:
         return ""
-    return tabulate(rows, headers=["pair", "order", "incumbent tok/s", "candidate tok/s", "log-ratio", "outcome"], tablefmt="github", disable_numparse=True)
+    return tabulate(
+        rows,
+        headers=["pair", "order", "incumbent tok/s", "candidate tok/s", "log-ratio", "outcome"],
+        tablefmt="github",
+        disable_numparse=True,
+    )
 
 
 def _incumbent_before(state: Campaign, n: int) -> float | None:
@@ -141,14 +161,31 @@ def _config_changes(v: Verdict | None) -> str:
     """The config gate's changed fields whose effect changed (a field that only stops applying is counted, not listed)."""
     check = next((c for c in v.checks if c.name == "tiers"), None) if v is not None else None
     changed = list((check.evidence.get("changed") if check else None) or [])
-    shown = [c for c in changed if isinstance(c, dict) and "<absent>" not in (str(c.get("before")), str(c.get("after")))]
+    shown = [
+        c for c in changed if isinstance(c, dict) and "<absent>" not in (str(c.get("before")), str(c.get("after")))
+    ]
     if not shown:
         return ""
-    rows = [[f"`{c.get('field')}`", f"`{c.get('before')}`", f"`{c.get('after')}`", c.get("tier", ""), f"`{c.get('rule', '')}`",
-             f"[source]({c['source']})" if c.get("source") else "—"] for c in shown[:40]]
+    rows = [
+        [
+            f"`{c.get('field')}`",
+            f"`{c.get('before')}`",
+            f"`{c.get('after')}`",
+            c.get("tier", ""),
+            f"`{c.get('rule', '')}`",
+            f"[source]({c['source']})" if c.get("source") else "—",
+        ]
+        for c in shown[:40]
+    ]
     hidden = len(changed) - len(shown)
-    table = tabulate(rows, headers=["field", "before", "after", "tier", "rule", "source"], tablefmt="github", disable_numparse=True)
-    return table + (f"\n\n{hidden} sub-field(s) no longer apply (absent in one of the configs) and are not listed." if hidden else "")
+    table = tabulate(
+        rows, headers=["field", "before", "after", "tier", "rule", "source"], tablefmt="github", disable_numparse=True
+    )
+    return table + (
+        f"\n\n{hidden} sub-field(s) no longer apply (absent in one of the configs) and are not listed."
+        if hidden
+        else ""
+    )
 
 
 def _defects(v: Verdict | None) -> str:
@@ -159,8 +196,10 @@ def _defects(v: Verdict | None) -> str:
     unchecked = check.evidence.get("unchecked") or {}
     lines = [f"- fired: `{f}`" for f in fired] or ["- none fired"]
     if unchecked:
-        lines.append(f"- could not be checked ({len(unchecked)}): " + ", ".join(f"`{k}` (needs {', '.join(map(str, needs))})"
-                                                                             for k, needs in list(unchecked.items())[:12]))
+        lines.append(
+            f"- could not be checked ({len(unchecked)}): "
+            + ", ".join(f"`{k}` (needs {', '.join(map(str, needs))})" for k, needs in list(unchecked.items())[:12])
+        )
     return "\n".join(lines)
 
 
@@ -189,19 +228,44 @@ def render_step_report(state: Campaign, step: Step, trial: RunRecord | None, bas
     rows = [
         ["decision", _decision(step)],
         ["throughput", _estimate(state, step)],
-        ["change", f"`{ch.lever}`: `{ch.before}` → `{ch.after}`" + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")
-         + (f", stacked on step {step.stacked_on}" if step.stacked_on else "")],
+        [
+            "change",
+            f"`{ch.lever}`: `{ch.before}` → `{ch.after}`"
+            + (f" (+{len(ch.extra)} more levers)" if ch.extra else "")
+            + (f", stacked on step {step.stacked_on}" if step.stacked_on else ""),
+        ],
         ["proposed by", ch.policy + (f"; lessons: {', '.join(ch.lessons)}" if ch.lessons else "")],
         ["gate: config", _gate_line(step.config_verdict)],
-        ["gate: convergence", _gate_line(conv) if conv is not None else ("not needed (tier B: bit-identical)" if step.config_verdict is not None
-                                                                        and step.config_verdict.ok and not step.config_verdict.requires_convergence
-                                                                        else "not reached")],
-        ["trial", next((f"{r.outcome} {md_inline(r.reason)}".strip() for r in step.runs if r.kind == "trial"),
-                       "not run: an enabler (the change it enables is stacked on it and measured)" if ch.enabler
-                       else f"not run: {ch.predicted_slower}" if ch.predicted_slower else "not run yet")],
+        [
+            "gate: convergence",
+            _gate_line(conv)
+            if conv is not None
+            else (
+                "not needed (tier B: bit-identical)"
+                if step.config_verdict is not None
+                and step.config_verdict.ok
+                and not step.config_verdict.requires_convergence
+                else "not reached"
+            ),
+        ],
+        [
+            "trial",
+            next(
+                (f"{r.outcome} {md_inline(r.reason)}".strip() for r in step.runs if r.kind == "trial"),
+                "not run: an enabler (the change it enables is stacked on it and measured)"
+                if ch.enabler
+                else f"not run: {ch.predicted_slower}"
+                if ch.predicted_slower
+                else "not run yet",
+            ),
+        ],
         ["cost", f"this step {step_cost:.4f} device-hours; campaign {state.spent:.4f} of {state.budget:.4f}"],
     ]
-    parts = [f"## ATTUNE step {step.n}: {ch.title()}{sim}", tabulate(rows, headers=["step", "value"], tablefmt="github"), f"**Why:** {ch.why}"]
+    parts = [
+        f"## ATTUNE step {step.n}: {ch.title()}{sim}",
+        tabulate(rows, headers=["step", "value"], tablefmt="github"),
+        f"**Why:** {ch.why}",
+    ]
     if ch.prediction is not None:
         parts[-1] = f"**Why:** {expectation(ch.prediction, step.gain)} {ch.why}"
     chart = _loss_chart(baseline, trial) if trial is not None else ""
@@ -218,14 +282,29 @@ def render_step_report(state: Campaign, step: Step, trial: RunRecord | None, bas
             if v.stage == "config" and c.name in ("tiers", "defects"):
                 continue
             ev = ", ".join(f"{k}={val}" for k, val in list(c.evidence.items())[:8])
-            body.append(f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {md_inline(ev, 600)}" if ev else ""))
+            body.append(
+                f"- check `{c.name}`: {'pass' if c.passed else 'FAIL'}" + (f" — {md_inline(ev, 600)}" if ev else "")
+            )
         evidence.append(_details(f"Gate ({v.stage}): {v.verdict} (tier {v.tier})", "\n\n".join(x for x in body if x)))
     if step.measurement is not None:
         m = step.measurement
-        measured = "\n\n".join(x for x in (f"Rule: {m.rule}." if m.rule else "", _pairs_table(step),
-                                          f"Noise: one pair's log-ratio sd {m.sigma:.4f} with {m.df} degrees of freedom (pooled over the "
-                                          "campaign's repeat runs of one configuration)" if m.sigma is not None else "") if x)
-        evidence.append(_details(f"Measurement: {m.decision.replace('_', ' ')} after {m.pairs} pair{'s' * (m.pairs != 1)}", measured))
+        measured = "\n\n".join(
+            x
+            for x in (
+                f"Rule: {m.rule}." if m.rule else "",
+                _pairs_table(step),
+                f"Noise: one pair's log-ratio sd {m.sigma:.4f} with {m.df} degrees of freedom (pooled over the "
+                "campaign's repeat runs of one configuration)"
+                if m.sigma is not None
+                else "",
+            )
+            if x
+        )
+        evidence.append(
+            _details(
+                f"Measurement: {m.decision.replace('_', ' ')} after {m.pairs} pair{'s' * (m.pairs != 1)}", measured
+            )
+        )
     if trial is not None:
         evidence.append(_details("Diagnosis", render_diagnosis(trial)))
         evidence.append(_details("Run facts", "```\n" + code_safe(render_run_summary(trial)) + "\n```"))
@@ -247,9 +326,20 @@ def campaign_rows(state: Campaign) -> list[list[object]]:
         gate = s.verdict.verdict if s.verdict else (s.config_verdict.verdict if s.config_verdict else "—")
         m = s.measurement
         ci = "" if m is None or m.lo is None else f" [{m.lo:+.1%}, {m.hi:+.1%}]"
-        rows.append([s.n, s.change.lever, str(s.change.before), str(s.change.after), trial.outcome if trial else "—", gate,
-                     ("—" if s.gain is None else f"{s.gain:+.1%}") + ci, "—" if m is None else f"{m.decision.replace('_', ' ')} ({m.pairs})",
-                     "yes" if s.kept else "no", s.branch])
+        rows.append(
+            [
+                s.n,
+                s.change.lever,
+                str(s.change.before),
+                str(s.change.after),
+                trial.outcome if trial else "—",
+                gate,
+                ("—" if s.gain is None else f"{s.gain:+.1%}") + ci,
+                "—" if m is None else f"{m.decision.replace('_', ' ')} ({m.pairs})",
+                "yes" if s.kept else "no",
+                s.branch,
+            ]
+        )
     return rows
 
 
@@ -262,17 +352,38 @@ def render_campaign_summary(state: Campaign, status: str | None = None) -> str:
     shown = status or state.phase
     head = f"## ATTUNE campaign {state.id}{' — SIMULATED' if sim else ''}\n\nRecipe `{state.recipe_path}`, policy `{state.policy}`, {shown}."
     facts = [
-        ["baseline tokens/s per device", _fmt(state.baseline_tps) + (f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
-                                                                      + "".join(f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[:state.baseline_warmup_runs])
-                                                                      + ")" if state.baseline else "")],
-        ["measurement", f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {share(state.min_gain)}, at most {state.max_pairs} pairs a step"
-                        + (f"; throughput band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else "")],
-        ["gate loss band", md_inline(state.calibration_note, 600) if state.calibration_note else ("—" if not state.calibrated else "none")],
+        [
+            "baseline tokens/s per device",
+            _fmt(state.baseline_tps)
+            + (
+                f" (runs: {', '.join(_fmt(r.tps) for r in state.measured_baseline())}"
+                + "".join(
+                    f"; warm-up run {_fmt(r.tps)} not counted" for r in state.baseline[: state.baseline_warmup_runs]
+                )
+                + ")"
+                if state.baseline
+                else ""
+            ),
+        ],
+        [
+            "measurement",
+            f"paired A/B, {state.confidence:.0%} interval, minimum worthwhile gain {share(state.min_gain)}, at most {state.max_pairs} pairs a step"
+            + (f"; throughput band {band.band:.1%} (baseline spread {band.spread:.1%})" if band else ""),
+        ],
+        [
+            "gate loss band",
+            md_inline(state.calibration_note, 600)
+            if state.calibration_note
+            else ("—" if not state.calibrated else "none"),
+        ],
         ["final tokens/s per device", _fmt(state.incumbent_tps)],
         ["gain", f"{state.gain:+.1%} (the kept steps' paired estimates, compounded)"],
-        ["budget", f"{state.spent:.4f} of {state.budget:.4f} device-hours"
-                   + (f" ({state.abandoned:.4f} of them in runs stopped by a signal, not recorded)" if state.abandoned else "")
-                   + (f"; {md_inline(state.setup_note, 400)}" if state.setup_note else "")],
+        [
+            "budget",
+            f"{state.spent:.4f} of {state.budget:.4f} device-hours"
+            + (f" ({state.abandoned:.4f} of them in runs stopped by a signal, not recorded)" if state.abandoned else "")
+            + (f"; {md_inline(state.setup_note, 400)}" if state.setup_note else ""),
+        ],
         ["payback", "—" if state.payback_hours() is None else f"{state.payback_hours():.3f} h of training"],
     ]
     if state.phase == "finished":
@@ -282,7 +393,11 @@ def render_campaign_summary(state: Campaign, status: str | None = None) -> str:
         elif state.incumbent_step == 0:
             verdict += " — no change cleared the minimum worthwhile gain with confidence; the recipe is kept as it was"
         facts.append(["finished" if status is None or status == "finished" else "finishing", verdict])
-    table = tabulate(campaign_rows(state), headers=["n", "lever", "from", "to", "outcome", "gate", "gain [CI]", "decision (pairs)", "kept", "branch"], tablefmt="github")
+    table = tabulate(
+        campaign_rows(state),
+        headers=["n", "lever", "from", "to", "outcome", "gate", "gain [CI]", "decision (pairs)", "kept", "branch"],
+        tablefmt="github",
+    )
     return f"{head}\n\n{tabulate(facts, headers=['campaign', 'value'], tablefmt='github')}\n\n### Steps\n\n{table}\n"
 
 
@@ -302,34 +417,77 @@ def render_diagnosis(record: RunRecord) -> str:
     from bot.core.diagnosis import diagnose
 
     d = diagnose(record)
-    rows = [["outcome", d.outcome + (f" — {md_inline(d.reason, 200)}" if d.reason else "")],
-            ["tokens/s per device", "—" if d.tps is None else f"{d.tps:,.0f}" + ("" if d.tps_cv is None else f" (CV {d.tps_cv:.1%})")],
-            ["MFU", f"{d.mfu:.2f}%" if d.mfu is not None and record.stack.device_family in PEAK_KNOWN else "— (device peak unknown)"],
-            ["step time", "—" if d.step_time_s is None else f"{d.step_time_s:.3f} s"],
-            ["memory", "—" if d.peak_memory_gib is None else f"{d.peak_memory_gib:.2f} GiB peak"
-             + ("" if d.mem_headroom_frac is None else f", headroom {d.mem_headroom_frac:.0%} of {d.memory_capacity_gib:.1f} GiB")]]
+    rows = [
+        ["outcome", d.outcome + (f" — {md_inline(d.reason, 200)}" if d.reason else "")],
+        [
+            "tokens/s per device",
+            "—" if d.tps is None else f"{d.tps:,.0f}" + ("" if d.tps_cv is None else f" (CV {d.tps_cv:.1%})"),
+        ],
+        [
+            "MFU",
+            f"{d.mfu:.2f}%"
+            if d.mfu is not None and record.stack.device_family in PEAK_KNOWN
+            else "— (device peak unknown)",
+        ],
+        ["step time", "—" if d.step_time_s is None else f"{d.step_time_s:.3f} s"],
+        [
+            "memory",
+            "—"
+            if d.peak_memory_gib is None
+            else f"{d.peak_memory_gib:.2f} GiB peak"
+            + (
+                ""
+                if d.mem_headroom_frac is None
+                else f", headroom {d.mem_headroom_frac:.0%} of {d.memory_capacity_gib:.1f} GiB"
+            ),
+        ],
+    ]
     if d.breakdown:
-        rows.append(["step-time breakdown" + (" (SIMULATED)" if d.simulated else ""),
-                     ", ".join(f"{k} {v:.0%}" for k, v in sorted(d.breakdown.items(), key=lambda kv: -kv[1]))])
+        rows.append(
+            [
+                "step-time breakdown" + (" (SIMULATED)" if d.simulated else ""),
+                ", ".join(f"{k} {v:.0%}" for k, v in sorted(d.breakdown.items(), key=lambda kv: -kv[1])),
+            ]
+        )
     if d.spans_ms:
-        rows.append(["torchtitan spans (median ms/step)", ", ".join(f"{k} {v:.1f}" for k, v in sorted(d.spans_ms.items()))])
+        rows.append(
+            ["torchtitan spans (median ms/step)", ", ".join(f"{k} {v:.1f}" for k, v in sorted(d.spans_ms.items()))]
+        )
     return "### Diagnosis\n\n" + tabulate(rows, headers=["", "trial"], tablefmt="github")
 
 
 def summary_json(state: Campaign, repo: Any) -> dict[str, Any]:
     return {
-        "campaign": state.id, "repo": str(repo), "recipe": state.recipe_path, "policy": state.policy,
+        "campaign": state.id,
+        "repo": str(repo),
+        "recipe": state.recipe_path,
+        "policy": state.policy,
         "simulated": any(r.simulated for r in state.baseline),  # its numbers are the simulator's, not measurements
-        "baseline_tps": state.baseline_tps, "final_tps": state.incumbent_tps, "gain": state.gain,
-        "noise_band": state.band.band if state.band else None, "min_gain": state.min_gain, "confidence": state.confidence,
-        "max_pairs": state.max_pairs, "budget": state.budget, "device_hours": state.spent,
-        "payback_hours": state.payback_hours(), "finish_reason": state.finish_reason,
+        "baseline_tps": state.baseline_tps,
+        "final_tps": state.incumbent_tps,
+        "gain": state.gain,
+        "noise_band": state.band.band if state.band else None,
+        "min_gain": state.min_gain,
+        "confidence": state.confidence,
+        "max_pairs": state.max_pairs,
+        "budget": state.budget,
+        "device_hours": state.spent,
+        "payback_hours": state.payback_hours(),
+        "finish_reason": state.finish_reason,
         "steps": [
-            {"n": s.n, "lever": s.change.lever, "from": s.change.before, "to": s.change.after,
-             "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
-             "gate": v.verdict if (v := s.verdict or s.config_verdict) else None,
-             "gain": s.gain, "measurement": s.measurement.model_dump() if s.measurement else None,
-             "kept": s.kept, "branch": s.branch, "policy": s.change.policy}
+            {
+                "n": s.n,
+                "lever": s.change.lever,
+                "from": s.change.before,
+                "to": s.change.after,
+                "outcome": next((r.outcome for r in s.runs if r.kind == "trial"), "not run"),
+                "gate": v.verdict if (v := s.verdict or s.config_verdict) else None,
+                "gain": s.gain,
+                "measurement": s.measurement.model_dump() if s.measurement else None,
+                "kept": s.kept,
+                "branch": s.branch,
+                "policy": s.change.policy,
+            }
             for s in state.steps
         ],
     }

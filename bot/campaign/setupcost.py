@@ -94,20 +94,36 @@ def fit_setup(s: Campaign) -> SetupFit:
     cal = calibration_runs_left(t)
     if not _fits(t, cost) and cal > 0:
         t.calibration_runs_planned, t.calibrated = 0, True
-        t.calibration_note = (f"no loss band: the budget does not hold the gate's {_runs(cal, 'calibration')} "
-                              f"(~{cal * cost:.4g} device-hours); tier-R/N steps fail closed")
+        t.calibration_note = (
+            f"no loss band: the budget does not hold the gate's {_runs(cal, 'calibration')} "
+            f"(~{cal * cost:.4g} device-hours); tier-R/N steps fail closed"
+        )
         notes.append(f"no gate calibration ({_runs(cal, 'calibration')} left out: tier-R/N steps fail closed)")
     if not _fits(t, cost):
         runs = setup_runs_left(t) + 1
         smallest = _ceil4(s.spent + runs * cost)
-        what = ", ".join(x for x in (_runs(before[0], "baseline") if before[0] else "",
-                                     _runs(before[1], "calibration") if before[1] else "") if x)
-        refusal = (f"budget: the set-up left ({what}) and one trial, ~{cost:.4g} device-hours a run, do not fit the "
-                   f"{s.budget - s.spent:.4g} device-hours left, even scaled down to {_runs(runs - 1, 'set-up')}; the "
-                   f"smallest budget that holds them is {smallest:g} device-hours")
+        what = ", ".join(
+            x
+            for x in (
+                _runs(before[0], "baseline") if before[0] else "",
+                _runs(before[1], "calibration") if before[1] else "",
+            )
+            if x
+        )
+        refusal = (
+            f"budget: the set-up left ({what}) and one trial, ~{cost:.4g} device-hours a run, do not fit the "
+            f"{s.budget - s.spent:.4g} device-hours left, even scaled down to {_runs(runs - 1, 'set-up')}; the "
+            f"smallest budget that holds them is {smallest:g} device-hours"
+        )
         return SetupFit(updates={}, refusal=refusal, smallest_budget=smallest)
     note = "set-up scaled to fit the budget: " + "; ".join(notes)
-    fields = ("baseline_warmup_runs", "baseline_runs_wanted", "calibration_runs_planned", "calibrated", "calibration_note")
+    fields = (
+        "baseline_warmup_runs",
+        "baseline_runs_wanted",
+        "calibration_runs_planned",
+        "calibrated",
+        "calibration_note",
+    )
     updates = {f: getattr(t, f) for f in fields if getattr(t, f) != getattr(s, f)}
     updates["setup_note"] = f"{s.setup_note}; {note}" if s.setup_note else note
     return SetupFit(updates=updates, note=note)

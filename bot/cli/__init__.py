@@ -40,7 +40,10 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="attune", description="Tune a torchtitan recipe for throughput, one lever at a time, behind a correctness gate.")
+    p = Parser(
+        prog="attune",
+        description="Tune a torchtitan recipe for throughput, one lever at a time, behind a correctness gate.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     for group in GROUPS:
         group.register(sub)

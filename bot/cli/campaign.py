@@ -47,24 +47,35 @@ def _progress(console):
             r = event.run
             label = f"step {r.n} {r.kind}" + (f" {r.attempt} ({r.order})" if r.kind == "pair" else "")
             if r.kind == "baseline":
-                label = f"baseline {r.attempt}" + (" (warm-up, not counted)" if r.attempt <= state.baseline_warmup_runs else "")
+                label = f"baseline {r.attempt}" + (
+                    " (warm-up, not counted)" if r.attempt <= state.baseline_warmup_runs else ""
+                )
             ab = "" if r.reference_tps is None else f" vs incumbent {r.reference_tps:,.0f}"
-            console.print(f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device' + (' SIMULATED' if r.simulated else '')}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
+            console.print(
+                f"  {label}: {r.outcome} {'' if r.tps is None else f'{r.tps:,.0f} tok/s/device' + (' SIMULATED' if r.simulated else '')}{ab}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]"
+            )
             m = state.step(r.n).measurement if r.kind == "pair" else None
             if m is not None and m.lo is not None:
-                console.print(f"    estimate {m.estimate:+.1%} [{m.lo:+.1%}, {m.hi:+.1%}] ({m.confidence:.0%}, {m.pairs} pairs): {m.decision.replace('_', ' ')}")
+                console.print(
+                    f"    estimate {m.estimate:+.1%} [{m.lo:+.1%}, {m.hi:+.1%}] ({m.confidence:.0%}, {m.pairs} pairs): {m.decision.replace('_', ' ')}"
+                )
         elif kind == "open_step":
             st = state.step(event.n)
-            console.print(f"[bold]step {st.n}[/]: {escape(st.change.title())}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})")
+            console.print(
+                f"[bold]step {st.n}[/]: {escape(st.change.title())}  ({st.change.policy}{'; ' + ', '.join(st.change.lessons) if st.change.lessons else ''})"
+            )
         elif kind in ("check_config", "check_convergence"):
             v = event.verdict
-            console.print(f"  gate {v.stage}: {v.verdict} (tier {v.tier})" + ("" if v.ok else f" — {escape(v.reasons[0][:160])}"))
+            console.print(
+                f"  gate {v.stage}: {v.verdict} (tier {v.tier})" + ("" if v.ok else f" — {escape(v.reasons[0][:160])}")
+            )
         elif kind == "calibrate":
             console.print(f"  gate loss band: {escape(event.note)}  \\[spent {state.spent:.4f}/{state.budget:.4f} dh]")
         elif kind == "merge":
             console.print(f"  [green]kept[/]: step {event.n} merged")
         elif kind == "close":
             console.print(f"  closed: {escape(action.reason[:160])}")
+
     return on_event
 
 
@@ -108,7 +119,9 @@ def _stored(repo: Path, cid: str):
         raise UsageError(f"{cid!r}: not a campaign id (letters, digits, '.', '_' and '-')")
     path = _state_path(repo, cid)
     if not path.is_file():
-        raise UsageError(f"{cid}: no such campaign under {_campaigns(repo)} (`attune campaign list --repo {repo}` lists them)")
+        raise UsageError(
+            f"{cid}: no such campaign under {_campaigns(repo)} (`attune campaign list --repo {repo}` lists them)"
+        )
     try:
         return read_campaign(path)
     except OSError as exc:
@@ -189,8 +202,11 @@ def _take_locks(repo: Path, cid: str, forge: str) -> list[Any]:
 
 def _interrupted(repo: Path, cid: str, exc: Any, state: Campaign | None, forge: str, as_json: bool) -> int:
     """Say how a campaign stopped by a signal stands, and answer the shell's exit code for that signal."""
-    after = (f"`attune campaign resume {cid} --repo {repo}` continues it" if forge == "local" else
-             f"its steps were kept in memory (--forge {forge}), so it cannot be resumed: `attune campaign stop {cid} --repo {repo}` ends it")
+    after = (
+        f"`attune campaign resume {cid} --repo {repo}` continues it"
+        if forge == "local"
+        else f"its steps were kept in memory (--forge {forge}), so it cannot be resumed: `attune campaign stop {cid} --repo {repo}` ends it"
+    )
     message = f"campaign {cid} interrupted ({exc.signame}); no run is left running and its state is saved: {after}"
     print(f"attune: {message}", file=sys.stderr)
     if as_json:
@@ -205,7 +221,11 @@ def _report(repo: Path, state: Campaign, facts: LaunchFacts, as_json: bool) -> i
 
     if as_json:
         status = status_of(state, None, facts.forge)
-        emit_json(_result(state, repo, state.id, status=status, message=f"campaign {state.id} {status}: {state.finish_reason}"))
+        emit_json(
+            _result(
+                state, repo, state.id, status=status, message=f"campaign {state.id} {status}: {state.finish_reason}"
+            )
+        )
         return EXIT_OK
     print(render_campaign_summary(state))  # markdown as it is: never re-wrapped, and its [links] are not rich markup
     lb = repo / "leaderboard.md"
@@ -215,8 +235,17 @@ def _report(repo: Path, state: Campaign, facts: LaunchFacts, as_json: bool) -> i
     return EXIT_OK
 
 
-def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as_json: bool,
-           begin: Callable[[Any], Any], shown: Any = None) -> int:
+def _drive(
+    repo: Path,
+    recipe_rel: str,
+    cid: str,
+    *,
+    policy: str,
+    facts: Any,
+    as_json: bool,
+    begin: Callable[[Any], Any],
+    shown: Any = None,
+) -> int:
     """Drive campaign ``cid`` with ``begin(executor)`` (start, resume or stop) under its lock, with Ctrl-C and
     SIGTERM handled; report the result. ``shown``: the campaign as it starts, for the live progress display on a
     terminal (:mod:`bot.cli.progress`; none with ``--json`` or when stdout is not a terminal)."""
@@ -232,15 +261,24 @@ def _drive(repo: Path, recipe_rel: str, cid: str, *, policy: str, facts: Any, as
     lines = None if as_json else _progress(out)
     on_event = lines
     if isinstance(display, CampaignDisplay) and lines is not None:
+
         def on_event(state, action, event) -> None:  # the lines as before, and the display
             lines(state, action, event)
             display.on_event(state, action, event)
+
     try:
         with GracefulStop() as stopper, display:
             facts.save(folder)
-            executor = build_executor(repo, recipe_rel, policy=policy, forge=facts.forge, seed=facts.seed, on_event=on_event,
-                                      progress=display.message if isinstance(display, CampaignDisplay) else None,
-                                      cache_dir=Path(facts.cache_dir) if facts.cache_dir else None)
+            executor = build_executor(
+                repo,
+                recipe_rel,
+                policy=policy,
+                forge=facts.forge,
+                seed=facts.seed,
+                on_event=on_event,
+                progress=display.message if isinstance(display, CampaignDisplay) else None,
+                cache_dir=Path(facts.cache_dir) if facts.cache_dir else None,
+            )
             stopper.guard(executor)
             crashpoints.arm(executor)
             try:
@@ -270,13 +308,17 @@ def _check_committed(repo: Path, recipe_rel: str, forge: str) -> None:
         return
     why = uncommitted(repo, repo / recipe_rel)
     if why is not None:
-        raise UsageError(f"{recipe_rel}: {why}; a campaign's steps branch from the recipe as committed: "
-                         f"commit it first (`git -C {repo} add {recipe_rel} && git -C {repo} commit`)")
+        raise UsageError(
+            f"{recipe_rel}: {why}; a campaign's steps branch from the recipe as committed: "
+            f"commit it first (`git -C {repo} add {recipe_rel} && git -C {repo} commit`)"
+        )
     held = staged(repo)
     if held:
-        raise UsageError(f"{repo}: {len(held)} staged change(s) ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); a "
-                         "local-forge campaign merges its kept steps into this checkout, and git refuses to merge into "
-                         f"an index with staged changes: commit or unstage them first (`git -C {repo} restore --staged .`)")
+        raise UsageError(
+            f"{repo}: {len(held)} staged change(s) ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); a "
+            "local-forge campaign merges its kept steps into this checkout, and git refuses to merge into "
+            f"an index with staged changes: commit or unstage them first (`git -C {repo} restore --staged .`)"
+        )
 
 
 def _check_results(repo: Path, forge: str) -> None:
@@ -301,13 +343,19 @@ def _new_id(repo: Path, recipe: Any, campaign_id: str | None) -> str:
 
     if campaign_id is not None:
         if not CAMPAIGN_ID.match(campaign_id):
-            raise UsageError(f"--id {campaign_id!r}: expected letters, digits, '.', '_' and '-' (it names a folder and git branches)")
+            raise UsageError(
+                f"--id {campaign_id!r}: expected letters, digits, '.', '_' and '-' (it names a folder and git branches)"
+            )
         if _state_path(repo, campaign_id).exists():
-            raise UsageError(f"--id {campaign_id}: that campaign exists; `attune campaign resume {campaign_id} --repo {repo}` continues it")
+            raise UsageError(
+                f"--id {campaign_id}: that campaign exists; `attune campaign resume {campaign_id} --repo {repo}` continues it"
+            )
         old = step_branches(repo, campaign_id)
         if old:
-            raise UsageError(f"--id {campaign_id}: {len(old)} branch(es) of an earlier campaign of that id exist ({old[0]}, ...); "
-                             f"choose another id, or delete them (`git -C {repo} branch -D {' '.join(old)}`)")
+            raise UsageError(
+                f"--id {campaign_id}: {len(old)} branch(es) of an earlier campaign of that id exist ({old[0]}, ...); "
+                f"choose another id, or delete them (`git -C {repo} branch -D {' '.join(old)}`)"
+            )
         return campaign_id
     cid = base = new_campaign_id(recipe)
     for k in range(2, 1000):  # two campaigns started within one second
@@ -325,16 +373,31 @@ def _fit_to_budget(state: Campaign, recipe: Any, text: str, cache: Path) -> tupl
     from bot.campaign.gate_calls import fresh_calibration_runs
     from bot.campaign.setupcost import fit_setup, sim_run_cost
 
-    state = state.model_copy(update={"run_cost_estimate": sim_run_cost(recipe),
-                                      "calibration_runs_planned": fresh_calibration_runs(text, recipe, cache)})
+    state = state.model_copy(
+        update={
+            "run_cost_estimate": sim_run_cost(recipe),
+            "calibration_runs_planned": fresh_calibration_runs(text, recipe, cache),
+        }
+    )
     fit = fit_setup(state)
     if fit.refusal:
         raise UsageError(f"--budget {state.budget:g}: {fit.refusal.removeprefix('budget: ')}")
     return state.model_copy(update=fit.updates), fit.note
 
 
-def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, forge: str, as_json: bool, seed: int = 0,
-                  cache_dir: Path | None = None, campaign_id: str | None = None, max_steps: int | None = None) -> int:
+def _run_campaign(
+    repo: Path,
+    recipe_rel: str,
+    *,
+    budget: float,
+    policy: str,
+    forge: str,
+    as_json: bool,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    campaign_id: str | None = None,
+    max_steps: int | None = None,
+) -> int:
     """Start a campaign; every check on the flags and the recipe comes first, so a refused one leaves nothing."""
     from bot.campaign.measurement_settings import measurement_options
     from bot.campaign.new_campaign import new_state
@@ -356,13 +419,23 @@ def _run_campaign(repo: Path, recipe_rel: str, *, budget: float, policy: str, fo
     state = new_state(recipe, recipe_rel, budget=budget, policy=policy, campaign_id=cid, base_branch=base, **options)
     state, note = _fit_to_budget(state, recipe, (repo / recipe_rel).read_text(), cache_dir or Repo(repo).work)
     if not as_json:
-        console().print(f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
-                        f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)")
+        console().print(
+            f"[bold]attune campaign[/] {cid}: {recipe_rel} in {repo} — policy {policy}, budget {budget} device-hours\n"
+            f"  Ctrl-C stops it (resumable: `attune campaign resume {cid} --repo {repo}`)"
+        )
         if note:
             console().print(f"  {note}", markup=False)
     facts = LaunchFacts(forge=forge, seed=seed, cache_dir=str(cache_dir) if cache_dir else None)
-    return _drive(repo, recipe_rel, cid, policy=policy, facts=facts, as_json=as_json, begin=lambda ex: ex.start(state),
-                  shown=state)
+    return _drive(
+        repo,
+        recipe_rel,
+        cid,
+        policy=policy,
+        facts=facts,
+        as_json=as_json,
+        begin=lambda ex: ex.start(state),
+        shown=state,
+    )
 
 
 # ----------------------------------------------------------------------------- commands
@@ -373,8 +446,17 @@ def cmd_campaign_run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise UsageError(f"{args.recipe}: no such recipe")
     repo = repo_of_recipe(path).root
-    return _run_campaign(repo, str(path.relative_to(repo)), budget=args.budget, policy=args.policy, forge=args.forge,
-                         as_json=args.json, seed=args.seed, campaign_id=args.id, max_steps=args.max_steps)
+    return _run_campaign(
+        repo,
+        str(path.relative_to(repo)),
+        budget=args.budget,
+        policy=args.policy,
+        forge=args.forge,
+        as_json=args.json,
+        seed=args.seed,
+        campaign_id=args.id,
+        max_steps=args.max_steps,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -384,14 +466,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     home = find_repo()  # the working directory's repository: the demo tunes a scratch clone of it
     rel = (args.recipe or DEMO_RECIPE).removeprefix("recipes/")
     if not rel.endswith(".yaml") or ".." in Path(rel).parts or Path(rel).is_absolute():
-        raise UsageError(f"--recipe: expected a recipe under recipes/ such as {', '.join(DEMO_RECIPES)}; got {args.recipe!r}")
+        raise UsageError(
+            f"--recipe: expected a recipe under recipes/ such as {', '.join(DEMO_RECIPES)}; got {args.recipe!r}"
+        )
     if not (home.recipes / rel).is_file():
         raise UsageError(f"{home.recipes / rel}: no such recipe (run the demo from a checkout of ATTUNE)")
     _check_flags(args.budget, None)  # before the scratch clone is made
     repo = scratch_clone(home.root)
     # the gate's calibration runs are cached in this checkout's .attune/, so a second demo reuses them
-    return _run_campaign(repo, f"recipes/{rel}", budget=args.budget, policy=args.policy, forge="local", as_json=args.json,
-                         cache_dir=home.work)
+    return _run_campaign(
+        repo,
+        f"recipes/{rel}",
+        budget=args.budget,
+        policy=args.policy,
+        forge="local",
+        as_json=args.json,
+        cache_dir=home.work,
+    )
 
 
 def _summary_as_it_stands(state: Campaign, status: str) -> str:
@@ -424,7 +515,17 @@ def cmd_campaign_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     table = [("id", "recipe", "phase", "steps", "gain", "spent/budget dh", "status")]
     for r in rows:
-        table.append((r.id, r.recipe, r.phase, f"{r.steps} ({r.kept} kept)", f"{r.gain:+.1%}", f"{r.spent:.4g}/{r.budget:.4g}", r.status))
+        table.append(
+            (
+                r.id,
+                r.recipe,
+                r.phase,
+                f"{r.steps} ({r.kept} kept)",
+                f"{r.gain:+.1%}",
+                f"{r.spent:.4g}/{r.budget:.4g}",
+                r.status,
+            )
+        )
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
@@ -441,13 +542,19 @@ def _facts_for(repo: Path, cid: str, command: str):
     try:
         facts = LaunchFacts.load(folder)
     except OSError as exc:
-        raise UsageError(f"{folder / LAUNCH}: cannot read how the campaign was started: {exc.strerror or exc}") from None
+        raise UsageError(
+            f"{folder / LAUNCH}: cannot read how the campaign was started: {exc.strerror or exc}"
+        ) from None
     except ValueError as exc:  # pydantic's ValidationError (a damaged file), or a byte that is not UTF-8
         why = first_problem(exc) if isinstance(exc, ValidationError) else "not UTF-8 text"
         raise UsageError(f"{folder / LAUNCH}: not the campaign's launch facts: {why}") from None
-    if facts.forge != "local" and command == "resume":  # stop ends it: that needs its state only (lifecycle's docstring)
-        raise UsageError(f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {PAST[command]} "
-                         f"(`attune campaign stop {cid} --repo {repo}` ends it)")
+    if (
+        facts.forge != "local" and command == "resume"
+    ):  # stop ends it: that needs its state only (lifecycle's docstring)
+        raise UsageError(
+            f"{cid}: ran with --forge {facts.forge} (its steps were kept in memory); it cannot be {PAST[command]} "
+            f"(`attune campaign stop {cid} --repo {repo}` ends it)"
+        )
     return facts
 
 
@@ -461,8 +568,10 @@ def _check_base_branch(repo: Path, state: Campaign, command: str) -> None:
         return
     here = current_branch(repo)
     if here != state.base_branch:
-        raise UsageError(f"{state.id}: started on branch {state.base_branch}, but {here or 'no branch'} is checked out in {repo}; "
-                         f"`git -C {repo} checkout {state.base_branch}` first, then {command} it (its steps and summary land on the branch checked out)")
+        raise UsageError(
+            f"{state.id}: started on branch {state.base_branch}, but {here or 'no branch'} is checked out in {repo}; "
+            f"`git -C {repo} checkout {state.base_branch}` first, then {command} it (its steps and summary land on the branch checked out)"
+        )
 
 
 def cmd_campaign_resume(args: argparse.Namespace) -> int:
@@ -473,12 +582,24 @@ def cmd_campaign_resume(args: argparse.Namespace) -> int:
     facts = _facts_for(repo, args.id, "resume")
     _check_base_branch(repo, state, "resume")
     if not (repo / state.recipe_path).is_file():
-        raise UsageError(f"{repo / state.recipe_path}: the campaign's recipe is not in the checkout (check out its base branch)")
+        raise UsageError(
+            f"{repo / state.recipe_path}: the campaign's recipe is not in the checkout (check out its base branch)"
+        )
     if not args.json:
-        console().print(f"[bold]attune campaign resume[/] {args.id}: {state.phase}, {len(state.steps)} steps, "
-                        f"spent {state.spent:.4f}/{state.budget:.4f} device-hours")
-    return _drive(repo, state.recipe_path, args.id, policy=state.policy, facts=facts, as_json=args.json,
-                  begin=lambda ex: ex.resume(args.id), shown=state)
+        console().print(
+            f"[bold]attune campaign resume[/] {args.id}: {state.phase}, {len(state.steps)} steps, "
+            f"spent {state.spent:.4f}/{state.budget:.4f} device-hours"
+        )
+    return _drive(
+        repo,
+        state.recipe_path,
+        args.id,
+        policy=state.policy,
+        facts=facts,
+        as_json=args.json,
+        begin=lambda ex: ex.resume(args.id),
+        shown=state,
+    )
 
 
 def cmd_campaign_stop(args: argparse.Namespace) -> int:
@@ -507,45 +628,80 @@ def cmd_campaign_stop(args: argparse.Namespace) -> int:
                 emit_json(_result(state, repo, args.id, status=f"running (pid {pid})", message=message))
             return EXIT_FAILED
     why = "stopped by `attune campaign stop`"
-    return _drive(repo, state.recipe_path, args.id, policy=state.policy, facts=facts, as_json=args.json,
-                  begin=lambda ex: ex.stop(args.id, why=why))
+    return _drive(
+        repo,
+        state.recipe_path,
+        args.id,
+        policy=state.policy,
+        facts=facts,
+        as_json=args.json,
+        begin=lambda ex: ex.stop(args.id, why=why),
+    )
 
 
 def register(sub: Any) -> None:
     from bot.agent import POLICIES
     from bot.drive.local import FORGES
 
-    c = sub.add_parser("campaign", help="run, list, show, resume or stop a tuning campaign").add_subparsers(dest="campaign_cmd", required=True)
+    c = sub.add_parser("campaign", help="run, list, show, resume or stop a tuning campaign").add_subparsers(
+        dest="campaign_cmd", required=True
+    )
     r = c.add_parser("run", help="tune a recipe inside a device-hour budget")
     r.add_argument("recipe")
     r.add_argument("--budget", type=float, required=True, help="device-hours (devices x wall hours)")
     r.add_argument("--policy", choices=POLICIES, default="heuristic")
-    r.add_argument("--forge", choices=FORGES, default="local",
-                   help="local: steps on git branches of the recipe's repository, kept ones merged (default); none: steps kept in memory, nothing committed (cannot be resumed)")
-    r.add_argument("--seed", type=int, default=0, help="the seed of the random, tpe and gp policies' own draws (default 0)")
+    r.add_argument(
+        "--forge",
+        choices=FORGES,
+        default="local",
+        help="local: steps on git branches of the recipe's repository, kept ones merged (default); none: steps kept in memory, nothing committed (cannot be resumed)",
+    )
+    r.add_argument(
+        "--seed", type=int, default=0, help="the seed of the random, tpe and gp policies' own draws (default 0)"
+    )
     r.add_argument("--id", default=None, help="the campaign's id (default: <recipe>-<date>-<time>)")
     r.add_argument("--max-steps", type=int, default=None, help="end the campaign after this many steps (default 50)")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_campaign_run)
-    li = c.add_parser("list", help="the campaigns of a repository: phase, steps, gain, spent/budget, running or resumable")
-    li.add_argument("--repo", default=None, help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)")
+    li = c.add_parser(
+        "list", help="the campaigns of a repository: phase, steps, gain, spent/budget, running or resumable"
+    )
+    li.add_argument(
+        "--repo",
+        default=None,
+        help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)",
+    )
     li.add_argument("--json", action="store_true")
     li.set_defaults(func=cmd_campaign_list)
     s = c.add_parser("show", help="the PR-like history of a campaign")
     s.add_argument("id")
-    s.add_argument("--repo", default=None, help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)")
+    s.add_argument(
+        "--repo",
+        default=None,
+        help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)",
+    )
     s.set_defaults(func=cmd_campaign_show)
-    for name, func, text in (("resume", cmd_campaign_resume, "continue a campaign that was interrupted or killed"),
-                             ("stop", cmd_campaign_stop, "end a campaign: its open step closed, its summary committed")):
+    for name, func, text in (
+        ("resume", cmd_campaign_resume, "continue a campaign that was interrupted or killed"),
+        ("stop", cmd_campaign_stop, "end a campaign: its open step closed, its summary committed"),
+    ):
         p = c.add_parser(name, help=text)
         p.add_argument("id")
-        p.add_argument("--repo", default=None, help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)")
+        p.add_argument(
+            "--repo",
+            default=None,
+            help="the repository (default: $ATTUNE_REPO, else the one at or above the working directory)",
+        )
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=func)
 
     d = sub.add_parser("demo", help="a real local campaign on the CPU recipe, in a scratch clone")
-    d.add_argument("--recipe", default=None, metavar="RECIPE",
-                   help=f"a recipe under recipes/ (default {DEMO_RECIPE}; the MoE example: {DEMO_RECIPES[1]})")
+    d.add_argument(
+        "--recipe",
+        default=None,
+        metavar="RECIPE",
+        help=f"a recipe under recipes/ (default {DEMO_RECIPE}; the MoE example: {DEMO_RECIPES[1]})",
+    )
     d.add_argument("--budget", type=float, default=0.12, help="device-hours (default 0.12: about 7 minutes of runs)")
     d.add_argument("--policy", choices=POLICIES, default="heuristic")
     d.add_argument("--json", action="store_true")

@@ -66,8 +66,12 @@ class Facts(BaseModel):
     launchers: list[str] = Field(default_factory=list)  # the launchers this ATTUNE has
     repo_root: str | None = None  # the git work tree a campaign makes its branches in
     repo_error: str = ""
-    data_root: str | None = None  # where recipes/ and lessons/ are read (the repository, else the folder holding recipes/)
-    lessons: int | None = None  # lessons a campaign loads: ATTUNE's packaged catalog with lessons/ there (None: not loaded)
+    data_root: str | None = (
+        None  # where recipes/ and lessons/ are read (the repository, else the folder holding recipes/)
+    )
+    lessons: int | None = (
+        None  # lessons a campaign loads: ATTUNE's packaged catalog with lessons/ there (None: not loaded)
+    )
     own_lessons: int = 0  # of which the repository's own lessons/ holds (additions and overrides)
     lessons_error: str = ""
     git: str | None = None  # `git --version`, or None when git is not on PATH
@@ -109,38 +113,58 @@ def check_python(f: Facts) -> Check:
     need = ".".join(map(str, MIN_PYTHON))
     if have >= MIN_PYTHON:
         return Check(name="python", status="ok", found=f.python)
-    return Check(name="python", status="miss", found=f.python, fix=f"ATTUNE needs Python {need} or newer: `PYTHON=python{need} ./dev setup`")
+    return Check(
+        name="python",
+        status="miss",
+        found=f.python,
+        fix=f"ATTUNE needs Python {need} or newer: `PYTHON=python{need} ./dev setup`",
+    )
 
 
 def check_git(f: Facts) -> Check:
     if f.git:
         return Check(name="git", status="ok", found=f.git)
-    return Check(name="git", status="miss", found="not on PATH",
-                 fix="install git (`apt-get install git`, `brew install git`): campaigns make their steps as git branches")
+    return Check(
+        name="git",
+        status="miss",
+        found="not on PATH",
+        fix="install git (`apt-get install git`, `brew install git`): campaigns make their steps as git branches",
+    )
 
 
 def check_git_identity(f: Facts) -> Check:
     if f.recipe_arg is None:
-        return Check(name="git identity", status="skip", found="the demo commits in a scratch clone with its own identity")
+        return Check(
+            name="git identity", status="skip", found="the demo commits in a scratch clone with its own identity"
+        )
     if f.git is None or f.repo_root is None:
         return Check(name="git identity", status="skip", found="no repository to check")
     if f.git_identity:
         return Check(name="git identity", status="ok", found=f.git_identity)
-    return Check(name="git identity", status="miss", found=f"no user.name/user.email for {f.repo_root}",
-                 fix="`git config user.name \"...\"` and `git config user.email ...` there: a campaign commits its steps")
+    return Check(
+        name="git identity",
+        status="miss",
+        found=f"no user.name/user.email for {f.repo_root}",
+        fix='`git config user.name "..."` and `git config user.email ...` there: a campaign commits its steps',
+    )
 
 
 def check_repository(f: Facts) -> Check:
     if f.repo_root:
         return Check(name="repository", status="ok", found=f.repo_root)
-    fix = ("run from a checkout of ATTUNE (or pass a RECIPE)" if f.recipe_arg is None
-           else "`git init` the recipe's folder and commit the recipe, or tune a recipe of a clone")
+    fix = (
+        "run from a checkout of ATTUNE (or pass a RECIPE)"
+        if f.recipe_arg is None
+        else "`git init` the recipe's folder and commit the recipe, or tune a recipe of a clone"
+    )
     return Check(name="repository", status="miss", found=f.repo_error or "not found", fix=fix)
 
 
 def check_recipe(f: Facts) -> Check:
     if f.recipe_error:
-        return Check(name="recipe", status="miss", found=f.recipe_error, fix="fix the recipe file (the message names the field)")
+        return Check(
+            name="recipe", status="miss", found=f.recipe_error, fix="fix the recipe file (the message names the field)"
+        )
     if f.recipe_path is None:
         return Check(name="recipe", status="skip", found="no recipe")
     return Check(name="recipe", status="ok", found=f"{f.recipe_path}: launcher {f.launcher}, hardware {f.hardware}")
@@ -151,61 +175,107 @@ def check_launcher(f: Facts) -> Check:
         return Check(name="launcher", status="skip", found="no recipe")
     if f.launcher in f.launchers:
         return Check(name="launcher", status="ok", found=f.launcher)
-    return Check(name="launcher", status="miss", found=f"{f.launcher}: this ATTUNE has no such backend (it has {', '.join(f.launchers)})",
-                 fix="use a recipe with launcher " + " or ".join(f.launchers) + ", or an ATTUNE with that backend")
+    return Check(
+        name="launcher",
+        status="miss",
+        found=f"{f.launcher}: this ATTUNE has no such backend (it has {', '.join(f.launchers)})",
+        fix="use a recipe with launcher " + " or ".join(f.launchers) + ", or an ATTUNE with that backend",
+    )
 
 
 def check_lessons(f: Facts) -> Check:
     if f.lessons is not None:
         own = f", {f.own_lessons} of them from {f.data_root}/lessons" if f.own_lessons else ""
         return Check(name="lessons", status="ok", found=f"{f.lessons} lessons (ATTUNE's catalog{own})")
-    return Check(name="lessons", status="miss", found=f.lessons_error,
-                 fix="fix the lessons file named (the repository's lessons/ adds to ATTUNE's catalog or overrides it by id)")
+    return Check(
+        name="lessons",
+        status="miss",
+        found=f.lessons_error,
+        fix="fix the lessons file named (the repository's lessons/ adds to ATTUNE's catalog or overrides it by id)",
+    )
 
 
 def check_torch(f: Facts) -> Check:
     if not _real(f):
-        return Check(name="torch", status="skip", found="not needed by the simulator" if f.launcher == "sim" else "no recipe")
+        return Check(
+            name="torch", status="skip", found="not needed by the simulator" if f.launcher == "sim" else "no recipe"
+        )
     if f.torch_version is None:
-        return Check(name="torch", status="miss", found=f.torch_error or "not installed",
-                     fix="`./dev setup` (the CPU wheel), or install the torch build for your GPU (README: Bring your own torch)")
+        return Check(
+            name="torch",
+            status="miss",
+            found=f.torch_error or "not installed",
+            fix="`./dev setup` (the CPU wheel), or install the torch build for your GPU (README: Bring your own torch)",
+        )
     build = f"CUDA {f.torch_cuda}" if f.torch_cuda else "CPU"
     if _gpu(f) and not f.torch_cuda:
-        return Check(name="torch", status="miss", found=f"{f.torch_version} (a CPU build)",
-                     fix=f"hardware {f.hardware} needs a CUDA build of torch (README: Bring your own torch)")
+        return Check(
+            name="torch",
+            status="miss",
+            found=f"{f.torch_version} (a CPU build)",
+            fix=f"hardware {f.hardware} needs a CUDA build of torch (README: Bring your own torch)",
+        )
     if not _gpu(f) and not f.torch_version.startswith(CPU_TORCH):
-        return Check(name="torch", status="warn", found=f"{f.torch_version} ({build})",
-                     fix=f"the CPU layer was made for torch {CPU_TORCH}x (`./dev setup` installs torch==2.13.0)")
+        return Check(
+            name="torch",
+            status="warn",
+            found=f"{f.torch_version} ({build})",
+            fix=f"the CPU layer was made for torch {CPU_TORCH}x (`./dev setup` installs torch==2.13.0)",
+        )
     return Check(name="torch", status="ok", found=f"{f.torch_version} ({build})")
 
 
 def check_device(f: Facts) -> Check:
     if not _gpu(f):
-        return Check(name="device", status="skip" if not _real(f) else "ok",
-                     found="the CPU" if _real(f) else "no device needed")
+        return Check(
+            name="device", status="skip" if not _real(f) else "ok", found="the CPU" if _real(f) else "no device needed"
+        )
     if f.launcher == "slurm":
-        return Check(name="device", status="skip", found="GPUs are on the Slurm nodes (checked there when the job starts)")
+        return Check(
+            name="device", status="skip", found="GPUs are on the Slurm nodes (checked there when the job starts)"
+        )
     if f.torch_version is None or not f.torch_cuda:
         return Check(name="device", status="skip", found="no CUDA build of torch to ask")
     if f.driver is None:
-        return Check(name="device", status="miss", found="no NVIDIA driver (nvidia-smi not found or failing)",
-                     fix="install the NVIDIA driver for your GPUs; `nvidia-smi` must list them")
+        return Check(
+            name="device",
+            status="miss",
+            found="no NVIDIA driver (nvidia-smi not found or failing)",
+            fix="install the NVIDIA driver for your GPUs; `nvidia-smi` must list them",
+        )
     if len(f.cuda_devices) < f.devices_per_node:
-        return Check(name="device", status="miss", found=f"{len(f.cuda_devices)} CUDA devices visible (driver {f.driver})",
-                     fix=f"the recipe runs {f.devices_per_node} per node: check CUDA_VISIBLE_DEVICES, and that torch's CUDA "
-                         f"{f.torch_cuda} suits driver {f.driver}")
+        return Check(
+            name="device",
+            status="miss",
+            found=f"{len(f.cuda_devices)} CUDA devices visible (driver {f.driver})",
+            fix=f"the recipe runs {f.devices_per_node} per node: check CUDA_VISIBLE_DEVICES, and that torch's CUDA "
+            f"{f.torch_cuda} suits driver {f.driver}",
+        )
     return Check(name="device", status="ok", found=f"{len(f.cuda_devices)} x {f.cuda_devices[0]}, driver {f.driver}")
 
 
 def check_torchtitan(f: Facts) -> Check:
     if not _real(f):
-        return Check(name="torchtitan", status="skip", found="not needed by the simulator" if f.launcher == "sim" else "no recipe")
+        return Check(
+            name="torchtitan",
+            status="skip",
+            found="not needed by the simulator" if f.launcher == "sim" else "no recipe",
+        )
     want = f.torchtitan_pin.split("==")[-1]
     if f.torchtitan_version is None:
-        return Check(name="torchtitan", status="miss", found=f.torchtitan_error or "not installed", fix=f"`pip install {f.torchtitan_pin}`")
+        return Check(
+            name="torchtitan",
+            status="miss",
+            found=f.torchtitan_error or "not installed",
+            fix=f"`pip install {f.torchtitan_pin}`",
+        )
     if f.torchtitan_version != want:
-        return Check(name="torchtitan", status="miss", found=f"{f.torchtitan_version} (ATTUNE needs {want})",
-                     fix=f"`pip install {f.torchtitan_pin}`: commands and config checks are made for that release")
+        return Check(
+            name="torchtitan",
+            status="miss",
+            found=f"{f.torchtitan_version} (ATTUNE needs {want})",
+            fix=f"`pip install {f.torchtitan_pin}`: commands and config checks are made for that release",
+        )
     return Check(name="torchtitan", status="ok", found=f.torchtitan_version)
 
 
@@ -213,8 +283,12 @@ def check_triton(f: Facts) -> Check:
     if not _gpu(f):
         return Check(name="triton", status="skip", found="not used on the CPU" if _real(f) else "not needed")
     if f.triton_version is None:
-        return Check(name="triton", status="miss", found=f.triton_error or "not installed",
-                     fix="`pip install triton` matching your torch: torch.compile (a lever campaigns try) generates GPU code with it")
+        return Check(
+            name="triton",
+            status="miss",
+            found=f.triton_error or "not installed",
+            fix="`pip install triton` matching your torch: torch.compile (a lever campaigns try) generates GPU code with it",
+        )
     return Check(name="triton", status="ok", found=f.triton_version)
 
 
@@ -222,11 +296,19 @@ def check_slurm(f: Facts) -> Check:
     if f.launcher != "slurm":
         return Check(name="slurm", status="skip", found="the recipe does not use Slurm")
     if f.sinfo is None:
-        return Check(name="slurm", status="miss", found="sinfo not on PATH",
-                     fix="run on a Slurm login node (where sinfo, sbatch and srun are on PATH)")
+        return Check(
+            name="slurm",
+            status="miss",
+            found="sinfo not on PATH",
+            fix="run on a Slurm login node (where sinfo, sbatch and srun are on PATH)",
+        )
     if f.sinfo_partitions is None:
-        return Check(name="slurm", status="miss", found=f"{f.sinfo}; `sinfo` failed: {f.sinfo_error}",
-                     fix="check that slurmctld is reachable from here (`sinfo` must list partitions)")
+        return Check(
+            name="slurm",
+            status="miss",
+            found=f"{f.sinfo}; `sinfo` failed: {f.sinfo_error}",
+            fix="check that slurmctld is reachable from here (`sinfo` must list partitions)",
+        )
     return Check(name="slurm", status="ok", found=f"{f.sinfo}; partitions: {f.sinfo_partitions}")
 
 
@@ -236,29 +318,66 @@ def check_github_token(f: Facts) -> Check:
     if f.github_token and f.github_repository:
         return Check(name="github token", status="ok", found=f"{f.github_token} for {f.github_repository}")
     if not f.github_token:
-        return Check(name="github token", status="miss", found="neither ATTUNE_GITHUB_TOKEN nor GITHUB_TOKEN is set",
-                     fix="pass the token to the step: `env: GITHUB_TOKEN: ${{ github.token }}` (or the App's as ATTUNE_GITHUB_TOKEN)")
-    return Check(name="github token", status="miss", found="GITHUB_REPOSITORY is not set", fix="run inside the workflow (or set GITHUB_REPOSITORY=owner/name)")
+        return Check(
+            name="github token",
+            status="miss",
+            found="neither ATTUNE_GITHUB_TOKEN nor GITHUB_TOKEN is set",
+            fix="pass the token to the step: `env: GITHUB_TOKEN: ${{ github.token }}` (or the App's as ATTUNE_GITHUB_TOKEN)",
+        )
+    return Check(
+        name="github token",
+        status="miss",
+        found="GITHUB_REPOSITORY is not set",
+        fix="run inside the workflow (or set GITHUB_REPOSITORY=owner/name)",
+    )
 
 
 def check_github_permissions(f: Facts) -> Check:
     if not f.github:
         return Check(name="github permissions", status="skip", found="not in a GitHub Actions workflow")
     if f.github_token == "ATTUNE_GITHUB_TOKEN":
-        return Check(name="github permissions", status="skip", found="an App token: its permissions are the App installation's")
+        return Check(
+            name="github permissions", status="skip", found="an App token: its permissions are the App installation's"
+        )
     if f.job_permissions is None:
-        return Check(name="github permissions", status="warn", found=f.permissions_error or "the job's permissions could not be read",
-                     fix="declare the job's `permissions:` (" + ", ".join(f"{k}: {v}" for k, v in BOT_PERMISSIONS.items()) + ")")
+        return Check(
+            name="github permissions",
+            status="warn",
+            found=f.permissions_error or "the job's permissions could not be read",
+            fix="declare the job's `permissions:` (" + ", ".join(f"{k}: {v}" for k, v in BOT_PERMISSIONS.items()) + ")",
+        )
     lacking = [f"{k}: {v}" for k, v in BOT_PERMISSIONS.items() if f.job_permissions.get(k) != v]
     where = f"{f.workflow} job {f.job}"
     if lacking:
-        return Check(name="github permissions", status="miss", found=f"{where} lacks {', '.join(lacking)}",
-                     fix="add them to the job's `permissions:` (as .github/workflows/campaign.yml's handle job has them)")
-    return Check(name="github permissions", status="ok", found=f"{where}: " + ", ".join(f"{k}: {v}" for k, v in BOT_PERMISSIONS.items()))
+        return Check(
+            name="github permissions",
+            status="miss",
+            found=f"{where} lacks {', '.join(lacking)}",
+            fix="add them to the job's `permissions:` (as .github/workflows/campaign.yml's handle job has them)",
+        )
+    return Check(
+        name="github permissions",
+        status="ok",
+        found=f"{where}: " + ", ".join(f"{k}: {v}" for k, v in BOT_PERMISSIONS.items()),
+    )
 
 
-CHECKS = (check_python, check_git, check_repository, check_recipe, check_launcher, check_lessons, check_git_identity,
-          check_torch, check_device, check_torchtitan, check_triton, check_slurm, check_github_token, check_github_permissions)
+CHECKS = (
+    check_python,
+    check_git,
+    check_repository,
+    check_recipe,
+    check_launcher,
+    check_lessons,
+    check_git_identity,
+    check_torch,
+    check_device,
+    check_torchtitan,
+    check_triton,
+    check_slurm,
+    check_github_token,
+    check_github_permissions,
+)
 
 
 def run_checks(facts: Facts) -> list[Check]:
@@ -333,7 +452,6 @@ def _job_permissions(root: Path, env: Mapping[str, str]) -> tuple[str, str, dict
     return path, job, {str(k): str(v) for k, v in (perms or {}).items()}, ""
 
 
-
 def _recipe_path(arg: str) -> Path:
     """The recipe file ``arg`` names: a path, or (as ``attune demo --recipe`` takes it) one under the ATTUNE
     repository's ``recipes/`` (``moe-tiny/cpu.yaml``); a one-line error when it is neither."""
@@ -348,7 +466,10 @@ def _recipe_path(arg: str) -> Path:
         under = None
     if under is not None and under.is_file() and ".." not in Path(arg).parts:
         return under.resolve()
-    raise UsageError(f"{arg}: no such recipe (a path to a recipe file, or one under recipes/ such as moe-tiny/cpu.yaml)")
+    raise UsageError(
+        f"{arg}: no such recipe (a path to a recipe file, or one under recipes/ such as moe-tiny/cpu.yaml)"
+    )
+
 
 def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = False) -> Facts:
     from bot.agent.lessons import LessonFileError, load_lesson_folder, load_lessons, packaged_lessons
@@ -356,8 +477,12 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
     from bot.core.repo import RepoError, find_repo, git_toplevel
     from bot.runner import LAUNCHERS, check_runnable
 
-    f = Facts(python=".".join(map(str, sys.version_info[:3])), recipe_arg=recipe_arg, launchers=list(LAUNCHERS),
-              torchtitan_pin=_torchtitan_pin())
+    f = Facts(
+        python=".".join(map(str, sys.version_info[:3])),
+        recipe_arg=recipe_arg,
+        launchers=list(LAUNCHERS),
+        torchtitan_pin=_torchtitan_pin(),
+    )
     git = shutil.which("git")
     if git:
         rc, text = _out([git, "--version"])
@@ -377,21 +502,35 @@ def gather(recipe_arg: str | None, env: Mapping[str, str], *, github: bool = Fal
             top = git_toplevel(root) if git else None  # the demo clones this checkout with git
             f.repo_root = str(top) if top else None
             if top is None:
-                f.repo_error = "git is not on PATH: the demo clones this checkout with git" if not git else f"{root}: not a git checkout (the demo clones it)"
+                f.repo_error = (
+                    "git is not on PATH: the demo clones this checkout with git"
+                    if not git
+                    else f"{root}: not a git checkout (the demo clones it)"
+                )
     else:
         recipe = _recipe_path(recipe_arg)
         top = git_toplevel(recipe) if git else None
         if top is None:
-            f.repo_error = "git is not on PATH: cannot find the recipe's repository" if not git else f"{recipe}: not inside a git repository"
+            f.repo_error = (
+                "git is not on PATH: cannot find the recipe's repository"
+                if not git
+                else f"{recipe}: not inside a git repository"
+            )
         f.repo_root = str(top) if top else None
         if top is None:
-            with contextlib.suppress(RepoError):  # lessons can still be checked: the folder above holding recipes/ or lessons/
+            with contextlib.suppress(
+                RepoError
+            ):  # lessons can still be checked: the folder above holding recipes/ or lessons/
                 f.data_root = str(find_repo(recipe.parent).root)
     if recipe is not None:
         f.recipe_path = str(recipe)
         try:
             r = load_recipe(recipe)
-            f.launcher, f.hardware, f.devices_per_node = r.cluster.launcher, r.cluster.hardware, r.cluster.devices_per_node
+            f.launcher, f.hardware, f.devices_per_node = (
+                r.cluster.launcher,
+                r.cluster.hardware,
+                r.cluster.devices_per_node,
+            )
             check_runnable(r, recipe)  # valid, but can its launcher run it (hardware and model the simulator knows)?
         except RecipeError as exc:
             f.recipe_error = str(exc)
@@ -453,19 +592,39 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     checks = run_checks(facts)
     misses = [c for c in checks if c.status == "miss"]
     what = args.recipe or f"{DEMO_RECIPE} (attune demo)"
-    verdict = f"{what} can run here" if not misses else f"{what} cannot run here yet: {len(misses)} to fix ({', '.join(c.name for c in misses)})"
+    verdict = (
+        f"{what} can run here"
+        if not misses
+        else f"{what} cannot run here yet: {len(misses)} to fix ({', '.join(c.name for c in misses)})"
+    )
     if args.json:
-        emit_json({"recipe": facts.recipe_path, "ok": not misses, "checks": [c.model_dump() for c in checks], "verdict": verdict})
+        emit_json(
+            {
+                "recipe": facts.recipe_path,
+                "ok": not misses,
+                "checks": [c.model_dump() for c in checks],
+                "verdict": verdict,
+            }
+        )
     else:
         for c in checks:
-            print(f"{MARK[c.status]} {c.name}: {c.found}" + (f"\n       -> {c.fix}" if c.fix and c.status in ("miss", "warn") else ""))
+            print(
+                f"{MARK[c.status]} {c.name}: {c.found}"
+                + (f"\n       -> {c.fix}" if c.fix and c.status in ("miss", "warn") else "")
+            )
         print(f"attune doctor: {verdict}")
     return EXIT_OK if not misses else EXIT_REJECT
 
 
 def register(sub: Any) -> None:
     d = sub.add_parser("doctor", help="check that a recipe can run here; say what to do for each thing missing")
-    d.add_argument("recipe", nargs="?", default=None, help=f"the recipe to check (default: {DEMO_RECIPE}, what `attune demo` runs)")
-    d.add_argument("--github", action="store_true", help="also check what the bot needs in a GitHub workflow (implied by GITHUB_ACTIONS=true)")
+    d.add_argument(
+        "recipe", nargs="?", default=None, help=f"the recipe to check (default: {DEMO_RECIPE}, what `attune demo` runs)"
+    )
+    d.add_argument(
+        "--github",
+        action="store_true",
+        help="also check what the bot needs in a GitHub workflow (implied by GITHUB_ACTIONS=true)",
+    )
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_doctor)

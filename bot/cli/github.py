@@ -48,8 +48,11 @@ def _run_job_wall(forge: Any, run_id: str) -> float | None:
             if wall is not None:
                 return wall
             why = f"workflow run {run_id} has no finished job {RUN_JOB!r}"
-    print(f"attune github: the run job's wall time is unknown ({why}); a record's device-hours are bounded by the "
-          f"job's timeout ({RUN_JOB_TIMEOUT_S // 60} min) instead", file=sys.stderr)
+    print(
+        f"attune github: the run job's wall time is unknown ({why}); a record's device-hours are bounded by the "
+        f"job's timeout ({RUN_JOB_TIMEOUT_S // 60} min) instead",
+        file=sys.stderr,
+    )
     return None
 
 
@@ -73,7 +76,9 @@ def _trial_flags_problem(args: argparse.Namespace) -> str | None:
         return "--trial-result needs --campaign, --issue, --pr and --sha"
     if args.run_id and not plain_digits(args.run_id):
         return f"--run-id {args.run_id[:40]!r}: expected a workflow run id (digits 0-9)"
-    return _commit_flag_problem("--sha", args.sha) or _commit_flag_problem("--base-sha", args.base_sha or "", optional=True)
+    return _commit_flag_problem("--sha", args.sha) or _commit_flag_problem(
+        "--base-sha", args.base_sha or "", optional=True
+    )
 
 
 def _missing_commit(forge: Any, args: argparse.Namespace) -> str | None:
@@ -98,11 +103,22 @@ def _handle_trial_result(args: argparse.Namespace) -> int:
     problem = _missing_commit(forge, args)
     if problem:
         return _fail(problem)
-    print(trial_results.handle(forge, Path(args.trial_result), campaign=args.campaign,
-                               issue=args.issue, pr=args.pr, sha=args.sha, run_job_result=args.run_job_result or "",
-                               kind=args.kind or "", attempt=args.attempt or 0, check_refused=args.check_refused or "",
-                               base_sha=args.base_sha or "",
-                               job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", ""))))
+    print(
+        trial_results.handle(
+            forge,
+            Path(args.trial_result),
+            campaign=args.campaign,
+            issue=args.issue,
+            pr=args.pr,
+            sha=args.sha,
+            run_job_result=args.run_job_result or "",
+            kind=args.kind or "",
+            attempt=args.attempt or 0,
+            check_refused=args.check_refused or "",
+            base_sha=args.base_sha or "",
+            job_wall_s=_run_job_wall(forge, args.run_id or os.environ.get("GITHUB_RUN_ID", "")),
+        )
+    )
     return 0
 
 
@@ -118,8 +134,10 @@ def cmd_handle(args: argparse.Namespace) -> int:
         path = args.event_path or os.environ.get("GITHUB_EVENT_PATH", "")
         name = args.event_name or os.environ.get("GITHUB_EVENT_NAME", "")
         if not path:
-            return _fail("no event payload: give --event-path FILE (in a workflow, $GITHUB_EVENT_PATH names it), "
-                         "or --trial-result DIR")
+            return _fail(
+                "no event payload: give --event-path FILE (in a workflow, $GITHUB_EVENT_PATH names it), "
+                "or --trial-result DIR"
+            )
         try:
             payload = json.loads(Path(path).read_text())
             if not isinstance(payload, dict):
@@ -171,9 +189,18 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
         forge = _forge(args)
     except (GitHubForgeError, ValueError) as exc:  # no token or repository, or a repository not named owner/name
         return _fail(_first_line(exc))
-    lines, reason = check_trial(forge, pr=args.pr, sha=args.sha, campaign=args.campaign, kind=args.kind,
-                                recipe=args.recipe, runner_labels=args.runner_labels, limits=args.limits, issue=args.issue,
-                                order=args.order)
+    lines, reason = check_trial(
+        forge,
+        pr=args.pr,
+        sha=args.sha,
+        campaign=args.campaign,
+        kind=args.kind,
+        recipe=args.recipe,
+        runner_labels=args.runner_labels,
+        limits=args.limits,
+        issue=args.issue,
+        order=args.order,
+    )
     if args.github_output:
         with open(args.github_output, "a") as fh:
             fh.write("\n".join(lines) + "\n")
@@ -212,12 +239,20 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the file and its first wrong field
         return _fail(f"calibrate: --reference: {_first_line(exc)}")
     if reference.recipe_id != recipe.name:
-        return _fail(f"calibrate: --reference {args.reference}: a run record of {reference.recipe_id}, not of the --recipe "
-                     f"{recipe.name}; expected the campaign baseline's record")
+        return _fail(
+            f"calibrate: --reference {args.reference}: a run record of {reference.recipe_id}, not of the --recipe "
+            f"{recipe.name}; expected the campaign baseline's record"
+        )
     if args.max_wall_s is not None and not args.max_wall_s > 0:
         return _fail(f"calibrate: --max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
-    event = calibrate_loss_band(text, reference, cache_dir=Path(args.cache_dir), jobs=args.jobs,
-                                records_out=Path(args.out).parent / CALIBRATION_RUNS, max_wall_s=args.max_wall_s)
+    event = calibrate_loss_band(
+        text,
+        reference,
+        cache_dir=Path(args.cache_dir),
+        jobs=args.jobs,
+        records_out=Path(args.out).parent / CALIBRATION_RUNS,
+        max_wall_s=args.max_wall_s,
+    )
     atomic_write_text(args.out, event.model_dump_json(indent=1) + "\n")
     print(event.note)
     return 0
@@ -243,17 +278,33 @@ def register(sub: Any) -> None:
     g = sub.add_parser("github", help="GitHub event handlers (campaign.yml, trial.yml)")
     gs = g.add_subparsers(dest="github_cmd", required=True)
     h = gs.add_parser("handle", help="handle one GitHub event or a trial result")
-    for flag in ("--event-path", "--event-name", "--trial-result", "--campaign", "--sha", "--run-job-result", "--repo",
-                 "--kind"):
+    for flag in (
+        "--event-path",
+        "--event-name",
+        "--trial-result",
+        "--campaign",
+        "--sha",
+        "--run-job-result",
+        "--repo",
+        "--kind",
+    ):
         h.add_argument(flag)
     h.add_argument("--token-env", default="GITHUB_TOKEN")
     h.add_argument("--issue", type=int)
     h.add_argument("--pr", type=int)
     h.add_argument("--attempt", type=int)
     h.add_argument("--base-sha", default="", help="a pair's incumbent sha, as trial.yml's check checked it")
-    h.add_argument("--check-refused", default="", help="trial.yml's check refused the run, for this reason: the campaign "
-                   "closes the step (a crashed run, or no loss band) instead of waiting for a record")
-    h.add_argument("--run-id", default="", help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours")
+    h.add_argument(
+        "--check-refused",
+        default="",
+        help="trial.yml's check refused the run, for this reason: the campaign "
+        "closes the step (a crashed run, or no loss band) instead of waiting for a record",
+    )
+    h.add_argument(
+        "--run-id",
+        default="",
+        help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours",
+    )
     h.set_defaults(func=cmd_handle)
     c = gs.add_parser("check-trial", help="may a self-hosted runner execute this sha?")
     c.add_argument("--pr", type=int, required=True)
@@ -262,25 +313,43 @@ def register(sub: Any) -> None:
     c.add_argument("--runner-labels", default="")
     c.add_argument("--github-output")
     c.add_argument("--recipe", default="", help="the recipe of a baseline or calibration run (no step PR)")
-    c.add_argument("--kind", default="", help="one of baseline, trial, pair, calibrate (default: baseline without a PR, else trial)")
+    c.add_argument(
+        "--kind",
+        default="",
+        help="one of baseline, trial, pair, calibrate (default: baseline without a PR, else trial)",
+    )
     c.add_argument("--order", default="", help="a pair's order: AB (incumbent first) or BA")
-    c.add_argument("--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)')
+    c.add_argument(
+        "--limits", default="{}", help='JSON: {"max_wall_s": S, "stop_below_tps": T} (budget cap, early stop)'
+    )
     c.add_argument("--issue", help="the campaign issue: a step may change only the levers its state names")
     c.add_argument("--repo")
     c.add_argument("--token-env", default="GITHUB_TOKEN")
     c.set_defaults(func=cmd_check_trial)
-    lp = gs.add_parser("publish-leaderboard", help="regenerate leaderboard.md and land it through a bot pull request (leaderboard.yml)")
-    lp.add_argument("--run-id", default="", help="names the branch attune/leaderboard/<run> (default $GITHUB_RUN_ID; "
-                    "without one, the short shas of the default branch head and of the regenerated file name it)")
+    lp = gs.add_parser(
+        "publish-leaderboard", help="regenerate leaderboard.md and land it through a bot pull request (leaderboard.yml)"
+    )
+    lp.add_argument(
+        "--run-id",
+        default="",
+        help="names the branch attune/leaderboard/<run> (default $GITHUB_RUN_ID; "
+        "without one, the short shas of the default branch head and of the regenerated file name it)",
+    )
     lp.add_argument("--repo")
     lp.add_argument("--token-env", default="GITHUB_TOKEN")
     lp.set_defaults(func=cmd_publish_leaderboard)
-    k = gs.add_parser("calibrate", help="run the gate's loss-band calibration for a campaign baseline (self-hosted job)")
+    k = gs.add_parser(
+        "calibrate", help="run the gate's loss-band calibration for a campaign baseline (self-hosted job)"
+    )
     k.add_argument("--recipe", required=True, help="the recipe as the baseline ran it")
     k.add_argument("--reference", required=True, help="the campaign's first baseline record (JSON)")
     k.add_argument("--out", required=True, help="where to write the Calibrated event (JSON)")
     k.add_argument("--cache-dir", default=".attune/calibration", help="calibration runs cached by content (reused)")
     k.add_argument("--jobs", type=int, default=1, help="calibration runs at once")
-    k.add_argument("--max-wall-s", type=float, default=None,
-                   help="what is left of the campaign's budget, in wall seconds: shared by the fresh calibration runs")
+    k.add_argument(
+        "--max-wall-s",
+        type=float,
+        default=None,
+        help="what is left of the campaign's budget, in wall seconds: shared by the fresh calibration runs",
+    )
     k.set_defaults(func=cmd_calibrate)

@@ -26,8 +26,10 @@ def repo_root(arg: str | None) -> Path:
     if not path.is_dir():
         raise UsageError(f"--repo {arg}: not a folder; expected an ATTUNE repository")
     if not any((path / m).is_dir() for m in MARKERS):
-        raise UsageError(f"--repo {arg}: not an ATTUNE repository (expected a folder holding "
-                         f"{' or '.join(m + '/' for m in MARKERS)})")
+        raise UsageError(
+            f"--repo {arg}: not an ATTUNE repository (expected a folder holding "
+            f"{' or '.join(m + '/' for m in MARKERS)})"
+        )
     return path
 
 
@@ -41,5 +43,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     lb = sub.add_parser("leaderboard", help="regenerate leaderboard.md from results/")
-    lb.add_argument("--repo", default=None, help="the ATTUNE repository (default: the one at or above the working directory)")
+    lb.add_argument(
+        "--repo", default=None, help="the ATTUNE repository (default: the one at or above the working directory)"
+    )
     lb.set_defaults(func=cmd_leaderboard)

@@ -35,9 +35,15 @@ def wanted(as_json: bool, stream: TextIO | None = None) -> bool:
 
 
 def _columns(unit: str) -> list[Any]:
-    return [TextColumn("{task.description}"), BarColumn(bar_width=24),
-            TextColumn(f"{{task.fields[spent]}} {unit}"), TextColumn("elapsed"), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn()]
+    return [
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        TextColumn(f"{{task.fields[spent]}} {unit}"),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    ]
 
 
 class Display:
@@ -104,7 +110,9 @@ class CampaignDisplay(Display):
     def show(self, state: Any) -> None:
         step = f"step {len(state.steps)}" if state.steps else "baseline"
         now = action_label(state.pending[0]) if state.pending else state.phase
-        self.update(now=f"{step} · now: {now}", done=min(float(state.spent), float(state.budget)), total=float(state.budget))
+        self.update(
+            now=f"{step} · now: {now}", done=min(float(state.spent), float(state.budget)), total=float(state.budget)
+        )
 
     def on_event(self, state: Any, action: Any, event: Any) -> None:
         self.show(state)

@@ -39,11 +39,24 @@ def cmd_recipe_init(args: argparse.Namespace) -> int:
         raise UsageError(f"--module {args.module} --config {args.config}: {_blame(str(exc))}") from None
     except FactsError as exc:
         raise UsageError(f"--module {args.module} --config {args.config}: {exc}") from None
-    draft = draft_recipe(module=args.module, config=args.config, overrides=overrides, flat=flat, spec=facts.spec, hw=hw,
-                         nodes=args.nodes, devices_per_node=args.devices_per_node, launcher=args.launcher,
-                         quantized=QUANTIZED_NOTE in facts.family_notes)
+    draft = draft_recipe(
+        module=args.module,
+        config=args.config,
+        overrides=overrides,
+        flat=flat,
+        spec=facts.spec,
+        hw=hw,
+        nodes=args.nodes,
+        devices_per_node=args.devices_per_node,
+        launcher=args.launcher,
+        quantized=QUANTIZED_NOTE in facts.family_notes,
+    )
     text = render(draft)
-    out = Path(args.out) if args.out else Path("recipes") / args.config / f"{hw.id}x{args.nodes * args.devices_per_node}.yaml"
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("recipes") / args.config / f"{hw.id}x{args.nodes * args.devices_per_node}.yaml"
+    )
     parse_recipe_text(text, str(out))  # the draft is a valid recipe (a RecipeError here is a bug: exit 2, no file)
     if out.exists() and not args.force:
         raise UsageError(f"{out}: exists; choose another --out or pass --force")
@@ -51,14 +64,22 @@ def cmd_recipe_init(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)
     if args.json:
-        emit_json({"path": str(out), "recipe": draft.recipe, "made_explicit": draft.made_explicit,
-                   "assets_made": [str(p.relative_to(root)) for p in made],
-                   "model": facts.spec.model_dump(include={"n_params", "n_active_params", "n_layers", "n_experts"})})
+        emit_json(
+            {
+                "path": str(out),
+                "recipe": draft.recipe,
+                "made_explicit": draft.made_explicit,
+                "assets_made": [str(p.relative_to(root)) for p in made],
+                "model": facts.spec.model_dump(include={"n_params", "n_active_params", "n_layers", "n_experts"}),
+            }
+        )
     else:
         for path in made:
             print(f"made {path.relative_to(root)} (offline stand-in for torchtitan's test assets)")
-        print(f"{out}: {draft.recipe['id']} ({len(draft.recipe['levers'])} levers, "
-              f"{facts.spec.n_params / 1e9:.3g} B parameters); check it with `attune recipe show {out}`")
+        print(
+            f"{out}: {draft.recipe['id']} ({len(draft.recipe['levers'])} levers, "
+            f"{facts.spec.n_params / 1e9:.3g} B parameters); check it with `attune recipe show {out}`"
+        )
     return EXIT_OK
 
 
@@ -93,7 +114,9 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe)
     steps = recipe.bench.steps
     if recipe.cluster.launcher == "sim":
-        print(f"# {recipe.name}: simulated ({recipe.cluster.devices} x {recipe.cluster.hardware}); no torchtitan command")
+        print(
+            f"# {recipe.name}: simulated ({recipe.cluster.devices} x {recipe.cluster.hardware}); no torchtitan command"
+        )
         print(json.dumps({"levers": recipe.levers, "pinned": recipe.pinned}, indent=1))
         return EXIT_OK
     if recipe.cluster.launcher == "slurm":
@@ -144,9 +167,12 @@ def cmd_recipe_set(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     rc = sub.add_parser("recipe", help="draft, show or edit a recipe").add_subparsers(dest="recipe_cmd", required=True)
-    s = rc.add_parser("init", help="draft a recipe from a working torchtitan config (run in the tuning repository)",
-                      description="attune recipe init --module M --config C --hardware H --nodes N --devices-per-node D "
-                      "[--launcher local|slurm|sim] [--out PATH] [--json] [-- torchtitan overrides]")
+    s = rc.add_parser(
+        "init",
+        help="draft a recipe from a working torchtitan config (run in the tuning repository)",
+        description="attune recipe init --module M --config C --hardware H --nodes N --devices-per-node D "
+        "[--launcher local|slurm|sim] [--out PATH] [--json] [-- torchtitan overrides]",
+    )
     s.add_argument("--module", required=True, help="torchtitan --module (a package path; the repository's own works)")
     s.add_argument("--config", required=True, help="torchtitan --config (a config function of the module)")
     s.add_argument("--hardware", required=True, help="h100, H100-SXM5-80GB, h200, b200, cpu, ...")

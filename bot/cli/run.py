@@ -24,8 +24,10 @@ def _steps(flag: int | None, recipe: Recipe) -> int:
     if flag > MAX_BENCH_STEPS:  # a record of 10^9 steps does not fit in memory (the run was killed)
         raise UsageError(f"--steps: expected at most {MAX_BENCH_STEPS:,} (a benchmark measures tens); got {flag:,}")
     if flag <= recipe.bench.warmup_steps:
-        raise UsageError(f"--steps: expected more than the recipe's bench.warmup_steps ({recipe.bench.warmup_steps}), "
-                         f"which are not measured; got {flag}")
+        raise UsageError(
+            f"--steps: expected more than the recipe's bench.warmup_steps ({recipe.bench.warmup_steps}), "
+            f"which are not measured; got {flag}"
+        )
     return flag
 
 
@@ -53,7 +55,9 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
         limits["max_wall_s"] = args.max_wall_s
     if args.stop_below is not None:
         if not (math.isfinite(args.stop_below) and args.stop_below > 0) or args.stop_after < 2:
-            raise UsageError(f"--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}")
+            raise UsageError(
+                f"--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}"
+            )
         limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
     return limits
 
@@ -109,9 +113,21 @@ def register(sub: Any) -> None:
     r.add_argument("--steps", type=int)
     r.add_argument("--out")
     r.add_argument("--json", action="store_true")
-    r.add_argument("--max-wall-s", type=float, help="stop the run (outcome timeout) before it has run this many seconds")
-    r.add_argument("--stop-below", type=float, metavar="TPS",
-                   help="stop early (outcome stopped) once the measured median is below TPS tokens/s/device")
-    r.add_argument("--stop-after", type=int, default=3, metavar="N", help="measured steps before --stop-below may stop it (default 3)")
+    r.add_argument(
+        "--max-wall-s", type=float, help="stop the run (outcome timeout) before it has run this many seconds"
+    )
+    r.add_argument(
+        "--stop-below",
+        type=float,
+        metavar="TPS",
+        help="stop early (outcome stopped) once the measured median is below TPS tokens/s/device",
+    )
+    r.add_argument(
+        "--stop-after",
+        type=int,
+        default=3,
+        metavar="N",
+        help="measured steps before --stop-below may stop it (default 3)",
+    )
     r.add_argument("--hook", help=argparse.SUPPRESS)  # test-only workload hook
     r.set_defaults(func=cmd_run)

@@ -13,8 +13,14 @@ def cmd_sim_calibrate(args: argparse.Namespace) -> int:
 
     report = calibrate()
     if args.json:  # one JSON object on stdout, as every --json: no table before it
-        emit_json({"simulated": True, **report.model_dump(exclude={"rows"}), "rows": len(report.rows),
-                   "row_errors": [r.model_dump() for r in report.rows]})
+        emit_json(
+            {
+                "simulated": True,
+                **report.model_dump(exclude={"rows"}),
+                "rows": len(report.rows),
+                "row_errors": [r.model_dump() for r in report.rows],
+            }
+        )
     else:
         print(render_calibration(report))
     return EXIT_OK

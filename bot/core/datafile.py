@@ -202,8 +202,9 @@ def _line_at(lines: Lines, path: tuple[Any, ...]) -> int:
     return 0
 
 
-def format_entry_problem(where: str, kind: str, index: int, entry: Any, problem: EntryProblem, lines: Lines,
-                         base: tuple[Any, ...]) -> str:
+def format_entry_problem(
+    where: str, kind: str, index: int, entry: Any, problem: EntryProblem, lines: Lines, base: tuple[Any, ...]
+) -> str:
     """One complete message for a problem a ``load_entries`` check found, at the line of its field."""
     line = _line_at(lines, base + tuple(problem.field))
     entry_id = entry.get("id") if isinstance(entry, dict) else None
@@ -239,9 +240,7 @@ def load_entries(
         try:
             item = model.model_validate(entry)
         except ValidationError as exc:
-            raise error(
-                format_validation_error(where, kind, index, entry, exc, lines, (key, index), model)
-            ) from None
+            raise error(format_validation_error(where, kind, index, entry, exc, lines, (key, index), model)) from None
         problem = check(item) if check is not None else None
         if problem is not None:
             raise error(format_entry_problem(where, kind, index, entry, problem, lines, (key, index)))

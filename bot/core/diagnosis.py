@@ -19,13 +19,17 @@ class Diagnosis(BaseModel):
     peak_memory_gib: float | None = None
     memory_capacity_gib: float | None = None
     mem_headroom_frac: float | None = None  # 1 - peak / capacity
-    breakdown: dict[str, float] = Field(default_factory=dict)  # fractions of the step: compute, exposed_comm, bubble, recompute, other
+    breakdown: dict[str, float] = Field(
+        default_factory=dict
+    )  # fractions of the step: compute, exposed_comm, bubble, recompute, other
     spans_ms: dict[str, float] = Field(default_factory=dict)  # torchtitan's structured JSONL spans (median per step)
     simulated: bool = False
 
     def context(self) -> dict[str, Any]:
         """Flat ``diagnosis.*`` keys for the lesson and rule matcher."""
-        ctx: dict[str, Any] = {f"diagnosis.{k}": v for k, v in self.model_dump(exclude={"breakdown", "spans_ms"}).items()}
+        ctx: dict[str, Any] = {
+            f"diagnosis.{k}": v for k, v in self.model_dump(exclude={"breakdown", "spans_ms"}).items()
+        }
         for k, v in self.breakdown.items():
             ctx[f"diagnosis.breakdown.{k}_frac"] = v
         return ctx

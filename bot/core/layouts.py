@@ -35,8 +35,13 @@ _ONE = {"parallelism.data_parallel_shard_degree": 1}
 
 
 def _pp(schedule: str, lbs: int, mbs: int = 1) -> dict[str, Scalar]:
-    return {**_ONE, "parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_parallel_schedule": schedule,
-            "training.local_batch_size": lbs, "parallelism.pipeline_parallel_microbatch_size": mbs}
+    return {
+        **_ONE,
+        "parallelism.pipeline_parallel_degree": 2,
+        "parallelism.pipeline_parallel_schedule": schedule,
+        "training.local_batch_size": lbs,
+        "parallelism.pipeline_parallel_microbatch_size": mbs,
+    }
 
 
 LAYOUTS_2: dict[str, dict[str, Scalar]] = {

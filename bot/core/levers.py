@@ -38,8 +38,12 @@ MULTI_STAGE_SCHEDULES = {"Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble"
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 COMPILE_SAFE_ZERO_BUBBLE = "InterleavedZeroBubble"
 # the four parallel degrees besides data parallelism: the levers that change a layout
-PARALLEL_DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree",
-                    "parallelism.context_parallel_degree", "parallelism.expert_parallel_degree")
+PARALLEL_DEGREES = (
+    "parallelism.tensor_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.context_parallel_degree",
+    "parallelism.expert_parallel_degree",
+)
 
 
 class LeverError(ValueError):
@@ -125,42 +129,124 @@ def _coerce(lever: Lever, raw: Scalar | str) -> Scalar:
 def _levers() -> dict[str, Lever]:
     rows = [
         # --- parallelism (docs/reference/torchtitan.md §1a) ---
-        Lever("parallelism.data_parallel_shard_degree", "int", "R", "FSDP degree (-1 = leftover ranks). Pin the global batch.", minimum=-1),
+        Lever(
+            "parallelism.data_parallel_shard_degree",
+            "int",
+            "R",
+            "FSDP degree (-1 = leftover ranks). Pin the global batch.",
+            minimum=-1,
+        ),
         Lever("parallelism.data_parallel_replicate_degree", "int", "R", "DDP/HSDP replicate degree.", minimum=1),
-        Lever("parallelism.fsdp_reshard_after_forward", "choice", "B", "Reshard params after forward (never = ZeRO-2-like).", choices=("default", "always", "never")),
-        Lever("parallelism.tensor_parallel_degree", "int", "R", "Tensor parallel degree; must divide attention and KV heads.", minimum=1),
+        Lever(
+            "parallelism.fsdp_reshard_after_forward",
+            "choice",
+            "B",
+            "Reshard params after forward (never = ZeRO-2-like).",
+            choices=("default", "always", "never"),
+        ),
+        Lever(
+            "parallelism.tensor_parallel_degree",
+            "int",
+            "R",
+            "Tensor parallel degree; must divide attention and KV heads.",
+            minimum=1,
+        ),
         Lever("parallelism.enable_sequence_parallel", "bool", "R", "Sequence parallel (with TP>1)."),
-        Lever("parallelism.pipeline_parallel_degree", "int", "R", "Pipeline parallel degree; needs training.disable_cuda_graphs.", minimum=1),
-        Lever("parallelism.pipeline_parallel_schedule", "choice", "R", "Pipeline schedule.", choices=tuple(PP_SCHEDULES)),
-        Lever("parallelism.pipeline_parallel_microbatch_size", "int", "R", "PP microbatch size; must divide local batch.", minimum=1),
+        Lever(
+            "parallelism.pipeline_parallel_degree",
+            "int",
+            "R",
+            "Pipeline parallel degree; needs training.disable_cuda_graphs.",
+            minimum=1,
+        ),
+        Lever(
+            "parallelism.pipeline_parallel_schedule", "choice", "R", "Pipeline schedule.", choices=tuple(PP_SCHEDULES)
+        ),
+        Lever(
+            "parallelism.pipeline_parallel_microbatch_size",
+            "int",
+            "R",
+            "PP microbatch size; must divide local batch.",
+            minimum=1,
+        ),
         Lever("parallelism.context_parallel_degree", "int", "R", "Context parallel degree.", minimum=1),
-        Lever("parallelism.expert_parallel_degree", "int", "R",
-              "Expert parallel degree (MoE): routed experts sharded over EP ranks borrowed from dp_shard*cp*tp, all-to-all "
-              "dispatch/combine; the standard (all-to-all, host-synced) dispatcher needs CUDA graphs off. On the CPU the "
-              "standard dispatcher runs over gloo (the only one there: MOE_CUDA_ONLY).", minimum=1),
+        Lever(
+            "parallelism.expert_parallel_degree",
+            "int",
+            "R",
+            "Expert parallel degree (MoE): routed experts sharded over EP ranks borrowed from dp_shard*cp*tp, all-to-all "
+            "dispatch/combine; the standard (all-to-all, host-synced) dispatcher needs CUDA graphs off. On the CPU the "
+            "standard dispatcher runs over gloo (the only one there: MOE_CUDA_ONLY).",
+            minimum=1,
+        ),
         # --- activation checkpointing (§1b) ---
-        Lever("activation_checkpoint", "choice", "B", "Activation checkpointing mode (tyro subcommand).",
-              choices=("none", "selective", "full", "memory_budget"), tier_by_value={"memory_budget": "R"}),
-        Lever("activation_checkpoint.memory_budget", "float", "R", "Memory budget for memory_budget AC (0..1).", minimum=0.0, maximum=1.0, ac_flag=True),
+        Lever(
+            "activation_checkpoint",
+            "choice",
+            "B",
+            "Activation checkpointing mode (tyro subcommand).",
+            choices=("none", "selective", "full", "memory_budget"),
+            tier_by_value={"memory_budget": "R"},
+        ),
+        Lever(
+            "activation_checkpoint.memory_budget",
+            "float",
+            "R",
+            "Memory budget for memory_budget AC (0..1).",
+            minimum=0.0,
+            maximum=1.0,
+            ac_flag=True,
+        ),
         # --- compile, graphs (§1c) ---
         Lever("compile.enable", "bool", "R", "torch.compile each TransformerBlock and the loss."),
         Lever("compile.enable_async_tensor_parallel", "bool", "R", "Async TP (needs compile with model)."),
         Lever("compile.components", "choice", "R", "What is compiled.", choices=("model,loss", "model", "loss")),
-        Lever("training.disable_cuda_graphs", "bool", "R", "Turn CUDA graphs off (needed by PP and blocking EP dispatchers)."),
+        Lever(
+            "training.disable_cuda_graphs",
+            "bool",
+            "R",
+            "Turn CUDA graphs off (needed by PP and blocking EP dispatchers).",
+        ),
         Lever("loss.num_chunks", "int", "R", "Chunked cross-entropy chunk count.", minimum=1),
         # --- batch, memory, optimizer, misc (§1e) ---
-        Lever("training.local_batch_size", "int", "B", "Per-rank microbatch; with a pinned global batch it only changes grad-accumulation.", minimum=1),
+        Lever(
+            "training.local_batch_size",
+            "int",
+            "B",
+            "Per-rank microbatch; with a pinned global batch it only changes grad-accumulation.",
+            minimum=1,
+        ),
         Lever("training.enable_cpu_offload", "bool", "R", "FSDP CPU offload of params/grads/optimizer state."),
-        Lever("optimizer.implementation", "choice", "R", "Optimizer kernel implementation.",
-              choices=("for-loop", "foreach", "fused", "fused_opt_states_bf16"),
-              tier_by_value={"fused_opt_states_bf16": "N"}),
+        Lever(
+            "optimizer.implementation",
+            "choice",
+            "R",
+            "Optimizer kernel implementation.",
+            choices=("for-loop", "foreach", "fused", "fused_opt_states_bf16"),
+            tier_by_value={"fused_opt_states_bf16": "N"},
+        ),
         Lever("training.gc_freq", "int", "B", "Python GC every N steps.", minimum=1),
         Lever("metrics.log_freq", "int", "B", "Metric logging cadence (host syncs on log steps).", minimum=1),
         Lever("profiler.enable_profiling", "bool", "B", "Profiler on/off (distorts timing)."),
         Lever("debug.enable_structured_logging", "bool", "B", "Per-rank JSONL spans."),
-        Lever("training.mixed_precision_param", "choice", "N", "FSDP param compute dtype.", choices=("bfloat16", "float32"), precision=True),
-        Lever("quantize.linear", "choice", "N", "Low-precision linear converter (config function only in 0.3.0).",
-              choices=("none", "float8"), cli=False, precision=True, tier_by_value={"none": "B"}),
+        Lever(
+            "training.mixed_precision_param",
+            "choice",
+            "N",
+            "FSDP param compute dtype.",
+            choices=("bfloat16", "float32"),
+            precision=True,
+        ),
+        Lever(
+            "quantize.linear",
+            "choice",
+            "N",
+            "Low-precision linear converter (config function only in 0.3.0).",
+            choices=("none", "float8"),
+            cli=False,
+            precision=True,
+            tier_by_value={"none": "B"},
+        ),
     ]
     return {lv.name: lv for lv in rows}
 
@@ -216,8 +302,10 @@ _TT = "https://github.com/pytorch/torchtitan/blob/release/0.3/torchtitan/"
 MOE_CUDA_ONLY: dict[str, str] = {
     "moe_comm_backend=deepep": _TT + "distributed/deepep/deepep.py (DeepEP kernels: NVLink/RDMA, CUDA only)",
     "moe_comm_backend=hybridep": _TT + "distributed/deepep/hybridep.py (HybridEP: TMA kernels for GB200/NVL72)",
-    "moe_comm_backend=minimal_async_ep": _TT + "distributed/minimal_async_ep/api.py (symmetric memory + Triton; ops registered for device_types='cuda')",
-    "override fused_grouped_experts": _TT + "overrides/fused_swiglu.py (Triton silu_and_mul kernel, device_types='cuda')",
+    "moe_comm_backend=minimal_async_ep": _TT
+    + "distributed/minimal_async_ep/api.py (symmetric memory + Triton; ops registered for device_types='cuda')",
+    "override fused_grouped_experts": _TT
+    + "overrides/fused_swiglu.py (Triton silu_and_mul kernel, device_types='cuda')",
     "Float8/MXFP8 grouped experts": _TT + "components/quantization/float8.py (torchao, SM89+ / SM100+)",
     "CUDA graphs (training.disable_cuda_graphs false)": _TT + "distributed/cudagraph.py",
     "parallelism.enable_fsdp_symm_mem": _TT + "config/configs.py (checks the CUDA capability at parse time)",
@@ -248,26 +336,36 @@ def compiles_model(levers: dict[str, Scalar]) -> bool:
     return bool(v["compile.enable"]) and "model" in str(v["compile.components"])
 
 
-def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = None, hardware: str | None = None) -> list[str]:
+def prerequisite_problems(
+    levers: dict[str, Scalar], model: ModelFacts | None = None, hardware: str | None = None
+) -> list[str]:
     """Every prerequisite a lever set violates (empty when the set is legal); with ``hardware``, also what torchtitan
     0.3.0 cannot run on it (:func:`bot.core.layouts.layout_problems`)."""
     from bot.core.layouts import layout_problems
 
     v = effective(levers)
     problems: list[str] = []
-    tp, pp, ep = int(v["parallelism.tensor_parallel_degree"]), int(v["parallelism.pipeline_parallel_degree"]), int(v["parallelism.expert_parallel_degree"])
+    tp, pp, ep = (
+        int(v["parallelism.tensor_parallel_degree"]),
+        int(v["parallelism.pipeline_parallel_degree"]),
+        int(v["parallelism.expert_parallel_degree"]),
+    )
     if v["compile.enable_async_tensor_parallel"] and not compiles_model(v):
         problems.append("compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components")
     if v["activation_checkpoint"] == "memory_budget" and not compiles_model(v):
         problems.append("activation_checkpoint memory_budget needs compile.enable with 'model' in compile.components")
     if v["compile.enable"] and pp > 1 and str(v["parallelism.pipeline_parallel_schedule"]) in V_SCHEDULES:
-        problems.append(f"compile.enable with parallelism.pipeline_parallel_schedule {v['parallelism.pipeline_parallel_schedule']} "
-                        "crashes (pytorch#161904): needs a schedule that is not V-shaped")
+        problems.append(
+            f"compile.enable with parallelism.pipeline_parallel_schedule {v['parallelism.pipeline_parallel_schedule']} "
+            "crashes (pytorch#161904): needs a schedule that is not V-shaped"
+        )
     graphs = not v["training.disable_cuda_graphs"] and hardware != "cpu"  # a CPU host has no CUDA graphs
     if pp > 1 and graphs:
         problems.append("parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true")
     if ep > 1 and graphs:
-        problems.append("parallelism.expert_parallel_degree > 1 with the standard dispatcher needs training.disable_cuda_graphs true")
+        problems.append(
+            "parallelism.expert_parallel_degree > 1 with the standard dispatcher needs training.disable_cuda_graphs true"
+        )
     if pp > 1 and int(v["training.local_batch_size"]) % int(v["parallelism.pipeline_parallel_microbatch_size"]):
         problems.append("training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size")
     if model is not None:
@@ -278,13 +376,18 @@ def prerequisite_problems(levers: dict[str, Scalar], model: ModelFacts | None = 
         if model.n_layers and pp > model.n_layers:
             problems.append(f"parallelism.pipeline_parallel_degree {pp} exceeds the {model.n_layers} layers")
         if model.devices and ep > 1:
-            rep, cp = int(v["parallelism.data_parallel_replicate_degree"]), int(v["parallelism.context_parallel_degree"])
+            rep, cp = (
+                int(v["parallelism.data_parallel_replicate_degree"]),
+                int(v["parallelism.context_parallel_degree"]),
+            )
             shard = int(v["parallelism.data_parallel_shard_degree"])
             if shard == -1:
                 shard = max(model.devices // max(rep * tp * pp * cp, 1), 1)
             if (shard * cp * tp) % ep:
                 # torchtitan parallel_dims.py: EP borrows ranks from FSDP/CP/TP (dp_shard*cp*tp = efsdp*ep)
-                problems.append(f"parallelism.expert_parallel_degree {ep} must divide dp_shard*cp*tp = {shard * cp * tp}")
+                problems.append(
+                    f"parallelism.expert_parallel_degree {ep} must divide dp_shard*cp*tp = {shard * cp * tp}"
+                )
         if ep > 1 and not model.num_experts:
             problems.append("parallelism.expert_parallel_degree > 1 needs a MoE model")
         elif ep > 1 and model.num_experts and model.num_experts % ep:
@@ -300,7 +403,10 @@ PREREQUISITE_FIX: dict[str, tuple[str, Scalar]] = {
     "activation_checkpoint memory_budget": ("compile.enable", True),
     "parallelism.pipeline_parallel_degree > 1": ("training.disable_cuda_graphs", True),
     "parallelism.expert_parallel_degree > 1 with": ("training.disable_cuda_graphs", True),
-    "compile.enable with parallelism.pipeline_parallel_schedule": ("parallelism.pipeline_parallel_schedule", COMPILE_SAFE_ZERO_BUBBLE),
+    "compile.enable with parallelism.pipeline_parallel_schedule": (
+        "parallelism.pipeline_parallel_schedule",
+        COMPILE_SAFE_ZERO_BUBBLE,
+    ),
 }
 
 
@@ -310,15 +416,21 @@ def with_prerequisites(levers: dict[str, Scalar], model: ModelFacts | None, spac
     compile on."""
     out = dict(levers)
     for _ in range(len(PREREQUISITE_FIX)):
-        fixes = [fix for problem in prerequisite_problems(out, model) for prefix, fix in PREREQUISITE_FIX.items()
-                 if problem.startswith(prefix) and fix[0] in space and out.get(fix[0]) != fix[1]]
+        fixes = [
+            fix
+            for problem in prerequisite_problems(out, model)
+            for prefix, fix in PREREQUISITE_FIX.items()
+            if problem.startswith(prefix) and fix[0] in space and out.get(fix[0]) != fix[1]
+        ]
         if not fixes:
             break
         out[fixes[0][0]] = fixes[0][1]
     return out
 
 
-def prerequisite_for(levers: dict[str, Scalar], lever: str, value: Scalar, model: ModelFacts | None = None) -> tuple[str, Scalar] | None:
+def prerequisite_for(
+    levers: dict[str, Scalar], lever: str, value: Scalar, model: ModelFacts | None = None
+) -> tuple[str, Scalar] | None:
     """If setting ``lever=value`` needs another lever changed first, that (lever, value). A fix of the lever being
     set is none (a V-shaped schedule under compile: the fix would undo the change itself)."""
     before = set(prerequisite_problems(levers, model))
@@ -336,14 +448,30 @@ def prerequisite_for(levers: dict[str, Scalar], lever: str, value: Scalar, model
 # tune, so changing them there changes nothing a run can measure (a trial of one would only measure the noise).
 # (the lever, the lever it depends on, the value at which it is inert, where torchtitan reads it)
 INERT_UNLESS: tuple[tuple[str, str, Scalar, str], ...] = (
-    ("parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_degree", 1,
-     _TT + "distributed/pipeline_parallel.py (n_microbatches = local batch / microbatch size, read only under PP)"),
-    ("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree", 1,
-     _TT + "distributed/pipeline_parallel.py (read only when building the pipeline schedule)"),
-    ("compile.enable_async_tensor_parallel", "parallelism.tensor_parallel_degree", 1,
-     "docs/reference/torchtitan.md section 1, Async TP: micro-pipelines the TP collectives, does nothing unless TP>1"),
-    ("parallelism.enable_sequence_parallel", "parallelism.tensor_parallel_degree", 1,
-     "docs/reference/torchtitan.md section 1, Sequence parallel: shards along the sequence inside the TP plan, needs TP>1"),
+    (
+        "parallelism.pipeline_parallel_microbatch_size",
+        "parallelism.pipeline_parallel_degree",
+        1,
+        _TT + "distributed/pipeline_parallel.py (n_microbatches = local batch / microbatch size, read only under PP)",
+    ),
+    (
+        "parallelism.pipeline_parallel_schedule",
+        "parallelism.pipeline_parallel_degree",
+        1,
+        _TT + "distributed/pipeline_parallel.py (read only when building the pipeline schedule)",
+    ),
+    (
+        "compile.enable_async_tensor_parallel",
+        "parallelism.tensor_parallel_degree",
+        1,
+        "docs/reference/torchtitan.md section 1, Async TP: micro-pipelines the TP collectives, does nothing unless TP>1",
+    ),
+    (
+        "parallelism.enable_sequence_parallel",
+        "parallelism.tensor_parallel_degree",
+        1,
+        "docs/reference/torchtitan.md section 1, Sequence parallel: shards along the sequence inside the TP plan, needs TP>1",
+    ),
 )
 
 

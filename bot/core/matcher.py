@@ -77,9 +77,7 @@ def parse_specifier(spec: str) -> SpecifierSet:
     try:
         return SpecifierSet(spec)
     except InvalidSpecifier:
-        raise ValueError(
-            f"expected a PEP 440 version specifier such as '>=2.10,<2.14'; got {spec!r}"
-        ) from None
+        raise ValueError(f"expected a PEP 440 version specifier such as '>=2.10,<2.14'; got {spec!r}") from None
 
 
 def version_matches(spec: str, version: object) -> bool:

@@ -68,7 +68,9 @@ def _non_negative(v: float) -> bool:
 # the gate benchmark's, bot/bench/gate_faults.py). Any other pinned key may be any scalar (a path, a name), but a finite one.
 PIN_TYPES: dict[str, PinType] = {
     # -1 is torchtitan's "local batch x data parallel": valid here, refused separately by the gate's config check
-    "training.global_batch_size": PinType("int", "a positive integer or -1 (local batch x data parallel)", lambda v: v > 0 or v == -1),
+    "training.global_batch_size": PinType(
+        "int", "a positive integer or -1 (local batch x data parallel)", lambda v: v > 0 or v == -1
+    ),
     "training.seq_len": PinType("int", "a positive integer", _positive),
     "lr_scheduler.total_steps": PinType("int", "a positive integer", _positive),
     "lr_scheduler.warmup_steps": PinType("int", "an integer >= 0", _non_negative),
@@ -147,12 +149,32 @@ class Bench(BaseModel):
 # What a recipe's ``env`` may set: thread counts, the communication libraries, the CUDA allocator, logging — the
 # knobs of a training run, never a variable that changes which code runs (a self-hosted runner executes the recipe:
 # LD_PRELOAD, PYTHONPATH, PATH, BASH_ENV or PYTHONSTARTUP would let a pull request run code of its own there).
-ENV_ALLOWED_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "NCCL_", "TORCH_NCCL_", "GLOO_", "TORCH_DISTRIBUTED_",
-                        "CUDA_DEVICE_MAX_CONNECTIONS", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "TORCH_LOGS",
-                        "TORCH_CPP_LOG_LEVEL", "TORCHINDUCTOR_", "ATTUNE_TORCH_THREADS", "LOGLEVEL", "TOKENIZERS_PARALLELISM",
-                        "CUBLAS_WORKSPACE_CONFIG", "NVTE_")
-ENV_ALLOWED_TEXT = ("threads (OMP_*, GOMP_*, MKL_*), NCCL_*/GLOO_*, the CUDA allocator, torch logging and inductor settings, "
-                    "never a plugin, library, file, folder or remote cache")
+ENV_ALLOWED_PREFIXES = (
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "NCCL_",
+    "TORCH_NCCL_",
+    "GLOO_",
+    "TORCH_DISTRIBUTED_",
+    "CUDA_DEVICE_MAX_CONNECTIONS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "PYTORCH_ALLOC_CONF",
+    "TORCH_LOGS",
+    "TORCH_CPP_LOG_LEVEL",
+    "TORCHINDUCTOR_",
+    "ATTUNE_TORCH_THREADS",
+    "LOGLEVEL",
+    "TOKENIZERS_PARALLELISM",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVTE_",
+)
+ENV_ALLOWED_TEXT = (
+    "threads (OMP_*, GOMP_*, MKL_*), NCCL_*/GLOO_*, the CUDA allocator, torch logging and inductor settings, "
+    "never a plugin, library, file, folder or remote cache"
+)
 
 
 # ... and within those prefixes, never one that names code, a file, a folder or a server to load from or write to:
@@ -160,9 +182,37 @@ ENV_ALLOWED_TEXT = ("threads (OMP_*, GOMP_*, MKL_*), NCCL_*/GLOO_*, the CUDA all
 # TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE / TORCHINDUCTOR_REDIS_HOST (compiled code fetched from a server),
 # TORCHINDUCTOR_CACHE_DIR (compiled code loaded from a folder: the runner owns it), NCCL_DEBUG_FILE, TORCH_LOGS_OUT.
 # Any name with one of these words (between underscores) is refused.
-ENV_REFUSED_WORDS = frozenset({"PLUGIN", "PLUGINS", "LIB", "LIBS", "LIBRARY", "LIBRARIES", "TOOL", "TOOLS", "PRELOAD",
-                               "PATH", "PATHS", "FILE", "FILES", "DIR", "DIRS", "OUT", "REMOTE", "REDIS", "MEMCACHE",
-                               "MEMCACHED", "HOST", "PORT", "URL", "ADDR", "SERVER", "CONF", "CONFIG"})
+ENV_REFUSED_WORDS = frozenset(
+    {
+        "PLUGIN",
+        "PLUGINS",
+        "LIB",
+        "LIBS",
+        "LIBRARY",
+        "LIBRARIES",
+        "TOOL",
+        "TOOLS",
+        "PRELOAD",
+        "PATH",
+        "PATHS",
+        "FILE",
+        "FILES",
+        "DIR",
+        "DIRS",
+        "OUT",
+        "REMOTE",
+        "REDIS",
+        "MEMCACHE",
+        "MEMCACHED",
+        "HOST",
+        "PORT",
+        "URL",
+        "ADDR",
+        "SERVER",
+        "CONF",
+        "CONFIG",
+    }
+)
 # names ending in CONF/CONFIG that are settings, not files
 ENV_SETTINGS = frozenset({"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "CUBLAS_WORKSPACE_CONFIG"})
 
@@ -246,8 +296,10 @@ class Recipe(BaseModel):
         if isinstance(value, dict):
             bad = [str(k) for k in value if not env_allowed(str(k))]
             if bad:
-                raise ValueError(f"{bad[0]}: not an allowed variable; a recipe may set only {ENV_ALLOWED_TEXT} "
-                                 "(never one that changes what code runs: LD_PRELOAD, PYTHONPATH, PATH, BASH_ENV, ...)")
+                raise ValueError(
+                    f"{bad[0]}: not an allowed variable; a recipe may set only {ENV_ALLOWED_TEXT} "
+                    "(never one that changes what code runs: LD_PRELOAD, PYTHONPATH, PATH, BASH_ENV, ...)"
+                )
             return {str(k): str(v) for k, v in value.items()}
         return value
 
@@ -405,21 +457,26 @@ def set_lever_text(text: str, lever: str, value: Scalar | str, *, source: str = 
     return new_text.replace("\n", "\r\n") if crlf else new_text
 
 
-def set_lever(path: str | Path, lever: str, value: Scalar | str,
-              check: Callable[[Recipe], str | None] | None = None) -> Scalar:
+def set_lever(
+    path: str | Path, lever: str, value: Scalar | str, check: Callable[[Recipe], str | None] | None = None
+) -> Scalar:
     """Edit one lever of the recipe file in place (atomic write); returns the parsed value. ``check``: why the edited
     recipe could not run (None: it can); a reason refuses the edit and the file is left as it was."""
     p = Path(path)
     text = read_recipe_text(p)
     pinned = parse_recipe_text(text, str(p)).pinned
     if lever in pinned or lever in PIN_ALIASES:
-        raise RecipeError(f"{p}: pinned.{lever}: part of the objective (what is trained), not a lever; a campaign never "
-                          "changes it — edit pinned: by hand if you mean to train something else")
+        raise RecipeError(
+            f"{p}: pinned.{lever}: part of the objective (what is trained), not a lever; a campaign never "
+            "changes it — edit pinned: by hand if you mean to train something else"
+        )
     new_text = set_lever_text(text, lever, value, source=str(p))
     problem = check(parse_recipe_text(new_text, str(p))) if check is not None and new_text != text else None
     if problem:
-        raise RecipeError(f"{p}: levers.{lever}: {value} would leave a recipe that cannot run: {problem}; the recipe is "
-                          "unchanged (to change several levers at once, edit the file by hand)")
+        raise RecipeError(
+            f"{p}: levers.{lever}: {value} would leave a recipe that cannot run: {problem}; the recipe is "
+            "unchanged (to change several levers at once, edit the file by hand)"
+        )
     if new_text != text:
         atomic_write_text(p, new_text)
     return lever_catalog.parse_value(lever, value)

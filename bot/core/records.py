@@ -22,8 +22,13 @@ from bot.core.textfile import read_utf8
 # stopped: early, clearly slower. Slurm's own (bot.runner.slurm): node_fail (a node of the job failed), preempted
 # (preempted or requeued: not a measurement), pending_timeout (queued longer than the recipe's queue budget);
 # Slurm's time limit is a timeout. Every outcome but ok and stopped is a failed run.
-Outcome = Literal["ok", "oom", "crash", "hang", "timeout", "invalid", "stopped", "node_fail", "preempted", "pending_timeout"]
-MEASURED_OUTCOMES: tuple[str, ...] = ("ok", "stopped")  # runs that measured the candidate (stopped: early, clearly slower)
+Outcome = Literal[
+    "ok", "oom", "crash", "hang", "timeout", "invalid", "stopped", "node_fail", "preempted", "pending_timeout"
+]
+MEASURED_OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "stopped",
+)  # runs that measured the candidate (stopped: early, clearly slower)
 Scalar = bool | int | float | str
 Tier = Literal["B", "R", "N", "X"]
 
@@ -285,10 +290,20 @@ class RecordFileError(ValueError):
 
 
 # pydantic's error types in the words of the project's other one-line errors
-EXPECTED = {"int_type": "expected a whole number", "int_parsing": "expected a whole number", "int_from_float": "expected a whole number",
-            "float_type": "expected a number", "float_parsing": "expected a number", "finite_number": "expected a finite number",
-            "bool_type": "expected true or false", "bool_parsing": "expected true or false", "string_type": "expected a string",
-            "dict_type": "expected an object", "model_type": "expected an object", "list_type": "expected a list"}
+EXPECTED = {
+    "int_type": "expected a whole number",
+    "int_parsing": "expected a whole number",
+    "int_from_float": "expected a whole number",
+    "float_type": "expected a number",
+    "float_parsing": "expected a number",
+    "finite_number": "expected a finite number",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected a string",
+    "dict_type": "expected an object",
+    "model_type": "expected an object",
+    "list_type": "expected a list",
+}
 
 
 def expected_of(err: Any) -> str:
@@ -328,7 +343,9 @@ def parse_model(text: str, model: type[M], source: str, what: str) -> M:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RecordFileError(f"{source}:{exc.lineno}: not a {what}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+        raise RecordFileError(
+            f"{source}:{exc.lineno}: not a {what}: not valid JSON ({exc.msg}, column {exc.colno})"
+        ) from None
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -62,8 +62,11 @@ def uncommitted(repo: Path, path: Path) -> str | None:
     "is not tracked by git" (never added, or ignored), or "has uncommitted changes" (staged or not): what the local
     forge, which reads and merges the committed file, cannot tune (``attune campaign run`` refuses it).
     """
+
     def git(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["git", *args, "--", str(Path(path).resolve())], cwd=Path(repo).resolve(), capture_output=True, text=True)
+        return subprocess.run(
+            ["git", *args, "--", str(Path(path).resolve())], cwd=Path(repo).resolve(), capture_output=True, text=True
+        )
 
     if git("ls-files", "--error-unmatch").returncode != 0:  # also a file outside ``repo``
         return "is not tracked by git"
@@ -76,22 +79,30 @@ def uncommitted(repo: Path, path: Path) -> str | None:
 def current_branch(repo: Path) -> str | None:
     """The branch checked out in the git work tree ``repo`` (``HEAD`` when it is detached; None when ``repo`` is not
     a git repository or has no commit yet): the base a local-forge campaign merges into."""
-    out = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=Path(repo).resolve(), capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=Path(repo).resolve(), capture_output=True, text=True
+    )
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
 def staged(repo: Path) -> list[str]:
     """The paths whose staged content differs from HEAD (what ``git commit`` would take along; ``git merge`` refuses
     to merge into an index that holds them)."""
-    out = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=Path(repo).resolve(), capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "diff", "--cached", "--name-only"], cwd=Path(repo).resolve(), capture_output=True, text=True
+    )
     return out.stdout.split() if out.returncode == 0 else []
 
 
 def step_branches(repo: Path, cid: str) -> list[str]:
     """The branches a campaign of id ``cid`` made in ``repo`` (``attune/<cid>/<n>-<lever>``, named by
     :func:`bot.forge.base.step_branch`); none when ``repo`` is not a git repository."""
-    out = subprocess.run(["git", "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/{cid}/"], cwd=Path(repo).resolve(),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["git", "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/{cid}/"],
+        cwd=Path(repo).resolve(),
+        capture_output=True,
+        text=True,
+    )
     return out.stdout.split() if out.returncode == 0 else []
 
 
@@ -100,8 +111,10 @@ def repo_of_recipe(recipe: Path) -> Repo:
     recipe = Path(recipe).resolve()
     top = git_toplevel(recipe)
     if top is None:
-        raise RepoError(f"{recipe}: not inside a git repository (a campaign makes its step branches there; "
-                        "`git init` the folder or tune a recipe of a clone)")
+        raise RepoError(
+            f"{recipe}: not inside a git repository (a campaign makes its step branches there; "
+            "`git init` the folder or tune a recipe of a clone)"
+        )
     return Repo(top)
 
 
@@ -113,5 +126,7 @@ def find_repo(start: Path | None = None) -> Repo:
         if any((folder / m).is_dir() for m in MARKERS):
             return Repo(folder)
     named = f"$ATTUNE_REPO={env}" if start is None and env else str(here)
-    raise RepoError(f"{named}: no ATTUNE repository there or above (a folder with recipes/ or lessons/); "
-                    "run from a checkout of your tuning repository")
+    raise RepoError(
+        f"{named}: no ATTUNE repository there or above (a folder with recipes/ or lessons/); "
+        "run from a checkout of your tuning repository"
+    )

@@ -19,21 +19,43 @@ _DURATION = re.compile(r"^(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d+){0,2})$")
 
 # sbatch options the runner sets itself (the job's shape and where its output goes), or that have a field here
 OWNED_OPTIONS = {
-    "--nodes": "cluster.nodes", "-N": "cluster.nodes", "--ntasks": "the runner (one task per node)",
-    "-n": "the runner (one task per node)", "--ntasks-per-node": "the runner (one task per node)",
-    "--output": "the runner (the job log goes to the run folder)", "-o": "the runner (the job log goes to the run folder)",
-    "--error": "the runner (the job log goes to the run folder)", "-e": "the runner (the job log goes to the run folder)",
-    "--open-mode": "the runner", "--parsable": "the runner", "--requeue": "the runner (a requeued trial is not a measurement)",
-    "--no-requeue": "the runner", "--partition": "cluster.slurm.partition", "-p": "cluster.slurm.partition",
-    "--account": "cluster.slurm.account", "-A": "cluster.slurm.account", "--qos": "cluster.slurm.qos", "-q": "cluster.slurm.qos",
-    "--time": "cluster.slurm.time_limit", "-t": "cluster.slurm.time_limit", "--gpus-per-node": "cluster.slurm.gpus_per_node",
-    "--gres": "cluster.slurm.gres", "--cpus-per-task": "cluster.slurm.cpus_per_task", "-c": "cluster.slurm.cpus_per_task",
-    "--wrap": "the runner (it writes the batch script)", "--array": "the runner (one job per trial)", "-a": "the runner (one job per trial)",
-    "--chdir": "the runner (the job works in the run folder)", "-D": "the runner (the job works in the run folder)",
-    "--input": "the runner", "-i": "the runner",
+    "--nodes": "cluster.nodes",
+    "-N": "cluster.nodes",
+    "--ntasks": "the runner (one task per node)",
+    "-n": "the runner (one task per node)",
+    "--ntasks-per-node": "the runner (one task per node)",
+    "--output": "the runner (the job log goes to the run folder)",
+    "-o": "the runner (the job log goes to the run folder)",
+    "--error": "the runner (the job log goes to the run folder)",
+    "-e": "the runner (the job log goes to the run folder)",
+    "--open-mode": "the runner",
+    "--parsable": "the runner",
+    "--requeue": "the runner (a requeued trial is not a measurement)",
+    "--no-requeue": "the runner",
+    "--partition": "cluster.slurm.partition",
+    "-p": "cluster.slurm.partition",
+    "--account": "cluster.slurm.account",
+    "-A": "cluster.slurm.account",
+    "--qos": "cluster.slurm.qos",
+    "-q": "cluster.slurm.qos",
+    "--time": "cluster.slurm.time_limit",
+    "-t": "cluster.slurm.time_limit",
+    "--gpus-per-node": "cluster.slurm.gpus_per_node",
+    "--gres": "cluster.slurm.gres",
+    "--cpus-per-task": "cluster.slurm.cpus_per_task",
+    "-c": "cluster.slurm.cpus_per_task",
+    "--wrap": "the runner (it writes the batch script)",
+    "--array": "the runner (one job per trial)",
+    "-a": "the runner (one job per trial)",
+    "--chdir": "the runner (the job works in the run folder)",
+    "-D": "the runner (the job works in the run folder)",
+    "--input": "the runner",
+    "-i": "the runner",
     # what changes the job's environment or the code it runs is never a recipe's: a step PR edits only levers
-    "--export": "the runner (the job's environment)", "--export-file": "the runner (the job's environment)",
-    "--get-user-env": "the runner (the job's environment)", "--container": "cluster.slurm.container_image",
+    "--export": "the runner (the job's environment)",
+    "--export-file": "the runner (the job's environment)",
+    "--get-user-env": "the runner (the job's environment)",
+    "--container": "cluster.slurm.container_image",
     "--container-id": "cluster.slurm.container_image",
 }
 # real sbatch long options that are also the start of an owned one (getopt_long takes an exact name over a prefix)
@@ -114,8 +136,10 @@ class SlurmSettings(BaseModel):
     @classmethod
     def _single_token(cls, value: str | None) -> str | None:
         if value is not None and value.strip() and not _ONE_TOKEN.match(value):
-            raise ValueError(f"{value!r}: expected one word (no blanks, quotes, backslashes or #): it becomes one "
-                             "argument of an #SBATCH line")
+            raise ValueError(
+                f"{value!r}: expected one word (no blanks, quotes, backslashes or #): it becomes one "
+                "argument of an #SBATCH line"
+            )
         return value
 
     @field_validator("time_limit", "queue_budget", mode="before")
@@ -135,10 +159,13 @@ class SlurmSettings(BaseModel):
         for option in value:
             _one_line(option)
             if not option.startswith("-"):
-                raise ValueError(f"{option!r}: expected an sbatch option such as --exclusive or --mem=0 (without #SBATCH)")
+                raise ValueError(
+                    f"{option!r}: expected an sbatch option such as --exclusive or --mem=0 (without #SBATCH)"
+                )
             if any(c in option for c in "'\"\\"):
-                raise ValueError(f"{option!r}: expected no quotes or backslashes (sbatch removes them, so they can hide "
-                                 "an option)")
+                raise ValueError(
+                    f"{option!r}: expected no quotes or backslashes (sbatch removes them, so they can hide an option)"
+                )
             for token in option.split():  # sbatch reads every argument of the line, not only the first
                 name = owned_option(token)
                 if name is not None:

@@ -43,15 +43,33 @@ class RunRef(BaseModel):
     reused: bool = False
 
     @classmethod
-    def of(cls, record: RunRecord, *, kind: str, n: int = 0, attempt: int = 1, ref: str = "",
-           window: tuple[int, int] | None = None) -> RunRef:
+    def of(
+        cls,
+        record: RunRecord,
+        *,
+        kind: str,
+        n: int = 0,
+        attempt: int = 1,
+        ref: str = "",
+        window: tuple[int, int] | None = None,
+    ) -> RunRef:
         """What the campaign keeps of ``record`` (stored at ``ref``): the one RunRecord -> RunRef conversion.
         ``window`` ``(after, upto)``: ``tps`` is the median over steps ``after < step <= upto`` (the campaign's
         measurement window, :attr:`Campaign.measure_steps`), not over every step after the warm-up."""
         s = record.summary
         tps = s.tps_median if window is None else window_median(record.steps, *window)
-        return cls(kind=kind, n=n, attempt=attempt, outcome=record.outcome, reason=record.reason, tps=tps,
-                   tps_cv=s.tps_cv, device_hours=s.device_hours, record=ref, simulated=record.simulated)
+        return cls(
+            kind=kind,
+            n=n,
+            attempt=attempt,
+            outcome=record.outcome,
+            reason=record.reason,
+            tps=tps,
+            tps_cv=s.tps_cv,
+            device_hours=s.device_hours,
+            record=ref,
+            simulated=record.simulated,
+        )
 
 
 def window_median(steps: list[StepMetric], after: int, upto: int) -> float | None:
@@ -199,7 +217,18 @@ class Finish(BaseModel):
 
 
 Action = Annotated[
-    RunBaseline | OpenStep | CheckConfig | RunTrial | MeasurePair | CheckConvergence | Comment | SetStatus | Merge | Close | Propose | Calibrate
+    RunBaseline
+    | OpenStep
+    | CheckConfig
+    | RunTrial
+    | MeasurePair
+    | CheckConvergence
+    | Comment
+    | SetStatus
+    | Merge
+    | Close
+    | Propose
+    | Calibrate
     | Finish,
     Field(discriminator="type"),
 ]
@@ -283,8 +312,19 @@ class RunAbandoned(BaseModel):
 
 
 Event = Annotated[
-    CampaignRequested | RunFinished | Proposed | StepOpened | GateVerdict | Calibrated | StepMerged | StepClosed | Done | BudgetExhausted
-    | StopRequested | BudgetAdded | RunAbandoned,
+    CampaignRequested
+    | RunFinished
+    | Proposed
+    | StepOpened
+    | GateVerdict
+    | Calibrated
+    | StepMerged
+    | StepClosed
+    | Done
+    | BudgetExhausted
+    | StopRequested
+    | BudgetAdded
+    | RunAbandoned,
     Field(discriminator="type"),
 ]
 
@@ -352,8 +392,10 @@ class Campaign(BaseModel):
     @model_validator(mode="after")
     def _one_baseline_run_needs_a_prior(self) -> Campaign:
         if self.baseline_runs_wanted < 2 and self.known_run_sd is None:
-            raise ValueError("baseline_runs_wanted: one baseline run needs a known run noise (noise_prior_sd and "
-                             "noise_prior_df); without one the campaign measures two at least")
+            raise ValueError(
+                "baseline_runs_wanted: one baseline run needs a known run noise (noise_prior_sd and "
+                "noise_prior_df); without one the campaign measures two at least"
+            )
         return self
 
     # -- derived
@@ -372,7 +414,7 @@ class Campaign(BaseModel):
 
     def measured_baseline(self) -> list[RunRef]:
         """The baseline runs the baseline throughput and the noise band come from (the warm-up runs left out)."""
-        return self.baseline[self.baseline_warmup_runs:]
+        return self.baseline[self.baseline_warmup_runs :]
 
     @property
     def baseline_tps(self) -> float | None:
@@ -429,7 +471,9 @@ class Campaign(BaseModel):
         est = st.measurement.estimate if st.measurement is not None else None
         if est is None:
             trial = next((r for r in st.runs if r.kind == "trial" and r.outcome == "ok" and r.tps), None)
-            est = trial.tps / self.incumbent_tps - 1.0 if trial is not None and trial.tps and self.incumbent_tps else None
+            est = (
+                trial.tps / self.incumbent_tps - 1.0 if trial is not None and trial.tps and self.incumbent_tps else None
+            )
         if est is not None and est >= self.min_gain:
             return True
         return self.step_spent(st) + runs * self.expected_run_cost() <= cap

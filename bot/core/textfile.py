@@ -21,8 +21,10 @@ def decode_utf8(data: bytes, source: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise NotText(f"{source}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-                      "save the file as UTF-8") from None
+        raise NotText(
+            f"{source}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "save the file as UTF-8"
+        ) from None
 
 
 def read_utf8(path: str | os.PathLike[str]) -> str:

@@ -28,8 +28,10 @@ def yaml_problem(text: str, source: str) -> str | None:
             if isinstance(event, AliasEvent) or anchor:
                 line = event.start_mark.line + 1 if event.start_mark is not None else 1
                 kind = "alias *" if isinstance(event, AliasEvent) else "anchor &"
-                return (f"{source}:{line}: YAML {kind}{str(anchor)[:40]} is not accepted "
-                        "(no anchors, aliases or merge keys); write the value out in full")
+                return (
+                    f"{source}:{line}: YAML {kind}{str(anchor)[:40]} is not accepted "
+                    "(no anchors, aliases or merge keys); write the value out in full"
+                )
     except YAMLError:
         return None
     return None

@@ -159,8 +159,16 @@ class Executor:
         record = self.record(last)
         return diagnose(record) if record is not None else Diagnosis(outcome=last.outcome, simulated=last.simulated)
 
-    def _run(self, state: cm.Campaign, text: str, kind: str, n: int, attempt: int, already: float = 0.0,
-             early_stop: EarlyStop | None = None) -> cm.RunRef | None:
+    def _run(
+        self,
+        state: cm.Campaign,
+        text: str,
+        kind: str,
+        n: int,
+        attempt: int,
+        already: float = 0.0,
+        early_stop: EarlyStop | None = None,
+    ) -> cm.RunRef | None:
         """Run (or find stored) one run; None when the run port suspended. ``already``: device-hours this action
         spent before it (for the cap)."""
         key = run_key(kind, n, attempt)
@@ -171,14 +179,28 @@ class Executor:
         else:
             # the hard budget cap: a run is stopped before it spends more than what is left of the budget
             max_wall_s = budget_cap_s(state, recipe.devices, already)
-            request = RunRequest(key=key, kind=kind, n=n, attempt=attempt, recipe_text=text, max_wall_s=max_wall_s,
-                                 early_stop=early_stop, steps=measured_only_steps(state, recipe, kind, attempt))
+            request = RunRequest(
+                key=key,
+                kind=kind,
+                n=n,
+                attempt=attempt,
+                recipe_text=text,
+                max_wall_s=max_wall_s,
+                early_stop=early_stop,
+                steps=measured_only_steps(state, recipe, kind, attempt),
+            )
             ran = self._run_or_abandon(state, recipe, request)
             if ran is None:
                 return None
             record, where = ran, self.records.put_run(state.id, key, ran)
-        return cm.RunRef.of(record, kind="pair" if kind.startswith("pair-") else kind, n=n, attempt=attempt, ref=where,
-                            window=measure_window(state, recipe))
+        return cm.RunRef.of(
+            record,
+            kind="pair" if kind.startswith("pair-") else kind,
+            n=n,
+            attempt=attempt,
+            ref=where,
+            window=measure_window(state, recipe),
+        )
 
     def _run_or_abandon(self, state: cm.Campaign, recipe: Recipe, request: RunRequest) -> RunRecord | None:
         """The run port's run; one stopped by a signal before it ended (:class:`bot.drive.interrupt.Interrupted`) is
@@ -209,7 +231,9 @@ class Executor:
 
     def on_propose(self, state: cm.Campaign, action: cm.Propose) -> cm.Proposed:
         recipe = parse_recipe_text(self.base_text(state), state.recipe_path)
-        decision = self.policy.propose(state, self.latest_diagnosis(state), self.lessons, self.space_fn(recipe), self.records)
+        decision = self.policy.propose(
+            state, self.latest_diagnosis(state), self.lessons, self.space_fn(recipe), self.records
+        )
         return cm.Proposed(decision=decision)
 
     def on_open_step(self, state: cm.Campaign, action: cm.OpenStep) -> cm.StepOpened:
@@ -217,8 +241,15 @@ class Executor:
         st = state.step(n)
         self.base_text_at_start(state)
         body = render_step_report(state, st, None, None)
-        req = StepRequest(campaign=state.id, n=n, recipe_path=state.recipe_path, lever=st.change.lever,
-                          value=_yaml_scalar(st.change.after), title=f"attune step {n}: {st.change.title()}", body=body)
+        req = StepRequest(
+            campaign=state.id,
+            n=n,
+            recipe_path=state.recipe_path,
+            lever=st.change.lever,
+            value=_yaml_scalar(st.change.after),
+            title=f"attune step {n}: {st.change.title()}",
+            body=body,
+        )
         base_ref = None
         if st.stacked_on:
             parent = self.forge.find_step(state.id, st.stacked_on)
@@ -229,7 +260,9 @@ class Executor:
             for lever, value in st.change.extra.items():
                 text = set_lever_text(text, lever, value, source=state.recipe_path)
             if text != self.forge.read_file(state.recipe_path, ref.branch):
-                ref = self.forge.add_files(ref, {state.recipe_path: text}, f"attune step {n}: {len(st.change.extra)} more levers")
+                ref = self.forge.add_files(
+                    ref, {state.recipe_path: text}, f"attune step {n}: {len(st.change.extra)} more levers"
+                )
         return cm.StepOpened(n=n, branch=ref.branch, head_sha=ref.head_sha, number=ref.number)
 
     def on_check_config(self, state: cm.Campaign, action: cm.CheckConfig) -> cm.GateVerdict:
@@ -249,12 +282,17 @@ class Executor:
         n, k = action.n, action.k
         texts = {"incumbent": self.base_text(state), "candidate": self.step_recipe_text(state, n)}
         if not action.with_trial and hasattr(self.runs, "run_pair"):  # both sides in one job elsewhere (GitHub)
-            stored = [self.records.find_run(state.id, run_key(f"pair-{side}", n, k)) for side in ("incumbent", "candidate")]
-            if any(x is None for x in stored):
+            stored = [
+                self.records.find_run(state.id, run_key(f"pair-{side}", n, k)) for side in ("incumbent", "candidate")
+            ]
+            found = [x for x in stored if x is not None]
+            if len(found) < len(stored):
                 self.runs.run_pair(state, action, texts)
                 return SUSPENDED
             window = measure_window(state, parse_recipe_text(texts["incumbent"], state.recipe_path))
-            inc, cand = (cm.RunRef.of(rec, kind="pair", n=n, attempt=k, ref=where, window=window) for rec, where in stored)  # type: ignore[misc]
+            inc, cand = (
+                cm.RunRef.of(rec, kind="pair", n=n, attempt=k, ref=where, window=window) for rec, where in found
+            )
             return cm.RunFinished(run=pair_ref(action, inc, cand, inc.device_hours + cand.device_hours))
         sides: dict[str, cm.RunRef] = {}
         if action.with_trial:
@@ -277,7 +315,9 @@ class Executor:
         stored = self.records.get(state.id, CALIBRATION)
         if stored is not None:
             return cm.Calibrated.model_validate_json(stored)
-        event = self.runs.calibrate(state, self.base_text_at_start(state), self.record(state.baseline[0] if state.baseline else None))
+        event = self.runs.calibrate(
+            state, self.base_text_at_start(state), self.record(state.baseline[0] if state.baseline else None)
+        )
         if event is None:
             return SUSPENDED
         self.records.put(state.id, CALIBRATION, event.model_dump_json())
@@ -295,7 +335,12 @@ class Executor:
             self.forge.upsert_comment(0, MARKER_CAMPAIGN, render_campaign_summary(state))
             return cm.Done()
         report = self._step_report(state, state.step(action.n))
-        ref = self._attach(state, action.n, {f"campaigns/{state.id}/step-{action.n}/report.md": report}, f"attune: report for step {action.n}")
+        ref = self._attach(
+            state,
+            action.n,
+            {f"campaigns/{state.id}/step-{action.n}/report.md": report},
+            f"attune: report for step {action.n}",
+        )
         self.forge.upsert_comment(ref, f"attune:step-{action.n}", report)
         return cm.Done()
 
@@ -336,8 +381,12 @@ class Executor:
     def on_close(self, state: cm.Campaign, action: cm.Close) -> cm.StepClosed:
         ref = self.forge.find_step(state.id, action.n)
         if ref is not None and ref.state == "open":
-            ref = self._attach(state, action.n, {f"campaigns/{state.id}/step-{action.n}/CLOSED.md": f"Closed: {action.reason}\n"},
-                               f"attune: close step {action.n}")
+            ref = self._attach(
+                state,
+                action.n,
+                {f"campaigns/{state.id}/step-{action.n}/CLOSED.md": f"Closed: {action.reason}\n"},
+                f"attune: close step {action.n}",
+            )
             self.forge.close(ref, action.reason)
         return cm.StepClosed(n=action.n)
 
@@ -349,7 +398,9 @@ class Executor:
     # ------------------------------------------------------------------ pieces of the handlers
     def _step_report(self, state: cm.Campaign, st: cm.Step) -> str:
         trial = next((r for r in st.runs if r.kind == "trial"), None)
-        return render_step_report(state, st, self.record(trial), self.record(state.baseline[0]) if state.baseline else None)
+        return render_step_report(
+            state, st, self.record(trial), self.record(state.baseline[0]) if state.baseline else None
+        )
 
     def _attach(self, state: cm.Campaign, n: int, files: dict[str, str], message: str) -> Any:
         """Commit ``files`` on step ``n``'s branch, with the step's run records beside them."""
@@ -359,7 +410,14 @@ class Executor:
         records: dict[str, str] = {}
         seen: set[str] = set()
         for run in state.step(n).runs:
-            names = [("trial", run.record)] if run.kind == "trial" else [(f"pair{run.attempt}-candidate", run.record), (f"pair{run.attempt}-incumbent", run.reference_record)]
+            names = (
+                [("trial", run.record)]
+                if run.kind == "trial"
+                else [
+                    (f"pair{run.attempt}-candidate", run.record),
+                    (f"pair{run.attempt}-incumbent", run.reference_record),
+                ]
+            )
             for name, where in names:
                 text = self.records.read_text(where) if where and where not in seen else None
                 seen.add(where)
@@ -375,10 +433,18 @@ class Executor:
         rec = self.records.read(where) if where else None
         if rec is None or rec.simulated:
             return {}
-        gain = state.model_copy(update={"steps": [x.model_copy(update={"kept": x.kept or x.n == st.n}) for x in state.steps]}).gain
+        gain = state.model_copy(
+            update={"steps": [x.model_copy(update={"kept": x.kept or x.n == st.n}) for x in state.steps]}
+        ).gain
         path = f"results/{(rec.model or rec.recipe_id).replace('/', '_')}/{rec.hardware}/{rec.run_id}.json"
-        body = {**json.loads(rec.model_dump_json()), "gate": "passed", "campaign": state.id, "step": st.n,
-                "baseline_tps": state.baseline_tps, "gain": gain}
+        body = {
+            **json.loads(rec.model_dump_json()),
+            "gate": "passed",
+            "campaign": state.id,
+            "step": st.n,
+            "baseline_tps": state.baseline_tps,
+            "gain": gain,
+        }
         return {path: json.dumps(body, indent=1) + "\n"}
 
 
@@ -399,17 +465,41 @@ HANDLERS: dict[type, Callable[[Executor, cm.Campaign, Any], Any]] = {
 }
 
 
-def pair_ref(action: cm.MeasurePair, incumbent: cm.RunRef | None, candidate: cm.RunRef | None, device_hours: float) -> cm.RunRef:
+def pair_ref(
+    action: cm.MeasurePair, incumbent: cm.RunRef | None, candidate: cm.RunRef | None, device_hours: float
+) -> cm.RunRef:
     """The campaign's one record of a pair: the candidate's tokens/s against the incumbent's, both records, the cost
     of the runs made for it (a pair that reuses the trial does not pay for it twice); not ok unless both sides are."""
     failed = next((r for r in (incumbent, candidate) if r is not None and r.outcome != "ok"), None)
-    outcome = "ok" if failed is None and incumbent is not None and candidate is not None else (failed.outcome if failed else "crash")
-    reason = "" if outcome == "ok" else (f"{'incumbent' if failed is incumbent else 'candidate'} run: {failed.reason or failed.outcome}" if failed else "a side did not run")
-    return cm.RunRef(kind="pair", n=action.n, attempt=action.k, outcome=outcome, reason=reason, order=action.order,
-                     tps=candidate.tps if candidate else None, tps_cv=candidate.tps_cv if candidate else None,
-                     record=candidate.record if candidate else "", reference_tps=incumbent.tps if incumbent else None,
-                     reference_record=incumbent.record if incumbent else "", device_hours=device_hours,
-                     simulated=bool((candidate and candidate.simulated) or (incumbent and incumbent.simulated)))
+    outcome = (
+        "ok"
+        if failed is None and incumbent is not None and candidate is not None
+        else (failed.outcome if failed else "crash")
+    )
+    reason = (
+        ""
+        if outcome == "ok"
+        else (
+            f"{'incumbent' if failed is incumbent else 'candidate'} run: {failed.reason or failed.outcome}"
+            if failed
+            else "a side did not run"
+        )
+    )
+    return cm.RunRef(
+        kind="pair",
+        n=action.n,
+        attempt=action.k,
+        outcome=outcome,
+        reason=reason,
+        order=action.order,
+        tps=candidate.tps if candidate else None,
+        tps_cv=candidate.tps_cv if candidate else None,
+        record=candidate.record if candidate else "",
+        reference_tps=incumbent.tps if incumbent else None,
+        reference_record=incumbent.record if incumbent else "",
+        device_hours=device_hours,
+        simulated=bool((candidate and candidate.simulated) or (incumbent and incumbent.simulated)),
+    )
 
 
 def _yaml_scalar(value: Any) -> str:

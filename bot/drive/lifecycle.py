@@ -44,8 +44,10 @@ class LockError(ValueError):
     """A lock file that cannot be opened (a folder, no permission): one line naming it and what was expected."""
 
     def __init__(self, path: Path, exc: OSError) -> None:
-        super().__init__(f"{path}: cannot open this lock file ({exc.strerror or exc}); expected a regular file this user "
-                         "can read and write (remove whatever is there when no attune process runs a campaign here)")
+        super().__init__(
+            f"{path}: cannot open this lock file ({exc.strerror or exc}); expected a regular file this user "
+            "can read and write (remove whatever is there when no attune process runs a campaign here)"
+        )
 
 
 class CampaignBusy(Exception):
@@ -61,8 +63,10 @@ class CheckoutBusy(Exception):
 
     def __init__(self, root: Path, cid: str, pid: int | None) -> None:
         self.root, self.cid, self.pid = root, cid, pid
-        super().__init__(f"{root}: campaign {cid or '(unknown)'} (process {pid if pid else '(unknown)'}) is running in this "
-                         "checkout; one campaign at a time merges into a checkout")
+        super().__init__(
+            f"{root}: campaign {cid or '(unknown)'} (process {pid if pid else '(unknown)'}) is running in this "
+            "checkout; one campaign at a time merges into a checkout"
+        )
 
 
 class LaunchFacts(BaseModel):
@@ -233,21 +237,34 @@ def status_of(state: cm.Campaign, running_pid: int | None, forge: str = "local")
     if state.phase == "finished" and not state.pending:
         return "finished"
     if forge != "local":
-        return (f"interrupted (cannot resume: --forge {forge} kept its steps in memory; "
-                f"`attune campaign stop {state.id}` ends it)")
+        return (
+            f"interrupted (cannot resume: --forge {forge} kept its steps in memory; "
+            f"`attune campaign stop {state.id}` ends it)"
+        )
     if state.phase == "finished":
         n = len(state.pending)
         return f"finishing ({n} action{'' if n == 1 else 's'} pending; run `attune campaign resume {state.id}`)"
     return "resumable"
 
 
-def row_of(cid: str, state: cm.Campaign | None, running_pid: int | None, error: str = "", *, forge: str = "local") -> CampaignRow:
+def row_of(
+    cid: str, state: cm.Campaign | None, running_pid: int | None, error: str = "", *, forge: str = "local"
+) -> CampaignRow:
     """The list row of a stored campaign (pure: the state, the lock holder and the forge are read by the caller)."""
     if state is None:
         return CampaignRow(id=cid, phase="unreadable", status=f"unreadable: {error}"[:200])
-    return CampaignRow(id=cid, recipe=state.recipe_path, phase=state.phase, status=status_of(state, running_pid, forge),
-                       steps=len(state.steps), kept=sum(1 for s in state.steps if s.kept), gain=state.gain, spent=state.spent,
-                       budget=state.budget, finish_reason=state.finish_reason)
+    return CampaignRow(
+        id=cid,
+        recipe=state.recipe_path,
+        phase=state.phase,
+        status=status_of(state, running_pid, forge),
+        steps=len(state.steps),
+        kept=sum(1 for s in state.steps if s.kept),
+        gain=state.gain,
+        spent=state.spent,
+        budget=state.budget,
+        finish_reason=state.finish_reason,
+    )
 
 
 def forge_of(folder: Path) -> str:

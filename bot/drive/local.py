@@ -48,9 +48,19 @@ def finish_local(state: cm.Campaign, executor: Executor) -> None:
     for s in state.steps:
         trial = next((r for r in s.runs if r.kind == "trial"), None)
         if trial and s.gain is not None:
-            measurements.append({"lever": s.change.lever, "from": s.change.before, "to": s.change.after, "gain": s.gain, "kept": s.kept,
-                                 "record": f"campaigns/{state.id}/step-{s.n}/trial.json", "hardware": hardware,
-                                 "model": state.recipe_id.split("/")[0], "simulated": trial.simulated})
+            measurements.append(
+                {
+                    "lever": s.change.lever,
+                    "from": s.change.before,
+                    "to": s.change.after,
+                    "gain": s.gain,
+                    "kept": s.kept,
+                    "record": f"campaigns/{state.id}/step-{s.n}/trial.json",
+                    "hardware": hardware,
+                    "model": state.recipe_id.split("/")[0],
+                    "simulated": trial.simulated,
+                }
+            )
     proposed = propose_lessons(measurements, origin=state.id)
     if proposed:
         tmp = Path(tempfile.mkdtemp()) / "proposed.yaml"
@@ -61,10 +71,19 @@ def finish_local(state: cm.Campaign, executor: Executor) -> None:
     forge.commit_on_base({"leaderboard.md": board}, "attune: refresh leaderboard.md")
 
 
-def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "local",
-                   on_event: Callable[[cm.Campaign, Any, Any], None] | None = None,
-                   runner_options: dict[str, Any] | None = None, seed: int = 0, cache_dir: Path | None = None,
-                   progress: Any = None, lessons: list[Lesson] | None = None) -> Executor:
+def build_executor(
+    repo: Path,
+    recipe_rel: str,
+    *,
+    policy: str,
+    forge: str = "local",
+    on_event: Callable[[cm.Campaign, Any, Any], None] | None = None,
+    runner_options: dict[str, Any] | None = None,
+    seed: int = 0,
+    cache_dir: Path | None = None,
+    progress: Any = None,
+    lessons: list[Lesson] | None = None,
+) -> Executor:
     """The executor with local ports for the recipe ``recipe_rel`` of ``repo``; ``cache_dir`` holds the gate's
     calibration runs (default ``<repo>/.attune``). Lessons: ATTUNE's packaged catalog with the repository's ``lessons/``."""
     recipe = load_recipe(repo / recipe_rel)
@@ -77,7 +96,9 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
 
         forge_obj = MemoryForge({recipe_rel: (repo / recipe_rel).read_text()})
     else:
-        raise ValueError(f"unknown forge {forge!r}; expected {' or '.join(FORGES)} (GitHub runs through `attune github handle`)")
+        raise ValueError(
+            f"unknown forge {forge!r}; expected {' or '.join(FORGES)} (GitHub runs through `attune github handle`)"
+        )
     options = {"seed": seed} if policy in ("random", "tpe", "gp") else {}
     work = Repo(repo).work
     records = FileRecordStore(work / "campaigns")
@@ -85,8 +106,13 @@ def build_executor(repo: Path, recipe_rel: str, *, policy: str, forge: str = "lo
         forge=forge_obj,
         states=FileStateStore(work / "campaigns"),
         records=records,
-        runs=LocalRunPort(get_runner(recipe.cluster.launcher, **_with_seed(recipe.cluster.launcher, runner_options, cache_dir or work, repo)),
-                          records, calibrate=make_calibrator(cache_dir or work, progress=progress, workdir=repo)),
+        runs=LocalRunPort(
+            get_runner(
+                recipe.cluster.launcher, **_with_seed(recipe.cluster.launcher, runner_options, cache_dir or work, repo)
+            ),
+            records,
+            calibrate=make_calibrator(cache_dir or work, progress=progress, workdir=repo),
+        ),
         policy=get_policy(policy, **options),
         lessons=load_lessons(Repo(repo).lessons) if lessons is None else lessons,
         space_fn=make_space,
@@ -110,6 +136,7 @@ def _with_seed(launcher: str, options: dict[str, Any] | None, cache: Path, repo:
 
 def _resolved_in(repo: Path) -> Any:
     """The gate's config check, resolving both recipes with ``repo`` importable (a model module kept there)."""
+
     def gate(baseline: Any, candidate: Any) -> Any:
         with importable(repo):
             return config_gate(baseline, candidate)

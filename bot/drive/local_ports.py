@@ -93,13 +93,21 @@ class LocalRunPort:
 
     def run(self, state: cm.Campaign, request: RunRequest) -> RunRecord:
         recipe = parse_recipe_text(request.recipe_text, state.recipe_path)
-        extra: dict[str, Any] = {"early_stop": request.early_stop} if request.early_stop is not None else {}  # runners without the option still work
+        extra: dict[str, Any] = (
+            {"early_stop": request.early_stop} if request.early_stop is not None else {}
+        )  # runners without the option still work
         if request.steps is not None:
             extra["steps"] = request.steps
         if _takes(self.runner.run, "run_index"):
             extra["run_index"] = self.records.count_runs(state.id)
-        return self.runner.run(recipe, out_dir=self.records.run_dir(state.id, request.key), recipe_path=state.recipe_path,
-                               recipe_text=request.recipe_text, max_wall_s=request.max_wall_s, **extra)
+        return self.runner.run(
+            recipe,
+            out_dir=self.records.run_dir(state.id, request.key),
+            recipe_path=state.recipe_path,
+            recipe_text=request.recipe_text,
+            max_wall_s=request.max_wall_s,
+            **extra,
+        )
 
     def calibrate(self, state: cm.Campaign, recipe_text: str, reference: RunRecord | None) -> cm.Calibrated:
         if reference is None:

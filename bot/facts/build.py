@@ -51,7 +51,8 @@ class ModelFacts(BaseModel):
     flops_fwd_per_token: float = Field(description="forward FLOPs per token at seq_len (torchtitan's convention / 3)")
     flops_bwd_per_token: float = Field(description="backward FLOPs per token at seq_len (2x forward)")
     activation_bytes_per_token: dict[str, dict[str, float]] = Field(
-        description="bytes one layer keeps per token, by layer kind (dense, moe) and AC mode (none, selective, full)")
+        description="bytes one layer keeps per token, by layer kind (dense, moe) and AC mode (none, selective, full)"
+    )
     family_notes: list[str] = Field(default_factory=list, description="what the built model does not reveal")
     facts_version: int = FACTS_VERSION
 
@@ -95,8 +96,9 @@ def _module_stamp(module: str, root: Path | None) -> str:
 
 
 def _key(module: str, config: str, overrides: list[str], root: Path | None) -> str:
-    raw = json.dumps([FACTS_VERSION, module, config, global_overrides(overrides), torchtitan_version(),
-                      _module_stamp(module, root)])
+    raw = json.dumps(
+        [FACTS_VERSION, module, config, global_overrides(overrides), torchtitan_version(), _module_stamp(module, root)]
+    )
     return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
 
@@ -120,15 +122,20 @@ def _import_problem(module: str, exc: ImportError) -> str:
         if missing_package:
             return f"workload.config: needs a package that is not installed here: {missing_package}"[:400]
     missing = getattr(exc, "name", None)
-    if "not installed" in str(exc) or (missing and not module.startswith(missing) and missing.split(".")[0] != module.split(".")[0]):
+    if "not installed" in str(exc) or (
+        missing and not module.startswith(missing) and missing.split(".")[0] != module.split(".")[0]
+    ):
         return f"workload.config: needs a package that is not installed here: {exc}"[:400]
     return f"workload.module: cannot import {module!r}: {exc}"[:400]
 
 
 # torchtitan's low-precision converters (float8, MXFP8, NVFP4) refuse to be configured without a recent GPU. The model's
 # structure does not depend on them, so on a host without one their capability checks are answered as on an SM100 GPU.
-_CONVERTER_MODULES = ("torchtitan.components.quantization.float8", "torchtitan.components.quantization.mx",
-                      "torchtitan.components.quantization.nvfp4")
+_CONVERTER_MODULES = (
+    "torchtitan.components.quantization.float8",
+    "torchtitan.components.quantization.mx",
+    "torchtitan.components.quantization.nvfp4",
+)
 QUANTIZED_NOTE = "low-precision converters configured as on an SM100 GPU (this host has none); structure unchanged"
 SM100 = (10, 0)
 
@@ -179,7 +186,9 @@ def _resolve_once(module: str, config: str, overrides: list[str]):
         missing = _missing_package(module)
         if missing:
             raise FactsError(f"workload.config: needs a package that is not installed here: {missing}"[:400]) from None
-        raise FactsError(f"workload.config: {module}:{config} does not resolve: {type(exc).__name__}: {exc}"[:400]) from None
+        raise FactsError(
+            f"workload.config: {module}:{config} does not resolve: {type(exc).__name__}: {exc}"[:400]
+        ) from None
 
 
 def derive(module: str, config: str, overrides: list[str] | None = None, *, model_id: str = "") -> ModelFacts:
@@ -190,8 +199,11 @@ def derive(module: str, config: str, overrides: list[str] | None = None, *, mode
     cfg, quantized = _resolve(module, config, overrides)
     model_cfg = cfg.model_spec.model
     try:
-        with torch.device("meta"), contextlib.redirect_stdout(io.StringIO()), \
-                (converters_as_on(SM100) if quantized else contextlib.nullcontext()):
+        with (
+            torch.device("meta"),
+            contextlib.redirect_stdout(io.StringIO()),
+            converters_as_on(SM100) if quantized else contextlib.nullcontext(),
+        ):
             model = model_cfg.build()
     except ImportError as exc:
         raise FactsError(f"workload.config: building {config} needs a package that is missing: {exc}"[:400]) from None
@@ -199,30 +211,49 @@ def derive(module: str, config: str, overrides: list[str] | None = None, *, mode
         raise FactsError(f"workload.config: {config} does not build: {type(exc).__name__}: {exc}"[:400]) from None
     total, routed = count_params(model)
     try:
-        spec = spec_from_config(model_cfg, model_id=model_id or f"{module}:{config}",
-                                source=f"torchtitan {torchtitan_version()} {module}.{config}", n_params=total,
-                                routed_params=routed)
+        spec = spec_from_config(
+            model_cfg,
+            model_id=model_id or f"{module}:{config}",
+            source=f"torchtitan {torchtitan_version()} {module}.{config}",
+            n_params=total,
+            routed_params=routed,
+        )
     except (ValueError, ValidationError) as exc:
         raise FactsError(f"workload.config: {config}: {exc}"[:400]) from None
     seq = int(cfg.training.seq_len)
     fpt = flops_per_token(spec, seq).total
-    act = {kind: {mode: layer_bytes_per_token(spec, mode, moe=kind == "moe") for mode in AC_MODES}
-           for kind, n in (("dense", spec.n_dense_layers), ("moe", spec.n_moe_layers)) if n}
+    act = {
+        kind: {mode: layer_bytes_per_token(spec, mode, moe=kind == "moe") for mode in AC_MODES}
+        for kind, n in (("dense", spec.n_dense_layers), ("moe", spec.n_moe_layers))
+        if n
+    }
     notes = [QUANTIZED_NOTE] if quantized else []
     if spec.attention == "mla":
         notes.append("latent attention: no KV-head count; K and V are counted per query head")
     if spec.sliding_window:
-        notes.append(f"sliding window {spec.sliding_window} on {spec.n_window_layers} of {spec.n_layers} layers; "
-                     "FLOPs follow torchtitan's convention (full attention)")
+        notes.append(
+            f"sliding window {spec.sliding_window} on {spec.n_window_layers} of {spec.n_layers} layers; "
+            "FLOPs follow torchtitan's convention (full attention)"
+        )
     if spec.n_shared_experts:
         notes.append("shared experts: counted as one SwiGLU of the configured width")
-    return ModelFacts(module=module, config=config, overrides=overrides, torchtitan_version=torchtitan_version(),
-                      spec=spec, seq_len=seq, flops_fwd_per_token=fpt / 3, flops_bwd_per_token=2 * fpt / 3,
-                      activation_bytes_per_token=act, family_notes=notes)
+    return ModelFacts(
+        module=module,
+        config=config,
+        overrides=overrides,
+        torchtitan_version=torchtitan_version(),
+        spec=spec,
+        seq_len=seq,
+        flops_fwd_per_token=fpt / 3,
+        flops_bwd_per_token=2 * fpt / 3,
+        activation_bytes_per_token=act,
+        family_notes=notes,
+    )
 
 
-def model_facts(module: str, config: str, overrides: list[str] | None = None, *, root: Path | None = None,
-                model_id: str = "") -> ModelFacts:
+def model_facts(
+    module: str, config: str, overrides: list[str] | None = None, *, root: Path | None = None, model_id: str = ""
+) -> ModelFacts:
     """Facts of the workload, from the disk cache or built (:func:`derive`); ``root``: the tuning repository."""
     overrides = list(overrides or [])
     path = cache_dir() / f"{_key(module, config, overrides, root)}.json"
@@ -230,7 +261,9 @@ def model_facts(module: str, config: str, overrides: list[str] | None = None, *,
         with contextlib.suppress(OSError, ValueError, ValidationError):
             facts = ModelFacts.model_validate_json(path.read_text())
             if facts.facts_version == FACTS_VERSION:
-                return facts.model_copy(update={"spec": facts.spec.model_copy(update={"id": model_id or facts.spec.id})})
+                return facts.model_copy(
+                    update={"spec": facts.spec.model_copy(update={"id": model_id or facts.spec.id})}
+                )
     with importable(root):
         facts = derive(module, config, overrides, model_id=model_id)
     with contextlib.suppress(OSError):

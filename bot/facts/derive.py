@@ -50,7 +50,9 @@ def _window(layer: Any) -> int:
     return 0
 
 
-def spec_from_config(model_cfg: Any, *, model_id: str, source: str, n_params: int = 0, routed_params: int = 0) -> ModelSpec:
+def spec_from_config(
+    model_cfg: Any, *, model_id: str, source: str, n_params: int = 0, routed_params: int = 0
+) -> ModelSpec:
     """The spec of a torchtitan model config (``cfg.model_spec.model``); ``n_params``/``routed_params`` from the built
     model (0: unknown, counted analytically by :mod:`bot.facts.flops`)."""
     layers = list(getattr(model_cfg, "layers", None) or [])
@@ -74,28 +76,52 @@ def spec_from_config(model_cfg: Any, *, model_id: str, source: str, n_params: in
         n_experts = _int(find(moe, "num_experts"))
         shared = getattr(moe, "shared_experts", None)
         shared_w = _int(find(getattr(shared, "w1", None), "out_features")) if shared is not None else 0
-        fields.update(n_experts=n_experts, top_k=_int(find(moe, "top_k")),
-                      ffn_expert=_int(find(getattr(moe, "routed_experts", None), "hidden_dim")),
-                      n_shared_experts=1 if shared_w else 0, ffn_shared=shared_w)
+        fields.update(
+            n_experts=n_experts,
+            top_k=_int(find(moe, "top_k")),
+            ffn_expert=_int(find(getattr(moe, "routed_experts", None), "hidden_dim")),
+            n_shared_experts=1 if shared_w else 0,
+            ffn_shared=shared_w,
+        )
     if mla:
-        fields.update(attention="mla", q_lora_rank=_int(find(attn, "q_lora_rank")), kv_lora_rank=_int(find(attn, "kv_lora_rank")),
-                      qk_nope_head_dim=_int(find(attn, "qk_nope_head_dim")), qk_rope_head_dim=_int(find(attn, "qk_rope_head_dim")),
-                      v_head_dim=_int(find(attn, "v_head_dim")))
+        fields.update(
+            attention="mla",
+            q_lora_rank=_int(find(attn, "q_lora_rank")),
+            kv_lora_rank=_int(find(attn, "kv_lora_rank")),
+            qk_nope_head_dim=_int(find(attn, "qk_nope_head_dim")),
+            qk_rope_head_dim=_int(find(attn, "qk_rope_head_dim")),
+            v_head_dim=_int(find(attn, "v_head_dim")),
+        )
     fields["qkv_fused"] = not mla and find(attn, "wqkv") is not None
     windows = [w for w in (_window(ly) for ly in layers) if w]
-    vocab = _int(getattr(model_cfg, "vocab_size", 0)) or _int(find(getattr(model_cfg, "tok_embeddings", None), "num_embeddings"))
+    vocab = _int(getattr(model_cfg, "vocab_size", 0)) or _int(
+        find(getattr(model_cfg, "tok_embeddings", None), "num_embeddings")
+    )
     active = 0
     if n_params:
         top_k, n_exp = fields.get("top_k", 0), fields.get("n_experts", 0)
         unused = routed_params * (1 - top_k / n_exp) if n_exp else 0
         active = int(round(n_params - unused))
     return ModelSpec(
-        id=model_id, name=model_id, source=source, n_layers=len(layers), hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv,
-        head_dim=head_dim, vocab=vocab, ffn_dense=ffn_dense, n_dense_layers=len(dense_layers),
+        id=model_id,
+        name=model_id,
+        source=source,
+        n_layers=len(layers),
+        hidden=hidden,
+        n_heads=n_heads,
+        n_kv_heads=n_kv,
+        head_dim=head_dim,
+        vocab=vocab,
+        ffn_dense=ffn_dense,
+        n_dense_layers=len(dense_layers),
         tied_embeddings=bool(getattr(model_cfg, "enable_weight_tying", False)),
         max_seq_len=_int(find(attn, "max_seq_len")) or 131072,
-        n_params=n_params, n_active_params=active, sliding_window=max(windows, default=0), n_window_layers=len(windows),
-        torchtitan="built from the torchtitan config", **fields,
+        n_params=n_params,
+        n_active_params=active,
+        sliding_window=max(windows, default=0),
+        n_window_layers=len(windows),
+        torchtitan="built from the torchtitan config",
+        **fields,
     )
 
 

@@ -279,8 +279,10 @@ def _rank_loads(m: ModelSpec, stage_layers: list[int], pp: int, v_shape: bool) -
             layer += 1
         r["emb"] = r["emb"] or s == 0
         r["head"] = r["head"] or s == n_stages - 1
-    return [StageLoad(dense_layers=r["dense"], moe_layers=r["moe"], has_embedding=r["emb"], has_head=r["head"])
-            for r in loads]
+    return [
+        StageLoad(dense_layers=r["dense"], moe_layers=r["moe"], has_embedding=r["emb"], has_head=r["head"])
+        for r in loads
+    ]
 
 
 def resolve_layout(
@@ -299,9 +301,13 @@ def resolve_layout(
     ep = s["parallelism.expert_parallel_degree"]
     rep = s["parallelism.data_parallel_replicate_degree"]
     shard = s["parallelism.data_parallel_shard_degree"]
-    for name, val in (("tensor_parallel_degree", tp), ("pipeline_parallel_degree", pp),
-                      ("context_parallel_degree", cp), ("expert_parallel_degree", ep),
-                      ("data_parallel_replicate_degree", rep)):
+    for name, val in (
+        ("tensor_parallel_degree", tp),
+        ("pipeline_parallel_degree", pp),
+        ("context_parallel_degree", cp),
+        ("expert_parallel_degree", ep),
+        ("data_parallel_replicate_degree", rep),
+    ):
         if val < 1:
             raise LayoutError(f"parallelism.{name} must be >= 1, got {val}")
     if shard == 0 or shard < -1:
@@ -335,7 +341,9 @@ def resolve_layout(
     if cp > 1 and hw.kind == "cpu":
         # torchtitan's CP shards a FlexAttention BlockMask (distributed/context_parallel/api.py cp_shard asserts one);
         # FlexAttention has no CPU backward in torch 2.13, so CPU runs use SDPA with a dense mask
-        raise LayoutError("context_parallel_degree > 1 needs FlexAttention's backward, which torch 2.13 lacks on the CPU")
+        raise LayoutError(
+            "context_parallel_degree > 1 needs FlexAttention's backward, which torch 2.13 lacks on the CPU"
+        )
 
     components = s["compile.components"]
     compile_on = s["compile.enable"] and "model" in components
@@ -343,15 +351,21 @@ def resolve_layout(
     cuda_graphs = not s["training.disable_cuda_graphs"] and hw.kind == "gpu"  # a CPU host has no CUDA graphs
     async_tp = s["compile.enable_async_tensor_parallel"]
     if async_tp and not compile_on:
-        raise LayoutError("compile.enable_async_tensor_parallel requires compile.enable with 'model' in compile.components")
+        raise LayoutError(
+            "compile.enable_async_tensor_parallel requires compile.enable with 'model' in compile.components"
+        )
     ac = s["activation_checkpoint"]
     budget = s["activation_checkpoint.memory_budget"]
     if ac == "memory_budget" and not compile_on:
-        raise LayoutError("activation_checkpoint memory_budget requires compile.enable with 'model' in compile.components")
+        raise LayoutError(
+            "activation_checkpoint memory_budget requires compile.enable with 'model' in compile.components"
+        )
     if not 0.0 <= budget <= 1.0:
         raise LayoutError(f"activation_checkpoint.memory_budget must be in [0, 1], got {budget}")
     if pp > 1 and cuda_graphs:
-        raise LayoutError("pipeline parallel requires training.disable_cuda_graphs: true (CUDA graphs are on by default)")
+        raise LayoutError(
+            "pipeline parallel requires training.disable_cuda_graphs: true (CUDA graphs are on by default)"
+        )
 
     # Expert parallel: borrows ranks from dp_shard*cp*tp.
     moe_backend = s["moe.comm_backend"]
@@ -399,7 +413,9 @@ def resolve_layout(
         if mbs < 1:
             raise LayoutError(f"pipeline_parallel_microbatch_size must be >= 1, got {mbs}")
         if lbs % mbs:
-            raise LayoutError(f"training.local_batch_size {lbs} is not divisible by pipeline_parallel_microbatch_size {mbs}")
+            raise LayoutError(
+                f"training.local_batch_size {lbs} is not divisible by pipeline_parallel_microbatch_size {mbs}"
+            )
         n_mb = lbs // mbs
         single = schedule in SINGLE_STAGE_SCHEDULES
         megatron_v = s["sim.virtual_stages"]
@@ -429,8 +445,10 @@ def resolve_layout(
             raise LayoutError(f"{schedule} fails with torch.compile (pytorch#161904)")
         if schedule in MB_GE_STAGES and n_mb < n_stages:
             # torch/distributed/pipelining/schedules.py: Schedule1F1B and ScheduleDualPipeV refuse fewer microbatches
-            raise LayoutError(f"{schedule} needs at least as many microbatches ({n_mb} = training.local_batch_size/microbatch size) "
-                              f"as stages ({n_stages}; pipeline_parallel_degree {pp} x {v} per rank)")
+            raise LayoutError(
+                f"{schedule} needs at least as many microbatches ({n_mb} = training.local_batch_size/microbatch size) "
+                f"as stages ({n_stages}; pipeline_parallel_degree {pp} x {v} per rank)"
+            )
         if schedule in ("Interleaved1F1B", "InterleavedZeroBubble"):
             rounds = max(1, n_mb // pp)
             if n_mb % rounds:
@@ -440,7 +458,9 @@ def resolve_layout(
                 )
         stage_layers = _stage_split(m, n_stages, first_less, last_less, megatron=megatron_v is not None)
         if min(stage_layers) < 0 or (megatron_v is not None and min(stage_layers) < 1):
-            raise LayoutError(f"{n_stages} pipeline stages (pipeline_parallel_degree {pp} x {v} per rank) leave a stage without layers ({stage_layers})")
+            raise LayoutError(
+                f"{n_stages} pipeline stages (pipeline_parallel_degree {pp} x {v} per rank) leave a stage without layers ({stage_layers})"
+            )
         ranks = _rank_loads(m, stage_layers, pp, v_shape=schedule in V_SCHEDULES)
     else:
         n_mb, v, n_stages, mbs = 1, 1, 1, lbs
@@ -450,17 +470,46 @@ def resolve_layout(
     reshard_after_forward = reshard == "always" or (reshard == "default" and pp == 1)
 
     layout = Layout(
-        world=world, gpus_per_node=devices_per_node, dp_shard=shard, dp_replicate=rep, tp=tp, sp=sp, cp=cp,
-        pp=pp, ep=ep, efsdp=efsdp, schedule=schedule if pp > 1 else "none", stages_per_rank=v,
-        n_stages=n_stages, ranks=ranks, microbatch_size=mbs, n_microbatches=n_mb, local_batch_size=lbs,
-        global_batch_size=gbs, grad_accum=grad_accum, seq_len=seq, compile=compile_on,
-        async_tp=async_tp and tp > 1, cuda_graphs=cuda_graphs, ac=ac, memory_budget=budget,
-        fp8_linear=fp8_linear, fp8_grouped=fp8_grouped, moe_backend=moe_backend,
-        optimizer=s["optimizer.implementation"], cpu_offload=s["training.enable_cpu_offload"],
-        reshard_after_forward=reshard_after_forward, loss_chunks=max(1, s["loss.num_chunks"]), stack=stack,
-        fp8_all_gather=s["sim.fp8_all_gather"], moe_dispatch=s["sim.moe_dispatch"], compile_loss=compile_loss,
-        param_fp32=s["training.mixed_precision_param"] == "float32", gc_freq=max(1, s["training.gc_freq"]),
-        log_freq=max(1, s["metrics.log_freq"]), profiler=s["profiler.enable_profiling"],
+        world=world,
+        gpus_per_node=devices_per_node,
+        dp_shard=shard,
+        dp_replicate=rep,
+        tp=tp,
+        sp=sp,
+        cp=cp,
+        pp=pp,
+        ep=ep,
+        efsdp=efsdp,
+        schedule=schedule if pp > 1 else "none",
+        stages_per_rank=v,
+        n_stages=n_stages,
+        ranks=ranks,
+        microbatch_size=mbs,
+        n_microbatches=n_mb,
+        local_batch_size=lbs,
+        global_batch_size=gbs,
+        grad_accum=grad_accum,
+        seq_len=seq,
+        compile=compile_on,
+        async_tp=async_tp and tp > 1,
+        cuda_graphs=cuda_graphs,
+        ac=ac,
+        memory_budget=budget,
+        fp8_linear=fp8_linear,
+        fp8_grouped=fp8_grouped,
+        moe_backend=moe_backend,
+        optimizer=s["optimizer.implementation"],
+        cpu_offload=s["training.enable_cpu_offload"],
+        reshard_after_forward=reshard_after_forward,
+        loss_chunks=max(1, s["loss.num_chunks"]),
+        stack=stack,
+        fp8_all_gather=s["sim.fp8_all_gather"],
+        moe_dispatch=s["sim.moe_dispatch"],
+        compile_loss=compile_loss,
+        param_fp32=s["training.mixed_precision_param"] == "float32",
+        gc_freq=max(1, s["training.gc_freq"]),
+        log_freq=max(1, s["metrics.log_freq"]),
+        profiler=s["profiler.enable_profiling"],
         structured_logging=s["debug.enable_structured_logging"],
     )
     return layout, ignored

@@ -315,8 +315,12 @@ class GitHubForge:
             return None
         base = self._repo.get_git_commit(self._require_sha(parent))
         elements = [
-            InputGitTreeElement(path, "100644", "blob",
-                                sha=self._repo.create_git_blob(base64.b64encode(text.encode()).decode(), "base64").sha)
+            InputGitTreeElement(
+                path,
+                "100644",
+                "blob",
+                sha=self._repo.create_git_blob(base64.b64encode(text.encode()).decode(), "base64").sha,
+            )
             for path, text in changed.items()
         ]
         tree = self._repo.create_git_tree(elements, base_tree=base.tree)
@@ -327,12 +331,14 @@ class GitHubForge:
         GitHub answers 422 when the branch is no longer an ancestor of ``sha`` (someone pushed after ``expected``)."""
         try:
             self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - PyGithub's transport: the one PATCH
-                "PATCH", f"{self._repo.url}/git/refs/heads/{branch}", input={"sha": sha, "force": False})
+                "PATCH", f"{self._repo.url}/git/refs/heads/{branch}", input={"sha": sha, "force": False}
+            )
         except GithubException as exc:
             if exc.status in (409, 422):
                 raise GitHubForgeError(
                     f"branch {branch} moved away from {expected} while the bot committed on it "
-                    f"({exc.status}: {_message(exc)}); not committing on a head it did not expect") from exc
+                    f"({exc.status}: {_message(exc)}); not committing on a head it did not expect"
+                ) from exc
             raise
 
     # -- comments, statuses, dashboard --------------------------------------------------------------------
@@ -355,7 +361,8 @@ class GitHubForge:
                 return
             try:
                 self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - PyGithub's own transport, no extra GET
-                    "PATCH", f"{self._repo.url}/issues/comments/{comment_id}", input={"body": rendered})
+                    "PATCH", f"{self._repo.url}/issues/comments/{comment_id}", input={"body": rendered}
+                )
             except UnknownObjectException:
                 self._comments.pop((number, marker), None)
             else:
@@ -379,9 +386,7 @@ class GitHubForge:
         """
         self.upsert_comment(issue, "dashboard", body)
 
-    def set_status(
-        self, step: StepRef, state: StatusState, description: str, target_url: str | None = None
-    ) -> None:
+    def set_status(self, step: StepRef, state: StatusState, description: str, target_url: str | None = None) -> None:
         """Set commit status ``attune/gate`` on ``step.head_sha`` (``POST /statuses/{sha}``).
 
         The link is ``target_url``, else the workflow run, else the pull request.
@@ -430,8 +435,10 @@ class GitHubForge:
         except GitHubForgeError as exc:
             raise MergeRefused(f"PR #{number} not merged: {exc}") from exc
         if foreign:
-            raise MergeRefused(f"PR #{number} not merged: {sha[:12]} carries commits that are not the bot's own "
-                               f"since {self.base_branch}: {'; '.join(foreign[:5])}")
+            raise MergeRefused(
+                f"PR #{number} not merged: {sha[:12]} carries commits that are not the bot's own "
+                f"since {self.base_branch}: {'; '.join(foreign[:5])}"
+            )
         try:
             result = pr.merge(
                 commit_message=message,
@@ -445,9 +452,7 @@ class GitHubForge:
                     f"PR #{number} not merged: its head moved away from the measured {sha} ({_message(exc)})"
                 ) from exc
             if exc.status in (403, 405, 422):
-                raise MergeRefused(
-                    f"PR #{number} not merged: GitHub refused ({exc.status}: {_message(exc)})"
-                ) from exc
+                raise MergeRefused(f"PR #{number} not merged: GitHub refused ({exc.status}: {_message(exc)})") from exc
             raise
         if not result.merged:
             raise MergeRefused(f"PR #{number} not merged: {result.message}")
@@ -487,7 +492,9 @@ class GitHubForge:
             raise GitHubForgeError(f"base branch {self.base_branch!r} not found in {self.full_name}")
         made = self._write_commit(base_sha, files, title)
         if made is None:
-            raise GitHubForgeError(f"{', '.join(files) or 'no file'}: already so on {self.base_branch}; nothing to open")
+            raise GitHubForgeError(
+                f"{', '.join(files) or 'no file'}: already so on {self.base_branch}; nothing to open"
+            )
         try:  # the branch is born holding the bot's commit: there is no window to push into
             self._repo.create_git_ref(f"refs/heads/{branch}", made)
         except GithubException as exc:
@@ -495,8 +502,13 @@ class GitHubForge:
                 raise GitHubForgeError(f"branch {branch} exists already; not reusing it") from exc
             raise
         ref = StepRef(campaign="", n=0, branch=branch, head_sha=made)
-        pr = self._repo.create_pull(base=self.base_branch, head=branch, title=markers.one_line(title, markers.TITLE_LIMIT),
-                                    body=markers.cap(body, markers.GITHUB_BODY_LIMIT), draft=False)
+        pr = self._repo.create_pull(
+            base=self.base_branch,
+            head=branch,
+            title=markers.one_line(title, markers.TITLE_LIMIT),
+            body=markers.cap(body, markers.GITHUB_BODY_LIMIT),
+            draft=False,
+        )
         self._repo.get_issue(pr.number).add_to_labels(self.labels.bot)
         return ref.model_copy(update={"number": pr.number, "url": pr.html_url})
 
@@ -599,14 +611,10 @@ class GitHubForge:
         changed = [f.filename for f in files]
         outside = [name for name in changed if not name.startswith(self.trial_paths) and not _is_data(name)]
         if outside:
-            return no(
-                f"PR #{pr_number} changes files outside {', '.join(self.trial_paths)}: {outside[:5]}", branch
-            )
+            return no(f"PR #{pr_number} changes files outside {', '.join(self.trial_paths)}: {outside[:5]}", branch)
         recipes = [name for name in changed if name.startswith("recipes/") and name.endswith(".yaml")]
         if len(recipes) != 1:
-            return no(
-                f"PR #{pr_number} changes {len(recipes)} recipe files; a step changes exactly one", branch
-            )
+            return no(f"PR #{pr_number} changes {len(recipes)} recipe files; a step changes exactly one", branch)
         return TrialCheck(ok=True, pr=pr_number, sha=sha, branch=branch, recipe=recipes[0])
 
     def check_default_run(self, sha: str, recipe: str) -> TrialCheck:
@@ -645,7 +653,8 @@ class GitHubForge:
         from datetime import datetime
 
         _, data = self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - PyGithub's transport: one call
-            "GET", f"{self._repo.url}/actions/runs/{int(run_id)}/jobs", parameters={"per_page": 100})
+            "GET", f"{self._repo.url}/actions/runs/{int(run_id)}/jobs", parameters={"per_page": 100}
+        )
         for job in (data or {}).get("jobs", []):
             if job.get("name") == job_name and job.get("started_at") and job.get("completed_at"):
                 started = datetime.fromisoformat(job["started_at"].replace("Z", "+00:00"))
@@ -672,7 +681,8 @@ class GitHubForge:
         if not self.bot_login:
             raise GitHubForgeError("the bot's own login is unknown (set ATTUNE_BOT_LOGIN): no commit can be trusted")
         _, data = self._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - one call, the JSON as GitHub sent it
-            "GET", f"{self._repo.url}/compare/{since}...{head}")
+            "GET", f"{self._repo.url}/compare/{since}...{head}"
+        )
         data = data or {}
         found: list[str] = []
         if require_descent and int(data.get("behind_by") or 0):
@@ -684,8 +694,10 @@ class GitHubForge:
             login = (commit.get("author") or {}).get("login")
             verified = bool(((commit.get("commit") or {}).get("verification") or {}).get("verified"))
             if login != self.bot_login or not verified:
-                found.append(f"{str(commit.get('sha'))[:12]} (linked to {login or 'no account'}, "
-                             f"{'signed' if verified else 'unsigned'})")
+                found.append(
+                    f"{str(commit.get('sha'))[:12]} (linked to {login or 'no account'}, "
+                    f"{'signed' if verified else 'unsigned'})"
+                )
         return found
 
     def _branch_head(self, branch: str) -> str | None:
@@ -736,9 +748,7 @@ class GitHubForge:
         body = markers.cap(req.body, markers.GITHUB_BODY_LIMIT - len(tail)) + tail
         title = markers.one_line(req.title, markers.TITLE_LIMIT)
         try:
-            return self._repo.create_pull(
-                base=self.base_branch, head=branch, title=title, body=body, draft=False
-            )
+            return self._repo.create_pull(base=self.base_branch, head=branch, title=title, body=body, draft=False)
         except GithubException as exc:
             if exc.status != 422:
                 raise

@@ -34,15 +34,27 @@ class LocalForge:
         # git runs in a session of its own: a Ctrl-C at the terminal reaches the whole foreground group, and a git killed
         # half-way was a ForgeError traceback; this process defers the signal to the end of the transition
         # (bot.drive.interrupt) and git finishes what it was doing
-        proc = subprocess.run(["git", *args], cwd=self.repo, capture_output=True, text=True, env={**os.environ, **(env or {})}, input=input,
-                              start_new_session=True)
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=self.repo,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **(env or {})},
+            input=input,
+            start_new_session=True,
+        )
         if proc.returncode != 0:
             raise ForgeError(f"git {' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc.stdout
 
     def _rev(self, ref: str) -> str | None:
-        proc = subprocess.run(["git", "rev-parse", "--verify", "-q", ref + "^{commit}"], cwd=self.repo, capture_output=True, text=True,
-                              start_new_session=True)
+        proc = subprocess.run(
+            ["git", "rev-parse", "--verify", "-q", ref + "^{commit}"],
+            cwd=self.repo,
+            capture_output=True,
+            text=True,
+            start_new_session=True,
+        )
         return proc.stdout.strip() or None
 
     def _commit_files(self, parent: str, files: dict[str, str], message: str) -> str:
@@ -57,7 +69,9 @@ class LocalForge:
         return self._git("commit-tree", tree, "-p", parent, "-m", message).strip()
 
     def _blob_text(self, ref: str, path: str) -> str | None:
-        proc = subprocess.run(["git", "show", f"{ref}:{path}"], cwd=self.repo, capture_output=True, text=True, start_new_session=True)
+        proc = subprocess.run(
+            ["git", "show", f"{ref}:{path}"], cwd=self.repo, capture_output=True, text=True, start_new_session=True
+        )
         return proc.stdout if proc.returncode == 0 else None
 
     def _meta(self, branch: str) -> Path:
@@ -97,7 +111,9 @@ class LocalForge:
     def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
         parent = self._rev(step.branch) or step.head_sha
         if all(self._blob_text(parent, path) == text for path, text in files.items()):
-            return self._save(step.model_copy(update={"head_sha": parent}))  # already there (a resumed driver): no empty commit
+            return self._save(
+                step.model_copy(update={"head_sha": parent})
+            )  # already there (a resumed driver): no empty commit
         sha = self._commit_files(parent, files, message)
         self._git("update-ref", f"refs/heads/{step.branch}", sha)
         return self._save(step.model_copy(update={"head_sha": sha}))
@@ -123,7 +139,9 @@ class LocalForge:
     def merge(self, step: StepRef, message: str) -> StepRef:
         head = self._rev(step.branch)
         if head != step.head_sha:
-            raise ForgeError(f"{step.branch} moved ({head} != measured {step.head_sha}); refusing to merge an unmeasured head")
+            raise ForgeError(
+                f"{step.branch} moved ({head} != measured {step.head_sha}); refusing to merge an unmeasured head"
+            )
         if self._git("rev-parse", "--abbrev-ref", "HEAD").strip() != self.base:
             self._git("checkout", "-q", self.base)
         self._git("merge", "--no-ff", "-q", "-m", message, step.branch)

@@ -47,7 +47,10 @@ class MemoryForge:
         self.statuses[step.head_sha] = (state, description)
 
     def merge(self, step: StepRef, message: str) -> StepRef:
-        self.refs["main"] = {**self.refs["main"], **self.refs[step.branch]}  # a merge keeps what landed on the base meanwhile
+        self.refs["main"] = {
+            **self.refs["main"],
+            **self.refs[step.branch],
+        }  # a merge keeps what landed on the base meanwhile
         ref = step.model_copy(update={"state": "merged"})
         self.steps[(step.campaign, step.n)] = ref
         return ref

@@ -29,7 +29,9 @@ def is_campaign_issue(payload: dict[str, Any]) -> bool:
     return any(isinstance(lb, dict) and lb.get("name") == LABEL for lb in labels)
 
 
-def handle(forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str, Any] | None = None, **driver_kw: Any) -> str:
+def handle(
+    forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str, Any] | None = None, **driver_kw: Any
+) -> str:
     """Handle one ``issues`` event; answers a one-line summary of what was done. ``measurement``: the campaign's
     measurement settings (``Campaign`` fields; default :func:`bot.campaign.measurement_settings.github_measurement_options`)."""
     issue = payload["issue"]
@@ -65,9 +67,17 @@ def handle(forge: GitHubForge, payload: dict[str, Any], *, measurement: dict[str
         return f"request invalid: {exc}"
     cid = f"{recipe.name.replace('/', '-')}-i{number}"
     # self-hosted GPU runners: see github_measurement_options (early stop below twice the band, every gain re-measured)
-    state = new_state(recipe, req.recipe, budget=req.budget_hours, policy=req.policy, campaign_id=cid,
-                      **(github_measurement_options() if measurement is None else measurement))
-    executor, ports = github_executor(forge, Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw)
+    state = new_state(
+        recipe,
+        req.recipe,
+        budget=req.budget_hours,
+        policy=req.policy,
+        campaign_id=cid,
+        **(github_measurement_options() if measurement is None else measurement),
+    )
+    executor, ports = github_executor(
+        forge, Stored(issue=number, runner_labels=req.runner_labels, campaign=state), **driver_kw
+    )
     executor.feed(state, cm.CampaignRequested())
     ports.settle()  # a second delivery racing this one loses here (its state.json create is refused) and reconciles
     return f"campaign {cid}: started"

@@ -25,8 +25,19 @@ KINDS = ("baseline", "trial", "pair", "calibrate")
 _CAMPAIGN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "", recipe: str = "", runner_labels: str = "",
-                limits: str = "{}", issue: int | str | None = None, order: str = "") -> tuple[list[str], str]:
+def check_trial(
+    forge: Any,
+    *,
+    pr: int,
+    sha: str,
+    campaign: str,
+    kind: str = "",
+    recipe: str = "",
+    runner_labels: str = "",
+    limits: str = "{}",
+    issue: int | str | None = None,
+    order: str = "",
+) -> tuple[list[str], str]:
     """The ``$GITHUB_OUTPUT`` lines (ok, kind, recipe, runs_on, campaign, records_sha, max_wall_s, stop_below,
     base_sha and order (pairs), reason) and the one-line reason (``ok`` when the run may go ahead).
 
@@ -43,7 +54,11 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
         if kind not in KINDS:
             check = {"ok": False, "recipe": "", "reason": f"kind {kind[:40]!r}: expected one of {', '.join(KINDS)}"}
         elif not _CAMPAIGN_ID.match(campaign):
-            check = {"ok": False, "recipe": "", "reason": f"campaign {campaign[:40]!r}: expected letters, digits, . _ -"}
+            check = {
+                "ok": False,
+                "recipe": "",
+                "reason": f"campaign {campaign[:40]!r}: expected letters, digits, . _ -",
+            }
         elif (pr == 0) != (kind in ("baseline", "calibrate")):
             check = {"ok": False, "recipe": "", "reason": f"a {kind} run {'needs a' if pr == 0 else 'has no'} step PR"}
         elif pr == 0:
@@ -51,12 +66,19 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
             if tc.ok and kind == "calibrate":
                 records_sha = forge._branch_head(records_branch(campaign)) or ""  # noqa: SLF001
-                problem = (records_problem(forge, campaign, records_sha, tc.recipe or "", sha) if records_sha
-                           else f"no records branch {records_branch(campaign)}")
+                problem = (
+                    records_problem(forge, campaign, records_sha, tc.recipe or "", sha)
+                    if records_sha
+                    else f"no records branch {records_branch(campaign)}"
+                )
                 if problem:
                     check = {"ok": False, "recipe": "", "reason": problem}
         elif issue is not None and not plain_digits(str(issue)):
-            check = {"ok": False, "recipe": "", "reason": f"issue {str(issue)[:20]!r}: expected the campaign issue's number"}
+            check = {
+                "ok": False,
+                "recipe": "",
+                "reason": f"issue {str(issue)[:20]!r}: expected the campaign issue's number",
+            }
         else:
             tc = forge.check_trial(pr, sha)
             check = {"ok": tc.ok, "recipe": tc.recipe or "", "reason": tc.reason}
@@ -69,25 +91,38 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
                 except GitHubForgeError as exc:  # the bot's login unknown: no state is trusted, so nothing may run
                     problem = f"the campaign state cannot be trusted: {exc}"
                 else:
-                    problem = recipe_change_problem(forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha), tc.recipe, allowed)
+                    problem = recipe_change_problem(
+                        forge.read_file(tc.recipe), forge.read_file(tc.recipe, sha), tc.recipe, allowed
+                    )
                 if problem:
                     check = {"ok": False, "recipe": "", "reason": problem}
             if check["ok"] and kind == "pair":  # the incumbent side: the default branch's head, as it is now
                 base_sha = forge._branch_head(forge.base_branch) or ""  # noqa: SLF001
                 bc = forge.check_default_run(base_sha, tc.recipe or "")
                 if order not in ("AB", "BA"):
-                    check = {"ok": False, "recipe": "", "reason": f"order {order[:10]!r}: a pair runs in order AB or BA"}
+                    check = {
+                        "ok": False,
+                        "recipe": "",
+                        "reason": f"order {order[:10]!r}: a pair runs in order AB or BA",
+                    }
                 elif not bc.ok:
                     check = {"ok": False, "recipe": "", "reason": f"the pair's incumbent: {bc.reason}"}
     limits_ok, problem = parse_limits(limits, kind)
     if problem and check["ok"]:
         check = {"ok": False, "recipe": "", "reason": problem}
     ok = bool(check["ok"])
-    lines = [f"ok={'true' if ok else 'false'}", f"kind={kind if ok else ''}",
-             f"recipe={check['recipe']}", f"runs_on={json.dumps(labels)}",
-             f"campaign={campaign if ok else ''}", f"records_sha={records_sha}",
-             f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}", f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}",
-             f"base_sha={base_sha if ok and kind == 'pair' else ''}", f"order={order if ok and kind == 'pair' else ''}"]
+    lines = [
+        f"ok={'true' if ok else 'false'}",
+        f"kind={kind if ok else ''}",
+        f"recipe={check['recipe']}",
+        f"runs_on={json.dumps(labels)}",
+        f"campaign={campaign if ok else ''}",
+        f"records_sha={records_sha}",
+        f"max_wall_s={limits_ok.get('max_wall_s', '') if ok else ''}",
+        f"stop_below={limits_ok.get('stop_below_tps', '') if ok else ''}",
+        f"base_sha={base_sha if ok and kind == 'pair' else ''}",
+        f"order={order if ok and kind == 'pair' else ''}",
+    ]
     reason = check["reason"] or "ok"
     # the report job feeds a refusal back to the campaign with this reason: one line, printable, capped
     lines.append("reason=" + "".join(c if c.isprintable() else " " for c in reason)[:500])
@@ -97,7 +132,8 @@ def check_trial(forge: Any, *, pr: int, sha: str, campaign: str, kind: str = "",
 def _compare(forge: Any, base: str, head: str) -> dict[str, Any]:
     """``GET /compare/{base}...{head}`` as GitHub sent it (files of ``head`` since the merge base, ``behind_by``)."""
     _, data = forge._repo._requester.requestJsonAndCheck(  # noqa: SLF001 - one call, the JSON as GitHub sent it
-        "GET", f"{forge._repo.url}/compare/{base}...{head}")  # noqa: SLF001
+        "GET", f"{forge._repo.url}/compare/{base}...{head}"
+    )  # noqa: SLF001
     return data or {}
 
 
@@ -126,8 +162,10 @@ def step_base_problem(forge: Any, pr: int, sha: str) -> str | None:
     code = sorted({f.get("previous_filename") or "" for f in files} | {str(f.get("filename")) for f in files})
     code = [name for name in code if name and not _step_file(forge, name)]
     if code or len(files) >= COMPARE_FILE_LIMIT:
-        return (f"PR #{pr} is based on an older {base} ({ahead.get('behind_by')} commits behind) whose code differs "
-                f"({', '.join(code[:3]) or 'too many files to list'}): it would run that older code")
+        return (
+            f"PR #{pr} is based on an older {base} ({ahead.get('behind_by')} commits behind) whose code differs "
+            f"({', '.join(code[:3]) or 'too many files to list'}): it would run that older code"
+        )
     return None
 
 
@@ -139,8 +177,10 @@ def records_problem(forge: Any, campaign: str, records_sha: str, recipe: str, sh
     branch = records_branch(campaign)
     login, verified = forge.commit_signer(records_sha)
     if not forge.bot_login or login != forge.bot_login or not verified:
-        return (f"{branch} head {records_sha[:12]} is not the bot's commit (linked to {login or 'no account'}, "
-                f"{'signature verified' if verified else 'unsigned'}; the bot is {forge.bot_login or 'unknown'})")
+        return (
+            f"{branch} head {records_sha[:12]} is not the bot's commit (linked to {login or 'no account'}, "
+            f"{'signature verified' if verified else 'unsigned'}; the bot is {forge.bot_login or 'unknown'})"
+        )
     foreign = forge.foreign_commits(forge.base_branch, records_sha, require_descent=False)
     if foreign:
         return f"{branch} holds commits that are not the bot's own under its head: {'; '.join(foreign[:3])}"

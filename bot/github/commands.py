@@ -46,18 +46,14 @@ def parse_command(comment: str | None) -> Command | CommandError | None:
     verb, args = words[1], words[2:]
     if verb in ("stop", "resume"):
         if args:
-            return CommandError(
-                message=f"`{PREFIX} {verb}` takes nothing after it, got {shown(' '.join(args))}"
-            )
+            return CommandError(message=f"`{PREFIX} {verb}` takes nothing after it, got {shown(' '.join(args))}")
         return Command(kind=verb)
     if verb == "budget":
         if len(args) != 1:
             return CommandError(message=f"`{PREFIX} budget` takes one amount like `+4`; usage: {USAGE}")
         found = _HOURS.match(args[0])
         if not found:
-            return CommandError(
-                message=f"budget amount {shown(args[0])}: expected `+H` with H a number, e.g. `+4`"
-            )
+            return CommandError(message=f"budget amount {shown(args[0])}: expected `+H` with H a number, e.g. `+4`")
         hours = float(found.group(1))
         if not 0 < hours <= MAX_BUDGET_HOURS:
             return CommandError(

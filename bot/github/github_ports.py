@@ -125,16 +125,24 @@ def render_state(stored: Stored) -> str:
     )
     room = GITHUB_BODY_LIMIT - len(marker(STATE_MARKER)) - 200
     if len(state) > room:
-        raise GitHubForgeError(f"campaign state of {stored.campaign.id} is {len(state)} characters; a comment holds {room}")
+        raise GitHubForgeError(
+            f"campaign state of {stored.campaign.id} is {len(state)} characters; a comment holds {room}"
+        )
     dashboard = render_campaign_summary(stored.campaign)
     body = f"{dashboard}\n{state}"
-    return body if len(body) <= room else f"Campaign {stored.campaign.id}: the dashboard is too long to show here.\n\n{state}"
+    return (
+        body
+        if len(body) <= room
+        else f"Campaign {stored.campaign.id}: the dashboard is too long to show here.\n\n{state}"
+    )
 
 
 def parse_state(body: str) -> Stored | None:
     """The state in a state comment's body: its LAST state block (a block quoted above it by anyone is not it).
     A block that is not a state raises ``ValueError`` (pydantic's ``ValidationError`` is one)."""
-    blocks = [(m.start(), "z", m.group(1)) for m in _FENCE_Z.finditer(body)] + [(m.start(), "j", m.group(1)) for m in _FENCE.finditer(body)]
+    blocks = [(m.start(), "z", m.group(1)) for m in _FENCE_Z.finditer(body)] + [
+        (m.start(), "j", m.group(1)) for m in _FENCE.finditer(body)
+    ]
     if not blocks:
         return None
     _, kind, data = max(blocks)
@@ -184,11 +192,16 @@ def records_provenance(forge: GitHubForge, branch: str, since: str, head: str) -
     or made, as its own state comment says; else since the default branch) is the bot's own -- linked to its login
     and signed by GitHub -- not just the head commit: a writer's push under the bot's next commit is caught too.
     Raises :class:`GitHubForgeError` naming the first foreign commits."""
-    foreign = (forge.foreign_commits(since, head) if since
-               else forge.foreign_commits(forge.base_branch, head, require_descent=False))
+    foreign = (
+        forge.foreign_commits(since, head)
+        if since
+        else forge.foreign_commits(forge.base_branch, head, require_descent=False)
+    )
     if foreign:
-        raise GitHubForgeError(f"{branch} is not trusted: commits since {since[:12] or forge.base_branch} that are not the "
-                               f"bot's own: {'; '.join(foreign[:3])}; restore the branch to the bot's last commit")
+        raise GitHubForgeError(
+            f"{branch} is not trusted: commits since {since[:12] or forge.base_branch} that are not the "
+            f"bot's own: {'; '.join(foreign[:3])}; restore the branch to the bot's last commit"
+        )
 
 
 def save_state(forge: GitHubForge, stored: Stored) -> None:
@@ -236,7 +249,10 @@ class IssueForge:
     def add_files(self, step: StepRef, files: dict[str, str], message: str) -> StepRef:
         moved = self._forge._branch_head(step.branch)  # noqa: SLF001 - the forge's own repository
         if step.state == "open" and moved != step.head_sha:
-            print(f"attune: {step.branch} moved to {moved} after the bot's {step.head_sha}; not committing on it", file=sys.stderr)
+            print(
+                f"attune: {step.branch} moved to {moved} after the bot's {step.head_sha}; not committing on it",
+                file=sys.stderr,
+            )
             return step
         ref = self._keep(self._forge.add_files(step, files, message))
         self._heads[step.n] = ref.head_sha
@@ -254,8 +270,15 @@ class IssueForge:
 class GitHubPorts:
     """State store, record store and run port of one campaign issue (they share the stored state)."""
 
-    def __init__(self, forge: GitHubForge, stored: Stored, *, dispatch_ref: str | None = None, redispatch: bool = False,
-                 calibrate: Any = None) -> None:
+    def __init__(
+        self,
+        forge: GitHubForge,
+        stored: Stored,
+        *,
+        dispatch_ref: str | None = None,
+        redispatch: bool = False,
+        calibrate: Any = None,
+    ) -> None:
         self.gh, self.stored = forge, stored
         self.heads: dict[int, str] = dict(stored.heads)
         self.forge = IssueForge(forge, stored.issue, self.heads)
@@ -273,8 +296,13 @@ class GitHubPorts:
 
     def save(self, state: cm.Campaign) -> None:
         """The view: the state comment, rewritten after every transition (``settle`` writes the authority)."""
-        self.stored = self.stored.model_copy(update={"campaign": state, "heads": dict(self.heads),
-                                                     "records_head": self._head or self.stored.records_head})
+        self.stored = self.stored.model_copy(
+            update={
+                "campaign": state,
+                "heads": dict(self.heads),
+                "records_head": self._head or self.stored.records_head,
+            }
+        )
         save_state(self.gh, self.stored)
 
     def settle(self) -> None:
@@ -362,8 +390,9 @@ class GitHubPorts:
         return (RunRecord.model_validate_json(text), f"{records_branch(cid)}:{path}") if text is not None else None
 
     def put_run(self, cid: str, key: str, record: RunRecord) -> str:
-        return self._put_file(cid, f"campaigns/{cid}/{key}.json", record.model_dump_json(indent=1) + "\n",
-                              f"attune: {key} record")
+        return self._put_file(
+            cid, f"campaigns/{cid}/{key}.json", record.model_dump_json(indent=1) + "\n", f"attune: {key} record"
+        )
 
     def get(self, cid: str, name: str) -> str | None:
         return self._get_file(cid, f"campaigns/{cid}/{name}")
@@ -410,7 +439,9 @@ class GitHubPorts:
         with tempfile.TemporaryDirectory(prefix="attune-cal-") as cache:
             return calibrate_loss_band(recipe_text, reference, cache_dir=Path(cache))
 
-    def _dispatch_once(self, state: cm.Campaign, kind: str, n: int, attempt: int, limits: dict[str, float], order: str = "") -> None:
+    def _dispatch_once(
+        self, state: cm.Campaign, kind: str, n: int, attempt: int, limits: dict[str, float], order: str = ""
+    ) -> None:
         key = run_key(state.pending[0])
         if not self.redispatch and self.stored.dispatched == key:
             return
@@ -423,11 +454,22 @@ class GitHubPorts:
                 raise GitHubForgeError(f"step {n} of {state.id} is not on GitHub")
             pr, sha = ref.number, ref.head_sha
             self.heads[n] = sha
-        self.gh.dispatch(TRIAL_WORKFLOW, self.dispatch_ref, {
-            "campaign": state.id, "issue": self.stored.issue, "pr": pr, "sha": sha, "kind": kind, "attempt": attempt,
-            "recipe": state.recipe_path, "runner_labels": json.dumps(self.stored.runner_labels), "limits": json.dumps(limits),
-            **({"order": order} if order else {}),
-        })
+        self.gh.dispatch(
+            TRIAL_WORKFLOW,
+            self.dispatch_ref,
+            {
+                "campaign": state.id,
+                "issue": self.stored.issue,
+                "pr": pr,
+                "sha": sha,
+                "kind": kind,
+                "attempt": attempt,
+                "recipe": state.recipe_path,
+                "runner_labels": json.dumps(self.stored.runner_labels),
+                "limits": json.dumps(limits),
+                **({"order": order} if order else {}),
+            },
+        )
         self.stored = self.stored.model_copy(update={"dispatched": key})
         self.save(state)
 
@@ -440,9 +482,19 @@ class GitHubPorts:
                 print(f"attune: could not dispatch {LEADERBOARD_WORKFLOW}: {exc}", file=sys.stderr)
 
 
-def github_executor(forge: GitHubForge, stored: Stored, *, dispatch_ref: str | None = None, redispatch: bool = False,
-                    policy: Any = None, lessons: list | None = None, space_fn: Any = None, gate_config: Any = None,
-                    gate_convergence: Any = None, calibrate: Any = None) -> tuple[Any, GitHubPorts]:
+def github_executor(
+    forge: GitHubForge,
+    stored: Stored,
+    *,
+    dispatch_ref: str | None = None,
+    redispatch: bool = False,
+    policy: Any = None,
+    lessons: list | None = None,
+    space_fn: Any = None,
+    gate_config: Any = None,
+    gate_convergence: Any = None,
+    calibrate: Any = None,
+) -> tuple[Any, GitHubPorts]:
     """The one executor with GitHub's ports for the campaign stored on ``stored.issue`` (and those ports). Lessons:
     ATTUNE's packaged catalog with ``lessons/`` of the checkout the workflow runs in (the working directory)."""
     from bot.agent import get_policy
@@ -453,10 +505,16 @@ def github_executor(forge: GitHubForge, stored: Stored, *, dispatch_ref: str | N
 
     ports = GitHubPorts(forge, stored, dispatch_ref=dispatch_ref, redispatch=redispatch, calibrate=calibrate)
     executor = Executor(
-        forge=ports.forge, states=ports, records=ports, runs=ports,
-        policy=policy or get_policy(stored.campaign.policy), lessons=load_lessons() if lessons is None else lessons,
-        space_fn=space_fn or make_space, gate_config=gate_config or config_gate,
-        gate_convergence=gate_convergence or convergence_gate, after_merge=ports.after_merge,
+        forge=ports.forge,
+        states=ports,
+        records=ports,
+        runs=ports,
+        policy=policy or get_policy(stored.campaign.policy),
+        lessons=load_lessons() if lessons is None else lessons,
+        space_fn=space_fn or make_space,
+        gate_config=gate_config or config_gate,
+        gate_convergence=gate_convergence or convergence_gate,
+        after_merge=ports.after_merge,
     )
     return executor, ports
 
@@ -483,4 +541,3 @@ def settled(handle: Any, attempts: int = 3) -> Any:
             if attempt == attempts - 1:
                 raise
     return None
-

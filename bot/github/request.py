@@ -185,6 +185,4 @@ def validate_request(body: str | None) -> CampaignRequest | RequestError:
     problems += [problem] if problem else []
     if problems:
         return RequestError(problems=problems)
-    return CampaignRequest(
-        recipe=recipe, budget_hours=budget, policy=policy, runner_labels=labels, bench_steps=steps
-    )
+    return CampaignRequest(recipe=recipe, budget_hours=budget, policy=policy, runner_labels=labels, bench_steps=steps)

@@ -37,12 +37,16 @@ def nudge(forge: Any, payload: dict[str, Any], issue: int | None = None, **execu
         executor.loop(stored.campaign)
         ports.settle()
         earlier = ", ".join(f"{kind} (comment {cid})" for cid, kind in applied)
-        return f"campaign {stored.campaign.id}: nudged" + (f"; unhandled commands applied in order: {earlier}" if earlier else "")
+        return f"campaign {stored.campaign.id}: nudged" + (
+            f"; unhandled commands applied in order: {earlier}" if earlier else ""
+        )
 
     return settled(run)
 
 
-def route(name: str, payload: dict[str, Any], forge_for: Callable[[int | None], Any], *, issue: int | None = None) -> str:
+def route(
+    name: str, payload: dict[str, Any], forge_for: Callable[[int | None], Any], *, issue: int | None = None
+) -> str:
     """Handle one event with the forge for its issue; answers the handler's one-line summary."""
     if name == "issues":
         if not isinstance(payload.get("issue"), dict):

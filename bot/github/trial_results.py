@@ -47,7 +47,10 @@ def _read(path: Path, model: type[RunRecord]) -> tuple[RunRecord | None, str]:
         return None, f"no {path.name} in the run's artifact"
     try:
         return read_model(path, model, "run record"), ""
-    except (OSError, ValueError) as exc:  # ValueError: the file and its first wrong field, or the byte that is not UTF-8
+    except (
+        OSError,
+        ValueError,
+    ) as exc:  # ValueError: the file and its first wrong field, or the byte that is not UTF-8
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, f"{path.name} could not be read ({first.replace(str(path), path.name)[:200]})"
 
@@ -58,8 +61,9 @@ def expected(forge: GitHubForge, state: cm.Campaign, sha: str, job_wall_s: float
     return Expected(sha=sha, recipe_text=text, recipe=parse_recipe_text(text, state.recipe_path), job_wall_s=job_wall_s)
 
 
-def recompute_calibration(result_dir: Path, reference: RunRecord | None, baseline_text: str | None, known: Expected,
-                          job: str) -> cm.Calibrated:
+def recompute_calibration(
+    result_dir: Path, reference: RunRecord | None, baseline_text: str | None, known: Expected, job: str
+) -> cm.Calibrated:
     """The loss band recomputed from the uploaded calibration run records (each checked), with their cost. The plan
     comes from the recipe as the baseline ran it (the bot's own copy on the records branch)."""
     from bot.campaign.gate_calls import band_from_runs, calibration_plan, record_name
@@ -72,15 +76,21 @@ def recompute_calibration(result_dir: Path, reference: RunRecord | None, baselin
         record, why = _read(Path(result_dir) / CALIBRATION_RUNS / record_name(sid), RunRecord)
         if record is None:
             return cm.Calibrated(note=f"no loss band: {why} (run job: {job}); tier-R/N steps fail closed")
-        run_known = known.model_copy(update={"recipe_text": spec.recipe_text, "recipe": parse_recipe_text(spec.recipe_text, spec.label)})
+        run_known = known.model_copy(
+            update={"recipe_text": spec.recipe_text, "recipe": parse_recipe_text(spec.recipe_text, spec.label)}
+        )
         problem = calibration_problem(record, run_known, spec.hook)
         if problem:
-            return cm.Calibrated(note=f"no loss band: calibration run {spec.label} refused: {problem}; tier-R/N steps fail closed")
+            return cm.Calibrated(
+                note=f"no loss band: calibration run {spec.label} refused: {problem}; tier-R/N steps fail closed"
+            )
         records[sid] = record
     # cached runs carry the cost of when they ran: the job's wall time (or its timeout when unknown) bounds it
     bound = known.recipe.devices * wall_bound(known.job_wall_s)[0] / 3600.0
     spent = min(sum(r.summary.device_hours for r in records.values()), bound)
-    return band_from_runs(specs, records, reference, spent=spent, where="; recomputed by the report job from the uploaded runs")
+    return band_from_runs(
+        specs, records, reference, spent=spent, where="; recomputed by the report job from the uploaded runs"
+    )
 
 
 def calibration_problem(record: RunRecord, known: Expected, hook: str | None) -> str | None:
@@ -92,21 +102,62 @@ def calibration_problem(record: RunRecord, known: Expected, hook: str | None) ->
     return problem
 
 
-def handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str,
-           run_job_result: str = "success", kind: str = "", attempt: int = 0, job_wall_s: float | None = None,
-           check_refused: str = "", base_sha: str = "", **driver_kw: Any) -> str:
+def handle(
+    forge: GitHubForge,
+    result_dir: Path,
+    *,
+    campaign: str,
+    issue: int,
+    pr: int,
+    sha: str,
+    run_job_result: str = "success",
+    kind: str = "",
+    attempt: int = 0,
+    job_wall_s: float | None = None,
+    check_refused: str = "",
+    base_sha: str = "",
+    **driver_kw: Any,
+) -> str:
     """Handle one finished ``trial.yml`` run; answers a one-line summary of what was done. ``job_wall_s``: the run
     job's wall time from the Actions API (bounds the device-hours a real record may claim); None: unknown (no run
     id, or the API call failed), and then the job's timeout bounds them instead (:func:`bot.github.uploads.wall_bound`):
     a measured run is kept, never turned into a crash for want of a timing. Applied once to the state that wins a
     race with another workflow run (``settled``)."""
-    return settled(lambda: _handle(forge, result_dir, campaign=campaign, issue=issue, pr=pr, sha=sha, run_job_result=run_job_result,
-                                   kind=kind, attempt=attempt, job_wall_s=job_wall_s, check_refused=check_refused,
-                                   base_sha=base_sha, **driver_kw))
+    return settled(
+        lambda: _handle(
+            forge,
+            result_dir,
+            campaign=campaign,
+            issue=issue,
+            pr=pr,
+            sha=sha,
+            run_job_result=run_job_result,
+            kind=kind,
+            attempt=attempt,
+            job_wall_s=job_wall_s,
+            check_refused=check_refused,
+            base_sha=base_sha,
+            **driver_kw,
+        )
+    )
 
 
-def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, pr: int, sha: str, run_job_result: str,
-            kind: str, attempt: int, job_wall_s: float | None, check_refused: str, base_sha: str = "", **driver_kw: Any) -> str:
+def _handle(
+    forge: GitHubForge,
+    result_dir: Path,
+    *,
+    campaign: str,
+    issue: int,
+    pr: int,
+    sha: str,
+    run_job_result: str,
+    kind: str,
+    attempt: int,
+    job_wall_s: float | None,
+    check_refused: str,
+    base_sha: str = "",
+    **driver_kw: Any,
+) -> str:
     try:
         stored = load_state(forge, issue)
     except UnknownObjectException:  # no such issue
@@ -123,14 +174,39 @@ def _handle(forge: GitHubForge, result_dir: Path, *, campaign: str, issue: int, 
     if applied:
         stored = load_state(forge, issue)
         assert stored is not None
-    said = _handled(forge, stored, result_dir, pr=pr, sha=sha, run_job_result=run_job_result, kind=kind, attempt=attempt,
-                    job_wall_s=job_wall_s, check_refused=check_refused, base_sha=base_sha, **driver_kw)
+    said = _handled(
+        forge,
+        stored,
+        result_dir,
+        pr=pr,
+        sha=sha,
+        run_job_result=run_job_result,
+        kind=kind,
+        attempt=attempt,
+        job_wall_s=job_wall_s,
+        check_refused=check_refused,
+        base_sha=base_sha,
+        **driver_kw,
+    )
     earlier = ", ".join(f"{what} (comment {cid})" for cid, what in applied)
     return said + (f"; unhandled commands applied first, in order: {earlier}" if earlier else "")
 
 
-def _handled(forge: GitHubForge, stored: Any, result_dir: Path, *, pr: int, sha: str, run_job_result: str, kind: str,
-             attempt: int, job_wall_s: float | None, check_refused: str, base_sha: str, **driver_kw: Any) -> str:
+def _handled(
+    forge: GitHubForge,
+    stored: Any,
+    result_dir: Path,
+    *,
+    pr: int,
+    sha: str,
+    run_job_result: str,
+    kind: str,
+    attempt: int,
+    job_wall_s: float | None,
+    check_refused: str,
+    base_sha: str,
+    **driver_kw: Any,
+) -> str:
     state = stored.campaign
     action = state.pending[0] if state.pending else None
     if not isinstance(action, RUNNER_ACTIONS):
@@ -177,14 +253,25 @@ def _handled(forge: GitHubForge, stored: Any, result_dir: Path, *, pr: int, sha:
         where = ports.put_run(state.id, run_key(action), record)
         run = cm.RunRef.of(record, kind=want_kind, n=n, attempt=want_attempt, ref=where)
     else:
-        run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=capped(f"{why} (run job: {job})"))
+        run = cm.RunRef(
+            kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=capped(f"{why} (run job: {job})")
+        )
     state = executor.feed(state, cm.RunFinished(run=run))
     ports.settle()
     return f"campaign {state.id}: {want_kind} run {run.outcome}; phase {state.phase}"
 
 
-def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.MeasurePair, result_dir: Path, known: Expected,
-              base_sha: str, job_wall_s: float | None, job: str) -> cm.RunRef:
+def _pair_run(
+    forge: GitHubForge,
+    ports: Any,
+    state: cm.Campaign,
+    action: cm.MeasurePair,
+    result_dir: Path,
+    known: Expected,
+    base_sha: str,
+    job_wall_s: float | None,
+    job: str,
+) -> cm.RunRef:
     """A pair's two uploaded records (``incumbent/`` and ``candidate/``), each checked like a single run's against
     the sha it should have measured (the incumbent: the default branch head check-trial checked, whose recipe must
     still be the campaign's incumbent), their device-hours together bounded by the one run job's wall time (its
@@ -193,8 +280,14 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
     from bot.drive.executor import run_key as executor_run_key
 
     def crash(why: str) -> cm.RunRef:
-        return cm.RunRef(kind="pair", n=action.n, attempt=action.k, order=action.order, outcome="crash",
-                         reason=capped(f"{why} (run job: {job})"))
+        return cm.RunRef(
+            kind="pair",
+            n=action.n,
+            attempt=action.k,
+            order=action.order,
+            outcome="crash",
+            reason=capped(f"{why} (run job: {job})"),
+        )
 
     if not base_sha:
         return crash("the pair's incumbent sha is unknown")
@@ -202,8 +295,13 @@ def _pair_run(forge: GitHubForge, ports: Any, state: cm.Campaign, action: cm.Mea
     if inc_text != forge.read_file(state.recipe_path):
         return crash(f"the recipe at the pair's incumbent sha {base_sha} is not the default branch's now")
     records: dict[str, RunRecord] = {}
-    for side, exp in (("incumbent", Expected(sha=base_sha, recipe_text=inc_text, recipe=parse_recipe_text(inc_text, state.recipe_path))),
-                      ("candidate", known)):
+    for side, exp in (
+        (
+            "incumbent",
+            Expected(sha=base_sha, recipe_text=inc_text, recipe=parse_recipe_text(inc_text, state.recipe_path)),
+        ),
+        ("candidate", known),
+    ):
         record, why = _read(result_dir / side / RECORD_FILE, RunRecord)
         if record is None:
             return crash(f"no usable {side} record of the pair: {why}")
@@ -236,12 +334,16 @@ def _refused(executor: Any, ports: Any, state: cm.Campaign, action: Any, reason:
     that gave no band."""
     want_kind, n, want_attempt = run_kind(action)
     if want_kind == "calibrate":
-        calibrated = cm.Calibrated(note=f"no loss band: check refused the calibration run: {reason}; tier-R/N steps fail closed")
+        calibrated = cm.Calibrated(
+            note=f"no loss band: check refused the calibration run: {reason}; tier-R/N steps fail closed"
+        )
         ports.put(state.id, "calibration.json", calibrated.model_dump_json(indent=1) + "\n")
         state = executor.feed(state, calibrated)
         ports.settle()
         return f"campaign {state.id}: calibration refused by check; phase {state.phase}"
-    run = cm.RunRef(kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"check refused the run: {reason}")
+    run = cm.RunRef(
+        kind=want_kind, n=n, attempt=want_attempt, outcome="crash", reason=f"check refused the run: {reason}"
+    )
     state = executor.feed(state, cm.RunFinished(run=run))
     ports.settle()
     return f"campaign {state.id}: {want_kind} run refused by check ({reason[:120]}); phase {state.phase}"

@@ -38,11 +38,17 @@ SAFE_STACK = re.compile(r"^[A-Za-z0-9 ._+()/,:-]{0,120}$")  # versions and devic
 WHERE_CAP = 120  # characters of a field path quoted in a problem
 # the most any run can measure, per field (a record above it is refused; generous: no device comes near them)
 CEILINGS: dict[str, float] = {
-    "tps": 1e8, "tps_median": 1e8,  # tokens/s per device
-    "mfu": 100.0, "memory_pct": 100.0,  # percent
+    "tps": 1e8,
+    "tps_median": 1e8,  # tokens/s per device
+    "mfu": 100.0,
+    "memory_pct": 100.0,  # percent
     "tflops": 1e5,  # TFLOP/s per device
-    "peak_memory_gib": 1e5, "memory_gib": 1e5, "memory_capacity_gib": 1e5,
-    "tokens_per_step": 1e13, "steps_completed": 1e9, "step": 1e9,
+    "peak_memory_gib": 1e5,
+    "memory_gib": 1e5,
+    "memory_capacity_gib": 1e5,
+    "tokens_per_step": 1e13,
+    "steps_completed": 1e9,
+    "step": 1e9,
 }
 STRING_CAP = 4_000  # characters of any string field (a reason, a path, a name)
 LOG_TAIL_CAP = 20_000  # characters of the log tail
@@ -93,7 +99,9 @@ def _numbers(value: Any, path: str = "") -> list[tuple[str, float]]:
 
 
 # measured quantities that cannot be negative (a loss may be: it is only compared, never a rate or an amount)
-NON_NEGATIVE = re.compile(r"^\.(summary\.(?!loss_)\w+|steps\[\d+\]\.(?!loss$)\w+|spans_ms\..*|breakdown\..*|usd_per_device_hour)$")
+NON_NEGATIVE = re.compile(
+    r"^\.(summary\.(?!loss_)\w+|steps\[\d+\]\.(?!loss$)\w+|spans_ms\..*|breakdown\..*|usd_per_device_hour)$"
+)
 
 
 def _where(path: str) -> str:
@@ -110,11 +118,16 @@ def _short(value: Any) -> str:
 def identity_problem(record: RunRecord, recipe: Recipe) -> str | None:
     """A field in which ``record`` says it ran something other than ``recipe`` (the recipe at the measured sha): the
     leaderboard files and labels a result by these, so a record may not claim another model, cluster or layout."""
-    claims = {"recipe_id": (record.recipe_id, recipe.name), "model": (record.model, recipe.workload.model),
-              "hardware": (record.hardware, recipe.cluster.hardware), "levers": (record.levers, recipe.levers),
-              "pinned": (record.pinned, recipe.pinned), "launch.launcher": (record.launch.launcher, recipe.cluster.launcher),
-              "launch.nodes": (record.launch.nodes, recipe.cluster.nodes),
-              "launch.devices_per_node": (record.launch.devices_per_node, recipe.cluster.devices_per_node)}
+    claims = {
+        "recipe_id": (record.recipe_id, recipe.name),
+        "model": (record.model, recipe.workload.model),
+        "hardware": (record.hardware, recipe.cluster.hardware),
+        "levers": (record.levers, recipe.levers),
+        "pinned": (record.pinned, recipe.pinned),
+        "launch.launcher": (record.launch.launcher, recipe.cluster.launcher),
+        "launch.nodes": (record.launch.nodes, recipe.cluster.nodes),
+        "launch.devices_per_node": (record.launch.devices_per_node, recipe.cluster.devices_per_node),
+    }
     for name, (got, want) in claims.items():
         if got != want:
             return f"the record's {name} {_short(got)} is not the recipe's {_short(want)} at the measured sha"
@@ -155,8 +168,10 @@ def record_problem(record: RunRecord, expected: Expected, *, check_hours: bool =
     if not simulated and check_hours:
         wall, what = wall_bound(expected.job_wall_s)
         if hours > expected.recipe.devices * wall / 3600.0 * WALL_SLACK:
-            return (f"device_hours {hours:.6g} is more than {what} allows "
-                    f"({expected.recipe.devices} devices x {wall:.0f} s)")
+            return (
+                f"device_hours {hours:.6g} is more than {what} allows "
+                f"({expected.recipe.devices} devices x {wall:.0f} s)"
+            )
     for name in ("run_id", "hardware", *(("model",) if record.model else ())):
         if not SAFE_NAME.match(getattr(record, name)):
             return f"{name} {getattr(record, name)[:60]!r}: expected 1-100 of [A-Za-z0-9._-]"

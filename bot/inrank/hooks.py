@@ -142,6 +142,7 @@ def _after_init(action: Callable[[Any], None]) -> None:
 def _after_load(action: Callable[[Any], None]) -> None:
     """Run ``action(trainer)`` on the weights a run trains from: after ``Trainer.train`` has called
     ``checkpointer.load`` (a seed checkpoint, when the run has one, replaces the weights ``__init__`` drew)."""
+
     def wrap(trainer) -> None:
         original = trainer.checkpointer.load
 
@@ -298,7 +299,11 @@ def label_smoothing(arg: str) -> None:
     def make(original):
         def __call__(self, pred, labels, global_valid_tokens=None, **kwargs):
             loss = torch.nn.functional.cross_entropy(
-                pred.flatten(0, 1).float(), labels.flatten(0, 1), reduction="sum", ignore_index=IGNORE_INDEX, label_smoothing=eps
+                pred.flatten(0, 1).float(),
+                labels.flatten(0, 1),
+                reduction="sum",
+                ignore_index=IGNORE_INDEX,
+                label_smoothing=eps,
             )
             if global_valid_tokens is not None:
                 loss = loss / global_valid_tokens
@@ -541,7 +546,8 @@ def tp_norm_sharded(arg: str) -> None:
             old = norm.sharding_config
             norm.sharding_config = ShardingConfig(
                 state_shardings={"weight": dense_param_placement(tp=spmd.S(0))},
-                in_src_shardings=old.in_src_shardings, out_src_shardings=old.out_src_shardings,
+                in_src_shardings=old.in_src_shardings,
+                out_src_shardings=old.out_src_shardings,
             )
 
     _wrap_layer_sharding(change)
@@ -602,7 +608,7 @@ def pp_mb_loss_scale(arg: str) -> None:
 def seed_not_loaded(arg: str) -> None:
     from torchtitan.components.checkpointer.base import BaseCheckpointManager
 
-    _wrap(BaseCheckpointManager, "load", lambda original: (lambda self, step=-1: False))
+    _wrap(BaseCheckpointManager, "load", lambda original: lambda self, step=-1: False)
 
 
 # ----------------------------------------------------------------------------- calibration
@@ -698,7 +704,9 @@ def moe_unweighted_combine(arg: str) -> None:
     def make(original):
         def combine(self, routed_output_RD, metadata, x_TD):
             ones = torch.ones_like(metadata.topk_scores_experts_sorted_N)
-            return original(self, routed_output_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones), x_TD)
+            return original(
+                self, routed_output_RD, dataclasses.replace(metadata, topk_scores_experts_sorted_N=ones), x_TD
+            )
 
         return combine
 

@@ -44,8 +44,10 @@ def early_stop_reason(steps: list[StepMetric], warmup_steps: int, rule: EarlySto
     if med >= rule.below_tps:
         return None
     basis = f" ({rule.basis})" if rule.basis else ""
-    return (f"stopped early: the median of {len(tps)} measured steps, {med:,.0f} tokens/s/device, is below "
-            f"the early-stop threshold of {rule.below_tps:,.0f}{basis}")
+    return (
+        f"stopped early: the median of {len(tps)} measured steps, {med:,.0f} tokens/s/device, is below "
+        f"the early-stop threshold of {rule.below_tps:,.0f}{basis}"
+    )
 
 
 def wall_cap_reason(max_wall_s: float) -> str:
@@ -60,8 +62,17 @@ class Runner(Protocol):
     ``attune run``, ``--max-wall-s``. ``early_stop``: a run that measures clearly slower than its bound ends early
     (outcome ``stopped``; see :class:`EarlyStop`)."""
 
-    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
-            recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord: ...
+    def run(
+        self,
+        recipe: Recipe,
+        *,
+        steps: int | None = None,
+        out_dir: Path,
+        recipe_path: str | None = None,
+        recipe_text: str | None = None,
+        max_wall_s: float | None = None,
+        early_stop: EarlyStop | None = None,
+    ) -> RunRecord: ...
 
 
 def new_run_id() -> str:
@@ -87,7 +98,9 @@ def stack_fingerprint() -> StackFingerprint:
         titan = "unknown"
     cuda = torch.version.cuda if torch.cuda.is_available() else None
     name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    family = "cuda" if torch.cuda.is_available() and torch.version.cuda else ("rocm" if torch.cuda.is_available() else "cpu")
+    family = (
+        "cuda" if torch.cuda.is_available() and torch.version.cuda else ("rocm" if torch.cuda.is_available() else "cpu")
+    )
     return StackFingerprint(
         python=platform.python_version(),
         torch=torch.__version__,

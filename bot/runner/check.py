@@ -28,7 +28,10 @@ def _sim_problem(recipe: Recipe) -> Problem | None:
     from bot.sim.models import UnknownModel, model_for
 
     if recipe.cluster.hardware not in HARDWARE:
-        return ("cluster", "hardware"), f"{recipe.cluster.hardware!r} is unknown to the simulator; known: {', '.join(sorted(HARDWARE))}"
+        return (
+            "cluster",
+            "hardware",
+        ), f"{recipe.cluster.hardware!r} is unknown to the simulator; known: {', '.join(sorted(HARDWARE))}"
     try:
         model_for(recipe.workload)
     except UnknownModel as exc:
@@ -39,13 +42,21 @@ def _sim_problem(recipe: Recipe) -> Problem | None:
 
 def _local_problem(recipe: Recipe) -> Problem | None:
     if recipe.cluster.nodes != 1:
-        return ("cluster", "nodes"), f"the local launcher runs one node; got {recipe.cluster.nodes} (use launcher: slurm for more)"
+        return (
+            "cluster",
+            "nodes",
+        ), f"the local launcher runs one node; got {recipe.cluster.nodes} (use launcher: slurm for more)"
     return None
 
 
-_DEGREES = ("parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree", "parallelism.context_parallel_degree",
-            "parallelism.data_parallel_replicate_degree", "parallelism.data_parallel_shard_degree",
-            "parallelism.expert_parallel_degree")
+_DEGREES = (
+    "parallelism.tensor_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.context_parallel_degree",
+    "parallelism.data_parallel_replicate_degree",
+    "parallelism.data_parallel_shard_degree",
+    "parallelism.expert_parallel_degree",
+)
 
 
 def _field_named(recipe: Recipe, reason: str) -> tuple[str, ...]:
@@ -74,8 +85,14 @@ def _sim_layout_problem(recipe: Recipe) -> Problem | None:
 
     c = recipe.cluster
     try:
-        resolve_layout(model_for(recipe.workload), get_hardware(c.hardware), c.nodes, c.devices_per_node,
-                       dict(recipe.levers), dict(recipe.pinned))
+        resolve_layout(
+            model_for(recipe.workload),
+            get_hardware(c.hardware),
+            c.nodes,
+            c.devices_per_node,
+            dict(recipe.levers),
+            dict(recipe.pinned),
+        )
     except LayoutError as exc:
         return _field_named(recipe, str(exc)), f"the layout cannot run: {exc}"
     return None

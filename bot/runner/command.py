@@ -78,8 +78,14 @@ def metrics_rank(recipe: Recipe) -> int:
     return nproc - nproc // pp if pp > 1 and nproc % pp == 0 else 0
 
 
-def build_launch(recipe: Recipe, *, steps: int, dump_folder: str, torchrun: str | list[str] = "torchrun",
-                 extra: list[str] | None = None) -> Launch:
+def build_launch(
+    recipe: Recipe,
+    *,
+    steps: int,
+    dump_folder: str,
+    torchrun: str | list[str] = "torchrun",
+    extra: list[str] | None = None,
+) -> Launch:
     """``torchrun``: the launcher's command — a path, or a prefix such as ``[python, -m, torch.distributed.run]``."""
     nproc = recipe.cluster.devices_per_node
     targs = titan_args(recipe, steps=steps, dump_folder=dump_folder, extra=extra)

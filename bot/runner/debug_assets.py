@@ -50,7 +50,9 @@ def plan_from_config(config: Mapping[str, Any] | Any) -> AssetPlan:
     .resolve_args` / ``resolve_recipe``, or torchtitan's ``Trainer.Config`` itself."""
     if not isinstance(config, Mapping):
         if not hasattr(config, "to_dict"):
-            raise DebugAssetError(f"config: expected a resolved torchtitan config or its flat dict, got {type(config).__name__}")
+            raise DebugAssetError(
+                f"config: expected a resolved torchtitan config or its flat dict, got {type(config).__name__}"
+            )
         from bot.runner.resolve import flatten
 
         config = flatten(config.to_dict())
@@ -76,13 +78,18 @@ def ensure_debug_assets(root: str | Path, config: Mapping[str, Any] | Any) -> li
     that are missing (see :func:`plan_from_config` for what ``config`` may be). Returns the files written, absolute;
     ``[]`` when everything was in place. Raises :class:`DebugAssetError`."""
     plan = plan_from_config(config)
-    return make_debug_assets(root, tokenizer_path=plan.tokenizer_path, dataset_paths=plan.dataset_paths,
-                             vocab_size=plan.vocab_size)
+    return make_debug_assets(
+        root, tokenizer_path=plan.tokenizer_path, dataset_paths=plan.dataset_paths, vocab_size=plan.vocab_size
+    )
 
 
-def make_debug_assets(root: str | Path, *, tokenizer_path: str | None = "./tests/assets/tokenizer",
-                      dataset_paths: tuple[str, ...] | list[str] = (C4_TEST_DEFAULT_PATH,),
-                      vocab_size: int = MAX_VOCAB) -> list[Path]:
+def make_debug_assets(
+    root: str | Path,
+    *,
+    tokenizer_path: str | None = "./tests/assets/tokenizer",
+    dataset_paths: tuple[str, ...] | list[str] = (C4_TEST_DEFAULT_PATH,),
+    vocab_size: int = MAX_VOCAB,
+) -> list[Path]:
     """The same with the paths given directly (relative paths are relative to ``root``; None: no tokenizer).
     A tokenizer folder that holds any file the loader reads, or a dataset folder that holds anything, is left alone.
     On an error nothing this call wrote is left behind."""
@@ -91,7 +98,9 @@ def make_debug_assets(root: str | Path, *, tokenizer_path: str | None = "./tests
         raise DebugAssetError(f"repository root {base}: not a directory")
     base = base.resolve()
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < MIN_VOCAB:
-        raise DebugAssetError(f"vocab_size: expected an integer >= {MIN_VOCAB} (256 bytes + BOS/EOS), got {vocab_size!r}")
+        raise DebugAssetError(
+            f"vocab_size: expected an integer >= {MIN_VOCAB} (256 bytes + BOS/EOS), got {vocab_size!r}"
+        )
     jobs: list[tuple[Path, dict[str, str]]] = []  # (folder, {file name: content})
     if tokenizer_path is not None:
         folder = _inside(base, tokenizer_path, "hf_assets_path")
@@ -121,12 +130,42 @@ def make_debug_assets(root: str | Path, *, tokenizer_path: str | None = "./tests
 # ---- the text -------------------------------------------------------------------------------------------------
 
 _NAMES = ["Ada", "Bram", "Cleo", "Dev", "Esme", "Finn", "Gale", "Hana", "Ivo", "Juno", "Kai", "Lena"]
-_PLACES = ["the harbour", "the old mill", "the market", "the library", "the north field", "the bakery",
-           "the train station", "the garden", "the school", "the river bank"]
-_THINGS = ["bread", "apples", "a lantern", "old maps", "fresh fish", "warm soup", "a red kite", "clay pots",
-           "wool hats", "green tea", "a small boat", "honey"]
-_VERBS = [("carries", "carried"), ("sells", "sold"), ("paints", "painted"), ("finds", "found"),
-          ("mends", "mended"), ("buys", "bought"), ("keeps", "kept"), ("shares", "shared")]
+_PLACES = [
+    "the harbour",
+    "the old mill",
+    "the market",
+    "the library",
+    "the north field",
+    "the bakery",
+    "the train station",
+    "the garden",
+    "the school",
+    "the river bank",
+]
+_THINGS = [
+    "bread",
+    "apples",
+    "a lantern",
+    "old maps",
+    "fresh fish",
+    "warm soup",
+    "a red kite",
+    "clay pots",
+    "wool hats",
+    "green tea",
+    "a small boat",
+    "honey",
+]
+_VERBS = [
+    ("carries", "carried"),
+    ("sells", "sold"),
+    ("paints", "painted"),
+    ("finds", "found"),
+    ("mends", "mended"),
+    ("buys", "bought"),
+    ("keeps", "kept"),
+    ("shares", "shared"),
+]
 _TIMES = ["in the morning", "at noon", "in the evening", "on Sunday", "after the rain", "before dawn"]
 _WEATHER = ["sunny", "windy", "cold", "grey", "warm", "quiet"]
 _TOPICS = ["a day at {place}", "what {name} did", "notes from {place}", "the week in {place}"]
@@ -158,8 +197,11 @@ def documents(count: int = DOCUMENTS, seed: int = SEED) -> Iterator[dict[str, st
         name, place = rng.choice(_NAMES), rng.choice(_PLACES)
         title = rng.choice(_TOPICS).format(name=name, place=place).capitalize()
         body = " ".join(_sentence(rng, name, place) for _ in range(rng.randrange(3, 9)))
-        yield {"text": f"{title}. {body}", "timestamp": f"2020-01-{1 + i % 28:02d}T00:00:00Z",
-               "url": f"https://example.invalid/attune-debug/{i}"}
+        yield {
+            "text": f"{title}. {body}",
+            "timestamp": f"2020-01-{1 + i % 28:02d}T00:00:00Z",
+            "url": f"https://example.invalid/attune-debug/{i}",
+        }
 
 
 def dataset_text(count: int = DOCUMENTS, seed: int = SEED) -> str:
@@ -169,6 +211,7 @@ def dataset_text(count: int = DOCUMENTS, seed: int = SEED) -> str:
 
 # ---- the tokenizer --------------------------------------------------------------------------------------------
 
+
 def tokenizer_files(vocab_size: int = MAX_VOCAB) -> dict[str, str]:
     """``tokenizer.json`` (byte-level BPE, at most ``vocab_size`` ids, BOS/EOS first) and the
     ``tokenizer_config.json`` from which torchtitan's ``HuggingFaceTokenizer`` reads BOS/EOS."""
@@ -177,8 +220,12 @@ def tokenizer_files(vocab_size: int = MAX_VOCAB) -> dict[str, str]:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[BOS, EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BOS, EOS],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator((doc["text"] for doc in documents()), trainer=trainer)
     if tok.get_vocab_size() > vocab_size:  # the trainer's contract; checked, as an id >= the model's vocab crashes
         raise DebugAssetError(f"tokenizer: {tok.get_vocab_size()} ids, more than the model's vocab_size {vocab_size}")
@@ -198,6 +245,7 @@ def tokenizer_files(vocab_size: int = MAX_VOCAB) -> dict[str, str]:
 
 # ---- files ----------------------------------------------------------------------------------------------------
 
+
 def _field(config: Mapping[str, Any], key: str) -> Any:
     if key not in config:
         raise DebugAssetError(f"config: field {key} missing (expected a resolved torchtitan config)")
@@ -210,7 +258,9 @@ def _inside(base: Path, path: str, field: str) -> Path:
         raise DebugAssetError(f"{field}: expected a folder path, got {path!r}")
     target = (base / Path(path).expanduser()).resolve()
     if target != base and base not in target.parents:
-        raise DebugAssetError(f"{field} '{path}': outside the repository root {base}; debug assets are made only inside it")
+        raise DebugAssetError(
+            f"{field} '{path}': outside the repository root {base}; debug assets are made only inside it"
+        )
     if target.exists() and not target.is_dir():
         raise DebugAssetError(f"{field} '{path}': {target} is a file, expected a folder")
     for parent in target.parents:

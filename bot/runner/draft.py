@@ -27,9 +27,13 @@ BENCH = {"steps": 20, "warmup_steps": 5}
 CPU_BENCH = {"steps": 10, "warmup_steps": 3}  # a CPU step of a debug config takes seconds: a short benchmark
 USD_PER_DEVICE_HOUR = {"h100-sxm-80gb": 2.5, "h100-96gb": 2.5, "h200": 3.5, "b200": 5.0, "cpu": 0.05}
 RUNNER_OWNED = ("metrics.log_freq",)  # the runner logs every step for the gate
-CUDA_ONLY = ("training.disable_cuda_graphs", "compile.enable_async_tensor_parallel", "training.enable_cpu_offload",
-             "training.mixed_precision_param")
-PARALLEL = ("parallelism.", )
+CUDA_ONLY = (
+    "training.disable_cuda_graphs",
+    "compile.enable_async_tensor_parallel",
+    "training.enable_cpu_offload",
+    "training.mixed_precision_param",
+)
+PARALLEL = ("parallelism.",)
 MOE_ONLY = ("parallelism.expert_parallel_degree",)
 
 
@@ -48,8 +52,19 @@ def _lever_applies(name: str, spec: ModelSpec, hw: HardwareSpec, devices: int) -
     return not (devices == 1 and name.startswith(PARALLEL))
 
 
-def draft_recipe(*, module: str, config: str, overrides: list[str], flat: dict[str, Any], spec: ModelSpec,
-                 hw: HardwareSpec, nodes: int, devices_per_node: int, launcher: str, quantized: bool) -> Draft:
+def draft_recipe(
+    *,
+    module: str,
+    config: str,
+    overrides: list[str],
+    flat: dict[str, Any],
+    spec: ModelSpec,
+    hw: HardwareSpec,
+    nodes: int,
+    devices_per_node: int,
+    launcher: str,
+    quantized: bool,
+) -> Draft:
     """The recipe for ``flat`` (the resolved config of ``--module module --config config *overrides``)."""
     devices = nodes * devices_per_node
     levers: dict[str, Any] = {}
@@ -98,12 +113,19 @@ def draft_recipe(*, module: str, config: str, overrides: list[str], flat: dict[s
         "id": f"{config}/{hw.id}x{devices}",
         "source": f"attune recipe init --module {module} --config {config}",
         "workload": workload,
-        "cluster": {"hardware": hw.id, "nodes": nodes, "devices_per_node": devices_per_node, "launcher": launcher,
-                    "usd_per_device_hour": USD_PER_DEVICE_HOUR.get(hw.id, 0.0)},
+        "cluster": {
+            "hardware": hw.id,
+            "nodes": nodes,
+            "devices_per_node": devices_per_node,
+            "launcher": launcher,
+            "usd_per_device_hour": USD_PER_DEVICE_HOUR.get(hw.id, 0.0),
+        },
         "levers": levers,
         "pinned": pinned,
         # the cpu profile is a 2-core host: the cores shared among the ranks; OpenMP threads sleep soon when idle
-        "env": {"OMP_NUM_THREADS": str(max(1, 2 // devices_per_node)), "GOMP_SPINCOUNT": "10000"} if hw.kind == "cpu" else {},
+        "env": {"OMP_NUM_THREADS": str(max(1, 2 // devices_per_node)), "GOMP_SPINCOUNT": "10000"}
+        if hw.kind == "cpu"
+        else {},
         "bench": dict(CPU_BENCH if hw.kind == "cpu" else BENCH),
     }
     return Draft(recipe=recipe, made_explicit=explicit)
@@ -111,6 +133,7 @@ def draft_recipe(*, module: str, config: str, overrides: list[str], flat: dict[s
 
 def render(draft: Draft) -> str:
     """The drafted recipe as YAML, with a header and a comment on every value made explicit."""
+
     def mapping(d: dict[str, Any]) -> CommentedMap:
         out = CommentedMap()
         for k, v in d.items():
@@ -123,10 +146,13 @@ def render(draft: Draft) -> str:
     cfg = draft.recipe["workload"]["config"]
     doc.yaml_set_start_comment(
         f"{cfg}: drafted by `attune recipe init` from torchtitan's resolved config. Levers: every catalog lever that\n"
-        "applies, at its resolved value (what the tuner may change). Pinned: the objective (never changed).")
+        "applies, at its resolved value (what the tuner may change). Pinned: the objective (never changed)."
+    )
     yaml = YAML()
     yaml.width = 4096
-    yaml.indent(mapping=2, sequence=4, offset=2)  # as bot.core.recipe edits recipes: a later one-line edit stays one line
+    yaml.indent(
+        mapping=2, sequence=4, offset=2
+    )  # as bot.core.recipe edits recipes: a later one-line edit stays one line
     buf = io.StringIO()
     yaml.dump(doc, buf)
     return buf.getvalue()

@@ -71,15 +71,26 @@ class LocalRunner:
         the working directory; :mod:`.workdir`)."""
         self.hang_s, self.startup_s, self.timeout_s = hang_s, startup_s, timeout_s
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
-        self.check_layout = check_layout  # False: launch what the catalog would refuse (the real-run matrix measures it)
+        self.check_layout = (
+            check_layout  # False: launch what the catalog would refuse (the real-run matrix measures it)
+        )
         self.hook = hook
         self.extra_env = extra_env or {}
         self.on_step = on_step
         self.compile_cache = Path(compile_cache) if compile_cache is not None else None
         self.workdir = Path(workdir).resolve() if workdir is not None else None
 
-    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None, recipe_text: str | None = None,
-            max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
+    def run(
+        self,
+        recipe: Recipe,
+        *,
+        steps: int | None = None,
+        out_dir: Path,
+        recipe_path: str | None = None,
+        recipe_text: str | None = None,
+        max_wall_s: float | None = None,
+        early_stop: EarlyStop | None = None,
+    ) -> RunRecord:
         out_dir = Path(out_dir).resolve()  # absolute: the ranks start in the repository root, not here
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
@@ -91,18 +102,28 @@ class LocalRunner:
         seed_error = ""
         if self.seed_cache is not None and wants_seed(recipe):
             try:
-                resolve_recipe(recipe, steps=steps, dump_folder=str(dump), check_layout=self.check_layout,
-                               workdir=root)  # a refused config costs no seed run either
+                resolve_recipe(
+                    recipe, steps=steps, dump_folder=str(dump), check_layout=self.check_layout, workdir=root
+                )  # a refused config costs no seed run either
                 seed = ensure_seed_checkpoint(recipe, self.seed_cache, root)
             except ResolveError:
                 pass  # reported as invalid below, with the launch it would have made
             except (SeedError, OSError, subprocess.TimeoutExpired) as exc:
                 seed_error = f"seed checkpoint: {exc}"
-        launch = build_launch(recipe, steps=steps, dump_folder=str(dump), torchrun=[sys.executable, "-m", "torch.distributed.run"],
-                              extra=load_args(seed) if seed else None)
+        launch = build_launch(
+            recipe,
+            steps=steps,
+            dump_folder=str(dump),
+            torchrun=[sys.executable, "-m", "torch.distributed.run"],
+            extra=load_args(seed) if seed else None,
+        )
         # torchrun is this Python's torch.distributed.run: a `--system-site-packages` venv (trial.yml's run job on a GPU
         # runner) has no torchrun script of its own beside its python
-        text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
+        text = (
+            recipe_text
+            if recipe_text is not None
+            else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
+        )
         base = dict(
             run_id=new_run_id(),
             recipe_id=recipe.name,
@@ -129,16 +150,29 @@ class LocalRunner:
             env=launch.env,
         )
         if recipe.cluster.nodes != 1:
-            return RunRecord(**base, launch=shape, outcome="invalid", reason="the local launcher runs one node; use launcher slurm for more")
+            return RunRecord(
+                **base,
+                launch=shape,
+                outcome="invalid",
+                reason="the local launcher runs one node; use launcher slurm for more",
+            )
         try:
-            flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), extra=load_args(seed) if seed else None,
-                                  check_layout=self.check_layout, workdir=root)
+            flat = resolve_recipe(
+                recipe,
+                steps=steps,
+                dump_folder=str(dump),
+                extra=load_args(seed) if seed else None,
+                check_layout=self.check_layout,
+                workdir=root,
+            )
         except ResolveError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         if seed_error:
             return RunRecord(**base, launch=shape, outcome="crash", reason=seed_error)
         tokens_per_step = int(flat["training.seq_len"]) * (
-            int(flat["training.global_batch_size"]) if int(flat["training.global_batch_size"]) > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
+            int(flat["training.global_batch_size"])
+            if int(flat["training.global_batch_size"]) > 0
+            else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
         )
         env = {**os.environ, **launch.env, **self.extra_env}
         env["PYTHONPATH"] = rank_pythonpath(root, env.get("PYTHONPATH"))
@@ -149,15 +183,32 @@ class LocalRunner:
             env["ATTUNE_HOOK"] = self.hook
         lease = self._lease(env)
         try:
-            outcome, reason, metrics, log_tail, wall, startup = self._launch(launch.argv, env, out_dir, steps, max_wall_s,
-                                                                            early_stop, recipe.bench.warmup_steps, cwd=root)
+            outcome, reason, metrics, log_tail, wall, startup = self._launch(
+                launch.argv, env, out_dir, steps, max_wall_s, early_stop, recipe.bench.warmup_steps, cwd=root
+            )
         except BaseException:
             _end_lease(lease, ok=False)
             raise
         _end_lease(lease, ok=outcome == "ok")
-        summary = summarize(metrics, warmup_steps=recipe.bench.warmup_steps, devices=recipe.devices, wall_s=wall, startup_s=startup, tokens_per_step=tokens_per_step)
+        summary = summarize(
+            metrics,
+            warmup_steps=recipe.bench.warmup_steps,
+            devices=recipe.devices,
+            wall_s=wall,
+            startup_s=startup,
+            tokens_per_step=tokens_per_step,
+        )
         spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
-        return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=metrics, spans_ms=spans, summary=summary, log_tail=log_tail)
+        return RunRecord(
+            **base,
+            launch=shape,
+            outcome=outcome,
+            reason=reason,
+            steps=metrics,
+            spans_ms=spans,
+            summary=summary,
+            log_tail=log_tail,
+        )
 
     def _lease(self, env: dict[str, str]) -> Lease | None:
         """Point the run's ``env`` at the compile cache and register the run there (None: the cache could not be
@@ -170,16 +221,33 @@ class LocalRunner:
         except OSError:
             return None
 
-    def _launch(self, argv: list[str], env: dict[str, str], out_dir: Path, steps: int, max_wall_s: float | None = None,
-                early_stop: EarlyStop | None = None, warmup_steps: int = 0,
-                cwd: Path | None = None) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
+    def _launch(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        out_dir: Path,
+        steps: int,
+        max_wall_s: float | None = None,
+        early_stop: EarlyStop | None = None,
+        warmup_steps: int = 0,
+        cwd: Path | None = None,
+    ) -> tuple[Outcome, str, list[StepMetric], str, float, float | None]:
         log_path = out_dir / "train.log"
         # the wall-clock cap stops the run early enough that killing every rank still ends inside it
         budget_s = None if max_wall_s is None else max(0.0, max_wall_s - KILL_MARGIN_S)
         timeout_s = self.timeout_s if budget_s is None else min(self.timeout_s, budget_s)
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True, cwd=cwd or out_dir,
-                                preexec_fn=die_with_parent())
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+            cwd=cwd or out_dir,
+            preexec_fn=die_with_parent(),
+        )
         lines: queue.Queue[str | None] = queue.Queue()
 
         def pump() -> None:
@@ -224,7 +292,9 @@ class LocalRunner:
                                 if self.on_step:
                                     self.on_step(metric)
                                 if metric.step < steps:  # a run that completed is ok, whatever it measured
-                                    stop_why = early_stop_reason([metrics[k] for k in sorted(metrics)], warmup_steps, early_stop)
+                                    stop_why = early_stop_reason(
+                                        [metrics[k] for k in sorted(metrics)], warmup_steps, early_stop
+                                    )
                     limit = self.hang_s if metrics else self.startup_s
                     if stop_why is not None:
                         killed = "stopped"
@@ -246,7 +316,14 @@ class LocalRunner:
             if max_wall_s is not None and timeout_s == budget_s:
                 why = f"{wall_cap_reason(max_wall_s)}; process group killed"
                 return "timeout", why, got, tail_text, wall, startup
-            return "timeout", f"wall clock over {self.timeout_s:.0f}s; process group killed", got, tail_text, wall, startup
+            return (
+                "timeout",
+                f"wall clock over {self.timeout_s:.0f}s; process group killed",
+                got,
+                tail_text,
+                wall,
+                startup,
+            )
         if killed == "stopped":
             return "stopped", f"{stop_why}; process group killed", got, tail_text, wall, startup
         if killed == "hang":
@@ -266,7 +343,11 @@ KILL_MARGIN_S = 12.0  # SIGTERM, 5 s grace, SIGKILL, 5 s: what stopping every ra
 def _first_error(log: str) -> str:
     for line in log.splitlines():
         s = line.strip()
-        if any(k in s for k in ("Error:", "Error ", "error:", "Exception:")) and "lspci" not in s and "WARNING" not in s:
+        if (
+            any(k in s for k in ("Error:", "Error ", "error:", "Exception:"))
+            and "lspci" not in s
+            and "WARNING" not in s
+        ):
             return s[-400:]
     return ""
 

@@ -21,7 +21,13 @@ from bot.core.records import Scalar
 from bot.runner.command import titan_args
 from bot.runner.workdir import importable
 
-AC_MODES = {"NoneType": "none", "NoAC": "none", "SelectiveAC": "selective", "FullAC": "full", "MemoryBudgetAC": "memory_budget"}
+AC_MODES = {
+    "NoneType": "none",
+    "NoAC": "none",
+    "SelectiveAC": "selective",
+    "FullAC": "full",
+    "MemoryBudgetAC": "memory_budget",
+}
 
 
 class ResolveError(Exception):
@@ -63,11 +69,15 @@ def resolve_args(args: list[str], *, capability: tuple[int, int] | None = None) 
     except SystemExit:
         text = err.getvalue().strip()
         lines = [ln.strip("│ ").strip() for ln in text.splitlines() if ln.strip("│╭╰─ ").strip()]
-        lines = [ln for ln in lines if not set(ln) <= set("─-") and "has no effect" not in ln and "does not exist" not in ln]
+        lines = [
+            ln for ln in lines if not set(ln) <= set("─-") and "has no effect" not in ln and "does not exist" not in ln
+        ]
         lines = [ln for ln in lines if ln.lower() not in ("value error", "parsing error")]
         raise ResolveError("torchtitan refused the arguments: " + " ".join(lines[:8])[:600]) from None
     except ImportError as exc:  # the module (ConfigManager imports ``--module``, or ``<module>.config_registry``)
-        raise ResolveError(f"torchtitan cannot import it: {type(exc).__name__}: {exc}"[:600], ("workload", "module")) from None
+        raise ResolveError(
+            f"torchtitan cannot import it: {type(exc).__name__}: {exc}"[:600], ("workload", "module")
+        ) from None
     except Exception as exc:  # torchtitan's validators raise ValueError, AssertionError, ImportError...
         field = ("workload", "config") if str(exc).startswith("Config function ") else None
         raise ResolveError(f"torchtitan refused the configuration: {type(exc).__name__}: {exc}"[:600], field) from None
@@ -77,8 +87,15 @@ def resolve_args(args: list[str], *, capability: tuple[int, int] | None = None) 
     return flat
 
 
-def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str = "./outputs", extra: list[str] | None = None,
-                   check_layout: bool = True, workdir: Path | None = None) -> dict[str, Any]:
+def resolve_recipe(
+    recipe: Recipe,
+    *,
+    steps: int | None = None,
+    dump_folder: str = "./outputs",
+    extra: list[str] | None = None,
+    check_layout: bool = True,
+    workdir: Path | None = None,
+) -> dict[str, Any]:
     """The recipe's resolved torchtitan config; checks that pins hold, config-only levers match and (``check_layout``)
     that torchtitan 0.3.0 can run the parallel layout on the recipe's hardware (``bot.core.layouts``). ``workdir``:
     the root its ranks start in (:mod:`.workdir`; default the working directory), importable while it resolves."""
@@ -87,18 +104,25 @@ def resolve_recipe(recipe: Recipe, *, steps: int | None = None, dump_folder: str
     root = (workdir if workdir is not None else Path.cwd()).resolve()
     with importable(root):
         try:
-            flat = resolve_args(titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra),
-                                capability=_capability(recipe.cluster.hardware))
+            flat = resolve_args(
+                titan_args(recipe, steps=steps or recipe.bench.steps, dump_folder=dump_folder, extra=extra),
+                capability=_capability(recipe.cluster.hardware),
+            )
         except ResolveError as exc:
             if exc.field != ("workload", "module"):
                 raise
             module = recipe.workload.module
             why = _import_failure(module)
-            raise ResolveError(f"torchtitan cannot import {module!r} from the repository root {root} or the installed "
-                               f"packages{f' ({why})' if why else ''}"[:600], exc.field) from None
+            raise ResolveError(
+                f"torchtitan cannot import {module!r} from the repository root {root} or the installed "
+                f"packages{f' ({why})' if why else ''}"[:600],
+                exc.field,
+            ) from None
     problems = pin_mismatches(recipe.pinned, flat)
     if "quantize.linear" in recipe.levers and recipe.levers["quantize.linear"] != "none":
-        problems.append("quantize.linear is set by a config function only in torchtitan 0.3.0; choose a config that applies it")
+        problems.append(
+            "quantize.linear is set by a config function only in torchtitan 0.3.0; choose a config that applies it"
+        )
     problems += batch_problems(recipe, flat)
     if check_layout and not problems:
         problems += layout_problems(_layout_values(flat), recipe.cluster.hardware)
@@ -124,8 +148,13 @@ def _capability(hardware: str) -> tuple[int, int] | None:
     return spec.cuda_capability if spec is not None else None
 
 
-LAYOUT_FIELDS = ("parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree", "parallelism.pipeline_parallel_schedule",
-                 "parallelism.pipeline_parallel_microbatch_size", "training.local_batch_size")
+LAYOUT_FIELDS = (
+    "parallelism.context_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.pipeline_parallel_schedule",
+    "parallelism.pipeline_parallel_microbatch_size",
+    "training.local_batch_size",
+)
 
 
 def _layout_values(flat: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +166,9 @@ def dp_degree(flat: dict[str, Any], world_size: int) -> int:
     rep = int(flat["parallelism.data_parallel_replicate_degree"])
     shard = int(flat["parallelism.data_parallel_shard_degree"])
     if shard == -1:
-        other = rep * int(flat["parallelism.tensor_parallel_degree"]) * int(flat["parallelism.pipeline_parallel_degree"])
+        other = (
+            rep * int(flat["parallelism.tensor_parallel_degree"]) * int(flat["parallelism.pipeline_parallel_degree"])
+        )
         other *= int(flat["parallelism.context_parallel_degree"])
         shard = max(world_size // other, 1)
     return rep * shard
@@ -146,10 +177,15 @@ def dp_degree(flat: dict[str, Any], world_size: int) -> int:
 def batch_problems(recipe: Recipe, flat: dict[str, Any]) -> list[str]:
     """Layout checks torchtitan only makes at start-up: world size and grad-accumulation divisibility."""
     world = recipe.devices
-    par = [int(flat[f"parallelism.{k}"]) for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree")]
+    par = [
+        int(flat[f"parallelism.{k}"])
+        for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree")
+    ]
     dp = dp_degree(flat, world)
     if dp * par[0] * par[1] * par[2] != world:
-        return [f"parallel degrees (dp {dp} x tp {par[0]} x pp {par[1]} x cp {par[2]}) must multiply to the {world} devices"]
+        return [
+            f"parallel degrees (dp {dp} x tp {par[0]} x pp {par[1]} x cp {par[2]}) must multiply to the {world} devices"
+        ]
     gbs, lbs = int(flat["training.global_batch_size"]), int(flat["training.local_batch_size"])
     if gbs > 0 and gbs % (lbs * dp):
         return [f"training.global_batch_size {gbs} is not divisible by local batch {lbs} x data-parallel degree {dp}"]

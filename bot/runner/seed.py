@@ -128,10 +128,23 @@ def _create(recipe: Recipe, final: Path, workdir: Path) -> SeedCheckpoint:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     seed = seed_recipe(recipe)
-    args = titan_args(seed, steps=1, dump_folder=str(work / "titan"),
-                      extra=["--checkpoint.enable", "--checkpoint.create-seed-checkpoint", "--checkpoint.folder", str(work / "ckpt")])
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=1",
-            "-m", "torchtitan.train", *args]
+    args = titan_args(
+        seed,
+        steps=1,
+        dump_folder=str(work / "titan"),
+        extra=["--checkpoint.enable", "--checkpoint.create-seed-checkpoint", "--checkpoint.folder", str(work / "ckpt")],
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc_per_node=1",
+        "-m",
+        "torchtitan.train",
+        *args,
+    ]
     env = {**os.environ, **seed.env, "ATTUNE_CPU_COMPAT": "1", "PYTHONUNBUFFERED": "1"}
     env.pop("ATTUNE_HOOK", None)  # a seed is never made under a test hook
     env["PYTHONPATH"] = rank_pythonpath(workdir, env.get("PYTHONPATH"))
@@ -139,8 +152,15 @@ def _create(recipe: Recipe, final: Path, workdir: Path) -> SeedCheckpoint:
     with (work / "seed.log").open("w") as log:
         # its own process group, ended with its caller: SIGKILL of attune (the kernel's parent-death signal) or a
         # Ctrl-C / SIGTERM / timeout here (the group is terminated before the exception goes on) leaves no rank
-        proc = subprocess.Popen(argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=die_with_parent())
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=workdir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         try:
             proc.wait(timeout=CREATE_TIMEOUT_S)
         except BaseException:
@@ -155,8 +175,13 @@ def _create(recipe: Recipe, final: Path, workdir: Path) -> SeedCheckpoint:
     shutil.rmtree(final / "step-0", ignore_errors=True)
     os.replace(made, final / "step-0")
     shutil.copy(work / "seed.log", final / "seed.log")
-    meta = {"key": final.name, "recipe": recipe.name, "wall_s": round(wall, 1), "command": argv,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    meta = {
+        "key": final.name,
+        "recipe": recipe.name,
+        "wall_s": round(wall, 1),
+        "command": argv,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     (final / "seed.json").write_text(json.dumps(meta, indent=1) + "\n")  # last: marks the checkpoint complete
     shutil.rmtree(work, ignore_errors=True)
     return SeedCheckpoint(key=final.name, path=str(final / "step-0"), created=True, wall_s=wall)

@@ -94,8 +94,15 @@ class Stopped(BaseModel):
     reason: str
 
 
-def classify(info: JobInfo | None, *, stopped: Stopped | None, steps: list[StepMetric], want_steps: int, job_log: str,
-             backstop_min: str | None = None) -> tuple[Outcome, str]:
+def classify(
+    info: JobInfo | None,
+    *,
+    stopped: Stopped | None,
+    steps: list[StepMetric],
+    want_steps: int,
+    job_log: str,
+    backstop_min: str | None = None,
+) -> tuple[Outcome, str]:
     """The outcome of a finished job: this runner's own stop first, then what Slurm says, then the log."""
     state = info.state if info else "UNKNOWN"
     done = bool(steps) and steps[-1].step >= want_steps
@@ -112,8 +119,10 @@ def classify(info: JobInfo | None, *, stopped: Stopped | None, steps: list[StepM
         return "preempted", f"Slurm preempted the job ({state}, restarts {info.restarts}){where}; not a measurement"
     if state in ("TIMEOUT", "DEADLINE"):
         if backstop_min is not None:
-            return "timeout", (f"Slurm time limit reached ({backstop_min} min, set from the run's wall-clock cap "
-                               f"because this runner could not stop the job itself){where}")
+            return "timeout", (
+                f"Slurm time limit reached ({backstop_min} min, set from the run's wall-clock cap "
+                f"because this runner could not stop the job itself){where}"
+            )
         return "timeout", f"Slurm time limit reached ({state}){where}"
     if state == "OUT_OF_MEMORY" or is_oom(job_log):
         return "oom", first_error(job_log) or f"out of memory ({state}){where}"
@@ -128,7 +137,11 @@ def classify(info: JobInfo | None, *, stopped: Stopped | None, steps: list[StepM
 def first_error(log: str) -> str:
     for line in log.splitlines():
         s = line.strip()
-        if any(k in s for k in ("Error:", "Error ", "error:", "Exception:")) and "lspci" not in s and "WARNING" not in s:
+        if (
+            any(k in s for k in ("Error:", "Error ", "error:", "Exception:"))
+            and "lspci" not in s
+            and "WARNING" not in s
+        ):
             return s[-400:]
     return ""
 
@@ -194,10 +207,19 @@ def torchrun_command(settings: SlurmSettings) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run"]
 
 
-def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float | None = None, hook: str | None = None,
-                 extra_env: dict[str, str] | None = None, payload: list[str] | None = None,
-                 seed: SeedCheckpoint | None = None, compile_cache: str | None = None,
-                 workdir: Path | None = None) -> tuple[str, str | None]:
+def batch_script(
+    recipe: Recipe,
+    *,
+    steps: int,
+    out_dir: Path,
+    max_wall_s: float | None = None,
+    hook: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    payload: list[str] | None = None,
+    seed: SeedCheckpoint | None = None,
+    compile_cache: str | None = None,
+    workdir: Path | None = None,
+) -> tuple[str, str | None]:
     """The batch script of a run (see :mod:`.slurmscript`) and, when the run's wall-clock cap is the tighter limit,
     the job's time limit in minutes set from it (a backstop should this runner die; else None). ``seed``: the
     checkpoint every rank loads its initial weights from (its folder is mounted into a container as well).
@@ -208,8 +230,13 @@ def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float
     root = Path(workdir or Path.cwd()).resolve()
     targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"), extra=load_args(seed) if seed else None)
     command = payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun_command(settings))
-    env = {**recipe.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1", "PYTHONPATH": rank_pythonpath(root),
-           "ATTUNE_STACK_FILE": str(out_dir / STACK_FILE)}
+    env = {
+        **recipe.env,
+        **(extra_env or {}),
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": rank_pythonpath(root),
+        "ATTUNE_STACK_FILE": str(out_dir / STACK_FILE),
+    }
     if recipe.cluster.hardware == "cpu":
         env["ATTUNE_CPU_COMPAT"] = "1"
     if hook:
@@ -222,8 +249,15 @@ def batch_script(recipe: Recipe, *, steps: int, out_dir: Path, max_wall_s: float
         limit = backstop
     else:
         backstop = None
-    body = slurmscript.render(recipe, settings, command=command, env=env, time_limit=limit, workdir=root,
-                              mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT, root, *([Path(seed.path).parent] if seed else []))])
+    body = slurmscript.render(
+        recipe,
+        settings,
+        command=command,
+        env=env,
+        time_limit=limit,
+        workdir=root,
+        mounts=[f"{p}:{p}" for p in (out_dir, IMPORT_ROOT, root, *([Path(seed.path).parent] if seed else []))],
+    )
     return body, backstop
 
 
@@ -237,10 +271,21 @@ class SlurmRunner:
     ``<tmp>/attune_slurm_<user>/compile-generation``; see :mod:`.compilecache`). ``workdir``: the root the ranks start
     in, importable (default: the repository holding ``recipe_path``, else the working directory; :mod:`.workdir`)."""
 
-    def __init__(self, *, hang_s: float = 300.0, startup_s: float = 900.0, poll_s: float = 2.0, hook: str | None = None,
-                 extra_env: dict[str, str] | None = None, on_step: Callable[[StepMetric], None] | None = None,
-                 payload: list[str] | None = None, slurm_env: dict[str, str] | None = None, seed_cache: Path | None = None,
-                 compile_state: Path | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        hang_s: float = 300.0,
+        startup_s: float = 900.0,
+        poll_s: float = 2.0,
+        hook: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        on_step: Callable[[StepMetric], None] | None = None,
+        payload: list[str] | None = None,
+        slurm_env: dict[str, str] | None = None,
+        seed_cache: Path | None = None,
+        compile_state: Path | None = None,
+        workdir: Path | None = None,
+    ) -> None:
         self.workdir = Path(workdir).resolve() if workdir is not None else None
         self.seed_cache = Path(seed_cache) if seed_cache is not None else None
         self.hang_s, self.startup_s, self.poll_s = hang_s, startup_s, poll_s
@@ -252,7 +297,9 @@ class SlurmRunner:
     # -- Slurm's commands -------------------------------------------------------------------------------------------
     def _slurm(self, *argv: str) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run(list(argv), capture_output=True, text=True, timeout=SLURM_CMD_TIMEOUT_S, env=self.slurm_env)
+            return subprocess.run(
+                list(argv), capture_output=True, text=True, timeout=SLURM_CMD_TIMEOUT_S, env=self.slurm_env
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return subprocess.CompletedProcess(list(argv), 255, "", f"{argv[0]}: {exc}")
 
@@ -304,25 +351,52 @@ class SlurmRunner:
                 self.generations.retire(gen)
 
     # -- the run ------------------------------------------------------------------------------------------------------
-    def run(self, recipe: Recipe, *, steps: int | None = None, out_dir: Path, recipe_path: str | None = None,
-            recipe_text: str | None = None, max_wall_s: float | None = None, early_stop: EarlyStop | None = None) -> RunRecord:
+    def run(
+        self,
+        recipe: Recipe,
+        *,
+        steps: int | None = None,
+        out_dir: Path,
+        recipe_path: str | None = None,
+        recipe_text: str | None = None,
+        max_wall_s: float | None = None,
+        early_stop: EarlyStop | None = None,
+    ) -> RunRecord:
         out_dir = Path(out_dir).resolve()
         out_dir.mkdir(parents=True, exist_ok=True)
         steps = steps or recipe.bench.steps
         dump = out_dir / "titan"
-        text = recipe_text if recipe_text is not None else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
+        text = (
+            recipe_text
+            if recipe_text is not None
+            else (Path(recipe_path).read_text() if recipe_path else recipe.model_dump_json())
+        )
         hook = self.hook if self.payload is None else f"payload: {' '.join(self.payload)}"
         base = dict(
-            run_id=new_run_id(), recipe_id=recipe.name, recipe_path=recipe_path, recipe_hash=content_hash(text),
-            **model_fields(recipe), hardware=recipe.cluster.hardware, levers=recipe.levers, pinned=recipe.pinned,
-            git_commit=git_commit(Path(recipe_path).parent if recipe_path else None), stack=stack_fingerprint(),
-            usd_per_device_hour=recipe.cluster.usd_per_device_hour, hook=hook,
+            run_id=new_run_id(),
+            recipe_id=recipe.name,
+            recipe_path=recipe_path,
+            recipe_hash=content_hash(text),
+            **model_fields(recipe),
+            hardware=recipe.cluster.hardware,
+            levers=recipe.levers,
+            pinned=recipe.pinned,
+            git_commit=git_commit(Path(recipe_path).parent if recipe_path else None),
+            stack=stack_fingerprint(),
+            usd_per_device_hour=recipe.cluster.usd_per_device_hour,
+            hook=hook,
         )
         settings = recipe.cluster.slurm or SlurmSettings()
         script = out_dir / "job.sbatch"
         sbatch = sbatch_argv(script, out_dir)
-        shape = LaunchShape(launcher="slurm", nodes=recipe.cluster.nodes, devices_per_node=recipe.cluster.devices_per_node,
-                            world_size=recipe.devices, command=sbatch, env=dict(recipe.env))
+        shape = LaunchShape(
+            launcher="slurm",
+            nodes=recipe.cluster.nodes,
+            devices_per_node=recipe.cluster.devices_per_node,
+            world_size=recipe.devices,
+            command=sbatch,
+            env=dict(recipe.env),
+        )
         root = self.workdir or recipe_root(recipe_path)
         try:
             flat = resolve_recipe(recipe, steps=steps, dump_folder=str(dump), workdir=root)
@@ -337,16 +411,31 @@ class SlurmRunner:
             base["seed_checkpoint"] = seed.key
         gen = self._generation()
         try:
-            body, backstop = batch_script(recipe, steps=steps, out_dir=out_dir, max_wall_s=max_wall_s, hook=self.hook,
-                                          extra_env=self.extra_env, payload=self.payload, seed=seed,
-                                          compile_cache=self._compile_cache(gen), workdir=root)
+            body, backstop = batch_script(
+                recipe,
+                steps=steps,
+                out_dir=out_dir,
+                max_wall_s=max_wall_s,
+                hook=self.hook,
+                extra_env=self.extra_env,
+                payload=self.payload,
+                seed=seed,
+                compile_cache=self._compile_cache(gen),
+                workdir=root,
+            )
         except ValueError as exc:
             return RunRecord(**base, launch=shape, outcome="invalid", reason=str(exc))
         gbs = int(flat["training.global_batch_size"])
-        tokens_per_step = int(flat["training.seq_len"]) * (gbs if gbs > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices))
+        tokens_per_step = int(flat["training.seq_len"]) * (
+            gbs if gbs > 0 else int(flat["training.local_batch_size"]) * dp_degree(flat, recipe.devices)
+        )
         if shutil.which("sbatch", path=self.slurm_env.get("PATH")) is None:
-            return RunRecord(**base, launch=shape, outcome="crash",
-                             reason="sbatch is not on PATH: launcher slurm runs on a Slurm login node (sbatch, squeue, scontrol, scancel)")
+            return RunRecord(
+                **base,
+                launch=shape,
+                outcome="crash",
+                reason="sbatch is not on PATH: launcher slurm runs on a Slurm login node (sbatch, squeue, scontrol, scancel)",
+            )
         (out_dir / STACK_FILE).unlink(missing_ok=True)  # a previous run's in this folder
         script.write_text(body)
         sub = self._slurm(*sbatch)
@@ -361,31 +450,57 @@ class SlurmRunner:
         job_log = out_dir / f"slurm-{job_id}.out"
         with _sigterm_as_interrupt():
             try:
-                follow = self._follow(recipe, settings, job_id, job_log, out_dir / "train.log", steps, max_wall_s, early_stop)
+                follow = self._follow(
+                    recipe, settings, job_id, job_log, out_dir / "train.log", steps, max_wall_s, early_stop
+                )
             except BaseException:  # the runner itself interrupted: leave no job behind
                 self._cancel(job_id)
                 self._retire(gen)
                 raise
         info = follow.info
         log_text = job_log.read_text(errors="replace") if job_log.exists() else ""
-        outcome, reason = classify(info, stopped=follow.stopped, steps=follow.steps, want_steps=steps, job_log=log_text,
-                                   backstop_min=backstop)
+        outcome, reason = classify(
+            info, stopped=follow.stopped, steps=follow.steps, want_steps=steps, job_log=log_text, backstop_min=backstop
+        )
         if outcome not in ("ok", "pending_timeout"):  # it may have been killed while it compiled
             self._retire(gen)
         elapsed = (info.elapsed_s if info else None) or follow.running_s
-        nodes = (info.num_nodes if info and info.num_nodes else recipe.cluster.nodes)
+        nodes = info.num_nodes if info and info.num_nodes else recipe.cluster.nodes
         shape.job_state, shape.node_list = (info.state, info.node_list) if info else (None, None)
         shape.queue_wait_s = info.queue_wait_s if info and info.queue_wait_s is not None else follow.queued_s
-        summary = summarize(follow.steps, warmup_steps=recipe.bench.warmup_steps, devices=nodes * recipe.cluster.devices_per_node,
-                            wall_s=elapsed, startup_s=follow.startup_s, tokens_per_step=tokens_per_step)
+        summary = summarize(
+            follow.steps,
+            warmup_steps=recipe.bench.warmup_steps,
+            devices=nodes * recipe.cluster.devices_per_node,
+            wall_s=elapsed,
+            startup_s=follow.startup_s,
+            tokens_per_step=tokens_per_step,
+        )
         spans = span_medians(dump / "structured_logs", skip_steps=recipe.bench.warmup_steps)
         with contextlib.suppress(OSError, ValueError):  # the compute nodes' stack, when rank 0 exited normally
             base["stack"] = StackFingerprint.model_validate_json((out_dir / STACK_FILE).read_text())
-        return RunRecord(**base, launch=shape, outcome=outcome, reason=reason, steps=follow.steps, spans_ms=spans,
-                         summary=summary, log_tail=follow.tail)
+        return RunRecord(
+            **base,
+            launch=shape,
+            outcome=outcome,
+            reason=reason,
+            steps=follow.steps,
+            spans_ms=spans,
+            summary=summary,
+            log_tail=follow.tail,
+        )
 
-    def _follow(self, recipe: Recipe, settings: SlurmSettings, job_id: str, job_log: Path, rank0_log: Path, steps: int,
-                max_wall_s: float | None, early_stop: EarlyStop | None) -> Followed:
+    def _follow(
+        self,
+        recipe: Recipe,
+        settings: SlurmSettings,
+        job_id: str,
+        job_log: Path,
+        rank0_log: Path,
+        steps: int,
+        max_wall_s: float | None,
+        early_stop: EarlyStop | None,
+    ) -> Followed:
         t_submit = time.monotonic()
         t_run: float | None = None
         last_progress = 0.0
@@ -424,7 +539,9 @@ class SlurmRunner:
                     if self.on_step:
                         self.on_step(metric)
                     if metric.step < steps and seen.stopped is None:
-                        why = early_stop_reason([metrics[k] for k in sorted(metrics)], recipe.bench.warmup_steps, early_stop)
+                        why = early_stop_reason(
+                            [metrics[k] for k in sorted(metrics)], recipe.bench.warmup_steps, early_stop
+                        )
                         if why:
                             seen.stopped = Stopped(outcome="stopped", reason=f"{why}; job {job_id} cancelled")
 
@@ -437,7 +554,10 @@ class SlurmRunner:
                 if queued is False:  # slurmctld busy or restarting: ask again, for a while
                     silent_since = silent_since or now
                     if now - silent_since > SLURM_SILENCE_S:
-                        seen.stopped = Stopped(outcome="crash", reason=f"squeue did not answer for {SLURM_SILENCE_S:.0f}s; job {job_id} cancelled")
+                        seen.stopped = Stopped(
+                            outcome="crash",
+                            reason=f"squeue did not answer for {SLURM_SILENCE_S:.0f}s; job {job_id} cancelled",
+                        )
                         self._cancel(job_id)
                         break
                     time.sleep(self.poll_s)
@@ -449,25 +569,44 @@ class SlurmRunner:
                     break  # left the queue (or finishing): read its end below
                 if queued.state == "PENDING" or queued.state in REQUEUED:
                     if t_run is not None:  # ran, and queues again: requeued (preemption, a node failure)
-                        seen.stopped = Stopped(outcome="preempted", reason=f"Slurm requeued job {job_id} after it started "
-                                               f"({queued.state}, {queued.reason or 'no reason given'}); not a measurement; cancelled")
+                        seen.stopped = Stopped(
+                            outcome="preempted",
+                            reason=f"Slurm requeued job {job_id} after it started "
+                            f"({queued.state}, {queued.reason or 'no reason given'}); not a measurement; cancelled",
+                        )
                     elif now - t_submit > queue_budget:
-                        seen.stopped = Stopped(outcome="pending_timeout", reason=(
-                            f"job {job_id} pending for {now - t_submit:.0f}s, over the recipe's queue budget "
-                            f"({settings.queue_budget}; Slurm's reason: {queued.reason or 'none'}); cancelled"))
-                elif queued.state in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING"):
+                        seen.stopped = Stopped(
+                            outcome="pending_timeout",
+                            reason=(
+                                f"job {job_id} pending for {now - t_submit:.0f}s, over the recipe's queue budget "
+                                f"({settings.queue_budget}; Slurm's reason: {queued.reason or 'none'}); cancelled"
+                            ),
+                        )
+                elif queued.state in (
+                    "RUNNING",
+                    "COMPLETING",
+                    "CONFIGURING",
+                    "SUSPENDED",
+                    "STOPPED",
+                    "RESIZING",
+                    "SIGNALING",
+                ):
                     if t_run is None:
                         t_run = now
                         seen.queued_s = now - t_submit
                         last_progress = now
                     ran = now - t_run
                     if max_wall_s is not None and budget_s is not None and ran > budget_s and seen.stopped is None:
-                        seen.stopped = Stopped(outcome="timeout", reason=(
-                            f"{wall_cap_reason(max_wall_s)} of running time; job {job_id} cancelled"))
+                        seen.stopped = Stopped(
+                            outcome="timeout",
+                            reason=(f"{wall_cap_reason(max_wall_s)} of running time; job {job_id} cancelled"),
+                        )
                     idle_limit = self.hang_s if metrics else self.startup_s
                     if seen.stopped is None and now - last_progress > idle_limit:
                         what = "no new step line" if metrics else "no first step line"
-                        seen.stopped = Stopped(outcome="hang", reason=f"{what} for {idle_limit:.0f}s; job {job_id} cancelled")
+                        seen.stopped = Stopped(
+                            outcome="hang", reason=f"{what} for {idle_limit:.0f}s; job {job_id} cancelled"
+                        )
                 if seen.stopped is not None:
                     self._cancel(job_id)
                     self._wait_gone(job_id)

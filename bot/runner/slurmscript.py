@@ -39,8 +39,14 @@ def sbatch_lines(recipe: Recipe, settings: SlurmSettings, *, time_limit: str | N
     """The ``#SBATCH`` options: the job's shape, then the site's settings, then the recipe's extra lines."""
     c = recipe.cluster
     opts = [f"--job-name={job_name(recipe)}", f"--nodes={c.nodes}", "--ntasks-per-node=1", "--no-requeue"]
-    for flag, value in (("--partition", settings.partition), ("--account", settings.account), ("--qos", settings.qos),
-                        ("--time", time_limit), ("--gres", settings.gres), ("--cpus-per-task", settings.cpus_per_task)):
+    for flag, value in (
+        ("--partition", settings.partition),
+        ("--account", settings.account),
+        ("--qos", settings.qos),
+        ("--time", time_limit),
+        ("--gres", settings.gres),
+        ("--cpus-per-task", settings.cpus_per_task),
+    ):
         if value is not None:
             opts.append(f"{flag}={value}")
     gpus = settings.gpus_per_node
@@ -78,8 +84,16 @@ def _word(arg: str) -> str:
     return shlex.quote(arg)
 
 
-def render(recipe: Recipe, settings: SlurmSettings, *, command: list[str], env: dict[str, str], mounts: list[str],
-           time_limit: str | None, workdir: Path | None = None) -> str:
+def render(
+    recipe: Recipe,
+    settings: SlurmSettings,
+    *,
+    command: list[str],
+    env: dict[str, str],
+    mounts: list[str],
+    time_limit: str | None,
+    workdir: Path | None = None,
+) -> str:
     """The whole batch script. ``command`` is what ``srun`` starts on every node (torchrun, or a test payload), from
     ``workdir`` (the recipe's repository root, as torchrun started from the user's checkout; srun's tasks start in
     the script's folder) when given."""
@@ -97,9 +111,9 @@ def render(recipe: Recipe, settings: SlurmSettings, *, command: list[str], env: 
         "set -eo pipefail",
         *settings.prologue,
         'nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )',
-        'head_node=${nodes[0]}',
-        'head_addr=$(scontrol show node "$head_node" | sed -n \'s/.*NodeAddr=\\([^ ]*\\).*/\\1/p\' | head -n 1)',
-        'head_addr=${head_addr:-$head_node}',
+        "head_node=${nodes[0]}",
+        "head_addr=$(scontrol show node \"$head_node\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p' | head -n 1)",
+        "head_addr=${head_addr:-$head_node}",
         'echo "attune: nodes ${nodes[*]}, rendezvous at $head_addr"',
     ]
     for key, value in env.items():

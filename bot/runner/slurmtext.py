@@ -21,8 +21,19 @@ from pydantic import BaseModel
 SQUEUE_FORMAT = "%i|%T|%r|%V|%S|%N|%D"  # id, state, reason, submit, start, nodes, node count
 SACCT_FIELDS = "JobID,State,ExitCode,Submit,Start,End,NodeList,NNodes,Reason"
 # job states after which a job never runs again (https://slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES)
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
-            "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
+TERMINAL = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "SPECIAL_EXIT",
+    "REVOKED",
+}
 REQUEUED = {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}
 _PAIR = re.compile(r"(?:^|\s)([A-Za-z][\w:/]*)=(.*?)(?=\s+[A-Za-z][\w:/]*=|\s*$)")
 
@@ -97,8 +108,16 @@ def parse_squeue(text: str, job_id: str) -> JobInfo | None:
         if len(fields) != 7 or fields[0].split("_")[0] != job_id:
             continue
         jid, state, reason, submit, start, nodes, count = fields
-        return JobInfo(job_id=job_id, state=base_state(state), reason=reason if reason != "None" else "", submit=when(submit),
-                       start=when(start), node_list=nodes, num_nodes=int(count) if count.isdigit() else None, source="squeue")
+        return JobInfo(
+            job_id=job_id,
+            state=base_state(state),
+            reason=reason if reason != "None" else "",
+            submit=when(submit),
+            start=when(start),
+            node_list=nodes,
+            num_nodes=int(count) if count.isdigit() else None,
+            source="squeue",
+        )
     return None
 
 
@@ -111,11 +130,17 @@ def _from_pairs(kv: dict[str, str], job_id: str, source: str) -> JobInfo:
     restarts = kv.get("Restarts", "0")
     count = kv.get("NumNodes", kv.get("NodeCnt", ""))
     return JobInfo(
-        job_id=job_id, state=base_state(kv.get("JobState", "")), reason=kv.get("Reason", "") if kv.get("Reason") != "None" else "",
-        exit_code=kv.get("ExitCode", ""), submit=when(kv.get("SubmitTime", "")), start=when(kv.get("StartTime", "")),
-        end=when(kv.get("EndTime", "")), node_list=kv.get("NodeList", "") if kv.get("NodeList") != "(null)" else "",
+        job_id=job_id,
+        state=base_state(kv.get("JobState", "")),
+        reason=kv.get("Reason", "") if kv.get("Reason") != "None" else "",
+        exit_code=kv.get("ExitCode", ""),
+        submit=when(kv.get("SubmitTime", "")),
+        start=when(kv.get("StartTime", "")),
+        end=when(kv.get("EndTime", "")),
+        node_list=kv.get("NodeList", "") if kv.get("NodeList") != "(null)" else "",
         num_nodes=int(count.split("-")[0]) if count.split("-")[0].isdigit() else None,
-        restarts=int(restarts) if restarts.isdigit() else 0, source=source,
+        restarts=int(restarts) if restarts.isdigit() else 0,
+        source=source,
     )
 
 
@@ -148,10 +173,18 @@ def parse_sacct(text: str, job_id: str) -> JobInfo | None:
         if len(fields) != len(names) or fields[0] != job_id:
             continue
         row = dict(zip(names, fields, strict=True))
-        return JobInfo(job_id=job_id, state=base_state(row["State"]), reason=row["Reason"] if row["Reason"] != "None" else "",
-                       exit_code=row["ExitCode"], submit=when(row["Submit"]), start=when(row["Start"]), end=when(row["End"]),
-                       node_list=row["NodeList"] if row["NodeList"] != "None assigned" else "",
-                       num_nodes=int(row["NNodes"]) if row["NNodes"].isdigit() else None, source="sacct")
+        return JobInfo(
+            job_id=job_id,
+            state=base_state(row["State"]),
+            reason=row["Reason"] if row["Reason"] != "None" else "",
+            exit_code=row["ExitCode"],
+            submit=when(row["Submit"]),
+            start=when(row["Start"]),
+            end=when(row["End"]),
+            node_list=row["NodeList"] if row["NodeList"] != "None assigned" else "",
+            num_nodes=int(row["NNodes"]) if row["NNodes"].isdigit() else None,
+            source="sacct",
+        )
     return None
 
 

@@ -29,8 +29,7 @@ def link(size: int, span: int, lay: Layout, hw: HardwareSpec, f: EfficiencyFacto
     intra = span <= lay.gpus_per_node
     if intra:
         return Link(size=size, bandwidth=hw.nvlink_gbs * 1e9 * f.nvlink_eff, alpha=f.alpha_intra_s, intra_node=True)
-    return Link(size=size, bandwidth=hw.internode_gbs * 1e9 * f.internode_eff, alpha=f.alpha_inter_s,
-                intra_node=False)
+    return Link(size=size, bandwidth=hw.internode_gbs * 1e9 * f.internode_eff, alpha=f.alpha_inter_s, intra_node=False)
 
 
 def groups(lay: Layout, hw: HardwareSpec, f: EfficiencyFactors) -> dict[str, Link]:

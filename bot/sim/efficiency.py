@@ -21,28 +21,41 @@ class EfficiencyFactors(BaseModel):
     # --- compute (fitted) ---
     gemm_eff: float = Field(description="achieved/peak for large bf16 GEMMs on a 700 W H100")
     attn_eff: float = Field(description="achieved/peak for causal flash attention (fwd+bwd), on the causal FLOPs")
-    elem_passes: float = Field(description="eager memory-bound passes over a layer's activations (norms, rope, "
-                               "SwiGLU, casts, residuals), per token per layer, in units of (h + FFN width) bf16")
+    elem_passes: float = Field(
+        description="eager memory-bound passes over a layer's activations (norms, rope, "
+        "SwiGLU, casts, residuals), per token per layer, in units of (h + FFN width) bf16"
+    )
     compile_elem: float = Field(description="fraction of eager elementwise traffic left after torch.compile fusion")
-    fp8_tensorwise: float = Field(description="speedup of the GEMM itself with float8 tensorwise scaling; the "
-                                  "memory-bound casts are charged separately")
+    fp8_tensorwise: float = Field(
+        description="speedup of the GEMM itself with float8 tensorwise scaling; the "
+        "memory-bound casts are charged separately"
+    )
     fp8_rowwise: float = Field(description="speedup of the GEMM itself with float8 rowwise (0.3.0's converter)")
     async_tp_hidden: float = Field(description="fraction of TP collective time async TP hides")
-    hw_eff: dict[str, float] = Field(description="achieved-efficiency multiplier per hardware id relative to a 700 W "
-                                     "H100 SXM: power-capped clocks (H100 96GB at 500 W), newer tensor cores (B200)")
+    hw_eff: dict[str, float] = Field(
+        description="achieved-efficiency multiplier per hardware id relative to a 700 W "
+        "H100 SXM: power-capped clocks (H100 96GB at 500 W), newer tensor cores (B200)"
+    )
     stack: dict[str, float] = Field(description="GEMM / pointwise efficiency multiplier per software stack")
-    grouped_d0: float = Field(description="expert width at which grouped GEMMs reach half efficiency "
-                              "(fine-grained experts run far below dense-GEMM efficiency)")
-    dropless_dispatch_s: float = Field(description="seconds of serialised dispatch work per routed token copy "
-                                       "per MoE layer (fwd+bwd) on Megatron-Bridge 25.11's dropless host-synced "
-                                       "dispatcher (sim.moe_dispatch: dropless-hostsync only)")
+    grouped_d0: float = Field(
+        description="expert width at which grouped GEMMs reach half efficiency "
+        "(fine-grained experts run far below dense-GEMM efficiency)"
+    )
+    dropless_dispatch_s: float = Field(
+        description="seconds of serialised dispatch work per routed token copy "
+        "per MoE layer (fwd+bwd) on Megatron-Bridge 25.11's dropless host-synced "
+        "dispatcher (sim.moe_dispatch: dropless-hostsync only)"
+    )
     # --- fixed from public figures ---
     gemm_m0: float = Field(256.0, description="assumption: tokens at which a GEMM reaches half its large-M efficiency")
-    gemm_d0: float = Field(96.0, description="assumption: weight dim at which a GEMM reaches half its large-dim efficiency")
+    gemm_d0: float = Field(
+        96.0, description="assumption: weight dim at which a GEMM reaches half its large-dim efficiency"
+    )
     attn_stack: dict[str, float] = Field(
         default_factory=lambda: {"megatron": 0.5, "meta": 0.5},
         description="attention efficiency of stacks with FlashAttention-3 / cuDNN fused attention: FA3 reaches "
-        "~500 TFLOP/s causal fwd+bwd at head dim 128 on H100 (arXiv 2407.08608); other stacks use attn_eff")
+        "~500 TFLOP/s causal fwd+bwd at head dim 128 on H100 (arXiv 2407.08608); other stacks use attn_eff",
+    )
     attn_hw_eff: dict[str, float] = Field(
         default_factory=lambda: {"b200": 1.0},
         description="attention-kernel multiplier per hardware id where it differs from the GEMM-fitted hw_eff. "
@@ -50,32 +63,56 @@ class EfficiencyFactors(BaseModel):
         "hw_eff.b200 carries: B200 doubles tensor-core throughput while the exponential (SFU) units and shared-memory "
         "bandwidth stay at H100 level, so the forward pass is exp-bound and the backward smem-bound; FlashAttention-4 "
         "reaches 1,605-1,613 TFLOP/s forward, 1.3x cuDNN 9.13 (so cuDNN ~1,240 [derived]), i.e. cuDNN-class kernels run near 0.5 of "
-        "the 2.25 PF peak (arXiv 2603.05451; https://www.together.ai/blog/flashattention-4)")
-    cp_attn_penalty: float = Field(0.1, description="assumption: ring-attention efficiency loss per doubling of CP (c block "
-                                   "kernels per layer plus log-sum-exp merges)")
+        "the 2.25 PF peak (arXiv 2603.05451; https://www.together.ai/blog/flashattention-4)",
+    )
+    cp_attn_penalty: float = Field(
+        0.1,
+        description="assumption: ring-attention efficiency loss per doubling of CP (c block "
+        "kernels per layer plus log-sum-exp merges)",
+    )
     ep_overlap: dict[str, float] = Field(
         default_factory=lambda: {"megatron": 0.5},
         description="share of EP all-to-all hidden by the stack (Megatron 1F1B A2A overlap / shared-expert overlap, "
-        "megatron/core/transformer/moe/README.md); torchtitan's dispatch blocks")
-    nvlink_eff: float = Field(0.80, description="NCCL bus bandwidth / NVLink peak; 8xH100 all-reduce busbw "
-                              "~360-480 GB/s (docs.alayanew.com nccl-tests, docs/reference/performance-model.md §4.5)")
+        "megatron/core/transformer/moe/README.md); torchtitan's dispatch blocks",
+    )
+    nvlink_eff: float = Field(
+        0.80,
+        description="NCCL bus bandwidth / NVLink peak; 8xH100 all-reduce busbw "
+        "~360-480 GB/s (docs.alayanew.com nccl-tests, docs/reference/performance-model.md §4.5)",
+    )
     internode_eff: float = Field(0.80, description="NCCL bus bandwidth / NIC peak (400 Gb/s -> ~40 GB/s)")
     alpha_intra_s: float = Field(8e-6, description="assumption: per-ring-step latency inside a node")
     alpha_inter_s: float = Field(15e-6, description="assumption: per-ring-step latency across nodes")
     fsdp_overlap: float = Field(0.9, description="assumption: share of compute time usable to hide FSDP collectives")
-    overlap_interference: float = Field(0.1, description="assumption: slowdown per second of hidden collective time "
-                                        "(NCCL kernels occupy SMs and HBM; docs/reference/performance-model.md §1.1 contention)")
+    overlap_interference: float = Field(
+        0.1,
+        description="assumption: slowdown per second of hidden collective time "
+        "(NCCL kernels occupy SMs and HBM; docs/reference/performance-model.md §1.1 contention)",
+    )
     pp_p2p_exposed: float = Field(0.5, description="assumption: share of pipeline send/recv time on the critical path")
     cp_exposed: float = Field(0.5, description="assumption: share of context-parallel KV exchange time not overlapped")
-    ep_sync_s: float = Field(3e-4, description="assumption: host sync per all-to-all, 'standard' (host-synced) dispatcher")
-    fast_ep_bw: float = Field(1.3, description="assumption: bandwidth gain of DeepEP/HybridEP kernels over NCCL all-to-all")
+    ep_sync_s: float = Field(
+        3e-4, description="assumption: host sync per all-to-all, 'standard' (host-synced) dispatcher"
+    )
+    fast_ep_bw: float = Field(
+        1.3, description="assumption: bandwidth gain of DeepEP/HybridEP kernels over NCCL all-to-all"
+    )
     fp8_eager: float = Field(0.75, description="assumption: share of the float8 speedup kept without torch.compile")
-    fp8_cast_bytes: float = Field(5.0, description="assumption: bytes moved per element cast to float8 (read bf16 for amax, "
-                                  "read again, write fp8); compile fuses part of it (x compile_elem)")
-    sac_memory: float = Field(0.38, description="assumption, checked against torchtitan's 8B SAC peak (82.4 GiB): per-op SAC "
-                              "activation memory / no-AC activation memory")
-    sac_recompute: float = Field(0.5, description="share of forward GEMMs per-op SAC recomputes: torchtitan's policy "
-                                 "saves every second mm (docs/reference/torchtitan.md §1b)")
+    fp8_cast_bytes: float = Field(
+        5.0,
+        description="assumption: bytes moved per element cast to float8 (read bf16 for amax, "
+        "read again, write fp8); compile fuses part of it (x compile_elem)",
+    )
+    sac_memory: float = Field(
+        0.38,
+        description="assumption, checked against torchtitan's 8B SAC peak (82.4 GiB): per-op SAC "
+        "activation memory / no-AC activation memory",
+    )
+    sac_recompute: float = Field(
+        0.5,
+        description="share of forward GEMMs per-op SAC recomputes: torchtitan's policy "
+        "saves every second mm (docs/reference/torchtitan.md §1b)",
+    )
     hbm_eff: float = Field(0.7, description="assumption: achieved/peak HBM bandwidth for memory-bound kernels")
     launch_s: float = Field(4e-6, description="assumption: CPU launch cost per kernel without CUDA graphs")
     kernels_per_layer: float = Field(120.0, description="assumption: kernels per layer per microbatch, fwd+bwd, eager")
@@ -84,8 +121,19 @@ class EfficiencyFactors(BaseModel):
     fragmentation: float = Field(0.06, description="assumption: allocator fragmentation on top of the modelled peak")
 
     FITTED: ClassVar[tuple[str, ...]] = (
-        "gemm_eff", "attn_eff", "elem_passes", "compile_elem", "fp8_tensorwise", "fp8_rowwise", "async_tp_hidden",
-        "hw_eff.h100-96gb", "stack.megatron", "stack.meta", "hw_eff.b200", "grouped_d0", "dropless_dispatch_s",
+        "gemm_eff",
+        "attn_eff",
+        "elem_passes",
+        "compile_elem",
+        "fp8_tensorwise",
+        "fp8_rowwise",
+        "async_tp_hidden",
+        "hw_eff.h100-96gb",
+        "stack.megatron",
+        "stack.meta",
+        "hw_eff.b200",
+        "grouped_d0",
+        "dropless_dispatch_s",
     )
 
     def get(self, name: str) -> float:

@@ -23,21 +23,38 @@ class SweepPoint(BaseModel):
     result: SimResult
 
 
-def sweep(model: str, hardware: str, nodes: int, devices_per_node: int, base_levers: dict[str, Any],
-          pinned: dict[str, Any], grid: dict[str, list[Any]], seed: int = 0) -> list[SweepPoint]:
+def sweep(
+    model: str,
+    hardware: str,
+    nodes: int,
+    devices_per_node: int,
+    base_levers: dict[str, Any],
+    pinned: dict[str, Any],
+    grid: dict[str, list[Any]],
+    seed: int = 0,
+) -> list[SweepPoint]:
     """Simulate every combination of ``grid`` values over ``base_levers``; best modelled throughput first."""
     names = list(grid)
     points = []
     for values in itertools.product(*(grid[n] for n in names)):
         changes = dict(zip(names, values, strict=True))
         levers = {**base_levers, **changes}
-        points.append(SweepPoint(changes=changes,
-                                 result=simulate(model, hardware, nodes, devices_per_node, levers, pinned, seed)))
+        points.append(
+            SweepPoint(changes=changes, result=simulate(model, hardware, nodes, devices_per_node, levers, pinned, seed))
+        )
     return sorted(points, key=lambda p: -p.result.tokens_per_s_per_device)
 
 
-def one_lever_neighbours(model: str, hardware: str, nodes: int, devices_per_node: int, levers: dict[str, Any],
-                         pinned: dict[str, Any], domains: dict[str, list[Any]], seed: int = 0) -> list[SweepPoint]:
+def one_lever_neighbours(
+    model: str,
+    hardware: str,
+    nodes: int,
+    devices_per_node: int,
+    levers: dict[str, Any],
+    pinned: dict[str, Any],
+    domains: dict[str, list[Any]],
+    seed: int = 0,
+) -> list[SweepPoint]:
     """Every recipe reachable by changing exactly one lever to another value of its domain; best first."""
     points = []
     for name, values in domains.items():
@@ -46,6 +63,10 @@ def one_lever_neighbours(model: str, hardware: str, nodes: int, devices_per_node
             if current == value:
                 continue
             changed = {**levers, name: value}
-            points.append(SweepPoint(changes={name: value},
-                                     result=simulate(model, hardware, nodes, devices_per_node, changed, pinned, seed)))
+            points.append(
+                SweepPoint(
+                    changes={name: value},
+                    result=simulate(model, hardware, nodes, devices_per_node, changed, pinned, seed),
+                )
+            )
     return sorted(points, key=lambda p: -p.result.tokens_per_s_per_device)

@@ -10,5 +10,12 @@ from bot.facts.flops import (
     total_params,
 )
 
-__all__ = ["FlopsPerToken", "ParamCounts", "active_params", "attention_flops_per_token_per_layer", "flops_per_token",
-           "param_counts", "total_params"]
+__all__ = [
+    "FlopsPerToken",
+    "ParamCounts",
+    "active_params",
+    "attention_flops_per_token_per_layer",
+    "flops_per_token",
+    "param_counts",
+    "total_params",
+]

@@ -72,8 +72,13 @@ def rank_params(m: ModelSpec, lay: Layout, load: StageLoad) -> RankParams:
         units.append(p.embedding / lay.tp)
     if load.has_head:
         units.append(p.head / lay.tp)
-    return RankParams(dense_unsharded=dense_u, expert_unsharded=expert_u, local=local,
-                      max_layer_unsharded=max(units), layer_unsharded=max(layer_units))
+    return RankParams(
+        dense_unsharded=dense_u,
+        expert_unsharded=expert_u,
+        local=local,
+        max_layer_unsharded=max(units),
+        layer_unsharded=max(layer_units),
+    )
 
 
 def activation_elems_per_token(m: ModelSpec, lay: Layout, moe: bool) -> float:
@@ -145,9 +150,15 @@ def peak_memory(m: ModelSpec, lay: Layout, f: EfficiencyFactors) -> MemoryBreakd
         modelled = states + params_held + grads_held + act + logits + buffers
         total = modelled * (1.0 + f.fragmentation) + f.memory_overhead_gib * GIB
         mb = MemoryBreakdown(
-            model_states=states / GIB, unsharded_params=params_held / GIB, unsharded_grads=grads_held / GIB,
-            activations=act / GIB, logits=logits / GIB, buffers=buffers / GIB,
-            overhead=(total - modelled) / GIB, total=total / GIB, rank=r,
+            model_states=states / GIB,
+            unsharded_params=params_held / GIB,
+            unsharded_grads=grads_held / GIB,
+            activations=act / GIB,
+            logits=logits / GIB,
+            buffers=buffers / GIB,
+            overhead=(total - modelled) / GIB,
+            total=total / GIB,
+            rank=r,
         )
         if best is None or mb.total > best.total:
             best = mb

@@ -52,5 +52,6 @@ def model_for(workload: Workload, root: Path | str | None = None) -> ModelSpec:
     """The workload's model (see the module docstring); ``root``: the tuning repository (default: the working
     directory), where a model module of the user's own is imported from. Raises :class:`UnknownModel`."""
     base = str(Path(root).resolve()) if root else str(Path.cwd())
-    return _spec(workload.module, workload.config, tuple(getattr(workload, "overrides", []) or []),
-                 workload.model or "", base)
+    return _spec(
+        workload.module, workload.config, tuple(getattr(workload, "overrides", []) or []), workload.model or "", base
+    )

@@ -86,8 +86,9 @@ def sim_loss_curve(
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
-    rng = np.random.default_rng(stable_seed("loss", seed, model, global_batch_size, seq_len, lr, warmup_steps,
-                                            total_steps))
+    rng = np.random.default_rng(
+        stable_seed("loss", seed, model, global_batch_size, seq_len, lr, warmup_steps, total_steps)
+    )
     drift = np.random.default_rng(stable_seed("drift", perturbation)) if perturbation is not None else None
     noise_all = rng.normal(0.0, noise, start_step + steps)
     lr_scale = min(1.0, (lr / 3e-4) ** 0.25) if lr > 0 else 0.0

@@ -31,8 +31,15 @@ def simulate_recipe(recipe: Any, seed: int = 0, levers: Mapping[str, Any] | None
     if not model:
         raise ValueError("recipe workload.model must name a simulator zoo model")
     merged = {**(r.get("levers") or {}), **(levers or {})}
-    return simulate(model, cluster["hardware"], int(cluster["nodes"]), int(cluster["devices_per_node"]), merged,
-                    dict(r.get("pinned") or {}), seed)
+    return simulate(
+        model,
+        cluster["hardware"],
+        int(cluster["nodes"]),
+        int(cluster["devices_per_node"]),
+        merged,
+        dict(r.get("pinned") or {}),
+        seed,
+    )
 
 
 def load_recipe_yaml(path: str | Path) -> dict[str, Any]:

@@ -51,8 +51,11 @@ class SimResult(BaseModel):
     peak_memory_gib: float | None = None
     memory_capacity_gib: float | None = None
     memory: MemoryBreakdown | None = None
-    mfu: float | None = Field(None, description="flops_per_token * tps / bf16 peak (torchtitan definition; "
-                              "computed even with float8, where torchtitan prints N/A)")
+    mfu: float | None = Field(
+        None,
+        description="flops_per_token * tps / bf16 peak (torchtitan definition; "
+        "computed even with float8, where torchtitan prints N/A)",
+    )
     flops_per_token: float | None = None
     tokens_per_step: int | None = None
     layout: dict[str, Any] | None = None
@@ -63,8 +66,9 @@ class SimResult(BaseModel):
         """Per-step noisy tokens/s/device for ``n_steps`` steps, deterministic in (seed, run_key) (simulated)."""
         if self.outcome != "ok":
             return SimulatedSeries([0.0] * n_steps)
-        return step_throughputs(self.tokens_per_s_per_device, n_steps, self.seed if seed is None else seed,
-                                self.run_key)
+        return step_throughputs(
+            self.tokens_per_s_per_device, n_steps, self.seed if seed is None else seed, self.run_key
+        )
 
 
 def _notes(lay: Layout) -> list[str]:
@@ -107,14 +111,20 @@ def evaluate(
     mem = peak_memory(m, lay, factors)
     capacity = hw.hbm_gib
     common = {
-        **base, "peak_memory_gib": mem.total, "memory_capacity_gib": capacity, "memory": mem,
-        "layout": lay.model_dump(exclude={"ranks"}), "ignored_levers": ignored, "notes": _notes(lay),
+        **base,
+        "peak_memory_gib": mem.total,
+        "memory_capacity_gib": capacity,
+        "memory": mem,
+        "layout": lay.model_dump(exclude={"ranks"}),
+        "ignored_levers": ignored,
+        "notes": _notes(lay),
         "tokens_per_step": lay.global_batch_size * lay.seq_len,
     }
     fpt = flops_per_token(m, lay.seq_len).total
     if check_memory and mem.total > capacity:
         return SimResult(
-            outcome="oom", flops_per_token=fpt,
+            outcome="oom",
+            flops_per_token=fpt,
             reason=f"peak memory {mem.total:.1f} GiB on pipeline rank {mem.rank} exceeds {capacity:.1f} GiB",
             **common,
         )
@@ -122,10 +132,14 @@ def evaluate(
     step = st.step_time_s
     tps = lay.global_batch_size * lay.seq_len / (step * world)
     return SimResult(
-        outcome="ok", tokens_per_s_per_device=tps,
+        outcome="ok",
+        tokens_per_s_per_device=tps,
         tokens_per_s_per_device_measured=measured_throughput(tps, seed, key),
-        step_time_s=step, breakdown=Breakdown(**st.model_dump()), flops_per_token=fpt,
-        mfu=fpt * tps / (hw.bf16_tflops * 1e12), **common,
+        step_time_s=step,
+        breakdown=Breakdown(**st.model_dump()),
+        flops_per_token=fpt,
+        mfu=fpt * tps / (hw.bf16_tflops * 1e12),
+        **common,
     )
 
 

@@ -199,8 +199,9 @@ def microbatch_time(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFa
         act_bytes = tokens / c * h * act / t_sp
         pp_time = 2 * lay.stages_per_rank * p2p(act_bytes, g["pp"]) * f.pp_p2p_exposed
 
-    return MicrobatchTime(compute=compute, forward_compute=fwd, recompute=recompute, tp=tp_time, ep=ep_time,
-                          cp=cp_time, pp=pp_time)
+    return MicrobatchTime(
+        compute=compute, forward_compute=fwd, recompute=recompute, tp=tp_time, ep=ep_time, cp=cp_time, pp=pp_time
+    )
 
 
 def _fsdp_times(m: ModelSpec, hw: HardwareSpec, lay: Layout, f: EfficiencyFactors, rank: int) -> tuple[float, float]:

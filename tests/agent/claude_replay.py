@@ -71,7 +71,9 @@ class Replay:
         return http.Response(status, json=turn, headers={"request-id": "req_test"})
 
     def client(self) -> anthropic.Anthropic:
-        return anthropic.Anthropic(api_key="test", http_client=http.Client(transport=http.MockTransport(self)), max_retries=0)
+        return anthropic.Anthropic(
+            api_key="test", http_client=http.Client(transport=http.MockTransport(self)), max_retries=0
+        )
 
     def sent_back(self, n: int) -> list[dict[str, Any]]:
         """The tool_result blocks request ``n`` (0-based) sent back: its last message's content."""
@@ -90,8 +92,13 @@ def stepping_state(steps: list[dict] | None = None, rule=None):
         if i < len(script):
             spec = script[i]
             base = state.step(spec["stacked_on"]).levers if spec.get("stacked_on") else state.incumbent_levers
-            return Change(lever=spec["lever"], before=catalog.effective(base)[spec["lever"]], after=spec["to"], why="t",
-                          stacked_on=spec.get("stacked_on"))
+            return Change(
+                lever=spec["lever"],
+                before=catalog.effective(base)[spec["lever"]],
+                after=spec["to"],
+                why="t",
+                stacked_on=spec.get("stacked_on"),
+            )
         return Stop(why="history built")
 
     state = play(new_state(text, policy="claude"), decide, rule or table_rule({}, [1000.0, 1010.0]))

@@ -61,7 +61,10 @@ bench:
 RECIPE = parse_recipe_text(TEXT, "recipes/llama3.1-8b/h100x8.yaml")
 SPACE = make_space(RECIPE)
 # no recompute runs out of memory; a bigger local batch is faster; everything else measures like the baseline
-RULE = table_rule({(("activation_checkpoint", "none"),): "oom", (("training.local_batch_size", 4),): [1300.0, 1290.0]}, [1000.0, 1010.0])
+RULE = table_rule(
+    {(("activation_checkpoint", "none"),): "oom", (("training.local_batch_size", 4),): [1300.0, 1290.0]},
+    [1000.0, 1010.0],
+)
 
 
 def campaign(policy, steps: int = 12, budget: float = 10.0):
@@ -93,7 +96,9 @@ def test_each_baseline_proposes_only_legal_untried_configurations_and_respects_t
 def test_greedy_walks_the_levers_in_the_documented_order_and_keeps_the_best() -> None:
     order = lever_order(SPACE)
     assert order[:2] == ["parallelism.tensor_parallel_degree", "parallelism.pipeline_parallel_degree"]
-    assert order.index("training.local_batch_size") < order.index("activation_checkpoint") < order.index("compile.enable")
+    assert (
+        order.index("training.local_batch_size") < order.index("activation_checkpoint") < order.index("compile.enable")
+    )
     assert value_order([1, 2, 4, 8, 16], 4) == [8, 2, 16, 1]  # nearest first, larger before smaller
     state = campaign(GreedyPolicy(), steps=80, budget=100.0)
     levers = [st.change.lever for st in state.steps]
@@ -105,19 +110,28 @@ def test_greedy_walks_the_levers_in_the_documented_order_and_keeps_the_best() ->
 
 
 def test_greedy_makes_a_degree_change_legal_by_moving_the_local_batch() -> None:
-    text = TEXT.replace("training.global_batch_size: 32", "training.global_batch_size: 8").replace(
-        "parallelism.tensor_parallel_degree: 1", "parallelism.tensor_parallel_degree: 2").replace("training.local_batch_size: 1", "training.local_batch_size: 2")
+    text = (
+        TEXT.replace("training.global_batch_size: 32", "training.global_batch_size: 8")
+        .replace("parallelism.tensor_parallel_degree: 1", "parallelism.tensor_parallel_degree: 2")
+        .replace("training.local_batch_size: 1", "training.local_batch_size: 2")
+    )
     recipe = parse_recipe_text(text, "recipes/llama3.1-8b/h100x8.yaml")
     space = make_space(recipe)
     st = new_state(text, policy="greedy", budget=10.0)
-    st = play(st.model_copy(update={"max_steps": 3}), lambda s: GreedyPolicy().propose(s, OK, [], space, RECORDS), table_rule({}, [1000.0]))
+    st = play(
+        st.model_copy(update={"max_steps": 3}),
+        lambda s: GreedyPolicy().propose(s, OK, [], space, RECORDS),
+        table_rule({}, [1000.0]),
+    )
     for step in st.steps:
         assert layout_problem(recipe, step.levers) is None
     # TP 2 -> 1 doubles the DP degree to 8: the pinned global batch 8 then needs local batch 1, proposed in the same
     # step (TP first); TP 4 needed no such fix
     assert layout_problem(recipe, {**recipe.levers, "parallelism.tensor_parallel_degree": 1}) is not None
     tp1 = next(s for s in st.steps if s.levers.get("parallelism.tensor_parallel_degree") == 1)
-    assert tp1.change.lever == "parallelism.tensor_parallel_degree" and tp1.change.extra == {"training.local_batch_size": 1}
+    assert tp1.change.lever == "parallelism.tensor_parallel_degree" and tp1.change.extra == {
+        "training.local_batch_size": 1
+    }
     tp4 = next(s for s in st.steps if s.levers.get("parallelism.tensor_parallel_degree") == 4)
     assert tp4.change.extra == {}
 
@@ -136,8 +150,12 @@ def test_cmaes_tells_out_of_memory_runs_as_infeasible_and_replays_statelessly() 
     assert ooms, "the rule makes some configurations run out of memory"
     assert sum(t.value == INFEASIBLE for t in completed) >= len(ooms)
     # categorical levers are CMA-ES dimensions (ordered indices), not optuna's random fallback
-    assert {k: type(d).__name__ for k, d in study.trials[-1].distributions.items()}["activation_checkpoint"] == "IntDistribution"
-    assert max(t.system_attrs.get("cmawm:generation", 0) for t in study.trials) >= 1  # more than one generation of POPSIZE
+    assert {k: type(d).__name__ for k, d in study.trials[-1].distributions.items()}[
+        "activation_checkpoint"
+    ] == "IntDistribution"
+    assert (
+        max(t.system_attrs.get("cmawm:generation", 0) for t in study.trials) >= 1
+    )  # more than one generation of POPSIZE
     assert POPSIZE == 4
     # stateless: the same campaign gives the same next proposal
     again = state.model_copy(update={"phase": "stepping", "finish_reason": ""})
@@ -182,7 +200,9 @@ def test_the_cost_model_follows_its_textbook_terms() -> None:
     assert acts["1F1B"] < acts["Interleaved1F1B"] < acts["GPipe"]
 
 
-def test_under_dualpipev_the_expert_all_to_all_hides_under_the_paired_chunks_computation_except_the_unpaired_ones() -> None:
+def test_under_dualpipev_the_expert_all_to_all_hides_under_the_paired_chunks_computation_except_the_unpaired_ones() -> (
+    None
+):
     """DeepSeek-V3 report §3.2.1: a forward and a backward chunk run together, each one's all-to-all under the other's
     computation; the warm-up forwards and cool-down backwards (about p of the m microbatches) run unpaired."""
     from bot.agent.costmodel import dualpipe_exposed
@@ -193,10 +213,16 @@ def test_under_dualpipev_the_expert_all_to_all_hides_under_the_paired_chunks_com
     hw = get_hardware("h100-sxm-80gb")
     pp = Shape(tp=1, pp=4, cp=1, ep=8, local_batch=16, microbatch=1, schedule="ZBVZeroBubble", ac="full")
     moe = get_model("deepseek-v3")
-    zbv, dual = (estimate(moe, hw, 256, 256, 4096, Shape(**{**pp.__dict__, "schedule": s})) for s in ("ZBVZeroBubble", "DualPipeV"))
+    zbv, dual = (
+        estimate(moe, hw, 256, 256, 4096, Shape(**{**pp.__dict__, "schedule": s}))
+        for s in ("ZBVZeroBubble", "DualPipeV")
+    )
     assert dual.comm_s < zbv.comm_s and dual.compute_s == zbv.compute_s
     dense = get_model("llama3.1-70b")  # no all-to-all to hide: the two V schedules estimate alike
-    zbv, dual = (estimate(dense, hw, 256, 256, 4096, Shape(**{**pp.__dict__, "ep": 1, "schedule": s})) for s in ("ZBVZeroBubble", "DualPipeV"))
+    zbv, dual = (
+        estimate(dense, hw, 256, 256, 4096, Shape(**{**pp.__dict__, "ep": 1, "schedule": s}))
+        for s in ("ZBVZeroBubble", "DualPipeV")
+    )
     assert dual == zbv
 
 
@@ -213,7 +239,9 @@ def test_the_cost_models_expert_parallel_groups_borrow_tensor_parallel_ranks_as_
     assert ep_layer_comm(m, hw, shape, tokens) == pytest.approx(4 * _coll(message, 8, hw.nvlink_gbs))
     tp2 = Shape(**{**shape.__dict__, "tp": 2})
     assert ep_layer_comm(m, hw, tp2, tokens) == pytest.approx(4 * _coll(message / 2, 8, hw.nvlink_gbs))
-    assert ep_layer_comm(m, hw, Shape(**{**tp2.__dict__, "ep": 16}), tokens) == pytest.approx(4 * _coll(message / 2, 16, hw.internode_gbs))
+    assert ep_layer_comm(m, hw, Shape(**{**tp2.__dict__, "ep": 16}), tokens) == pytest.approx(
+        4 * _coll(message / 2, 16, hw.internode_gbs)
+    )
     assert ep_layer_comm(m, hw, Shape(**{**shape.__dict__, "ep": 1}), tokens) == 0.0
     assert ep_layer_comm(get_model("llama3.1-8b"), hw, shape, tokens) == 0.0
 

@@ -72,8 +72,16 @@ def test_an_invalid_answer_is_sent_back_as_an_error_and_the_loop_goes_on(replay:
     assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_01A" and result["is_error"] is True
     assert why in result["content"]
     assert sent.requests[1]["messages"][1]["role"] == "assistant"  # the bad call itself precedes its error
-    assert isinstance(decision, Change) and decision.policy == "claude" and (decision.lever, decision.after) == ("activation_checkpoint", "none")
-    assert decision.consulted is not None and len(decision.consulted.rejected) == 1 and why in decision.consulted.rejected[0]
+    assert (
+        isinstance(decision, Change)
+        and decision.policy == "claude"
+        and (decision.lever, decision.after) == ("activation_checkpoint", "none")
+    )
+    assert (
+        decision.consulted is not None
+        and len(decision.consulted.rejected) == 1
+        and why in decision.consulted.rejected[0]
+    )
 
 
 def test_an_answer_with_no_tool_call_falls_back_to_the_heuristic() -> None:
@@ -86,7 +94,9 @@ def test_an_answer_with_no_tool_call_falls_back_to_the_heuristic() -> None:
 
 
 def test_a_tier_x_lever_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(catalog.CATALOG, "training.steps", catalog.Lever("training.steps", "int", "X", "schedule length", minimum=1))
+    monkeypatch.setitem(
+        catalog.CATALOG, "training.steps", catalog.Lever("training.steps", "int", "X", "schedule length", minimum=1)
+    )
     decision, replay, _ = propose("propose_objective_lever", "stop")
     assert "objective-changing (tier X)" in replay.sent_back(1)[0]["content"]
     assert isinstance(decision, Stop) and decision.policy == "claude"

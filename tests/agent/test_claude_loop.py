@@ -32,7 +32,9 @@ def heuristic_pick() -> Change:
 
 def assert_fell_back(decision, why: str) -> None:
     pick = heuristic_pick()
-    assert isinstance(decision, Change) and decision.policy.startswith(f"heuristic (claude fallback: {why}"), decision.policy
+    assert isinstance(decision, Change) and decision.policy.startswith(f"heuristic (claude fallback: {why}"), (
+        decision.policy
+    )
     assert (decision.lever, decision.after, decision.lessons) == (pick.lever, pick.after, pick.lessons)
     assert decision.consulted is not None and decision.consulted.fallback.startswith(why)
 
@@ -52,8 +54,10 @@ def test_a_good_proposal_after_listing_the_moves_and_asking_predictions() -> Non
     (listed,) = replay.sent_back(1)
     assert listed["tool_use_id"] == "toolu_g1" and not listed.get("is_error")
     moves = json.loads(listed["content"])["moves"]
-    assert [(m["id"], m["lever"], m["to"]) for m in moves] == [("lessons-or-diagnosis", "activation_checkpoint", "none"),
-                                                               ("explore", "activation_checkpoint", "selective")]
+    assert [(m["id"], m["lever"], m["to"]) for m in moves] == [
+        ("lessons-or-diagnosis", "activation_checkpoint", "none"),
+        ("explore", "activation_checkpoint", "selective"),
+    ]
     assert moves[0]["prediction"]["tokens_per_s_change"] == "+33.3%" and moves[1]["probe"] is True
     assert [m.get("pick", False) for m in moves] == [True, False]  # the default policy's own pick is marked
     assert "CPU host" in moves[0]["prediction"]["note"]
@@ -87,8 +91,12 @@ def test_a_refusal_falls_back_to_the_heuristics_pick() -> None:
 def test_malformed_tool_input_is_sent_back_as_errors_then_a_valid_proposal_decides() -> None:
     decision, replay = run("malformed_input")
     bad_predict, bad_propose = replay.sent_back(1)
-    assert bad_predict == {"type": "tool_result", "tool_use_id": "toolu_m1", "is_error": True,
-                           "content": "predict: 'levers' must be a non-empty object of lever name -> value"}
+    assert bad_predict == {
+        "type": "tool_result",
+        "tool_use_id": "toolu_m1",
+        "is_error": True,
+        "content": "predict: 'levers' must be a non-empty object of lever name -> value",
+    }
     assert bad_propose["tool_use_id"] == "toolu_m2" and bad_propose["is_error"] is True
     assert "expected a lever name and a scalar value" in bad_propose["content"]
     assert isinstance(decision, Change) and decision.policy == "claude" and decision.after == "none"
@@ -123,7 +131,9 @@ def test_an_over_long_loop_falls_back_when_the_token_budget_is_spent() -> None:
 
 
 def test_past_the_no_gain_allowance_it_stops_as_the_default_policy_does_without_a_request() -> None:
-    state, space = stepping_state([{"lever": "activation_checkpoint", "to": "none"}, {"lever": "activation_checkpoint", "to": "selective"}])
+    state, space = stepping_state(
+        [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "activation_checkpoint", "to": "selective"}]
+    )
     state = state.model_copy(update={"budget": 0.2})  # two futile steps spent past the no-gain share of it
     replay = Replay("propose_valid")
     decision = ClaudePolicy(client=replay.client()).propose(state, OK, LESSONS, space, RECORDS)
@@ -139,14 +149,19 @@ def test_list_moves_marks_an_obligation_and_predict_refuses_an_illegal_layout(mo
         id, lessons, obligation = "oom-retry", (), True
 
         def propose(self, ctx):
-            return Change(lever="activation_checkpoint", before="full", after="selective", why="retry", policy="heuristic")
+            return Change(
+                lever="activation_checkpoint", before="full", after="selective", why="retry", policy="heuristic"
+            )
 
     monkeypatch.setattr(tools, "MOVES", (Retry(), *tools.MOVES))
     state, space = stepping_state()
     box = tools.Toolbox(state, OK, LESSONS, space, RECORDS)
     moves = json.loads(box.call("list_moves", {}))["moves"]
-    assert [(m["id"], m.get("obligation", False)) for m in moves] == [("oom-retry", True), ("lessons-or-diagnosis", False),
-                                                                      ("explore", False)]
+    assert [(m["id"], m.get("obligation", False)) for m in moves] == [
+        ("oom-retry", True),
+        ("lessons-or-diagnosis", False),
+        ("explore", False),
+    ]
     with pytest.raises(tools.ToolError, match="expected one of none, selective, full"):
         box.call("predict", {"levers": {"activation_checkpoint": "sometimes"}})
     with pytest.raises(tools.ToolError, match="not a step of this campaign"):

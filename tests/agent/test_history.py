@@ -9,8 +9,12 @@ from bot.agent.history import ENABLER, chain_root, enabled_why, link_reason
 from bot.core.records import Change
 
 ROOT_REASON = "the analytic cost model predicts the layout TP 4 -> 2, CP 2 -> 4, PP 1 -> 8 16% faster"
-LINKS = [("training.disable_cuda_graphs", False, True), ("parallelism.tensor_parallel_degree", 4, 2),
-         ("parallelism.context_parallel_degree", 2, 4), ("parallelism.pipeline_parallel_degree", 1, 8)]
+LINKS = [
+    ("training.disable_cuda_graphs", False, True),
+    ("parallelism.tensor_parallel_degree", 4, 2),
+    ("parallelism.context_parallel_degree", 2, 4),
+    ("parallelism.pipeline_parallel_degree", 1, 8),
+]
 
 
 def _chain() -> tuple[cm.Campaign, list[str]]:
@@ -23,8 +27,14 @@ def _chain() -> tuple[cm.Campaign, list[str]]:
         reason = ROOT_REASON if n == 1 else enabled_why(state.model_copy(update={"steps": steps}), steps[-1])
         why = f"enabler of {rest}: {reason}"
         assert ENABLER.match(why)
-        steps.append(cm.Step(n=n, change=Change(lever=lever, before=before, after=after, why=why, enabler=True,
-                                                stacked_on=n - 1 or None), stacked_on=n - 1 or None, state="closed"))
+        steps.append(
+            cm.Step(
+                n=n,
+                change=Change(lever=lever, before=before, after=after, why=why, enabler=True, stacked_on=n - 1 or None),
+                stacked_on=n - 1 or None,
+                state="closed",
+            )
+        )
         whys.append(why)
     return state.model_copy(update={"steps": steps}), whys
 
@@ -34,10 +44,15 @@ def test_a_chain_link_names_the_step_before_it_and_the_reason_the_chain_began_on
     last = state.steps[-1]
     assert chain_root(state, last).n == 1 and chain_root(state, state.steps[0]).n == 1
     why = enabled_why(state, last)
-    assert why.startswith("the change step 4 enabled (parallelism.pipeline_parallel_degree: 1 -> 8), a link of the chain step 1 began")
+    assert why.startswith(
+        "the change step 4 enabled (parallelism.pipeline_parallel_degree: 1 -> 8), a link of the chain step 1 began"
+    )
     assert why.count(ROOT_REASON) == 1
     # the first link quotes the root's reason itself; every later link the same way, so their length does not grow
-    assert enabled_why(state, state.steps[0]) == f"the change step 1 enabled (training.disable_cuda_graphs: False -> True: {ROOT_REASON})"
+    assert (
+        enabled_why(state, state.steps[0])
+        == f"the change step 1 enabled (training.disable_cuda_graphs: False -> True: {ROOT_REASON})"
+    )
     lengths = [len(link_reason(s)) for s in state.steps[2:]]
     assert max(lengths) - min(lengths) < 40, whys  # only the link's own lever and values differ
 

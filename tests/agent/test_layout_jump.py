@@ -57,7 +57,10 @@ def test_the_jump_is_the_cost_models_layout_reached_through_legal_partial_layout
     for lever, value in jump.links:
         assert catalog.effective(at)[lever] != value and value in SPACE.values[lever]
         at[lever] = value
-        assert layout_problem(RECIPE, at) is None, (lever, value)  # every enabler's configuration is one torchtitan takes
+        assert layout_problem(RECIPE, at) is None, (
+            lever,
+            value,
+        )  # every enabler's configuration is one torchtitan takes
     assert catalog.effective(at) == catalog.effective(jump.levers)
     # the prerequisite first (pipeline stages need CUDA graphs off), recompute off before a zero-bubble schedule
     names = [k for k, _ in jump.links]
@@ -103,8 +106,9 @@ def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool)
     # the lesson applies to GPU kinds: on the CPU the analytic model's roofline and links say nothing of a real run
     recipe = load_recipe(path)
     state = _with_a_kept_step(new_state(path.read_text(), policy="heuristic", budget=30.0))
-    change = policy_jump(state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"),
-                                            NoRecords())
+    change = policy_jump(
+        state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"), NoRecords()
+    )
     assert (change is not None) is jumps
     if change is not None:
         assert change.lessons == [JUMP_LESSON] and change.enabler and ENABLER.match(change.why)
@@ -112,10 +116,17 @@ def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool)
 
 def _with_a_kept_step(state: cm.Campaign) -> cm.Campaign:
     """``state`` with one kept step (a lever the cost model has no term for, so its predicted speed-up is 1)."""
-    kept = cm.Step(n=1, change=Change(lever="training.gc_freq", before=50, after=100, why="t"), state="merged", kept=True,
-                   levers={**state.incumbent_levers, "training.gc_freq": 100}, gain=0.01)
-    return state.model_copy(update={"phase": "stepping", "steps": [kept], "incumbent_step": 1,
-                                    "incumbent_levers": kept.levers})
+    kept = cm.Step(
+        n=1,
+        change=Change(lever="training.gc_freq", before=50, after=100, why="t"),
+        state="merged",
+        kept=True,
+        levers={**state.incumbent_levers, "training.gc_freq": 100},
+        gain=0.01,
+    )
+    return state.model_copy(
+        update={"phase": "stepping", "steps": [kept], "incumbent_step": 1, "incumbent_levers": kept.levers}
+    )
 
 
 def test_no_jump_before_a_step_is_kept_there_is_no_measured_speedup_to_check_the_model_against() -> None:
@@ -140,7 +151,9 @@ def test_the_default_policy_proposes_the_jump_as_a_chain_of_enablers_and_measure
     assert len(jumps) == 1  # once per incumbent
 
 
-def test_without_its_lesson_in_the_catalog_the_policy_makes_no_jump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_its_lesson_in_the_catalog_the_policy_makes_no_jump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import bot.bench.tuners as tuners
 
     catalog_without = [lesson for lesson in load_lessons(ROOT / "lessons") if lesson.id != JUMP_LESSON]
@@ -150,28 +163,61 @@ def test_without_its_lesson_in_the_catalog_the_policy_makes_no_jump(tmp_path: Pa
 
 
 # where that campaign settled: measured at 144 GiB on 180 GiB devices, estimated by the formula at well over 180
-SETTLED = {**RECIPE.levers, "parallelism.tensor_parallel_degree": 4, "parallelism.context_parallel_degree": 2,
-           "activation_checkpoint": "selective"}
+SETTLED = {
+    **RECIPE.levers,
+    "parallelism.tensor_parallel_degree": 4,
+    "parallelism.context_parallel_degree": 2,
+    "activation_checkpoint": "selective",
+}
 
 
 def test_memory_is_judged_from_a_measured_peak_times_the_models_ratio_not_the_formulas_absolute_figure() -> None:
     assert not estimate_of(RECIPE, SETTLED).fits  # the formula alone says the incumbent cannot run
     assert jump_from(SETTLED) is None  # so, with nothing measured, its estimates say nothing here
-    anchored = layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), SETTLED], SPACE.model,
-                           measured=MeasuredPeak(SETTLED, 144.0, 180.0))
+    anchored = layout_jump(
+        RECIPE,
+        dict(RECIPE.levers),
+        SETTLED,
+        SPACE.values,
+        [dict(RECIPE.levers), SETTLED],
+        SPACE.model,
+        measured=MeasuredPeak(SETTLED, 144.0, 180.0),
+    )
     assert anchored is not None
     ratio = estimate_of(RECIPE, anchored.levers).memory_gib / estimate_of(RECIPE, SETTLED).memory_gib
     assert 144.0 * ratio <= 180.0  # predicted to fit by the anchored figure
     # the same incumbent measured at the device's limit: no layout that needs more memory than it is proposed
-    tight = layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), SETTLED], SPACE.model,
-                        measured=MeasuredPeak(SETTLED, 179.0, 180.0))
-    assert tight is None or estimate_of(RECIPE, tight.levers).memory_gib <= estimate_of(RECIPE, SETTLED).memory_gib * 180.0 / 179.0
+    tight = layout_jump(
+        RECIPE,
+        dict(RECIPE.levers),
+        SETTLED,
+        SPACE.values,
+        [dict(RECIPE.levers), SETTLED],
+        SPACE.model,
+        measured=MeasuredPeak(SETTLED, 179.0, 180.0),
+    )
+    assert (
+        tight is None
+        or estimate_of(RECIPE, tight.levers).memory_gib <= estimate_of(RECIPE, SETTLED).memory_gib * 180.0 / 179.0
+    )
 
 
-@pytest.mark.parametrize("predicted, measured, trusted", [
-    (1.30, 1.30, True), (1.30, 1.40, True), (1.30, 1.20, True),
-    (1.30, 1.50, False), (1.30, 1.10, False), (4.4, 1.0, False), (1.0, 0.0, False), (float("inf"), 1.0, False)])
-def test_the_model_is_trusted_only_where_it_reproduced_the_measured_speedup(predicted: float, measured: float, trusted: bool) -> None:
+@pytest.mark.parametrize(
+    "predicted, measured, trusted",
+    [
+        (1.30, 1.30, True),
+        (1.30, 1.40, True),
+        (1.30, 1.20, True),
+        (1.30, 1.50, False),
+        (1.30, 1.10, False),
+        (4.4, 1.0, False),
+        (1.0, 0.0, False),
+        (float("inf"), 1.0, False),
+    ],
+)
+def test_the_model_is_trusted_only_where_it_reproduced_the_measured_speedup(
+    predicted: float, measured: float, trusted: bool
+) -> None:
     assert consistent(predicted, measured) is trusted
 
 
@@ -180,8 +226,16 @@ def test_no_jump_where_the_model_got_the_measured_speedup_to_the_incumbent_wrong
     predicted = estimate_of(RECIPE, dict(RECIPE.levers)).step_s / estimate_of(RECIPE, SETTLED).step_s
 
     def jump(speedup: float):
-        return layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), SETTLED], SPACE.model,
-                           measured=peak, speedup=speedup)
+        return layout_jump(
+            RECIPE,
+            dict(RECIPE.levers),
+            SETTLED,
+            SPACE.values,
+            [dict(RECIPE.levers), SETTLED],
+            SPACE.model,
+            measured=peak,
+            speedup=speedup,
+        )
 
     assert jump(predicted) is not None and jump(predicted * 1.05) is not None
     assert jump(predicted * 1.5) is None and jump(predicted / 1.5) is None
@@ -197,8 +251,17 @@ def test_a_model_wrong_about_the_path_is_still_trusted_where_it_reproduced_the_l
     assert step != pytest.approx(1.0)
 
     def jump(last_speedup: float):
-        return layout_jump(RECIPE, dict(RECIPE.levers), SETTLED, SPACE.values, [dict(RECIPE.levers), between, SETTLED],
-                           SPACE.model, measured=peak, speedup=path * 2.0, last=(between, last_speedup))
+        return layout_jump(
+            RECIPE,
+            dict(RECIPE.levers),
+            SETTLED,
+            SPACE.values,
+            [dict(RECIPE.levers), between, SETTLED],
+            SPACE.model,
+            measured=peak,
+            speedup=path * 2.0,
+            last=(between, last_speedup),
+        )
 
     assert jump(step) is not None and jump(step * 1.05) is not None
     assert jump(step * 1.5) is None and jump(step / 1.5) is None
@@ -214,24 +277,56 @@ def test_the_latest_kept_step_the_model_can_judge_skips_steps_it_has_no_term_for
     base = dict(RECIPE.levers)
     ac = {**base, "activation_checkpoint": "selective"}
     compiled = {**ac, "compile.enable": True}
-    steps = [Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="selective"), levers=ac, kept=True, gain=0.2),
-             Step(n=2, change=Change(lever="training.local_batch_size", before=1, after=2), levers={**ac, "training.local_batch_size": 2},
-                  gain=-0.1),
-             Step(n=3, change=Change(lever="compile.enable", before=False, after=True), levers=compiled, kept=True, gain=0.1)]
-    state = Campaign(id="c", recipe_path="r.yaml", recipe_id=RECIPE.id, budget=100.0, baseline_levers=base, incumbent_levers=compiled,
-                     steps=steps)
+    steps = [
+        Step(
+            n=1,
+            change=Change(lever="activation_checkpoint", before="full", after="selective"),
+            levers=ac,
+            kept=True,
+            gain=0.2,
+        ),
+        Step(
+            n=2,
+            change=Change(lever="training.local_batch_size", before=1, after=2),
+            levers={**ac, "training.local_batch_size": 2},
+            gain=-0.1,
+        ),
+        Step(
+            n=3, change=Change(lever="compile.enable", before=False, after=True), levers=compiled, kept=True, gain=0.1
+        ),
+    ]
+    state = Campaign(
+        id="c",
+        recipe_path="r.yaml",
+        recipe_id=RECIPE.id,
+        budget=100.0,
+        baseline_levers=base,
+        incumbent_levers=compiled,
+        steps=steps,
+    )
     assert last_layout_step(state) == (base, pytest.approx(1.2))
-    only_compile = Step(n=1, change=Change(lever="compile.enable", before=False, after=True), levers={**base, "compile.enable": True},
-                        kept=True, gain=0.1)
+    only_compile = Step(
+        n=1,
+        change=Change(lever="compile.enable", before=False, after=True),
+        levers={**base, "compile.enable": True},
+        kept=True,
+        gain=0.1,
+    )
     assert last_layout_step(state.model_copy(update={"steps": [only_compile]})) is None
 
 
 # torchtitan's llama3_70b config on 64 simulated H100 (80 GiB): the campaign settles at TP 4 / CP 2 / selective
 # recompute, measured at about 75 GiB; the formula puts it at 129 GiB and rejects every layout without recompute
 H100 = load_recipe(ROOT / "bot" / "bench" / "tasks" / "llama3.1-70b" / "h100x64.yaml")
-H100_SETTLED = {**H100.levers, "parallelism.tensor_parallel_degree": 4, "parallelism.context_parallel_degree": 2,
-                "training.local_batch_size": 4, "activation_checkpoint": "selective", "compile.enable": True,
-                "compile.enable_async_tensor_parallel": True}
+H100_SETTLED = {
+    **H100.levers,
+    "parallelism.tensor_parallel_degree": 4,
+    "parallelism.context_parallel_degree": 2,
+    "training.local_batch_size": 4,
+    "activation_checkpoint": "selective",
+    "compile.enable": True,
+    "compile.enable_async_tensor_parallel": True,
+}
 
 
 class Records:
@@ -269,12 +364,21 @@ def test_with_a_measured_peak_the_jump_also_ranks_layouts_the_formula_alone_reje
     assert {items for _, items, _ in fitting} < {items for _, items, _ in every}  # a strict superset
     hbm = get_hardware(H100.cluster.hardware).hbm_gib
     over = [estimate_of(H100, dict(items)).memory_gib for _, items, _ in every[::50]]
-    assert max(over) > hbm and max(over) <= MEMORY_SLACK * hbm  # those the formula puts over the device, within its slack
+    assert (
+        max(over) > hbm and max(over) <= MEMORY_SLACK * hbm
+    )  # those the formula puts over the device, within its slack
     space = make_space(H100)
     peak = _sim(H100, H100_SETTLED).summary
     assert not estimate_of(H100, H100_SETTLED).fits and peak.peak_memory_gib <= peak.memory_capacity_gib
-    jump = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), H100_SETTLED], space.model,
-                       measured=MeasuredPeak(H100_SETTLED, peak.peak_memory_gib, peak.memory_capacity_gib))
+    jump = layout_jump(
+        H100,
+        dict(H100.levers),
+        H100_SETTLED,
+        space.values,
+        [dict(H100.levers), H100_SETTLED],
+        space.model,
+        measured=MeasuredPeak(H100_SETTLED, peak.peak_memory_gib, peak.memory_capacity_gib),
+    )
     assert jump is not None and not estimate_of(H100, jump.levers).fits  # a layout the formula alone would have dropped
     assert catalog.effective(jump.levers)["activation_checkpoint"] == "none"
 
@@ -284,13 +388,29 @@ def _after_a_failed_jump(strip_peak: bool = False, jumps: int = 1):
     space = make_space(H100)
     base, inc = _sim(H100, dict(H100.levers)), _sim(H100, H100_SETTLED)
     records = Records({"b1": base, "t1": inc})
-    state = new_state(ROOT.joinpath("bot/bench/tasks/llama3.1-70b/h100x64.yaml").read_text(), policy="heuristic", budget=400.0)
-    kept = cm.Step(n=1, change=Change(lever="compile.enable", before=False, after=True, why="t"), state="merged", kept=True,
-                   levers=H100_SETTLED, gain=0.3, runs=[cm.RunRef.of(inc, kind="trial", n=1, ref="t1")])
+    state = new_state(
+        ROOT.joinpath("bot/bench/tasks/llama3.1-70b/h100x64.yaml").read_text(), policy="heuristic", budget=400.0
+    )
+    kept = cm.Step(
+        n=1,
+        change=Change(lever="compile.enable", before=False, after=True, why="t"),
+        state="merged",
+        kept=True,
+        levers=H100_SETTLED,
+        gain=0.3,
+        runs=[cm.RunRef.of(inc, kind="trial", n=1, ref="t1")],
+    )
     steps, target = [kept], None
     for n in range(2, 2 + jumps):
-        jump = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), *(s.levers for s in steps)],
-                           space.model, measured=MeasuredPeak(H100_SETTLED, inc.summary.peak_memory_gib, inc.summary.memory_capacity_gib))
+        jump = layout_jump(
+            H100,
+            dict(H100.levers),
+            H100_SETTLED,
+            space.values,
+            [dict(H100.levers), *(s.levers for s in steps)],
+            space.model,
+            measured=MeasuredPeak(H100_SETTLED, inc.summary.peak_memory_gib, inc.summary.memory_capacity_gib),
+        )
         assert jump is not None
         target = catalog.with_prerequisites(jump.levers, space.model, set(space.values))
         oom = _sim(H100, target)
@@ -299,12 +419,25 @@ def _after_a_failed_jump(strip_peak: bool = False, jumps: int = 1):
             oom = oom.model_copy(update={"summary": oom.summary.model_copy(update={"peak_memory_gib": None})})
         records.records[f"t{n}"] = oom
         lever, value = jump.links[-1]
-        steps.append(cm.Step(n=n, change=Change(lever=lever, before=H100_SETTLED.get(lever), after=value, why="t",
-                                                lessons=[JUMP_LESSON]), state="closed", levers=target,
-                             runs=[cm.RunRef.of(oom, kind="trial", n=n, ref=f"t{n}")]))
-    state = state.model_copy(update={"phase": "stepping", "steps": steps, "incumbent_step": 1, "incumbent_levers": H100_SETTLED,
-                                     "incumbent_tps": inc.summary.tps_median,
-                                     "baseline": [cm.RunRef.of(base, kind="baseline", ref="b1")]})
+        steps.append(
+            cm.Step(
+                n=n,
+                change=Change(lever=lever, before=H100_SETTLED.get(lever), after=value, why="t", lessons=[JUMP_LESSON]),
+                state="closed",
+                levers=target,
+                runs=[cm.RunRef.of(oom, kind="trial", n=n, ref=f"t{n}")],
+            )
+        )
+    state = state.model_copy(
+        update={
+            "phase": "stepping",
+            "steps": steps,
+            "incumbent_step": 1,
+            "incumbent_levers": H100_SETTLED,
+            "incumbent_tps": inc.summary.tps_median,
+            "baseline": [cm.RunRef.of(base, kind="baseline", ref="b1")],
+        }
+    )
     return state, space, records, target
 
 
@@ -315,10 +448,19 @@ def test_a_jump_that_ran_out_of_memory_is_reaimed_once_on_the_peak_it_measured()
     assert change is not None and change.lessons == [JUMP_LESSON] and change.stacked_on is None  # from the incumbent
     # the same layout the jump picks when its memory is anchored on the failed run: not the failed layout again
     oom = records.read("t2").summary
-    again = layout_jump(H100, dict(H100.levers), H100_SETTLED, space.values, [dict(H100.levers), H100_SETTLED, failed],
-                        space.model, measured=MeasuredPeak(failed, oom.peak_memory_gib, oom.memory_capacity_gib))
+    again = layout_jump(
+        H100,
+        dict(H100.levers),
+        H100_SETTLED,
+        space.values,
+        [dict(H100.levers), H100_SETTLED, failed],
+        space.model,
+        measured=MeasuredPeak(failed, oom.peak_memory_gib, oom.memory_capacity_gib),
+    )
     assert again is not None and (change.lever, change.after) == again.links[0]
-    assert f"the measured {oom.peak_memory_gib:.0f} GiB x the memory model's" in change.why  # the figure it was judged on
+    assert (
+        f"the measured {oom.peak_memory_gib:.0f} GiB x the memory model's" in change.why
+    )  # the figure it was judged on
     assert catalog.effective(again.levers) != catalog.effective(failed)
     ratio = estimate_of(H100, again.levers).memory_gib / estimate_of(H100, failed).memory_gib
     assert oom.peak_memory_gib * ratio <= oom.memory_capacity_gib
@@ -344,7 +486,9 @@ QWEN_PATH = ROOT / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "b200x16.yaml"
 def reviewed(tmp_path_factory: pytest.TempPathFactory):
     recipe = load_recipe(QWEN_PATH)
     run_cost = SimRunner(seed=0).run(recipe, out_dir=None).summary.device_hours
-    return run_campaign(QWEN_PATH, "heuristic", 0, BUDGET_RUNS * run_cost, tmp_path_factory.mktemp("review")), make_space(recipe)
+    return run_campaign(
+        QWEN_PATH, "heuristic", 0, BUDGET_RUNS * run_cost, tmp_path_factory.mktemp("review")
+    ), make_space(recipe)
 
 
 def _jump_and_reviews(campaign: cm.Campaign):
@@ -358,7 +502,9 @@ def test_each_degree_a_kept_jump_moved_is_measured_one_notch_back_until_one_meas
     campaign, space = reviewed
     jump, chain, reviews = _jump_and_reviews(campaign)
     assert reviews, [s.change.title() for s in campaign.steps]
-    moved = {s.change.lever: (s.change.before, s.change.after) for s in chain if s.change.lever in catalog.PARALLEL_DEGREES}
+    moved = {
+        s.change.lever: (s.change.before, s.change.after) for s in chain if s.change.lever in catalog.PARALLEL_DEGREES
+    }
     for r in reviews:
         assert r.n > jump.n and r.change.lever in moved
         before, after = moved[r.change.lever]
@@ -366,7 +512,9 @@ def test_each_degree_a_kept_jump_moved_is_measured_one_notch_back_until_one_meas
         assert r.change.before == after and abs(values.index(r.change.after) - values.index(after)) == 1
         assert (r.change.after - after) * (before - after) > 0  # towards where the jump came from
     # the jump to PP 4 measured far short of the model; PP 2 is kept on it
-    assert any(r.kept and r.change.lever == "parallelism.pipeline_parallel_degree" and r.change.after == 2 for r in reviews)
+    assert any(
+        r.kept and r.change.lever == "parallelism.pipeline_parallel_degree" and r.change.after == 2 for r in reviews
+    )
     # no review after one that ran and measured no gain (an out-of-memory run does not count)
     misses = [r for r in reviews if not r.kept and all(run.outcome != "oom" for run in r.runs)]
     assert len(misses) <= 1 and (not misses or misses[0] is reviews[-1])
@@ -378,7 +526,11 @@ def _minimax_on_h100(tmp_path: Path) -> Path:
     text = (ROOT / "bot" / "bench" / "tasks" / "minimax-m2" / "h200x64.yaml").read_text()
     text = set_lever_text(text, "parallelism.pipeline_parallel_degree", 4)
     text = re.sub(r"(\n  hardware:) \S+", r"\1 h100-sxm-80gb", re.sub(r"(\n  nodes:) \d+", r"\1 16", text))
-    text = re.sub(r"(\n  training.global_batch_size:) \d+", r"\1 128", text.replace("id: minimax-m2/h200x64", "id: minimax-m2/h100x128"))
+    text = re.sub(
+        r"(\n  training.global_batch_size:) \d+",
+        r"\1 128",
+        text.replace("id: minimax-m2/h200x64", "id: minimax-m2/h100x128"),
+    )
     path = tmp_path / "minimax-m2-h100x128.yaml"
     path.write_text(text)
     return path
@@ -394,11 +546,24 @@ def test_a_degree_the_jump_moved_is_reviewed_one_notch_further_too(tmp_path: Pat
     run_cost = SimRunner(seed=0).run(recipe, out_dir=None).summary.device_hours
     campaign = run_campaign(path, "heuristic", 0, BUDGET_RUNS * run_cost, tmp_path / "work")
     jump = next(s for s in campaign.steps if s.kept and JUMP_LESSON in s.change.lessons)
-    moved = {campaign.step(n).change.lever: campaign.step(n).change for n in range(1, jump.n + 1) if JUMP_LESSON in campaign.step(n).change.lessons}
-    assert (moved["parallelism.pipeline_parallel_degree"].before, moved["parallelism.pipeline_parallel_degree"].after) == (4, 8)
-    further = next(s for s in campaign.steps if REVIEW_LESSON in s.change.lessons and s.change.lever == "parallelism.pipeline_parallel_degree")
+    moved = {
+        campaign.step(n).change.lever: campaign.step(n).change
+        for n in range(1, jump.n + 1)
+        if JUMP_LESSON in campaign.step(n).change.lessons
+    }
+    assert (
+        moved["parallelism.pipeline_parallel_degree"].before,
+        moved["parallelism.pipeline_parallel_degree"].after,
+    ) == (4, 8)
+    further = next(
+        s
+        for s in campaign.steps
+        if REVIEW_LESSON in s.change.lessons and s.change.lever == "parallelism.pipeline_parallel_degree"
+    )
     assert (further.change.before, further.change.after) == (8, 16) and "one notch further" in further.change.why
-    measured = next(s for s in campaign.steps if s.n > further.n and s.runs)  # the change it enabled (the fill), or itself
+    measured = next(
+        s for s in campaign.steps if s.n > further.n and s.runs
+    )  # the change it enabled (the fill), or itself
     assert measured.kept and measured.levers["parallelism.pipeline_parallel_degree"] == 16, measured.change.title()
     reviews = [s for s in campaign.steps if REVIEW_LESSON in s.change.lessons and s.runs]
     misses = [r for r in reviews if not r.kept and all(run.outcome != "oom" for run in r.runs)]
@@ -407,7 +572,9 @@ def test_a_degree_the_jump_moved_is_reviewed_one_notch_further_too(tmp_path: Pat
 
 def _right_after_the_jump(campaign: cm.Campaign) -> cm.Campaign:
     jump, _, _ = _jump_and_reviews(campaign)
-    return campaign.model_copy(update={"steps": campaign.steps[:jump.n], "incumbent_step": jump.n, "incumbent_levers": jump.levers})
+    return campaign.model_copy(
+        update={"steps": campaign.steps[: jump.n], "incumbent_step": jump.n, "incumbent_levers": jump.levers}
+    )
 
 
 def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(reviewed) -> None:
@@ -415,11 +582,16 @@ def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(revie
     state = _right_after_the_jump(campaign)
     review = jump_review(state, space, NoRecords())
     assert review is not None and REVIEW_LESSON in review.lessons
-    proposed = HeuristicPolicy().propose(state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords())
+    proposed = HeuristicPolicy().propose(
+        state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords()
+    )
     assert _plain(proposed) == _stated(review) and proposed.prediction.move == "jump-review"
     # nothing to review where the jump was not kept
-    rejected = state.model_copy(update={"steps": [s.model_copy(update={"kept": False}) if s.n == state.incumbent_step else s
-                                                  for s in state.steps]})
+    rejected = state.model_copy(
+        update={
+            "steps": [s.model_copy(update={"kept": False}) if s.n == state.incumbent_step else s for s in state.steps]
+        }
+    )
     assert jump_review(rejected, space, NoRecords()) is None
 
 
@@ -457,8 +629,15 @@ def test_while_compile_is_untried_a_schedule_that_rules_it_out_is_ranked_without
     incumbent = {**recipe.levers, "parallelism.expert_parallel_degree": 8, "training.disable_cuda_graphs": True}
 
     def jump(untried: bool):
-        return layout_jump(recipe, dict(recipe.levers), incumbent, space.values, [dict(recipe.levers)], space.model,
-                           compile_untried=untried)
+        return layout_jump(
+            recipe,
+            dict(recipe.levers),
+            incumbent,
+            space.values,
+            [dict(recipe.levers)],
+            space.model,
+            compile_untried=untried,
+        )
 
     blind, aware = jump(False), jump(True)
     schedule = "parallelism.pipeline_parallel_schedule"
@@ -472,11 +651,20 @@ def test_while_compile_is_untried_a_schedule_that_rules_it_out_is_ranked_without
     assert "once compiled" in aware.summary
     # from an incumbent that cannot be compiled itself (DualPipeV, measured), compile's cited gain, not yet measured
     # on any layout, does not pull the jump away from it: both rankings are the model's own
-    on_v = {**incumbent, "parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_parallel_schedule": "DualPipeV",
-            "training.local_batch_size": 4, "activation_checkpoint": "none"}
+    on_v = {
+        **incumbent,
+        "parallelism.pipeline_parallel_degree": 2,
+        "parallelism.pipeline_parallel_schedule": "DualPipeV",
+        "training.local_batch_size": 4,
+        "activation_checkpoint": "none",
+    }
     assert layout_problem(recipe, on_v) is None and layout_problem(recipe, {**on_v, "compile.enable": True}) is not None
-    from_v = [layout_jump(recipe, dict(recipe.levers), on_v, space.values, [dict(recipe.levers)], space.model, compile_untried=u)
-              for u in (False, True)]
+    from_v = [
+        layout_jump(
+            recipe, dict(recipe.levers), on_v, space.values, [dict(recipe.levers)], space.model, compile_untried=u
+        )
+        for u in (False, True)
+    ]
     assert from_v[0] == from_v[1]
 
 
@@ -485,13 +673,20 @@ def test_compile_counts_as_untried_until_a_step_has_run_with_it() -> None:
     from bot.core.state import Campaign, RunRef, Step
 
     base = dict(RECIPE.levers)
-    state = Campaign(id="c", recipe_path="r.yaml", recipe_id=RECIPE.id, budget=100.0, baseline_levers=base, incumbent_levers=base)
+    state = Campaign(
+        id="c", recipe_path="r.yaml", recipe_id=RECIPE.id, budget=100.0, baseline_levers=base, incumbent_levers=base
+    )
     assert compile_untried(state, SPACE)
     compiled = {**base, "compile.enable": True}
     chained = Step(n=1, change=Change(lever="compile.enable", before=False, after=True, enabler=True), levers=compiled)
     assert compile_untried(state.model_copy(update={"steps": [chained]}), SPACE)  # an enabler not run measures nothing
-    ran = Step(n=1, change=Change(lever="compile.enable", before=False, after=True), levers=compiled, gain=-0.02,
-               runs=[RunRef(kind="trial", n=1, outcome="ok", tps=1.0)])
+    ran = Step(
+        n=1,
+        change=Change(lever="compile.enable", before=False, after=True),
+        levers=compiled,
+        gain=-0.02,
+        runs=[RunRef(kind="trial", n=1, outcome="ok", tps=1.0)],
+    )
     assert not compile_untried(state.model_copy(update={"steps": [ran]}), SPACE)  # measured: no longer a prospect
     assert not compile_untried(state.model_copy(update={"incumbent_levers": compiled}), SPACE)  # already on
     no_compile = dataclasses.replace(SPACE, values={k: v for k, v in SPACE.values.items() if k != "compile.enable"})

@@ -41,7 +41,9 @@ bench: {{steps: 20, warmup_steps: 5}}
 """
 
 
-@pytest.mark.parametrize(("before", "after", "expected"), [(1, 2, 4), (4, 2, 1), (1, 8, None), (8, 1, None), (2, 2, None)])
+@pytest.mark.parametrize(
+    ("before", "after", "expected"), [(1, 2, 4), (4, 2, 1), (1, 8, None), (8, 1, None), (2, 2, None)]
+)
 def test_next_notch_goes_one_value_further_the_way_the_step_went(before: int, after: int, expected: int | None) -> None:
     assert next_notch([1, 2, 4, 8], before, after) == expected
 

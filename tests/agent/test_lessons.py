@@ -172,16 +172,12 @@ def test_compile_off_is_proposed_on_cpu_only_at_small_micro_batches(tokens: int,
 
 def test_headroom_lessons() -> None:
     found = ids(
-        relevant(
-            LESSONS, gpu_ctx(**{"levers.activation_checkpoint": "full", "diagnosis.mem_headroom_frac": 0.4})
-        )
+        relevant(LESSONS, gpu_ctx(**{"levers.activation_checkpoint": "full", "diagnosis.mem_headroom_frac": 0.4}))
     )
     assert "ac-full-to-selective-with-headroom" in found
     assert "reshard-never-when-memory-allows" in found
     tight = ids(
-        relevant(
-            LESSONS, gpu_ctx(**{"levers.activation_checkpoint": "full", "diagnosis.mem_headroom_frac": 0.05})
-        )
+        relevant(LESSONS, gpu_ctx(**{"levers.activation_checkpoint": "full", "diagnosis.mem_headroom_frac": 0.05}))
     )
     assert "ac-full-to-selective-with-headroom" not in tight
 
@@ -199,23 +195,33 @@ def test_parallelism_and_moe_lessons() -> None:
     assert "pp-interleaved-1f1b" in found and "pp-more-microbatches" in found
     tp = ids(relevant(LESSONS, gpu_ctx(**{"levers.parallelism.tensor_parallel_degree": 8})))
     assert tp.index("async-tp-needs-compile") < tp.index("compile-on-gpu")
-    moe = ids(
-        relevant(LESSONS, gpu_ctx(**{"recipe.moe": True, "levers.parallelism.expert_parallel_degree": 1}))
-    )
+    moe = ids(relevant(LESSONS, gpu_ctx(**{"recipe.moe": True, "levers.parallelism.expert_parallel_degree": 1})))
     assert "ep-for-moe" in moe
 
 
-@pytest.mark.parametrize(("ep", "per_node", "exposed", "fires"), [
-    (4, 8, 0.41, True),    # EP 8 still fits the node: widen it
-    (2, 8, 0.15, True),
-    (8, 8, 0.41, False),   # twice EP would cross nodes (ep-within-node's side)
-    (4, 4, 0.41, False),
-    (4, 8, 0.10, False),   # little exposed communication: nothing to trade
-    (1, 8, 0.41, False),   # no EP yet: ep-for-moe's case
-])
-def test_ep_widens_within_the_node_only_while_twice_the_group_fits_and_communication_is_exposed(ep, per_node, exposed, fires) -> None:
-    ctx = gpu_ctx(**{"recipe.moe": True, "levers.parallelism.expert_parallel_degree": ep, "recipe.devices_per_node": per_node,
-                     "recipe.expert_parallel_groups_per_node": per_node / ep, "diagnosis.breakdown.exposed_comm_frac": exposed})
+@pytest.mark.parametrize(
+    ("ep", "per_node", "exposed", "fires"),
+    [
+        (4, 8, 0.41, True),  # EP 8 still fits the node: widen it
+        (2, 8, 0.15, True),
+        (8, 8, 0.41, False),  # twice EP would cross nodes (ep-within-node's side)
+        (4, 4, 0.41, False),
+        (4, 8, 0.10, False),  # little exposed communication: nothing to trade
+        (1, 8, 0.41, False),  # no EP yet: ep-for-moe's case
+    ],
+)
+def test_ep_widens_within_the_node_only_while_twice_the_group_fits_and_communication_is_exposed(
+    ep, per_node, exposed, fires
+) -> None:
+    ctx = gpu_ctx(
+        **{
+            "recipe.moe": True,
+            "levers.parallelism.expert_parallel_degree": ep,
+            "recipe.devices_per_node": per_node,
+            "recipe.expert_parallel_groups_per_node": per_node / ep,
+            "diagnosis.breakdown.exposed_comm_frac": exposed,
+        }
+    )
     assert ("ep-widen-within-node" in ids(relevant(LESSONS, ctx))) is fires
 
 
@@ -347,8 +353,9 @@ def test_missing_folder(tmp_path: Path) -> None:
     assert "lessons folder not found" in lesson_error(tmp_path / "nope")
 
 
-def test_the_catalog_ships_with_the_package_and_loads_outside_any_repository(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_catalog_ships_with_the_package_and_loads_outside_any_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No repository and no lessons/ (a user's machine): the packaged catalog alone; the folder a campaign writes
     proposals to (``lessons/proposed/`` of the tuning repository) is not part of the package."""
     monkeypatch.delenv("ATTUNE_REPO", raising=False)
@@ -359,8 +366,9 @@ def test_the_catalog_ships_with_the_package_and_loads_outside_any_repository(tmp
     assert not (catalog_dir() / "proposed").exists()
 
 
-def test_a_repository_lesson_replaces_a_packaged_one_by_id_and_adds_its_own(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_repository_lesson_replaces_a_packaged_one_by_id_and_adds_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ATTUNE_REPO", raising=False)
     repo = tmp_path / "tune"
     (repo / "recipes").mkdir(parents=True)
@@ -391,9 +399,7 @@ def test_repository_path_sources_are_accepted() -> None:
     )
     assert lesson.source.startswith("results/")
     with pytest.raises(ValueError):
-        Lesson.model_validate(
-            {"id": "x", "try": [], "why": "w", "source": "../etc/passwd", "auto_propose": False}
-        )
+        Lesson.model_validate({"id": "x", "try": [], "why": "w", "source": "../etc/passwd", "auto_propose": False})
 
 
 # --------------------------------------------------------------------------- proposed lessons
@@ -509,9 +515,7 @@ def test_write_proposed_round_trips_and_merges(tmp_path: Path) -> None:
     assert [lesson.id for lesson in loaded] == [first[0]["id"]]
     assert loaded[0].status == "proposed"
     assert loaded[0] == Lesson.model_validate(first[0])
-    more = propose_lessons(
-        [{**MEASURED[0], "lever": "training.gc_freq", "from": 50, "to": 100, "gain": 0.03}]
-    )
+    more = propose_lessons([{**MEASURED[0], "lever": "training.gc_freq", "from": 50, "to": 100, "gain": 0.03}])
     write_proposed(more, target)
     assert len(load_lesson_folder(target.parent)) == 2
     write_proposed(more, target, merge=False)
@@ -539,14 +543,29 @@ def test_pipeline_off_is_not_tried_where_communication_is_already_exposed(comm: 
     assert ("pp-off-when-fsdp-may-fit" in ids(relevant(LESSONS, gpu_ctx(**over)))) == fires
 
 
-@pytest.mark.parametrize(("schedule", "ac", "bubble", "fires"),
-                         [("Interleaved1F1B", "none", 0.12, True), ("1F1B", "none", 0.3, True), ("Interleaved1F1B", "selective", 0.3, False),
-                          ("Interleaved1F1B", "none", 0.02, False), ("InterleavedZeroBubble", "none", 0.3, False)])
-def test_interleaved_zero_bubble_only_without_recompute_and_with_a_bubble_left(schedule: str, ac: str, bubble: float, fires: bool) -> None:
+@pytest.mark.parametrize(
+    ("schedule", "ac", "bubble", "fires"),
+    [
+        ("Interleaved1F1B", "none", 0.12, True),
+        ("1F1B", "none", 0.3, True),
+        ("Interleaved1F1B", "selective", 0.3, False),
+        ("Interleaved1F1B", "none", 0.02, False),
+        ("InterleavedZeroBubble", "none", 0.3, False),
+    ],
+)
+def test_interleaved_zero_bubble_only_without_recompute_and_with_a_bubble_left(
+    schedule: str, ac: str, bubble: float, fires: bool
+) -> None:
     """InterleavedZeroBubble with activation checkpointing runs at a tenth of Interleaved1F1B (torchtitan#773): the
     lesson asks for it only without recompute, with a bubble worth removing, and ahead of Interleaved1F1B."""
-    ctx = gpu_ctx(**{"levers.parallelism.pipeline_parallel_degree": 8, "levers.parallelism.pipeline_parallel_schedule": schedule,
-                     "levers.activation_checkpoint": ac, "diagnosis.breakdown.bubble_frac": bubble})
+    ctx = gpu_ctx(
+        **{
+            "levers.parallelism.pipeline_parallel_degree": 8,
+            "levers.parallelism.pipeline_parallel_schedule": schedule,
+            "levers.activation_checkpoint": ac,
+            "diagnosis.breakdown.bubble_frac": bubble,
+        }
+    )
     found = ids(relevant(LESSONS, ctx))
     assert ("pp-interleaved-zero-bubble-without-recompute" in found) == fires
     if fires and "pp-interleaved-1f1b" in found:
@@ -569,27 +588,67 @@ def test_every_shipped_catalog_passes_the_try_check(path: Path) -> None:
 
 def test_the_shipped_catalogs_are_the_topic_files_and_the_proposed_ones() -> None:
     names = {f"{p.parent.name}/{p.name}" for p in SHIPPED_CATALOGS}
-    assert {"lessons_catalog/memory.yaml", "lessons_catalog/cpu.yaml"} <= names and any(n.startswith("proposed/") for n in names)
+    assert {"lessons_catalog/memory.yaml", "lessons_catalog/cpu.yaml"} <= names and any(
+        n.startswith("proposed/") for n in names
+    )
 
 
 BAD_TRY = [
-    ("unknown-lever", "{lever: activation_checkpointing, value: full}", "try.1.lever",
-     "unknown lever 'activation_checkpointing'; did you mean 'activation_checkpoint'? (the lever catalog: bot/core/levers.py)"),
-    ("pinned-setting", "{lever: training.global_batch_size, op: double}", "try.1.lever",
-     "training.global_batch_size is pinned (part of the objective, the global batch size): a campaign never changes it"),
-    ("pinned-alias", "{lever: optimizer.weight_decay, value: 0.0}", "try.1.lever",
-     "optimizer.weight_decay is pinned (part of the objective): a campaign never changes it"),
-    ("op-the-lever-cannot-take", "{lever: activation_checkpoint, op: double}", "try.1.op",
-     "op 'double' does not apply to activation_checkpoint (a choice lever): it takes next, prev or a value"),
-    ("op-on-a-flag", "{lever: compile.enable, op: next}", "try.1.op",
-     "op 'next' does not apply to compile.enable (a bool lever): give a value (true or false)"),
-    ("value-the-lever-refuses", "{lever: training.local_batch_size, value: 0}", "try.1.value", "expected a value >= 1; got 0"),
-    ("value-not-a-choice", "{lever: activation_checkpoint, value: sometimes}", "try.1.value",
-     "expected one of none, selective, full, memory_budget; got 'sometimes'"),
+    (
+        "unknown-lever",
+        "{lever: activation_checkpointing, value: full}",
+        "try.1.lever",
+        "unknown lever 'activation_checkpointing'; did you mean 'activation_checkpoint'? (the lever catalog: bot/core/levers.py)",
+    ),
+    (
+        "pinned-setting",
+        "{lever: training.global_batch_size, op: double}",
+        "try.1.lever",
+        "training.global_batch_size is pinned (part of the objective, the global batch size): a campaign never changes it",
+    ),
+    (
+        "pinned-alias",
+        "{lever: optimizer.weight_decay, value: 0.0}",
+        "try.1.lever",
+        "optimizer.weight_decay is pinned (part of the objective): a campaign never changes it",
+    ),
+    (
+        "op-the-lever-cannot-take",
+        "{lever: activation_checkpoint, op: double}",
+        "try.1.op",
+        "op 'double' does not apply to activation_checkpoint (a choice lever): it takes next, prev or a value",
+    ),
+    (
+        "op-on-a-flag",
+        "{lever: compile.enable, op: next}",
+        "try.1.op",
+        "op 'next' does not apply to compile.enable (a bool lever): give a value (true or false)",
+    ),
+    (
+        "value-the-lever-refuses",
+        "{lever: training.local_batch_size, value: 0}",
+        "try.1.value",
+        "expected a value >= 1; got 0",
+    ),
+    (
+        "value-not-a-choice",
+        "{lever: activation_checkpoint, value: sometimes}",
+        "try.1.value",
+        "expected one of none, selective, full, memory_budget; got 'sometimes'",
+    ),
     ("value-null", "{lever: compile.enable, value: null}", "try.1.value", "expected true or false; got None"),
-    ("env-not-allowed", "{lever: env.LD_PRELOAD, value: /tmp/x.so}", "try.1.lever", "'LD_PRELOAD' is not an environment variable a recipe may set"),
-    ("env-op", "{lever: env.OMP_NUM_THREADS, op: next}", "try.1.op",
-     "op 'next' does not apply to an environment variable; use double or halve, or a value"),
+    (
+        "env-not-allowed",
+        "{lever: env.LD_PRELOAD, value: /tmp/x.so}",
+        "try.1.lever",
+        "'LD_PRELOAD' is not an environment variable a recipe may set",
+    ),
+    (
+        "env-op",
+        "{lever: env.OMP_NUM_THREADS, op: next}",
+        "try.1.op",
+        "op 'next' does not apply to an environment variable; use double or halve, or a value",
+    ),
 ]
 
 
@@ -679,12 +738,16 @@ def lessons_repo(tmp_path: Path) -> Path:
     ("bad", "expected"),
     [
         (b"lessons: []\n# caf\xe9\n", "{path}:2: not UTF-8 text (byte 0xe9 at offset 17); save the file as UTF-8"),
-        (GOOD.replace("value: full}", "op: double}").encode(),
-         "{path}, line 5: lesson 0 (id 'good-one'): field 'try.0.op': op 'double' does not apply to activation_checkpoint"),
+        (
+            GOOD.replace("value: full}", "op: double}").encode(),
+            "{path}, line 5: lesson 0 (id 'good-one'): field 'try.0.op': op 'double' does not apply to activation_checkpoint",
+        ),
     ],
     ids=["not-utf8", "bad-try"],
 )
-def test_attune_lessons_on_a_bad_catalog_is_one_line_exit_2(lessons_repo: Path, argv: tuple[str, ...], bad: bytes, expected: str) -> None:
+def test_attune_lessons_on_a_bad_catalog_is_one_line_exit_2(
+    lessons_repo: Path, argv: tuple[str, ...], bad: bytes, expected: str
+) -> None:
     from cli.test_cli import assert_one_line_error
     from crash_helpers import attune
 

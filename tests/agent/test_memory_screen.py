@@ -35,15 +35,28 @@ def _campaign(strip_peak: bool = False):
     record = SimRunner(seed=0).run(recipe)
     if strip_peak:  # a machine that reports no memory (a CPU run)
         record = record.model_copy(update={"summary": record.summary.model_copy(update={"peak_memory_gib": None})})
-    state = new_state(RECIPE.read_text()).model_copy(update={
-        "phase": "stepping", "incumbent_tps": record.summary.tps_median,
-        "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
+    state = new_state(RECIPE.read_text()).model_copy(
+        update={
+            "phase": "stepping",
+            "incumbent_tps": record.summary.tps_median,
+            "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
+        }
+    )
     return recipe, state, Records({"b1": record}), record
 
 
 def _sim_peak(recipe, levers: dict) -> float:
     c = recipe.cluster
-    res = evaluate(recipe.workload.model, c.hardware, c.nodes, c.devices_per_node, levers, dict(recipe.pinned), 0, check_memory=False)
+    res = evaluate(
+        recipe.workload.model,
+        c.hardware,
+        c.nodes,
+        c.devices_per_node,
+        levers,
+        dict(recipe.pinned),
+        0,
+        check_memory=False,
+    )
     return res.peak_memory_gib
 
 
@@ -66,8 +79,18 @@ def test_nothing_is_screened_without_a_measured_peak_or_a_model_the_cost_model_k
     assert predicted_oom(state, far, None, space_fn(recipe), records) is None
     unknown = load_recipe(Path(__file__).resolve().parents[2] / "recipes/llama3-tiny/cpu.yaml")
     _, state2, records2, _ = _campaign()
-    assert predicted_oom(state2, far, None, space_fn(unknown.model_copy(update={"workload": unknown.workload.model_copy(
-        update={"model": "no-such-model"})})), records2) is None
+    assert (
+        predicted_oom(
+            state2,
+            far,
+            None,
+            space_fn(
+                unknown.model_copy(update={"workload": unknown.workload.model_copy(update={"model": "no-such-model"})})
+            ),
+            records2,
+        )
+        is None
+    )
 
 
 def test_a_retry_is_anchored_on_the_peak_of_the_run_it_retries() -> None:
@@ -77,12 +100,19 @@ def test_a_retry_is_anchored_on_the_peak_of_the_run_it_retries() -> None:
     oom_levers = {**state.incumbent_levers, "activation_checkpoint": "none"}
     oom = SimRunner(seed=1).run(recipe.model_copy(update={"levers": oom_levers}))
     assert oom.outcome == "oom" and oom.summary.peak_memory_gib
-    step = cm.Step(n=1, change=Change(lever="activation_checkpoint", before="full", after="none"), state="closed", levers=oom_levers,
-                   runs=[cm.RunRef.of(oom, kind="trial", n=1, ref="t1")])
+    step = cm.Step(
+        n=1,
+        change=Change(lever="activation_checkpoint", before="full", after="none"),
+        state="closed",
+        levers=oom_levers,
+        runs=[cm.RunRef.of(oom, kind="trial", n=1, ref="t1")],
+    )
     state = state.model_copy(update={"steps": [step]})
     records.records["t1"] = oom
     again = predicted_oom(state, oom_levers, 1, space, records)  # the failed layout itself: its own peak, x 1.00
-    assert again is not None and f"the measured {oom.summary.peak_memory_gib:.0f} GiB x the memory model's 1.00" in again
+    assert (
+        again is not None and f"the measured {oom.summary.peak_memory_gib:.0f} GiB x the memory model's 1.00" in again
+    )
     on_incumbent = predicted_oom(state, oom_levers, None, space, records)
     assert on_incumbent is not None and f"the measured {record.summary.peak_memory_gib:.0f} GiB" in on_incumbent
 
@@ -94,8 +124,13 @@ def test_the_policy_proposes_a_screened_change_with_its_prediction_and_then_retr
     first = HeuristicPolicy().propose(state, diagnose(record), [], space, records)
     assert isinstance(first, Change) and first.lever == "activation_checkpoint"
     assert first.predicted_oom.startswith("predicted to run out of memory")
-    step = cm.Step(n=1, change=first, state="closed", levers={**state.incumbent_levers, first.lever: first.after},
-                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason=f"not run: {first.predicted_oom}")])
+    step = cm.Step(
+        n=1,
+        change=first,
+        state="closed",
+        levers={**state.incumbent_levers, first.lever: first.after},
+        runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason=f"not run: {first.predicted_oom}")],
+    )
     retry = HeuristicPolicy().propose(state.model_copy(update={"steps": [step]}), diagnose(record), [], space, records)
     assert isinstance(retry, Change) and retry.stacked_on == 1  # the out-of-memory retry, as after a failed start
 
@@ -111,8 +146,12 @@ def test_a_change_the_screen_lets_through_carries_no_prediction(lever: str, valu
 
 QWEN = Path(__file__).resolve().parents[2] / "bot/bench/tasks/qwen3-30b-a3b/b200x16.yaml"
 # a pipelined layout of that recipe whose largest removable cost is selective recompute (19 % of the step, 30 % headroom)
-PIPELINED = {"parallelism.pipeline_parallel_degree": 2, "parallelism.pipeline_parallel_schedule": "ZBVZeroBubble",
-             "activation_checkpoint": "selective", "training.disable_cuda_graphs": True}
+PIPELINED = {
+    "parallelism.pipeline_parallel_degree": 2,
+    "parallelism.pipeline_parallel_schedule": "ZBVZeroBubble",
+    "activation_checkpoint": "selective",
+    "training.disable_cuda_graphs": True,
+}
 
 
 def _pipelined(peak_scale: float = 1.0, levers: dict | None = None):
@@ -124,10 +163,20 @@ def _pipelined(peak_scale: float = 1.0, levers: dict | None = None):
     recipe = parse_recipe_text(text, "bot/bench/tasks/qwen3-30b-a3b/b200x16.yaml")
     record = SimRunner(seed=0).run(recipe)
     if peak_scale != 1.0:  # the same run, as if its measured peak had been higher
-        record = record.model_copy(update={"summary": record.summary.model_copy(update={
-            "peak_memory_gib": record.summary.peak_memory_gib * peak_scale})})
-    state = new_state(text).model_copy(update={"phase": "stepping", "incumbent_tps": record.summary.tps_median,
-                                               "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
+        record = record.model_copy(
+            update={
+                "summary": record.summary.model_copy(
+                    update={"peak_memory_gib": record.summary.peak_memory_gib * peak_scale}
+                )
+            }
+        )
+    state = new_state(text).model_copy(
+        update={
+            "phase": "stepping",
+            "incumbent_tps": record.summary.tps_median,
+            "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
+        }
+    )
     return recipe, state, Records({"b1": record}), record
 
 
@@ -172,18 +221,29 @@ def test_a_lesson_held_back_only_by_its_headroom_threshold_is_proposed_when_its_
         if expected:
             assert d.mem_headroom_frac < 0.3 and (change.lever, change.after) == ("training.local_batch_size", 4)
             assert "below the lesson's memory headroom, but predicted to fit" in change.why
-            assert _sim_peak(recipe, {**state.incumbent_levers, "training.local_batch_size": 4}) <= record.summary.memory_capacity_gib
+            assert (
+                _sim_peak(recipe, {**state.incumbent_levers, "training.local_batch_size": 4})
+                <= record.summary.memory_capacity_gib
+            )
 
 
 @pytest.mark.parametrize(("behind", "follows"), [(-0.02, True), (-0.30, False), (None, True)])
-def test_less_recompute_follows_a_coupled_step_only_where_removing_all_recompute_could_put_it_ahead(behind, follows) -> None:
+def test_less_recompute_follows_a_coupled_step_only_where_removing_all_recompute_could_put_it_ahead(
+    behind, follows
+) -> None:
     """A step measured 30 % behind the incumbent with 19 % of its step recomputing cannot get ahead by dropping the
     recompute (1 / (1 - 0.19) = +23 % at most); 2 % behind it can."""
     from bot.core.diagnosis import Diagnosis
 
     recipe, state, records, _ = _pipelined()
-    d = Diagnosis(outcome="ok", breakdown={"compute": 0.75, "recompute": 0.19, "bubble": 0.01, "exposed_comm": 0.05}, mem_headroom_frac=0.3)
-    change = fix_for(state, space_fn(recipe), d, dict(state.incumbent_levers), stacked_on=None, why_prefix="t", behind=behind)
+    d = Diagnosis(
+        outcome="ok",
+        breakdown={"compute": 0.75, "recompute": 0.19, "bubble": 0.01, "exposed_comm": 0.05},
+        mem_headroom_frac=0.3,
+    )
+    change = fix_for(
+        state, space_fn(recipe), d, dict(state.incumbent_levers), stacked_on=None, why_prefix="t", behind=behind
+    )
     assert (isinstance(change, Change) and (change.lever, change.after) == ("activation_checkpoint", "none")) == follows
 
 
@@ -195,20 +255,36 @@ def _four_node_h200(peak_scale: float):
 
     text = RECIPE.read_text().replace("hardware: h100-sxm-80gb", "hardware: h200").replace("nodes: 8", "nodes: 4")
     text = text.replace("training.global_batch_size: 64", "training.global_batch_size: 32")
-    for k, v in {"parallelism.context_parallel_degree": 2, "activation_checkpoint": "selective", "compile.enable": True,
-                 "compile.enable_async_tensor_parallel": True}.items():
+    for k, v in {
+        "parallelism.context_parallel_degree": 2,
+        "activation_checkpoint": "selective",
+        "compile.enable": True,
+        "compile.enable_async_tensor_parallel": True,
+    }.items():
         text = set_lever_text(text, k, v)
     recipe = parse_recipe_text(text, "bot/bench/tasks/llama3.1-70b/h200x32.yaml")
     record = SimRunner(seed=0).run(recipe)
-    record = record.model_copy(update={"summary": record.summary.model_copy(update={
-        "peak_memory_gib": record.summary.peak_memory_gib * peak_scale})})
-    state = new_state(text).model_copy(update={"phase": "stepping", "incumbent_tps": record.summary.tps_median,
-                                               "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
+    record = record.model_copy(
+        update={
+            "summary": record.summary.model_copy(
+                update={"peak_memory_gib": record.summary.peak_memory_gib * peak_scale}
+            )
+        }
+    )
+    state = new_state(text).model_copy(
+        update={
+            "phase": "stepping",
+            "incumbent_tps": record.summary.tps_median,
+            "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
+        }
+    )
     return recipe, state, Records({"b1": record}), record
 
 
 @pytest.mark.parametrize(("peak_scale", "enabled"), [(1.0, True), (1.35, False)])
-def test_a_smaller_tp_that_would_not_fit_is_enabled_by_the_local_batch_its_larger_dp_degree_leaves_each_rank(peak_scale, enabled) -> None:
+def test_a_smaller_tp_that_would_not_fit_is_enabled_by_the_local_batch_its_larger_dp_degree_leaves_each_rank(
+    peak_scale, enabled
+) -> None:
     """drop-tp-when-fsdp-fits asks for 30 % headroom; at TP 8 x CP 2 on 4 H200 nodes 12 % is left and TP 4 at the same
     local batch is predicted (and simulated) to run out of memory. TP 4 doubles the DP degree, so each rank's share of
     the pinned global batch halves: local batch 4 with it keeps the per-rank activations, is predicted to fit, and is
@@ -221,7 +297,11 @@ def test_a_smaller_tp_that_would_not_fit_is_enabled_by_the_local_batch_its_large
     d = diagnose(record)
     assert d.outcome == "ok" and d.mem_headroom_frac < 0.3
     space = space_fn(recipe)
-    space.values = {k: v for k, v in space.values.items() if k in ("parallelism.tensor_parallel_degree", "training.local_batch_size")}
+    space.values = {
+        k: v
+        for k, v in space.values.items()
+        if k in ("parallelism.tensor_parallel_degree", "training.local_batch_size")
+    }
     change = HeuristicPolicy().propose(state, d, lessons, space, records)
     tp4 = {**state.incumbent_levers, "parallelism.tensor_parallel_degree": 4}
     capacity = record.summary.memory_capacity_gib
@@ -230,5 +310,8 @@ def test_a_smaller_tp_that_would_not_fit_is_enabled_by_the_local_batch_its_large
     assert shared == enabled, change
     if enabled:
         assert change.enabler and (change.lever, change.before, change.after) == ("training.local_batch_size", 8, 4)
-        assert change.why.startswith("enabler of parallelism.tensor_parallel_degree=4:") and "predicted to fit" in change.why
+        assert (
+            change.why.startswith("enabler of parallelism.tensor_parallel_degree=4:")
+            and "predicted to fit" in change.why
+        )
         assert _sim_peak(recipe, {**tp4, "training.local_batch_size": 4}) <= capacity

@@ -39,14 +39,20 @@ def test_first_the_moe_recipe_stops_recomputing_then_grows_the_expert_gemms() ->
     no_ac = text.replace("activation_checkpoint: full", "activation_checkpoint: none")
     state, space = _stepping(no_ac)
     second = HeuristicPolicy().propose(state, OK, LESSONS, space, FileRecords())
-    assert isinstance(second, Change) and (second.lever, second.before, second.after) == ("training.local_batch_size", 2, 4)
+    assert isinstance(second, Change) and (second.lever, second.before, second.after) == (
+        "training.local_batch_size",
+        2,
+        4,
+    )
     assert second.lessons == ["moe-cpu-bigger-expert-gemms"]
 
 
 def test_ep_over_gloo_is_turned_off() -> None:
     text = (REPO / "recipes" / "moe-tiny" / "cpu-2rank.yaml").read_text()
     text = text.replace("parallelism.expert_parallel_degree: 1", "parallelism.expert_parallel_degree: 2")
-    text = text.replace("activation_checkpoint: full", "activation_checkpoint: none").replace("training.local_batch_size: 2", "training.local_batch_size: 4")
+    text = text.replace("activation_checkpoint: full", "activation_checkpoint: none").replace(
+        "training.local_batch_size: 2", "training.local_batch_size: 4"
+    )
     state, space = _stepping(text)
     change = HeuristicPolicy().propose(state, OK, LESSONS, space, FileRecords())
     assert isinstance(change, Change) and (change.lever, change.after) == ("parallelism.expert_parallel_degree", 1)
@@ -59,10 +65,16 @@ def test_the_lessons_read_how_many_ep_groups_fit_a_node_from_the_recipe_and_the_
     text = (REPO / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "h100x64.yaml").read_text()
     text = text.replace("parallelism.expert_parallel_degree: 1 ", "parallelism.expert_parallel_degree: 4 ")
     state, space = _stepping(text)
-    exposed = Diagnosis(outcome="ok", tps=1000.0, mem_headroom_frac=0.2,
-                        breakdown={"compute": 0.52, "exposed_comm": 0.41, "bubble": 0.0, "recompute": 0.04, "other": 0.03})
+    exposed = Diagnosis(
+        outcome="ok",
+        tps=1000.0,
+        mem_headroom_frac=0.2,
+        breakdown={"compute": 0.52, "exposed_comm": 0.41, "bubble": 0.0, "recompute": 0.04, "other": 0.03},
+    )
     ctx = lesson_context(state, exposed, space)
     assert (ctx["recipe.devices_per_node"], ctx["recipe.expert_parallel_groups_per_node"]) == (8, 2.0)
     assert ctx["levers.parallelism.expert_parallel_degree"] == 4
-    wide = lesson_context(state, exposed, space, levers={**state.incumbent_levers, "parallelism.expert_parallel_degree": 8})
+    wide = lesson_context(
+        state, exposed, space, levers={**state.incumbent_levers, "parallelism.expert_parallel_degree": 8}
+    )
     assert wide["recipe.expert_parallel_groups_per_node"] == 1.0

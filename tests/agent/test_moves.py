@@ -10,7 +10,11 @@ from bot.agent.heuristic import MOVES, OBLIGATIONS
 from bot.agent.history import EXPLORING, enabled_settings, is_probe
 from bot.core.records import Change, Setting
 
-TP, LBS, SCHED = "parallelism.tensor_parallel_degree", "training.local_batch_size", "parallelism.pipeline_parallel_schedule"
+TP, LBS, SCHED = (
+    "parallelism.tensor_parallel_degree",
+    "training.local_batch_size",
+    "parallelism.pipeline_parallel_schedule",
+)
 TASK_OR_SCORE = re.compile(r"deepseek|glm-|llama3|minimax|mixtral|qwen|of the oracle", re.I)
 
 
@@ -23,9 +27,13 @@ def test_the_registry_asks_the_obligations_in_their_fixed_order_and_each_move_on
 
 def test_move_docstrings_are_short_and_name_no_benchmark_task() -> None:
     import pkgutil
+
     for info in pkgutil.iter_modules(heuristic.__path__, heuristic.__name__ + "."):
         module = __import__(info.name, fromlist=["_"])
-        for _, obj in [("module", module), *inspect.getmembers(module, lambda o: inspect.isfunction(o) or inspect.isclass(o))]:
+        for _, obj in [
+            ("module", module),
+            *inspect.getmembers(module, lambda o: inspect.isfunction(o) or inspect.isclass(o)),
+        ]:
             if getattr(obj, "__module__", module.__name__) != module.__name__:
                 continue
             doc = inspect.getdoc(obj) or ""

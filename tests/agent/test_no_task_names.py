@@ -32,7 +32,11 @@ def prose(source: str) -> Iterator[tuple[int, str]]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 yield first.lineno, first.value.value
 
 
@@ -40,7 +44,9 @@ def findings(files: Iterable[Path], ids: set[str]) -> list[str]:
     """``path:line: what`` for every comment or docstring naming a task id (as spelled in the task tree, whole words:
     a model's published name, e.g. a paper's title, is not a task id) or quoting a measured score as a share of the
     oracle (SCORE)."""
-    names = re.compile(r"(?<![\w.-])(" + "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)) + r")(?![\w-])")
+    names = re.compile(
+        r"(?<![\w.-])(" + "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True)) + r")(?![\w-])"
+    )
     out = []
     for path in files:
         for line, text in sorted(prose(path.read_text(encoding="utf-8"))):
@@ -53,7 +59,11 @@ def findings(files: Iterable[Path], ids: set[str]) -> list[str]:
 
 def overlong(folder: Path, limit: int = MAX_LINES) -> list[str]:
     """``path: N lines`` for every module under ``folder`` longer than ``limit`` lines."""
-    return [f"{p}: {n} lines" for p in sorted(folder.rglob("*.py")) if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit]
+    return [
+        f"{p}: {n} lines"
+        for p in sorted(folder.rglob("*.py"))
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit
+    ]
 
 
 def test_the_task_ids_are_read_from_the_task_tree() -> None:
@@ -78,14 +88,20 @@ def test_the_checks_catch_planted_cases(tmp_path: Path) -> None:
     ids = task_ids(tmp_path / "tasks")
     assert ids == {"some-model-7b/h100x8", "some-model-7b"}
     code = tmp_path / "planted.py"
-    code.write_text('"""Tuned on some-model-7b/h100x8."""\n\n'
-                    'X = 1  # at 0.4 the jump came late (73.5 -> 83.2 % of the oracle)\n\n\n'
-                    'def f() -> str:\n    """The target: at least 95 % of the oracle, reaching 95% of the oracle."""\n    return "some-model-7b"  # data, not prose: only the comment counts\n')
+    code.write_text(
+        '"""Tuned on some-model-7b/h100x8."""\n\n'
+        "X = 1  # at 0.4 the jump came late (73.5 -> 83.2 % of the oracle)\n\n\n"
+        'def f() -> str:\n    """The target: at least 95 % of the oracle, reaching 95% of the oracle."""\n    return "some-model-7b"  # data, not prose: only the comment counts\n'
+    )
     clean = tmp_path / "clean.py"
-    clean.write_text('"""A model id as data is fine."""\n\nMODEL = "some-model-7b"\nOTHER = "some-model-7b-chat"  # other-model\n')
+    clean.write_text(
+        '"""A model id as data is fine."""\n\nMODEL = "some-model-7b"\nOTHER = "some-model-7b-chat"  # other-model\n'
+    )
     found = findings([code, clean], ids)
-    assert found == [f"{code}:1: names the benchmark task 'some-model-7b/h100x8'",
-                     f"{code}:3: quotes a score as a share of the oracle"]
+    assert found == [
+        f"{code}:1: names the benchmark task 'some-model-7b/h100x8'",
+        f"{code}:3: quotes a score as a share of the oracle",
+    ]
     (tmp_path / "agent").mkdir()
     (tmp_path / "agent" / "big.py").write_text("x = 1\n" * (MAX_LINES + 1))
     (tmp_path / "agent" / "ok.py").write_text("x = 1\n" * MAX_LINES)

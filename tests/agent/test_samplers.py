@@ -22,15 +22,22 @@ HISTORY = [
     {"lever": "training.gc_freq", "to": 10},  # no gain
     {"lever": "optimizer.implementation", "to": "foreach"},  # the loss curve diverges: convergence gate rejects it
 ]
-RULE = table_rule({(("training.local_batch_size", 8),): "oom", (("activation_checkpoint", "none"),): [1300.0, 1290.0]}, [1000.0, 1010.0])
+RULE = table_rule(
+    {(("training.local_batch_size", 8),): "oom", (("activation_checkpoint", "none"),): [1300.0, 1290.0]},
+    [1000.0, 1010.0],
+)
 
 
 @pytest.fixture(scope="module")
 def history():
     text = recipe_text()
-    state = play(new_state(text, policy="tpe"), scripted(HISTORY), RULE,
-                 config_ok=lambda levers: levers.get("loss.num_chunks") != 2,
-                 convergence_ok=lambda levers: levers.get("optimizer.implementation") != "foreach")
+    state = play(
+        new_state(text, policy="tpe"),
+        scripted(HISTORY),
+        RULE,
+        config_ok=lambda levers: levers.get("loss.num_chunks") != 2,
+        convergence_ok=lambda levers: levers.get("optimizer.implementation") != "foreach",
+    )
     assert [s.state for s in state.steps] == ["merged", "closed", "closed", "closed", "closed"]
     return state.model_copy(update={"phase": "stepping", "finish_reason": ""}), space_fn(parse_recipe_text(text))
 
@@ -49,7 +56,11 @@ def check_proposal(state, space, change) -> dict:
     return config
 
 
-@pytest.mark.parametrize("policy", [RandomPolicy(seed=3), OptunaPolicy("tpe", seed=3), OptunaPolicy("gp", seed=3)], ids=["random", "tpe", "gp"])
+@pytest.mark.parametrize(
+    "policy",
+    [RandomPolicy(seed=3), OptunaPolicy("tpe", seed=3), OptunaPolicy("gp", seed=3)],
+    ids=["random", "tpe", "gp"],
+)
 def test_samplers_propose_untried_configurations_from_the_space(policy, history) -> None:
     state, space = history
     change = policy.propose(state, OK, [], space, RECORDS)
@@ -62,8 +73,11 @@ def test_samplers_propose_untried_configurations_from_the_space(policy, history)
 def test_random_search_keeps_proposing_new_configurations() -> None:
     text = recipe_text()
     policy = RandomPolicy(seed=1)
-    state = play(new_state(text, policy="random", max_steps=12), lambda s: policy.propose(s, OK, [], space_fn(parse_recipe_text(text)), RECORDS),
-                 table_rule({}, [1000.0, 1010.0]))
+    state = play(
+        new_state(text, policy="random", max_steps=12),
+        lambda s: policy.propose(s, OK, [], space_fn(parse_recipe_text(text)), RECORDS),
+        table_rule({}, [1000.0, 1010.0]),
+    )
     assert len(state.steps) == 12
     seen = configs(state)
     assert len({repr(sorted(c.items())) for c in seen}) == len(seen)

@@ -33,8 +33,14 @@ def _campaign_with_kept(gain: float):
     recipe = load_recipe(RECIPE)
     state = new_state(RECIPE.read_text())
     levers = {**recipe.levers, LBS: 4}
-    step = Step(n=1, change=Change(lever=LBS, **{"from": recipe.levers[LBS], "to": 4}), levers=levers, state="merged",
-                gain=gain, kept=True)
+    step = Step(
+        n=1,
+        change=Change(lever=LBS, **{"from": recipe.levers[LBS], "to": 4}),
+        levers=levers,
+        state="merged",
+        gain=gain,
+        kept=True,
+    )
     return state.model_copy(update={"steps": [step], "incumbent_levers": levers, "incumbent_step": 1}), recipe
 
 
@@ -63,13 +69,19 @@ def test_credibility_follows_how_well_the_model_reproduced_the_kept_steps() -> N
 
 def test_the_prior_is_half_the_measured_cost_a_change_is_aimed_at() -> None:
     diag = Diagnosis(outcome="ok", breakdown={"compute": 0.6, "recompute": 0.3, "exposed_comm": 0.1})
-    assert prior_saving(Change(lever=AC, **{"from": "full", "to": "selective"}), diag) == (0.15, "recompute", "diagnosis")
+    assert prior_saving(Change(lever=AC, **{"from": "full", "to": "selective"}), diag) == (
+        0.15,
+        "recompute",
+        "diagnosis",
+    )
     assert prior_saving(Change(lever="training.gc_freq", **{"from": 50, "to": 100}), diag) == (BLIND_PRIOR, "", "blind")
 
 
 def test_a_lessons_measured_gain_and_a_line_searchs_last_notch_are_priors_too() -> None:
     lessons = {x.id: x for x in load_lessons()}
-    compile_on = Change(lever="compile.enable", **{"from": False, "to": True}, lessons=["cpu-compile-large-microbatches"])
+    compile_on = Change(
+        lever="compile.enable", **{"from": False, "to": True}, lessons=["cpu-compile-large-microbatches"]
+    )
     prior, _, basis = prior_saving(compile_on, Diagnosis(outcome="ok"), lessons)
     assert basis == "lesson" and abs(prior - (1 - 1 / 1.12)) < 1e-9
     state, _ = _campaign_with_kept(0.25)  # local batch 8 -> 4 kept at +25 %
@@ -94,8 +106,9 @@ def test_a_larger_predicted_saving_ranks_higher_and_the_blend_follows_credibilit
 
 
 def test_the_report_sentence_says_what_was_seen_the_move_and_prediction_beside_the_result() -> None:
-    diag = Diagnosis(outcome="ok", breakdown={"compute": 0.55, "recompute": 0.31, "exposed_comm": 0.14},
-                     mem_headroom_frac=0.4)
+    diag = Diagnosis(
+        outcome="ok", breakdown={"compute": 0.55, "recompute": 0.31, "exposed_comm": 0.14}, mem_headroom_frac=0.4
+    )
     assert saw(diag) == "recompute is 31% of the step, exposed communication 14% and memory has 40% headroom"
     state, recipe = _campaign_with_kept(0.05)
     change = Change(lever=AC, **{"from": recipe.levers[AC], "to": "none"})

@@ -46,8 +46,9 @@ def test_a_layout_predicted_far_slower_is_screened_and_one_within_the_models_err
 def test_nothing_is_screened_where_the_model_cannot_tell() -> None:
     recipe = load_recipe(RECIPE)
     # neither torchtitan (no such config) nor the zoo (no such model) knows it
-    unknown = recipe.model_copy(update={"workload": recipe.workload.model_copy(update={"model": "no-such-model",
-                                                                                       "config": "no_such_config"})})
+    unknown = recipe.model_copy(
+        update={"workload": recipe.workload.model_copy(update={"model": "no-such-model", "config": "no_such_config"})}
+    )
     space = space_fn(recipe)
     space.recipe = unknown
     assert predicted_tps(space, dict(recipe.levers)) is None
@@ -68,13 +69,24 @@ def test_nothing_is_screened_on_a_cpu_host() -> None:
 def _after_an_oom_of(levers_change: dict) -> tuple:
     recipe = load_recipe(RECIPE)
     record = SimRunner(seed=0).run(recipe)
-    state = new_state(RECIPE.read_text()).model_copy(update={
-        "phase": "stepping", "incumbent_tps": record.summary.tps_median,
-        "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")]})
-    (lever, value), = levers_change.items()
-    change = Change(lever=lever, before=state.incumbent_levers.get(lever), after=value, why="a probe", policy="heuristic")
-    step = cm.Step(n=1, change=change, state="closed", levers={**state.incumbent_levers, lever: value},
-                   runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="out of memory", device_hours=1.0)])
+    state = new_state(RECIPE.read_text()).model_copy(
+        update={
+            "phase": "stepping",
+            "incumbent_tps": record.summary.tps_median,
+            "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
+        }
+    )
+    ((lever, value),) = levers_change.items()
+    change = Change(
+        lever=lever, before=state.incumbent_levers.get(lever), after=value, why="a probe", policy="heuristic"
+    )
+    step = cm.Step(
+        n=1,
+        change=change,
+        state="closed",
+        levers={**state.incumbent_levers, lever: value},
+        runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="out of memory", device_hours=1.0)],
+    )
     return recipe, state.model_copy(update={"steps": [step]}), Records({"b1": record}), record
 
 
@@ -85,8 +97,14 @@ def test_an_oom_retry_predicted_slower_is_proposed_with_its_prediction_and_not_p
     # under full recompute a degree change that ran out of memory is retried with half the local batch first
     assert isinstance(retry, Change) and retry.stacked_on == 1 and retry.lever == LBS
     assert retry.predicted_slower.startswith("predicted slower") and retry.predicted_oom == ""
-    screened = cm.Step(n=2, change=retry, state="closed", stacked_on=1, close_reason=f"no gain (predicted, not run): {retry.predicted_slower}",
-                       levers={**state.step(1).levers, retry.lever: retry.after})
+    screened = cm.Step(
+        n=2,
+        change=retry,
+        state="closed",
+        stacked_on=1,
+        close_reason=f"no gain (predicted, not run): {retry.predicted_slower}",
+        levers={**state.step(1).levers, retry.lever: retry.after},
+    )
     after = state.model_copy(update={"steps": [*state.steps, screened]})
     nxt = HeuristicPolicy().propose(after, diagnose(record), [], space, records)
     assert not (isinstance(nxt, Change) and nxt.stacked_on == 2)  # nothing retries from a step that did not run
@@ -95,12 +113,26 @@ def test_an_oom_retry_predicted_slower_is_proposed_with_its_prediction_and_not_p
 
 def test_patience_counts_a_screened_step_like_the_run_it_stands_in_for() -> None:
     recipe, state, records, record = _after_an_oom_of({CP: 8})
-    kept = cm.Step(n=1, change=Change(lever=LBS, before=8, after=4, why="kept", policy="heuristic"), state="closed", kept=True,
-                   levers={**state.incumbent_levers, LBS: 4},
-                   runs=[cm.RunRef(kind="trial", n=1, outcome="ok", device_hours=0.01)])
+    kept = cm.Step(
+        n=1,
+        change=Change(lever=LBS, before=8, after=4, why="kept", policy="heuristic"),
+        state="closed",
+        kept=True,
+        levers={**state.incumbent_levers, LBS: 4},
+        runs=[cm.RunRef(kind="trial", n=1, outcome="ok", device_hours=0.01)],
+    )
+
     def screened(n: int) -> cm.Step:
-        ch = Change(lever=CP, before=1, after=2 * n, why="a notch further", policy="heuristic", predicted_slower="predicted slower: ...")
+        ch = Change(
+            lever=CP,
+            before=1,
+            after=2 * n,
+            why="a notch further",
+            policy="heuristic",
+            predicted_slower="predicted slower: ...",
+        )
         return cm.Step(n=n, change=ch, state="closed", levers={**kept.levers, CP: 2 * n})
+
     base = state.model_copy(update={"incumbent_step": 1, "incumbent_levers": kept.levers, "steps": [kept, screened(2)]})
     assert patience_stop(base) is None  # one step found nothing
     two = base.model_copy(update={"steps": [kept, screened(2), screened(3)]})

@@ -48,9 +48,22 @@ def test_code_faults_keep_the_recipe_and_use_known_hooks(bases: dict[str, str]) 
                 assert part.partition(":")[0] in hooks.HOOKS, case.name
 
 
-SAMPLE = ["lr +10%", "eps 1e-6", "warm-up removed", "bf16 params (mixed precision)", "lbs 4, global batch unpinned",
-          "CP 2 ranks (cannot run on CPU)", "grads x2", "rank 1 reads rank 0's data", "FSDP 2 ranks", "TP 2 (+SP)",
-          "PP 2 (1F1B)", "PP split drops layer 1", "GA 2 (lbs 4)", "compile"]
+SAMPLE = [
+    "lr +10%",
+    "eps 1e-6",
+    "warm-up removed",
+    "bf16 params (mixed precision)",
+    "lbs 4, global batch unpinned",
+    "CP 2 ranks (cannot run on CPU)",
+    "grads x2",
+    "rank 1 reads rank 0's data",
+    "FSDP 2 ranks",
+    "TP 2 (+SP)",
+    "PP 2 (1F1B)",
+    "PP split drops layer 1",
+    "GA 2 (lbs 4)",
+    "compile",
+]
 
 
 def _config_half(bases: dict[str, str], names: list[str] | None) -> None:
@@ -59,7 +72,9 @@ def _config_half(bases: dict[str, str], names: list[str] | None) -> None:
     for case in cases():
         if names is not None and case.name not in names:
             continue
-        verdict = check_config(recipes[case.baseline], parse_recipe_text(candidate_text(case, bases), case.name), stack=STACK)
+        verdict = check_config(
+            recipes[case.baseline], parse_recipe_text(candidate_text(case, bases), case.name), stack=STACK
+        )
         expect_ok = case.kind == "legit" or case.inject == "code"
         if verdict.ok != expect_ok:
             wrong.append((case.name, verdict.reasons[:1]))
@@ -80,13 +95,56 @@ def test_config_stage_rejects_every_config_fault_and_passes_every_legit_change(b
 
 def test_report_summary_and_table() -> None:
     rows = [
-        CaseResult(name="f1", kind="fault", inject="code", what="", expected="reject", verdict="reject", stage="convergence", tier="B", decided_by="bitwise:loss", evidence="loss d=+1e-2", correct=True),
-        CaseResult(name="f2", kind="fault", inject="code", what="", expected="reject", verdict="no-op", stage="convergence", tier="B", decided_by="bitwise", evidence="equal", correct=True),
-        CaseResult(name="l1", kind="legit", inject="config", what="", expected="ok", verdict="reject", stage="convergence", tier="R", decided_by="band:loss", evidence="x | y", correct=False),
+        CaseResult(
+            name="f1",
+            kind="fault",
+            inject="code",
+            what="",
+            expected="reject",
+            verdict="reject",
+            stage="convergence",
+            tier="B",
+            decided_by="bitwise:loss",
+            evidence="loss d=+1e-2",
+            correct=True,
+        ),
+        CaseResult(
+            name="f2",
+            kind="fault",
+            inject="code",
+            what="",
+            expected="reject",
+            verdict="no-op",
+            stage="convergence",
+            tier="B",
+            decided_by="bitwise",
+            evidence="equal",
+            correct=True,
+        ),
+        CaseResult(
+            name="l1",
+            kind="legit",
+            inject="config",
+            what="",
+            expected="ok",
+            verdict="reject",
+            stage="convergence",
+            tier="R",
+            decided_by="band:loss",
+            evidence="x | y",
+            correct=False,
+        ),
     ]
     report = BenchReport(steps=20, jobs=1, results=rows, wall_s=12.0)
     s = report.summary()
-    assert (s["faults_total"], s["faults_caught"], s["faults_noop"], s["legit_total"], s["legit_rejected"], s["cases"]) == (2, 1, 1, 1, 1, 3)
+    assert (
+        s["faults_total"],
+        s["faults_caught"],
+        s["faults_noop"],
+        s["legit_total"],
+        s["legit_rejected"],
+        s["cases"],
+    ) == (2, 1, 1, 1, 1, 3)
     table = render_bench(report)
     assert "| f1 | fault | code | reject | reject | convergence | B | bitwise:loss |" in table
     assert "reject **(wrong)**" in table and "x / y" in table  # pipes in evidence cannot break the table

@@ -44,7 +44,9 @@ def test_a_small_config_is_drafted_simulated_and_tuned(tmp_path: Path) -> None:
     assert row["baseline_tps_per_device"] > 0 and row["oracle_gain"] >= row["agent"]["gain"] - 1e-9
     assert 0 < row["agent"]["oracle_fraction"] <= 1 and row["agent"]["device_hours"] > 0
     assert row["best_baseline"]["policy"] == "greedy" and row["agent"]["false_gains"] >= 0
-    text = render_coverage({"seeds": 1, "baselines": ["greedy"], "rule": "r", "rows": [row], "set_aside": [], "wall_s": 1.0})
+    text = render_coverage(
+        {"seeds": 1, "baselines": ["greedy"], "rule": "r", "rows": [row], "set_aside": [], "wall_s": 1.0}
+    )
     assert "SIMULATED" in text and "| qwen3_0_6b" in text and "8 x h100-sxm-80gb" in text
 
 
@@ -57,15 +59,20 @@ def test_a_config_that_does_not_build_is_a_row_that_says_why(tmp_path: Path) -> 
         missing = coverage_row("torchtitan.models.qwen3_5", "qwen35_0_8b", 1, ("greedy",), tmp_path)
         assert not missing["built"] and missing["missing_package"] in absent, missing
         rows.append(missing)
-    text = render_coverage({"seeds": 1, "baselines": ["greedy"], "rule": "r", "rows": rows, "set_aside": [], "wall_s": 1.0})
+    text = render_coverage(
+        {"seeds": 1, "baselines": ["greedy"], "rule": "r", "rows": rows, "set_aside": [], "wall_s": 1.0}
+    )
     assert "no_such_config" in text and "Not built or not accepted" in text
 
 
 def test_a_draft_that_runs_out_of_memory_steps_up_to_the_next_cluster_size(tmp_path: Path, monkeypatch) -> None:
     import bot.bench.recipes as recipes
 
-    assert candidate_clusters(70_550_000_000)[:3] == [("h100-sxm-80gb", 32), ("h100-sxm-80gb", 64),
-                                                      ("h100-sxm-80gb", 128)]
+    assert candidate_clusters(70_550_000_000)[:3] == [
+        ("h100-sxm-80gb", 32),
+        ("h100-sxm-80gb", 64),
+        ("h100-sxm-80gb", 128),
+    ]
     tried: list[int] = []
 
     def oom_below_16(recipe):  # the simulator's answer stood in: out of memory on 8 devices, runs on 16

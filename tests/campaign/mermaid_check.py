@@ -24,6 +24,8 @@ def parse_all(charts: list[str]) -> list[dict]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"mermaid check cannot start: {why}")
         pytest.skip(f"mermaid check cannot start: {why}")
-    out = subprocess.run([node, str(SCRIPT)], input=json.dumps(charts), capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [node, str(SCRIPT)], input=json.dumps(charts), capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

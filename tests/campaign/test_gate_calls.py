@@ -56,7 +56,9 @@ def test_a_band_that_cannot_serve_is_a_closed_rejection_not_a_traceback() -> Non
     verdict = convergence_gate(base, other_stack, "R", band=band)  # calibrated on another stack: recalibrate
     assert not verdict.ok and "could not compare" in verdict.reasons[0] and "recalibrate" in verdict.reasons[0]
     short = [StepMetric(step=i + 1, loss=2.0) for i in range(3)]
-    verdict = convergence_gate(base.model_copy(update={"outcome": "crash"}), cand, "R", band=band)  # the baseline cannot serve
+    verdict = convergence_gate(
+        base.model_copy(update={"outcome": "crash"}), cand, "R", band=band
+    )  # the baseline cannot serve
     assert not verdict.ok and "fail closed" in verdict.reasons[0]
     assert not convergence_gate(base, cand.model_copy(update={"steps": short}), "R", band=band).ok  # a short candidate
 

@@ -29,8 +29,19 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE = parse_recipe_text(recipe_text())
 
 
-def put(repo: Path, name: str, tps: float, *, gate: str | None = "passed", simulated: bool = False, outcome: str = "ok",
-        hardware: str = "cpu", devices: int = 1, baseline: float | None = 1000.0, usd: float = 0.05) -> Path:
+def put(
+    repo: Path,
+    name: str,
+    tps: float,
+    *,
+    gate: str | None = "passed",
+    simulated: bool = False,
+    outcome: str = "ok",
+    hardware: str = "cpu",
+    devices: int = 1,
+    baseline: float | None = 1000.0,
+    usd: float = 0.05,
+) -> Path:
     rec = make_record(RECIPE, outcome, tps, 0.01, simulated=simulated, run_id=name)
     data = json.loads(rec.model_dump_json())
     data.update(hardware=hardware, usd_per_device_hour=usd)
@@ -103,8 +114,14 @@ def test_the_columns_people_trust_are_there_and_mfu_only_with_a_known_peak(tmp_p
     cpu = put(tmp_path, "cpu", 1300.0)
     data = json.loads(cpu.read_text())
     data["summary"]["mfu"] = 0.01  # torchtitan's figure against an unknown CPU peak: not shown
-    data["levers"].update({"parallelism.tensor_parallel_degree": 2, "parallelism.enable_sequence_parallel": True,
-                           "activation_checkpoint": "selective", "compile.enable": True})
+    data["levers"].update(
+        {
+            "parallelism.tensor_parallel_degree": 2,
+            "parallelism.enable_sequence_parallel": True,
+            "activation_checkpoint": "selective",
+            "compile.enable": True,
+        }
+    )
     data.update(campaign="c1", step=3)
     for i, s in enumerate(data["steps"]):
         s["tflops"] = 1.0 + i
@@ -118,11 +135,29 @@ def test_the_columns_people_trust_are_there_and_mfu_only_with_a_known_peak(tmp_p
     assert rows["cpu"]["mfu"] is None and rows["h100-sxm-80gb"]["mfu"] == pytest.approx(41.5)
     assert rows["cpu"]["layout"].startswith("FSDP") and "TP 2 +SP" in rows["cpu"]["layout"]
     assert rows["cpu"]["recompute"] == "selective" and rows["cpu"]["compile"] is True
-    assert rows["cpu"]["gbs"] == RECIPE.pinned["training.global_batch_size"] and rows["cpu"]["seq"] == RECIPE.pinned["training.seq_len"]
+    assert (
+        rows["cpu"]["gbs"] == RECIPE.pinned["training.global_batch_size"]
+        and rows["cpu"]["seq"] == RECIPE.pinned["training.seq_len"]
+    )
     assert rows["cpu"]["tflops"] is not None and rows["cpu"]["gate"] == "campaigns/c1/step-3/report.md"
     text = render(list(rows.values()))
-    for column in ("precision", "GBS", "MBS", "seq", "layout", "recompute", "compile", "model TFLOP/s/device", "MFU", "gate", "stack"):
-        assert column in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if line.startswith("| model"))]
+    for column in (
+        "precision",
+        "GBS",
+        "MBS",
+        "seq",
+        "layout",
+        "recompute",
+        "compile",
+        "model TFLOP/s/device",
+        "MFU",
+        "gate",
+        "stack",
+    ):
+        assert (
+            column
+            in text.splitlines()[next(i for i, line in enumerate(text.splitlines()) if line.startswith("| model"))]
+        )
     assert "41.5%" in text and "CUDA 12.8, driver 570.1" in text and "[passed](campaigns/c1/step-3/report.md)" in text
 
 
@@ -138,8 +173,15 @@ def test_a_record_without_the_simulated_flag_counts_as_simulated(tmp_path: Path)
 # ----------------------------------------------------------------------------- what ATTUNE writes still validates
 def as_result(rec: Any, **extra: Any) -> dict[str, Any]:
     """A run record as the executor lands it in results/ (bot/drive/executor.py ``_results_files``)."""
-    return {**json.loads(rec.model_dump_json()), "gate": "passed", "campaign": "llama3-tiny-cpu-20260101-000000",
-            "step": 2, "baseline_tps": 1000.0, "gain": 0.125, **extra}
+    return {
+        **json.loads(rec.model_dump_json()),
+        "gate": "passed",
+        "campaign": "llama3-tiny-cpu-20260101-000000",
+        "step": 2,
+        "baseline_tps": 1000.0,
+        "gain": 0.125,
+        **extra,
+    }
 
 
 def test_every_results_file_of_this_checkout_is_a_valid_record() -> None:
@@ -151,14 +193,21 @@ def test_every_results_file_of_this_checkout_is_a_valid_record() -> None:
     assert collect(ROOT)  # and they make a board
 
 
-@pytest.mark.parametrize("recipe_path", sorted([*(ROOT / "recipes").rglob("*.yaml"), *(ROOT / "bot/bench/tasks").rglob("*.yaml")]),
-                         ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "recipe_path",
+    sorted([*(ROOT / "recipes").rglob("*.yaml"), *(ROOT / "bot/bench/tasks").rglob("*.yaml")]),
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
 def test_records_of_every_shipped_recipe_validate(recipe_path: Path, tmp_path: Path) -> None:
     recipe = load_recipe(recipe_path)
     ok = make_record(recipe, "ok", 1234.0, 0.01, run_id="ok")
-    ok.steps = [StepMetric(step=i + 1, loss=3.0, tps=1234.0, tflops=1.5, mfu=0.4, memory_gib=2.0, time_s=float(i))
-                for i in range(4)]
-    ok.launch = LaunchShape(launcher="slurm", nodes=2, devices_per_node=1, world_size=2, job_id="7", job_state="COMPLETED")
+    ok.steps = [
+        StepMetric(step=i + 1, loss=3.0, tps=1234.0, tflops=1.5, mfu=0.4, memory_gib=2.0, time_s=float(i))
+        for i in range(4)
+    ]
+    ok.launch = LaunchShape(
+        launcher="slurm", nodes=2, devices_per_node=1, world_size=2, job_id="7", job_state="COMPLETED"
+    )
     kinds = {
         "landed": (as_result(ok), True),
         "first landing, no gain yet": (as_result(ok, gain=None, baseline_tps=None), True),
@@ -179,30 +228,68 @@ def _edit(change: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]]
     def make(data: dict[str, Any]) -> bytes:
         change(data)
         return json.dumps(data, indent=1).encode()
+
     return make
 
 
 BAD: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
-    "garbage JSON": (lambda d: b'{"run_id": "x",\n  "outcome": ok\n}\n', ":2: not valid JSON (Expecting value, column 14)"),
+    "garbage JSON": (
+        lambda d: b'{"run_id": "x",\n  "outcome": ok\n}\n',
+        ":2: not valid JSON (Expecting value, column 14)",
+    ),
     "empty file": (lambda d: b"", ":1: not valid JSON"),
-    "non-UTF-8 text": (lambda d: json.dumps({**d, "model": "caf\u00e9"}, indent=1, ensure_ascii=False).encode("latin-1"),
-                       "not UTF-8 text (byte 0xe9"),
+    "non-UTF-8 text": (
+        lambda d: json.dumps({**d, "model": "caf\u00e9"}, indent=1, ensure_ascii=False).encode("latin-1"),
+        "not UTF-8 text (byte 0xe9",
+    ),
     "not an object": (lambda d: b"[1, 2]\n", ": expected a JSON object (a run record); got list"),
-    "tokens/s as a word": (_edit(lambda d: d["summary"].update(tps_median="fast")), ": summary.tps_median: expected a number; got 'fast'"),
-    "tokens/s as digits in a string": (_edit(lambda d: d["summary"].update(tps_median="1300")), ": summary.tps_median: expected a number; got '1300'"),
-    "tokens/s not a number": (_edit(lambda d: d["summary"].update(tps_median=float("nan"))), ": summary.tps_median: expected a finite number; got nan"),
-    "infinite tokens/s": (_edit(lambda d: d["summary"].update(tps_median=float("inf"))), ": summary.tps_median: expected a finite number; got inf"),
-    "negative price": (_edit(lambda d: d.update(usd_per_device_hour=-0.5)), ": usd_per_device_hour: expected a number >= 0; got -0.5"),
+    "tokens/s as a word": (
+        _edit(lambda d: d["summary"].update(tps_median="fast")),
+        ": summary.tps_median: expected a number; got 'fast'",
+    ),
+    "tokens/s as digits in a string": (
+        _edit(lambda d: d["summary"].update(tps_median="1300")),
+        ": summary.tps_median: expected a number; got '1300'",
+    ),
+    "tokens/s not a number": (
+        _edit(lambda d: d["summary"].update(tps_median=float("nan"))),
+        ": summary.tps_median: expected a finite number; got nan",
+    ),
+    "infinite tokens/s": (
+        _edit(lambda d: d["summary"].update(tps_median=float("inf"))),
+        ": summary.tps_median: expected a finite number; got inf",
+    ),
+    "negative price": (
+        _edit(lambda d: d.update(usd_per_device_hour=-0.5)),
+        ": usd_per_device_hour: expected a number >= 0; got -0.5",
+    ),
     "simulated as a word": (_edit(lambda d: d.update(simulated="no")), ": simulated: expected true or false; got 'no'"),
     "no launch shape": (_edit(lambda d: d.pop("launch")), ": launch: missing"),
-    "devices as a boolean": (_edit(lambda d: d["launch"].update(world_size=True)), ": launch.world_size: expected a whole number; got True"),
+    "devices as a boolean": (
+        _edit(lambda d: d["launch"].update(world_size=True)),
+        ": launch.world_size: expected a whole number; got True",
+    ),
     "unknown outcome": (_edit(lambda d: d.update(outcome="great")), ": outcome: expected 'ok', 'oom'"),
-    "fractional microbatch": (_edit(lambda d: d["levers"].update({"training.local_batch_size": 8.5})),
-                              ": levers.training.local_batch_size: expected a whole number; got 8.5"),
-    "a list as a lever": (_edit(lambda d: d["pinned"].update({"x": [1]})), ": pinned.x: expected a boolean, a number or a string"),
-    "per-step TFLOP/s as text": (_edit(lambda d: d["steps"][1].update(tflops="lots")), ": steps.1.tflops: expected a number; got 'lots'"),
-    "a table-breaking model": (_edit(lambda d: d.update(model="llama|evil")), ": model: expected text without '|' or line breaks"),
-    "a campaign id that is a path": (_edit(lambda d: d.update(campaign="../../etc")), ": campaign: expected a campaign id"),
+    "fractional microbatch": (
+        _edit(lambda d: d["levers"].update({"training.local_batch_size": 8.5})),
+        ": levers.training.local_batch_size: expected a whole number; got 8.5",
+    ),
+    "a list as a lever": (
+        _edit(lambda d: d["pinned"].update({"x": [1]})),
+        ": pinned.x: expected a boolean, a number or a string",
+    ),
+    "per-step TFLOP/s as text": (
+        _edit(lambda d: d["steps"][1].update(tflops="lots")),
+        ": steps.1.tflops: expected a number; got 'lots'",
+    ),
+    "a table-breaking model": (
+        _edit(lambda d: d.update(model="llama|evil")),
+        ": model: expected text without '|' or line breaks",
+    ),
+    "a campaign id that is a path": (
+        _edit(lambda d: d.update(campaign="../../etc")),
+        ": campaign: expected a campaign id",
+    ),
 }
 
 

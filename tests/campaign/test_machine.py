@@ -33,15 +33,30 @@ AC_NONE = (("activation_checkpoint", "none"),)
 LBS2 = (("training.local_batch_size", 2),)
 
 
-def run_campaign(tmp_path: Path, table: dict, *, script: list[dict], base: list[float] = (1000.0, 1010.0), budget: float = 1.0,
-                 text: str | None = None, state_kw: dict | None = None, **kw):
+def run_campaign(
+    tmp_path: Path,
+    table: dict,
+    *,
+    script: list[dict],
+    base: list[float] = (1000.0, 1010.0),
+    budget: float = 1.0,
+    text: str | None = None,
+    state_kw: dict | None = None,
+    **kw,
+):
     """Run a whole campaign; returns (state, forge, runner, actions executed in order)."""
     text = text or recipe_text()
     forge = MemoryForge({RECIPE_REL: text})
     runner = FakeRunner(table_rule(table, list(base)))
     actions: list[cm.Action] = []
-    driver = make_driver(forge, runner, ScriptedPolicy(script), tmp_path / "work",
-                         on_event=lambda state, action, event: actions.append(action), **kw)
+    driver = make_driver(
+        forge,
+        runner,
+        ScriptedPolicy(script),
+        tmp_path / "work",
+        on_event=lambda state, action, event: actions.append(action),
+        **kw,
+    )
     state = driver.start(new_state(text, budget=budget, **(state_kw or {})))
     return state, forge, runner, actions
 
@@ -75,12 +90,19 @@ def test_band_is_k_times_the_spread_when_that_exceeds_the_floor(tmp_path: Path) 
     assert "throughput band 19.0% (baseline spread 9.5%)" in render_campaign_summary(state)
 
 
-def test_with_a_known_run_noise_one_baseline_run_is_the_baseline_and_the_first_trials_first_pair(tmp_path: Path) -> None:
+def test_with_a_known_run_noise_one_baseline_run_is_the_baseline_and_the_first_trials_first_pair(
+    tmp_path: Path,
+) -> None:
     # the simulator's profile: its 1.4 % run noise is known, so one baseline run; the band takes the spread two runs
     # would be expected to have (2/sqrt(pi) x 1.4 % = 1.58 %; x2 < the 5 % floor) and that run is pair 1's incumbent side
     prior = {"noise_prior_sd": 0.014, "noise_prior_df": 8, "baseline_runs_wanted": 1}
-    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: [1100.0, 1104.0, 1098.0]}, base=[1000.0, 1003.0, 998.0],
-                                             script=[{"lever": "activation_checkpoint", "to": "none"}], state_kw={**WITH_TRIAL, **prior})
+    state, _, runner, actions = run_campaign(
+        tmp_path,
+        {AC_NONE: [1100.0, 1104.0, 1098.0]},
+        base=[1000.0, 1003.0, 998.0],
+        script=[{"lever": "activation_checkpoint", "to": "none"}],
+        state_kw={**WITH_TRIAL, **prior},
+    )
     assert kinds(actions)[:3] == ["comment", "run_baseline", "calibrate"]
     assert [r.tps for r in state.baseline] == [1000.0]
     assert state.band.spread == pytest.approx(2 / math.sqrt(math.pi) * 0.014) and state.band.band == pytest.approx(0.05)
@@ -101,9 +123,20 @@ def test_one_baseline_run_without_a_known_run_noise_is_refused_with_the_field_na
 
 # ----------------------------------------------------------------------------- keep / reject (paired measurement)
 def test_a_gain_is_measured_in_pairs_before_it_is_merged(tmp_path: Path) -> None:
-    state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1200.0, 1190.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    state, forge, runner, actions = run_campaign(
+        tmp_path, {AC_NONE: [1200.0, 1190.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}]
+    )
     step = state.step(1)
-    assert kinds(actions, 1) == ["open_step", "check_config", "run_trial", "check_convergence", "measure_pair", "comment", "set_status", "merge"]
+    assert kinds(actions, 1) == [
+        "open_step",
+        "check_config",
+        "run_trial",
+        "check_convergence",
+        "measure_pair",
+        "comment",
+        "set_status",
+        "merge",
+    ]
     pair = next(a for a in actions if a.type == "measure_pair")
     assert (pair.k, pair.order, pair.with_trial) == (1, "AB", False)  # the incumbent first, then the candidate
     assert [c["levers"]["activation_checkpoint"] for c in runner.calls[2:]] == ["none", "full", "none"]  # trial, A, B
@@ -121,7 +154,9 @@ def test_a_gain_is_measured_in_pairs_before_it_is_merged(tmp_path: Path) -> None
 
 
 def test_a_lucky_single_run_not_borne_out_by_the_pairs_is_closed(tmp_path: Path) -> None:
-    state, forge, _, actions = run_campaign(tmp_path, {AC_NONE: [1200.0, 1000.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    state, forge, _, actions = run_campaign(
+        tmp_path, {AC_NONE: [1200.0, 1000.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}]
+    )
     step = state.step(1)
     assert "measure_pair" in kinds(actions, 1) and "merge" not in kinds(actions, 1)
     assert step.state == "closed" and not step.kept
@@ -151,8 +186,13 @@ def test_nothing_clears_the_minimum_gain_so_the_recipe_is_kept(tmp_path: Path) -
 
 def test_undecided_at_the_pair_cap_is_not_kept_and_says_so(tmp_path: Path) -> None:
     noisy = [1000.0, 1100.0, 980.0, 1120.0, 990.0, 1090.0]  # the candidate swings +-6% around +5%
-    state, _, _, actions = run_campaign(tmp_path, {AC_NONE: noisy}, script=[{"lever": "activation_checkpoint", "to": "none"}],
-                                        base=[1000.0, 1010.0, 960.0, 1040.0], state_kw={"max_pairs": 2})
+    state, _, _, actions = run_campaign(
+        tmp_path,
+        {AC_NONE: noisy},
+        script=[{"lever": "activation_checkpoint", "to": "none"}],
+        base=[1000.0, 1010.0, 960.0, 1040.0],
+        state_kw={"max_pairs": 2},
+    )
     step = state.step(1)
     assert kinds(actions, 1).count("measure_pair") == 2
     m = step.measurement
@@ -166,14 +206,19 @@ def test_a_futile_step_ends_at_the_allowance_its_policy_gave_it_and_the_campaign
     # the candidate measures like the incumbent (~0%): each run costs 0.01, the policy allows the step 0.035 --
     # the trial and one pair (3 runs) fit, a second pair (2 more) does not
     flat = [1000.0, 1012.0, 995.0, 1008.0]
-    script = [{"lever": "activation_checkpoint", "to": "none", "max_device_hours": 0.035},
-              {"lever": "training.local_batch_size", "to": 2}]
-    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: flat, LBS2: [1200.0, 1190.0]}, script=script,
-                                             base=[1000.0, 1010.0, 990.0, 1005.0])
+    script = [
+        {"lever": "activation_checkpoint", "to": "none", "max_device_hours": 0.035},
+        {"lever": "training.local_batch_size", "to": 2},
+    ]
+    state, _, runner, actions = run_campaign(
+        tmp_path, {AC_NONE: flat, LBS2: [1200.0, 1190.0]}, script=script, base=[1000.0, 1010.0, 990.0, 1005.0]
+    )
     step = state.step(1)
     assert kinds(actions, 1).count("measure_pair") == 1 and not step.kept
     assert sum(r.device_hours for r in step.runs) <= 0.035
-    assert step.close_reason.startswith("allowance: the 2 runs (~0.022 device-hours) do not fit the 0.005 left of the 0.035 device-hours")
+    assert step.close_reason.startswith(
+        "allowance: the 2 runs (~0.022 device-hours) do not fit the 0.005 left of the 0.035 device-hours"
+    )
     assert step.measurement.decision == "undecided" and "allowance ends the pairs" in step.measurement.why
     assert state.step(2).kept  # the campaign went on to the next proposal, and its budget was not touched
     assert state.finish_reason == "policy stopped: script exhausted"
@@ -183,8 +228,12 @@ def test_a_step_on_its_way_to_a_gain_is_measured_past_its_allowance(tmp_path: Pa
     # +5% to +7% against a 5% minimum gain: one pair leaves it undecided but its estimate clears the minimum gain,
     # so the allowance (the trial's run) does not end it
     gainish = [1060.0, 1070.0, 1065.0, 1068.0, 1062.0]
-    state, _, _, actions = run_campaign(tmp_path, {AC_NONE: gainish}, script=[{"lever": "activation_checkpoint", "to": "none", "max_device_hours": 0.015}],
-                                        base=[1000.0, 1010.0, 1002.0, 1006.0, 1004.0, 1001.0])
+    state, _, _, actions = run_campaign(
+        tmp_path,
+        {AC_NONE: gainish},
+        script=[{"lever": "activation_checkpoint", "to": "none", "max_device_hours": 0.015}],
+        base=[1000.0, 1010.0, 1002.0, 1006.0, 1004.0, 1001.0],
+    )
     step = state.step(1)
     assert sum(r.device_hours for r in step.runs) > 0.015
     assert kinds(actions, 1).count("measure_pair") >= 2 and not step.close_reason.startswith("allowance")
@@ -197,21 +246,29 @@ def test_the_allowance_is_checked_on_the_state_alone_with_the_measured_run_cost(
     change = Change(lever="activation_checkpoint", before="full", after="none", why="t", max_device_hours=0.0275)
     trial = cm.RunRef(kind="trial", n=1, outcome="ok", tps=950.0, device_hours=0.0229)
     step = cm.Step(n=1, change=change, runs=[trial])
-    state = new_state(text).model_copy(update={"baseline": [cm.RunRef(kind="baseline", attempt=1, outcome="ok", tps=1000.0, device_hours=0.0055)],
-                                               "steps": [step], "incumbent_tps": 1000.0})
+    state = new_state(text).model_copy(
+        update={
+            "baseline": [cm.RunRef(kind="baseline", attempt=1, outcome="ok", tps=1000.0, device_hours=0.0055)],
+            "steps": [step],
+            "incumbent_tps": 1000.0,
+        }
+    )
     assert state.expected_run_cost() == pytest.approx(0.0229 * 1.1)
     assert not state.step_run_fits(step, 1)  # 0.0046 left: not even one run
     roomy = step.model_copy(update={"change": change.model_copy(update={"max_device_hours": 0.05})})
     assert state.step_run_fits(roomy, 1) and not state.step_run_fits(roomy, 2)
-    assert state.step_run_fits(step.model_copy(update={"change": change.model_copy(update={"max_device_hours": None})}), 2)
+    assert state.step_run_fits(
+        step.model_copy(update={"change": change.model_copy(update={"max_device_hours": None})}), 2
+    )
     gaining = step.model_copy(update={"runs": [trial.model_copy(update={"tps": 1200.0})]})
     assert state.step_run_fits(gaining, 2)  # on its way to a gain: measured to its decision
 
 
 def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> None:
     gate = make_gate_config(reject=lambda recipe: recipe.levers.get("activation_checkpoint") == "none")
-    state, forge, runner, actions = run_campaign(tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}],
-                                                 gate_config=gate)
+    state, forge, runner, actions = run_campaign(
+        tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}], gate_config=gate
+    )
     step = state.step(1)
     assert "run_trial" not in kinds(actions) and len(runner.calls) == 2  # the two baseline runs only
     assert step.runs == [] and step.state == "closed"
@@ -221,8 +278,9 @@ def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> Non
 
 def test_convergence_gate_reject_closes_the_step(tmp_path: Path) -> None:
     gate = make_gate_convergence(reject=lambda record: record.levers.get("activation_checkpoint") == "none")
-    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}],
-                                             gate_convergence=gate)
+    state, _, runner, actions = run_campaign(
+        tmp_path, {AC_NONE: [1500.0]}, script=[{"lever": "activation_checkpoint", "to": "none"}], gate_convergence=gate
+    )
     step = state.step(1)
     assert kinds(actions, 1)[:4] == ["open_step", "check_config", "run_trial", "check_convergence"]
     assert "measure_pair" not in kinds(actions) and "merge" not in kinds(actions)
@@ -241,7 +299,9 @@ def test_a_failed_trial_closes_the_step(tmp_path: Path) -> None:
 @pytest.mark.parametrize("outcome", ["node_fail", "preempted", "pending_timeout", "timeout"])
 def test_a_trial_that_slurm_ended_is_a_failed_trial(tmp_path: Path, outcome: str) -> None:
     """Slurm's outcomes (bot/runner/slurm.py) close the step like any failed run: no gate, no merge."""
-    state, forge, _, actions = run_campaign(tmp_path, {AC_NONE: outcome}, script=[{"lever": "activation_checkpoint", "to": "none"}])
+    state, forge, _, actions = run_campaign(
+        tmp_path, {AC_NONE: outcome}, script=[{"lever": "activation_checkpoint", "to": "none"}]
+    )
     step = state.step(1)
     assert step.state == "closed" and step.close_reason.startswith(f"trial {outcome}") and not step.kept
     assert "check_convergence" not in kinds(actions, 1) and "merge" not in kinds(actions)
@@ -303,7 +363,13 @@ def test_stop_requested_closes_the_open_step_and_finishes(tmp_path: Path) -> Non
         if isinstance(event, cm.StepOpened):
             raise KeyboardInterrupt  # the person hits stop while step 1 is open
 
-    driver = make_driver(forge, runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path, on_event=crash_when_open)
+    driver = make_driver(
+        forge,
+        runner,
+        ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
+        tmp_path,
+        on_event=crash_when_open,
+    )
     with pytest.raises(KeyboardInterrupt):
         driver.start(new_state(text))
     driver2 = make_driver(forge, runner, ScriptedPolicy([]), tmp_path)
@@ -337,10 +403,17 @@ def test_budget_added_resumes_a_campaign_that_ran_out(tmp_path: Path) -> None:
     # after the first baseline run (0.1) the rest of the set-up and one trial (~0.11 a run) cannot fit the 0.25
     state = driver.start(new_state(text, budget=0.25))
     assert state.phase == "finished" and state.finish_reason.startswith("budget") and state.steps == []
-    assert state.spent == pytest.approx(0.1) and "smallest budget that holds them is 0.32 device-hours" in state.finish_reason
+    assert (
+        state.spent == pytest.approx(0.1)
+        and "smallest budget that holds them is 0.32 device-hours" in state.finish_reason
+    )
     state, actions = cm.advance(state, cm.BudgetAdded(device_hours=0.45))
     # the baseline was not measured before the budget ran out: that comes first
-    assert state.budget == pytest.approx(0.7) and state.phase == "baseline" and [a.type for a in actions] == ["run_baseline"]
+    assert (
+        state.budget == pytest.approx(0.7)
+        and state.phase == "baseline"
+        and [a.type for a in actions] == ["run_baseline"]
+    )
     driver.states.save(state)
     state = driver.resume("c1")
     # the second baseline run, then the calibration is left out to fit; the trial (0.1) and one pair (0.2) fit
@@ -488,7 +561,12 @@ def _drifting_campaign(tmp_path: Path) -> tuple[cm.Campaign, FakeRunner]:
         return "ok", 1000.0 if calls[0] <= 2 else 1300.0
 
     runner = FakeRunner(drift)
-    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path)
+    driver = make_driver(
+        MemoryForge({RECIPE_REL: text}),
+        runner,
+        ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
+        tmp_path,
+    )
     return driver.start(new_state(text)), runner
 
 
@@ -525,7 +603,12 @@ def test_the_campaign_gain_compounds_the_paired_step_gains(tmp_path: Path) -> No
         return "ok", 1500.0 if eff["activation_checkpoint"] == "none" else 1250.0
 
     runner = FakeRunner(rule)
-    driver = make_driver(MemoryForge({RECIPE_REL: text}), runner, ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]), tmp_path)
+    driver = make_driver(
+        MemoryForge({RECIPE_REL: text}),
+        runner,
+        ScriptedPolicy([{"lever": "activation_checkpoint", "to": "none"}]),
+        tmp_path,
+    )
     state = driver.start(new_state(text))
     assert state.step(1).kept and state.step(1).gain == pytest.approx(0.2)
     assert state.incumbent_tps == 1500.0 and state.gain == pytest.approx(0.2)  # not 1500 / 1000 - 1 = +50%
@@ -543,18 +626,27 @@ def test_with_the_trial_as_pair_one_only_the_incumbent_runs_and_pairs_alternate_
     # +4% +- 1%: pairs go on until the interval clears 1% (the sim's minimum gain); calibration runs ran between the
     # baseline and the trial, so the last baseline run is not the run right before the trial
     cand = [1040.0, 1052.0, 1045.0, 1038.0, 1050.0, 1043.0, 1047.0, 1041.0, 1049.0]
-    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: cand}, script=[{"lever": "activation_checkpoint", "to": "none"}],
-                                             base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0],
-                                             state_kw=WITH_TRIAL, calibrate=_calibration_with_runs)
+    state, _, runner, actions = run_campaign(
+        tmp_path,
+        {AC_NONE: cand},
+        script=[{"lever": "activation_checkpoint", "to": "none"}],
+        base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0],
+        state_kw=WITH_TRIAL,
+        calibrate=_calibration_with_runs,
+    )
     pairs = [a for a in actions if a.type == "measure_pair"]
     assert len(pairs) >= 2
-    assert [(p.k, p.order, p.with_trial) for p in pairs] == [(k, "BA" if k % 2 else "AB", k == 1) for k in range(1, len(pairs) + 1)]
+    assert [(p.k, p.order, p.with_trial) for p in pairs] == [
+        (k, "BA" if k % 2 else "AB", k == 1) for k in range(1, len(pairs) + 1)
+    ]
     levers = [c["levers"]["activation_checkpoint"] for c in runner.calls[2:]]
     # trial (B), pair 1's incumbent (A) | A B | B A ...: ABBA across pairs, one run saved on pair 1
     assert levers[:4] == ["none", "full", "full", "none"]
     step = state.step(1)
     first = next(r for r in step.runs if r.kind == "pair")
-    assert first.record == step.runs[0].record and first.device_hours == pytest.approx(0.01) and not first.reused  # the trial is not paid twice
+    assert (
+        first.record == step.runs[0].record and first.device_hours == pytest.approx(0.01) and not first.reused
+    )  # the trial is not paid twice
     assert step.kept and step.measurement.decision == "gain" and step.measurement.lo > 0.01
     assert len(runner.calls) == 2 + 1 + 1 + 2 * (step.measurement.pairs - 1)
 
@@ -562,15 +654,22 @@ def test_with_the_trial_as_pair_one_only_the_incumbent_runs_and_pairs_alternate_
 def test_the_incumbent_run_right_before_a_trial_is_its_first_pair_and_the_pairs_go_on_abba(tmp_path: Path) -> None:
     # nothing ran between the last baseline run and the trial: they are pair 1 (AB); no incumbent run is made for it
     cand = [1040.0, 1052.0, 1045.0, 1038.0, 1050.0, 1043.0, 1047.0, 1041.0, 1049.0]
-    state, _, runner, actions = run_campaign(tmp_path, {AC_NONE: cand}, script=[{"lever": "activation_checkpoint", "to": "none"}],
-                                             base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0], state_kw=WITH_TRIAL)
+    state, _, runner, actions = run_campaign(
+        tmp_path,
+        {AC_NONE: cand},
+        script=[{"lever": "activation_checkpoint", "to": "none"}],
+        base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0],
+        state_kw=WITH_TRIAL,
+    )
     step = state.step(1)
     first = next(r for r in step.runs if r.kind == "pair")
     assert first.reused and first.order == "AB" and first.device_hours == 0.0
     assert first.record == step.runs[0].record and first.reference_record == state.baseline[-1].record
     assert (first.tps, first.reference_tps) == (1040.0, 1008.0)
     pairs = [a for a in actions if a.type == "measure_pair"]  # the pairs that made runs: 2, 3, ... in BA, AB, ... order
-    assert [(p.k, p.order, p.with_trial) for p in pairs] == [(k, "BA" if k % 2 == 0 else "AB", False) for k in range(2, len(pairs) + 2)]
+    assert [(p.k, p.order, p.with_trial) for p in pairs] == [
+        (k, "BA" if k % 2 == 0 else "AB", False) for k in range(2, len(pairs) + 2)
+    ]
     levers = [c["levers"]["activation_checkpoint"] for c in runner.calls]
     assert levers[:5] == ["full", "full", "none", "none", "full"]  # A A(last baseline) B(trial) | B A | ...
     assert step.kept and len(runner.calls) == 2 + 1 + 2 * (step.measurement.pairs - 1)
@@ -582,8 +681,13 @@ def test_a_kept_steps_candidate_run_made_last_is_the_next_trials_first_pair(tmp_
     # a run of the new incumbent right before step 2's trial, so it is step 2's pair 1 incumbent side
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
     both = (("activation_checkpoint", "none"), ("training.local_batch_size", 2))
-    state, _, runner, _ = run_campaign(tmp_path, {both: [1500.0, 1505.0, 1495.0], AC_NONE: [1200.0, 1205.0, 1195.0]},
-                                       script=script, base=[1000.0, 1008.0, 995.0, 1004.0], state_kw={**WITH_TRIAL, "baseline_runs_wanted": 4})
+    state, _, runner, _ = run_campaign(
+        tmp_path,
+        {both: [1500.0, 1505.0, 1495.0], AC_NONE: [1200.0, 1205.0, 1195.0]},
+        script=script,
+        base=[1000.0, 1008.0, 995.0, 1004.0],
+        state_kw={**WITH_TRIAL, "baseline_runs_wanted": 4},
+    )
     s1, s2 = state.step(1), state.step(2)
     assert s1.kept and [(r.kind, r.order, r.reused) for r in s1.runs] == [("trial", "", False), ("pair", "AB", True)]
     assert s2.kept and [(r.kind, r.order, r.reused) for r in s2.runs] == [("trial", "", False), ("pair", "AB", True)]
@@ -597,8 +701,13 @@ def test_a_closed_steps_incumbent_run_made_last_is_the_next_trials_first_pair(tm
     # right before step 2's trial
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
     # pair 1 (the reused baseline run, AB) leaves +0.5% undecided against 1%; pair 2 (BA) decides no gain
-    state, _, _, _ = run_campaign(tmp_path, {AC_NONE: [1007.0, 1000.0, 1001.0, 1000.0], LBS2: [1300.0, 1305.0]}, script=script,
-                                  base=[1000.0, 1004.0, 998.0, 1002.0, 1003.0, 1001.0], state_kw={**WITH_TRIAL, "baseline_runs_wanted": 4})
+    state, _, _, _ = run_campaign(
+        tmp_path,
+        {AC_NONE: [1007.0, 1000.0, 1001.0, 1000.0], LBS2: [1300.0, 1305.0]},
+        script=script,
+        base=[1000.0, 1004.0, 998.0, 1002.0, 1003.0, 1001.0],
+        state_kw={**WITH_TRIAL, "baseline_runs_wanted": 4},
+    )
     s1, s2 = state.step(1), state.step(2)
     assert not s1.kept and s1.runs[-1].kind == "pair" and s1.runs[-1].order == "BA", s1.runs
     first2 = next(r for r in s2.runs if r.kind == "pair")
@@ -608,8 +717,13 @@ def test_a_closed_steps_incumbent_run_made_last_is_the_next_trials_first_pair(tm
 def test_a_rejected_trial_right_before_is_never_an_incumbent_run(tmp_path: Path) -> None:
     # step 1's trial is cut (clearly slower): it ran last, so step 2's pair 1 runs the incumbent afresh
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
-    state, _, _, _ = run_campaign(tmp_path, {AC_NONE: [500.0], LBS2: [1040.0, 1052.0, 1045.0, 1038.0, 1050.0]}, script=script,
-                                  base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0], state_kw=WITH_TRIAL)
+    state, _, _, _ = run_campaign(
+        tmp_path,
+        {AC_NONE: [500.0], LBS2: [1040.0, 1052.0, 1045.0, 1038.0, 1050.0]},
+        script=script,
+        base=[1000.0, 1008.0, 995.0, 1004.0, 1001.0, 998.0, 1006.0],
+        state_kw=WITH_TRIAL,
+    )
     assert state.step(1).measurement.cut and [r.kind for r in state.step(1).runs] == ["trial"]
     first2 = next(r for r in state.step(2).runs if r.kind == "pair")
     assert not first2.reused and first2.order == "BA" and first2.device_hours > 0
@@ -617,7 +731,9 @@ def test_a_rejected_trial_right_before_is_never_an_incumbent_run(tmp_path: Path)
 
 def test_a_clearly_slower_trial_is_stopped_early_and_closed_with_what_it_measured(tmp_path: Path) -> None:
     script = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2}]
-    state, _, runner, _ = run_campaign(tmp_path, {AC_NONE: [900.0], LBS2: [990.0]}, script=script, state_kw={"early_stop": True})
+    state, _, runner, _ = run_campaign(
+        tmp_path, {AC_NONE: [900.0], LBS2: [990.0]}, script=script, state_kw={"early_stop": True}
+    )
     trial_calls = [c for c in runner.calls if c["early_stop"] is not None]
     assert len(trial_calls) == 2  # trials only, never a baseline or pair run
     assert trial_calls[0]["early_stop"].below_tps == pytest.approx(1005 * (1 - 0.05))  # the incumbent less the band
@@ -626,15 +742,19 @@ def test_a_clearly_slower_trial_is_stopped_early_and_closed_with_what_it_measure
     assert one.gain == pytest.approx(900 / 1005 - 1) and one.close_reason.startswith("no gain: stopped early")
     assert one.measurement.decision == "no_gain" and one.measurement.cut
     assert one.runs[0].device_hours == pytest.approx(0.01 / 3)
-    assert two.runs[0].outcome == "ok" and two.close_reason.startswith("no gain")  # -1.5%: not clearly slower, measured on
+    assert two.runs[0].outcome == "ok" and two.close_reason.startswith(
+        "no gain"
+    )  # -1.5%: not clearly slower, measured on
     # off by default: every trial runs to its end
     _, _, runner, _ = run_campaign(tmp_path / "b", {AC_NONE: [900.0]}, script=script[:1])
     assert all(c["early_stop"] is None for c in runner.calls)
 
 
 def test_an_enabler_is_gated_but_not_run_and_the_change_it_enables_is_measured_on_it(tmp_path: Path) -> None:
-    script = [{"lever": "training.local_batch_size", "to": 2, "enabler": True},
-              {"lever": "activation_checkpoint", "to": "none", "stacked_on": 1}]
+    script = [
+        {"lever": "training.local_batch_size", "to": 2, "enabler": True},
+        {"lever": "activation_checkpoint", "to": "none", "stacked_on": 1},
+    ]
     state, _, runner, actions = run_campaign(tmp_path, {AC_NONE + LBS2: [1300.0, 1290.0]}, script=script)
     one, two = state.step(1), state.step(2)
     assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
@@ -648,8 +768,10 @@ def test_a_change_predicted_slower_closes_with_no_gain_and_costs_nothing(tmp_pat
     """The policy's speed screen proposes a layout it predicts slower than the incumbent with that prediction: the
     step is gated, closed with no gain and no run (no device-hours, no trial record), and the next step runs."""
     why = "predicted slower: the analytic cost model puts this layout at 12.00 s a step against the incumbent's 10.00 s, 17% fewer tokens/s"
-    script = [{"lever": "activation_checkpoint", "to": "none", "predicted_slower": why},
-              {"lever": "training.local_batch_size", "to": 2}]
+    script = [
+        {"lever": "activation_checkpoint", "to": "none", "predicted_slower": why},
+        {"lever": "training.local_batch_size", "to": 2},
+    ]
     state, _, runner, actions = run_campaign(tmp_path, {LBS2: [1300.0, 1290.0]}, script=script)
     one, two = state.step(1), state.step(2)
     assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
@@ -665,8 +787,10 @@ def test_a_change_predicted_to_run_out_of_memory_is_an_oom_trial_that_costs_noth
     """The policy's memory screen proposes a layout it predicts cannot fit with that prediction: the step is gated,
     recorded as an out-of-memory trial without a run (no device-hours), closed, and a retry stacked on it runs."""
     why = "predicted to run out of memory: 120 GiB (the measured 60 GiB x the memory model's 2.00) is over the device's 80 GiB by more than 25%"
-    script = [{"lever": "activation_checkpoint", "to": "none", "predicted_oom": why},
-              {"lever": "training.local_batch_size", "to": 2, "stacked_on": 1}]
+    script = [
+        {"lever": "activation_checkpoint", "to": "none", "predicted_oom": why},
+        {"lever": "training.local_batch_size", "to": 2, "stacked_on": 1},
+    ]
     state, _, runner, actions = run_campaign(tmp_path, {AC_NONE + LBS2: [1300.0, 1290.0]}, script=script)
     one, two = state.step(1), state.step(2)
     assert kinds(actions, 1) == ["open_step", "check_config", "comment", "set_status", "close"]
@@ -687,9 +811,13 @@ def test_measurement_options_are_validated_and_the_bound_is_never_negative() -> 
         new_state(recipe_text(), max_pairs=0)
     state = new_state(recipe_text(), early_stop=True)
     assert state.early_stop_bound() is None  # no incumbent measured yet
-    wide = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.ThroughputBand.from_runs([1000.0, 1800.0], k=2.0, floor=0.05)})
+    wide = state.model_copy(
+        update={"incumbent_tps": 1000.0, "band": cm.ThroughputBand.from_runs([1000.0, 1800.0], k=2.0, floor=0.05)}
+    )
     assert wide.early_stop_bound() is None
-    narrow = state.model_copy(update={"incumbent_tps": 1000.0, "band": cm.ThroughputBand.from_runs([1000.0, 1010.0], k=2.0, floor=0.05)})
+    narrow = state.model_copy(
+        update={"incumbent_tps": 1000.0, "band": cm.ThroughputBand.from_runs([1000.0, 1010.0], k=2.0, floor=0.05)}
+    )
     assert narrow.early_stop_bound() == pytest.approx(950.0)
     assert narrow.model_copy(update={"early_stop_k": 2.0}).early_stop_bound() == pytest.approx(900.0)
 
@@ -700,11 +828,15 @@ def test_the_expected_run_cost_counts_a_pair_per_run_made_for_it(pair_with_trial
     reused the run before), so the next run is still expected at 1.1, not at the 2.0 of a whole pair."""
     state = new_state(recipe_text(), pair_with_trial=pair_with_trial)
     first = 1.0 if pair_with_trial else 2.0
-    runs = [cm.RunRef(kind="trial", n=1, outcome="ok", device_hours=1.0),
-            cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", device_hours=first),
-            cm.RunRef(kind="pair", n=1, attempt=2, outcome="ok", device_hours=2.0),
-            cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", device_hours=0.0, reused=True)]
+    runs = [
+        cm.RunRef(kind="trial", n=1, outcome="ok", device_hours=1.0),
+        cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", device_hours=first),
+        cm.RunRef(kind="pair", n=1, attempt=2, outcome="ok", device_hours=2.0),
+        cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", device_hours=0.0, reused=True),
+    ]
     step = cm.Step(n=1, change=Change(lever="training.local_batch_size", before=1, after=2), runs=runs)
-    state = state.model_copy(update={"baseline": [cm.RunRef(kind="baseline", outcome="ok", device_hours=1.0)], "steps": [step]})
+    state = state.model_copy(
+        update={"baseline": [cm.RunRef(kind="baseline", outcome="ok", device_hours=1.0)], "steps": [step]}
+    )
     assert state.expected_run_cost() == pytest.approx(1.1)
     assert [state.per_run(r) for r in runs] == pytest.approx([1.0, 1.0, 1.0, 0.0])

@@ -20,7 +20,9 @@ def campaign(baseline: list[float], *, band: bool = False, **kw) -> Campaign:
     state = Campaign(id="c", recipe_path="r", recipe_id="r", budget=1e9, **kw)
     if band:
         state.band = ThroughputBand.from_runs(baseline, k=2.0, floor=0.05)
-    state.baseline = [RunRef(kind="baseline", attempt=i + 1, outcome="ok", tps=t, record=f"b{i}") for i, t in enumerate(baseline)]
+    state.baseline = [
+        RunRef(kind="baseline", attempt=i + 1, outcome="ok", tps=t, record=f"b{i}") for i, t in enumerate(baseline)
+    ]
     state.incumbent_tps = float(np.median(baseline))
     return state
 
@@ -30,7 +32,18 @@ def with_pairs(state: Campaign, pairs: list[tuple[float, float]], trial: float |
     st = Step(n=1, change=Change(lever="x", after=1))
     st.runs.append(RunRef(kind="trial", n=1, outcome="ok", tps=trial or pairs[0][1], record="t"))
     for k, (a, b) in enumerate(pairs, start=1):
-        st.runs.append(RunRef(kind="pair", n=1, attempt=k, outcome="ok", tps=b, reference_tps=a, record=f"p{k}b", reference_record=f"p{k}a"))
+        st.runs.append(
+            RunRef(
+                kind="pair",
+                n=1,
+                attempt=k,
+                outcome="ok",
+                tps=b,
+                reference_tps=a,
+                record=f"p{k}b",
+                reference_record=f"p{k}a",
+            )
+        )
     state.steps.append(st)
     return st
 
@@ -73,7 +86,10 @@ def test_the_interval_covers_the_true_gain_at_its_confidence(n_pairs: int) -> No
     true, sd_run, hits, trials = 0.08, 0.05, 0, 2000
     for _ in range(trials):
         state = campaign(list(np.exp(rng.normal(7.0, sd_run, 3))), band=True)
-        pairs = [(float(np.exp(rng.normal(7.0, sd_run))), float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run)))) for _ in range(n_pairs)]
+        pairs = [
+            (float(np.exp(rng.normal(7.0, sd_run))), float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run))))
+            for _ in range(n_pairs)
+        ]
         st = with_pairs(state, pairs, trial=float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run))))
         m = ms.measure(state, st)
         hits += m.lo <= true <= m.hi
@@ -113,7 +129,10 @@ def test_the_interval_with_a_right_prior_covers_the_true_gain_at_its_confidence(
     true, sd_run, hits, trials = 0.03, 0.014, 0, 2000
     for _ in range(trials):
         state = campaign(list(np.exp(rng.normal(7.0, sd_run, 2))), noise_prior_sd=sd_run, noise_prior_df=8)
-        pairs = [(float(np.exp(rng.normal(7.0, sd_run))), float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run)))) for _ in range(n_pairs)]
+        pairs = [
+            (float(np.exp(rng.normal(7.0, sd_run))), float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run))))
+            for _ in range(n_pairs)
+        ]
         st = with_pairs(state, pairs, trial=float(np.exp(rng.normal(7.0 + math.log1p(true), sd_run))))
         m = ms.measure(state, st)
         hits += m.lo <= true <= m.hi
@@ -138,6 +157,7 @@ def test_a_step_that_would_take_most_of_the_budget_left_to_reach_its_cap_is_futi
     """+1.5 % over two pairs of 2 % run noise with a 0.75 % minimum gain: deciding would take far more than the cap of
     6 pairs. With 10 device-hours left and pairs of 2, the 4 pairs to the cap (8) are more than half of it: undecided
     now. With 100 left it measures on (the ten-caps reach keeps a step trending above the minimum gain)."""
+
     def step_with(left: float):
         state = campaign([1000.0, 1020.0, 980.0], min_gain=0.0075, max_pairs=6)
         state.budget, state.spent = 100.0 + left, 100.0
@@ -146,7 +166,11 @@ def test_a_step_that_would_take_most_of_the_budget_left_to_reach_its_cap_is_futi
         return ms.measure(state, st)
 
     tight, ample = step_with(10.0), step_with(100.0)
-    assert tight.decision == "undecided" and "more than half the 10 left in the budget" in tight.why and "4 pairs to the cap" in tight.why
+    assert (
+        tight.decision == "undecided"
+        and "more than half the 10 left in the budget" in tight.why
+        and "4 pairs to the cap" in tight.why
+    )
     assert ample.decision == "measuring" and "straddles" in ample.why
 
 
@@ -175,7 +199,18 @@ def test_a_false_gain_is_rare_on_a_to_a_comparisons() -> None:
             continue
         for k in range(1, 5):
             a, b = (float(np.exp(rng.normal(7.0, 0.08))) for _ in range(2))
-            st.runs.append(RunRef(kind="pair", n=1, attempt=k, outcome="ok", tps=b, reference_tps=a, record=f"b{k}", reference_record=f"a{k}"))
+            st.runs.append(
+                RunRef(
+                    kind="pair",
+                    n=1,
+                    attempt=k,
+                    outcome="ok",
+                    tps=b,
+                    reference_tps=a,
+                    record=f"b{k}",
+                    reference_record=f"a{k}",
+                )
+            )
             m = ms.measure(state, st)
             if m.decision != "measuring":
                 break
@@ -204,7 +239,9 @@ def test_a_trial_only_a_little_slower_is_paired_not_cut() -> None:
     state.band = ThroughputBand.from_runs([1000.0, 1002.0, 998.0], k=2.0, floor=0.05)
     st = with_pairs(state, [(1000.0, 970.0)], trial=970.0)
     st.runs = st.runs[:1]
-    est, _, hi = ms.interval([math.log(0.97)], math.sqrt(2) * ms.pooled_run_sd(ms.run_groups(state).values())[0], 2, 0.9)
+    est, _, hi = ms.interval(
+        [math.log(0.97)], math.sqrt(2) * ms.pooled_run_sd(ms.run_groups(state).values())[0], 2, 0.9
+    )
     assert hi < 0.05 and est > -state.band.band  # the unpaired look alone would say no gain
     assert ms.cut(state, st) is None
     st.runs[0] = st.runs[0].model_copy(update={"tps": 900.0})  # -10%: clearly slower, beyond the 5% band
@@ -223,7 +260,18 @@ def test_a_pair_with_a_run_hit_by_a_transient_slowdown_is_left_out_and_measured_
     st.runs[1] = st.runs[1].model_copy(update={"record": "t"})  # pair 1's candidate run is the trial
     m = ms.measure(state, st)
     assert m.decision == "measuring" and m.pairs == 0 and "left out: pair 1's incumbent run" in m.why
-    st.runs.append(RunRef(kind="pair", n=1, attempt=2, outcome="ok", tps=7800.0, reference_tps=5990.0, record="p2b", reference_record="p2a"))
+    st.runs.append(
+        RunRef(
+            kind="pair",
+            n=1,
+            attempt=2,
+            outcome="ok",
+            tps=7800.0,
+            reference_tps=5990.0,
+            record="p2b",
+            reference_record="p2a",
+        )
+    )
     m = ms.measure(state, st)
     assert m.decision == "gain" and m.pairs == 1 and 0.2 < m.estimate < 0.4  # +30%, not +280%
 
@@ -250,7 +298,9 @@ def test_with_two_pairs_required_one_clear_pair_is_not_yet_a_gain() -> None:
     assert ms.measure(state, with_pairs(state, [(1000.0, 1200.0), (1002.0, 1195.0)], trial=1200.0)).decision == "gain"
     state = fresh()
     assert ms.measure(state, with_pairs(state, [(1000.0, 900.0)], trial=900.0)).decision == "no_gain"
-    assert measurement_options("local")["min_pairs_for_gain"] == 2 and "min_pairs_for_gain" not in measurement_options("sim")
+    assert measurement_options("local")["min_pairs_for_gain"] == 2 and "min_pairs_for_gain" not in measurement_options(
+        "sim"
+    )
 
 
 def test_pairs_to_decide_is_where_the_half_width_meets_the_distance_to_the_minimum_gain() -> None:
@@ -276,7 +326,10 @@ def test_a_step_trending_below_the_minimum_gain_that_no_cap_of_pairs_could_decid
     state = campaign(noisy, min_gain=0.05, max_pairs=4)
     m = ms.measure(state, with_pairs(state, [(1000.0, 1055.0), (1010.0, 1065.0)]))
     assert m.decision == "undecided" and m.why.startswith("futile") and m.estimate > 0.05
-    assert ms.pairs_to_decide([math.log(1055 / 1000), math.log(1065 / 1010)], m.sigma, m.df, 0.9, 0.05) > ms.FAR_OUT_OF_REACH * 4
+    assert (
+        ms.pairs_to_decide([math.log(1055 / 1000), math.log(1065 / 1010)], m.sigma, m.df, 0.9, 0.05)
+        > ms.FAR_OUT_OF_REACH * 4
+    )
     state = campaign(noisy, min_gain=0.05, max_pairs=4)  # one pair is too rough to project from
     m = ms.measure(state, with_pairs(state, [(1000.0, 1020.0)]))
     assert m.decision == "measuring"

@@ -12,13 +12,21 @@ from bot.core.recipe import parse_recipe_text
 from bot.core.records import CheckResult, Verdict
 
 RECIPE = parse_recipe_text(recipe_text())
-SCRIPT = [{"lever": "activation_checkpoint", "to": "none"}, {"lever": "training.local_batch_size", "to": 2},
-          {"lever": "loss.num_chunks", "to": 4}]
-RULE = table_rule({(("training.local_batch_size", 2),): "oom", (("activation_checkpoint", "none"),): [1300.0, 1290.0]}, [1000.0, 1010.0])
+SCRIPT = [
+    {"lever": "activation_checkpoint", "to": "none"},
+    {"lever": "training.local_batch_size", "to": 2},
+    {"lever": "loss.num_chunks", "to": 4},
+]
+RULE = table_rule(
+    {(("training.local_batch_size", 2),): "oom", (("activation_checkpoint", "none"),): [1300.0, 1290.0]},
+    [1000.0, 1010.0],
+)
 
 
 def campaign() -> cm.Campaign:
-    return play(new_state(recipe_text()), scripted(SCRIPT), RULE, config_ok=lambda levers: levers.get("loss.num_chunks") != 4)
+    return play(
+        new_state(recipe_text()), scripted(SCRIPT), RULE, config_ok=lambda levers: levers.get("loss.num_chunks") != 4
+    )
 
 
 def curves(n: int) -> tuple:
@@ -35,7 +43,7 @@ def chart_and_table(report: str) -> tuple[dict, list[list[str]]]:
     text = report.splitlines()
     start = next(i for i, line in enumerate(text) if "| baseline loss" in line and "candidate loss" in line)
     rows = []
-    for line in text[start + 2:]:
+    for line in text[start + 2 :]:
         if not line.startswith("|"):
             break
         rows.append([c.strip() for c in line.strip("|").split("|")])
@@ -70,8 +78,12 @@ def test_a_huge_report_is_truncated_under_the_limit() -> None:
     state = campaign()
     step = state.step(1).model_copy(deep=True)
     reasons = ["x" * 5000] * 30
-    step.verdict = Verdict(verdict="ok", stage="convergence", reasons=reasons,
-                           checks=[CheckResult(name=f"c{i}", passed=True, evidence={"k": "y" * 5000}) for i in range(10)])
+    step.verdict = Verdict(
+        verdict="ok",
+        stage="convergence",
+        reasons=reasons,
+        checks=[CheckResult(name=f"c{i}", passed=True, evidence={"k": "y" * 5000}) for i in range(10)],
+    )
     report = render_step_report(state, step, *reversed(curves(100)))
     assert len(report) <= MAX_REPORT and report.endswith("(truncated)\n")
 
@@ -94,7 +106,12 @@ def test_the_campaign_summary_lists_every_step() -> None:
     for table in re.findall(r"((?:^\|.*\n)+)", summary, re.M):  # GitHub renders a table only under a header row
         first, second = table.splitlines()[:2]
         assert not set(first) <= set("|-: ") and set(second) <= set("|-: ")
-    assert "baseline tokens/s per device" in summary and "1,005" in summary and "+27.7% [+24.4%, +31.1%]" in summary and "gain (1)" in summary
+    assert (
+        "baseline tokens/s per device" in summary
+        and "1,005" in summary
+        and "+27.7% [+24.4%, +31.1%]" in summary
+        and "gain (1)" in summary
+    )
     assert f"{state.spent:.4f} of {state.budget:.4f} device-hours" in summary
     assert "the recipe is kept as it was" not in summary  # step 1 won
 
@@ -144,19 +161,29 @@ def test_truncation_never_leaves_a_code_block_open() -> None:
 def test_a_step_report_shows_the_diagnosis_the_policies_used() -> None:
     state = campaign()
     base, cand = curves(12)
-    sim = cand.model_copy(update={"simulated": True, "breakdown": {"compute_s": 6.0, "exposed_comm_s": 3.0, "bubble_s": 1.0}})
+    sim = cand.model_copy(
+        update={"simulated": True, "breakdown": {"compute_s": 6.0, "exposed_comm_s": 3.0, "bubble_s": 1.0}}
+    )
     report = render_step_report(state, state.step(1), sim, base)
     section = report.split("<summary>Diagnosis</summary>", 1)[1].split("</details>", 1)[0]
-    rows = {cells[0]: cells[1] for line in section.splitlines() if line.startswith("| ")
-            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    rows = {
+        cells[0]: cells[1]
+        for line in section.splitlines()
+        if line.startswith("| ")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
     assert rows["tokens/s per device"] == "1,300 (CV 1.0%)"
     assert rows["step-time breakdown (SIMULATED)"] == "compute 60%, exposed_comm 30%, bubble 10%"
-    assert "Diagnosis" not in render_step_report(state, state.step(1), None, base)  # nothing measured, nothing diagnosed
+    assert "Diagnosis" not in render_step_report(
+        state, state.step(1), None, base
+    )  # nothing measured, nothing diagnosed
 
 
 def test_the_campaign_summary_names_the_gate_loss_band() -> None:
     state = campaign().model_copy(update={"calibrated": True, "calibration_note": "loss band calibrated on 4 runs (…)"})
-    assert "| gate loss band" in render_campaign_summary(state) and "calibrated on 4 runs" in render_campaign_summary(state)
+    assert "| gate loss band" in render_campaign_summary(state) and "calibrated on 4 runs" in render_campaign_summary(
+        state
+    )
 
 
 def test_the_report_opens_with_the_one_screen_summary_then_the_chart_then_folded_evidence() -> None:
@@ -166,19 +193,40 @@ def test_the_report_opens_with_the_one_screen_summary_then_the_chart_then_folded
     state = campaign()
     step = state.step(1).model_copy(deep=True)
     text = recipe_text()
-    step.config_verdict = config_gate(parse_recipe_text(text), parse_recipe_text(set_lever_text(text, "activation_checkpoint", "none", source="r")))
+    step.config_verdict = config_gate(
+        parse_recipe_text(text), parse_recipe_text(set_lever_text(text, "activation_checkpoint", "none", source="r"))
+    )
     base, cand = curves(12)
     report = render_step_report(state, step, cand, base)
     summary = report.split("**Why:**", 1)[0]
-    for row in ("| decision", "| throughput", "| change", "| proposed by", "| gate: config", "| gate: convergence", "| cost"):
+    for row in (
+        "| decision",
+        "| throughput",
+        "| change",
+        "| proposed by",
+        "| gate: config",
+        "| gate: convergence",
+        "| cost",
+    ):
         assert row in summary, row
-    assert "incumbent 1,005 → candidate 1,300" in summary and "**+27.7%** [+24.4%, +31.1%] (90% CI, 1 pair) — gain" in summary
+    assert (
+        "incumbent 1,005 → candidate 1,300" in summary
+        and "**+27.7%** [+24.4%, +31.1%] (90% CI, 1 pair) — gain" in summary
+    )
     assert report.index("**Why:**") < report.index("```mermaid") < report.index("<details>")
     assert "Traceback" not in report and "{'field'" not in report  # no raw Python dicts
     config = report.split("<summary>Gate (config)", 1)[1].split("</details>", 1)[0]
     mode = next(line for line in config.splitlines() if "`activation_checkpoint.mode`" in line)
-    assert [c.strip() for c in mode.strip("|").split("|")][:5] == ["`activation_checkpoint.mode`", "`full`", "`none`", "B", "`activation_checkpoint*`"]
-    assert "activation_checkpoint.debug" not in config and "no longer apply" in config  # effect unchanged: counted, not listed
+    assert [c.strip() for c in mode.strip("|").split("|")][:5] == [
+        "`activation_checkpoint.mode`",
+        "`full`",
+        "`none`",
+        "B",
+        "`activation_checkpoint*`",
+    ]
+    assert (
+        "activation_checkpoint.debug" not in config and "no longer apply" in config
+    )  # effect unchanged: counted, not listed
     assert "[source](https://" in config
     assert "Defect rules" in config and "could not be checked" in config
 
@@ -214,4 +262,7 @@ def test_the_summary_says_how_much_of_the_spend_went_to_runs_stopped_by_a_signal
     state = campaign()
     assert "stopped by a signal" not in render_campaign_summary(state)
     lost = state.model_copy(update={"spent": state.spent + 0.0125, "abandoned": 0.0125})
-    assert f"{lost.spent:.4f} of {lost.budget:.4f} device-hours (0.0125 of them in runs stopped by a signal, not recorded)" in render_campaign_summary(lost)
+    assert (
+        f"{lost.spent:.4f} of {lost.budget:.4f} device-hours (0.0125 of them in runs stopped by a signal, not recorded)"
+        in render_campaign_summary(lost)
+    )

@@ -26,16 +26,24 @@ def test_a_set_up_that_fits_is_left_as_planned() -> None:
 def test_the_extra_baseline_run_goes_first_then_the_calibration() -> None:
     # 0.011 a run: 3 measured + 4 calibration + a trial = 0.098 more; 2 measured + 4 + 1 = 0.077
     fit = fit_setup(_after_first_run(0.01 + 0.08))
-    assert fit.updates == {"baseline_runs_wanted": 2, "setup_note": "set-up scaled to fit the budget: 2 measured baseline runs, not 3"}
+    assert fit.updates == {
+        "baseline_runs_wanted": 2,
+        "setup_note": "set-up scaled to fit the budget: 2 measured baseline runs, not 3",
+    }
     fit = fit_setup(_after_first_run(0.05))
     assert fit.updates["calibrated"] is True and fit.updates["calibration_runs_planned"] == 0 and not fit.refusal
-    assert fit.updates["calibration_note"].startswith("no loss band: the budget does not hold the gate's 4 calibration runs")
+    assert fit.updates["calibration_note"].startswith(
+        "no loss band: the budget does not hold the gate's 4 calibration runs"
+    )
 
 
 def test_a_set_up_that_cannot_fit_names_the_smallest_budget_which_then_fits() -> None:
     fit = fit_setup(_after_first_run(0.03))
     assert fit.updates == {} and fit.refusal.startswith("budget: the set-up left (3 baseline runs, 4 calibration runs)")
-    assert fit.smallest_budget == pytest.approx(0.01 + 3 * 0.011) and f"is {fit.smallest_budget:g} device-hours" in fit.refusal
+    assert (
+        fit.smallest_budget == pytest.approx(0.01 + 3 * 0.011)
+        and f"is {fit.smallest_budget:g} device-hours" in fit.refusal
+    )
     assert not fit_setup(_after_first_run(fit.smallest_budget)).refusal
 
 

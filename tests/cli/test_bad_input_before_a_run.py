@@ -38,9 +38,11 @@ def repo(tmp_path: Path) -> Path:
 def snapshot(repo: Path) -> dict[str, str]:
     """What a refused command must leave as it was: the working tree (ignored files too: ``.attune/``, ``runs/``),
     the branches and HEAD."""
-    return {"status": git(repo, "status", "--porcelain", "--ignored", "--untracked-files=all"),
-            "branches": git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads"),
-            "head": git(repo, "rev-parse", "HEAD")}
+    return {
+        "status": git(repo, "status", "--porcelain", "--ignored", "--untracked-files=all"),
+        "branches": git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/heads"),
+        "head": git(repo, "rev-parse", "HEAD"),
+    }
 
 
 def refused(repo: Path, *args: str) -> str:
@@ -86,10 +88,17 @@ def test_max_steps_below_one_starts_nothing(repo: Path) -> None:
 
 
 def test_a_recipe_with_uncommitted_changes_or_untracked_is_refused_before_the_campaign_starts(repo: Path) -> None:
-    edit(repo, SIM, "  activation_checkpoint: selective                           # llama3_8b: selective (per-op SAC)",
-         "  activation_checkpoint: full", commit=False)  # a layout that runs: only the uncommitted edit is wrong
+    edit(
+        repo,
+        SIM,
+        "  activation_checkpoint: selective                           # llama3_8b: selective (per-op SAC)",
+        "  activation_checkpoint: full",
+        commit=False,
+    )  # a layout that runs: only the uncommitted edit is wrong
     line = refused(repo, "campaign", "run", SIM, "--budget", "5")
-    assert line.startswith(f"attune: {SIM}: has uncommitted changes; a campaign's steps branch from the recipe as committed"), line
+    assert line.startswith(
+        f"attune: {SIM}: has uncommitted changes; a campaign's steps branch from the recipe as committed"
+    ), line
     git(repo, "add", SIM)  # staged is not committed either
     assert refused(repo, "campaign", "run", SIM, "--budget", "5").startswith(f"attune: {SIM}: has uncommitted changes")
     git(repo, "reset", "-q", "--hard")
@@ -100,8 +109,13 @@ def test_a_recipe_with_uncommitted_changes_or_untracked_is_refused_before_the_ca
 
 
 def test_the_in_memory_forge_tunes_the_recipe_as_it_is_on_disk(repo: Path) -> None:
-    edit(repo, SIM, "  training.local_batch_size: 1                               # llama3_8b: local batch 1",
-         "  training.local_batch_size: 1                               # edited, not committed", commit=False)
+    edit(
+        repo,
+        SIM,
+        "  training.local_batch_size: 1                               # llama3_8b: local batch 1",
+        "  training.local_batch_size: 1                               # edited, not committed",
+        commit=False,
+    )
     branches = git(repo, "branch", "--list")
     done = attune(repo, "campaign", "run", SIM, "--budget", "3", "--forge", "none", "--json")  # holds its set-up
     assert done.returncode == 0, done.stderr[-2000:]
@@ -109,13 +123,27 @@ def test_the_in_memory_forge_tunes_the_recipe_as_it_is_on_disk(repo: Path) -> No
     assert git(repo, "branch", "--list") == branches  # its steps were kept in memory
 
 
-@pytest.mark.parametrize(("field", "old", "new", "fragment"), [
-    ("cluster.hardware", "  hardware: h100-sxm-80gb", "  hardware: tpu9", "'tpu9' is unknown to the simulator; known: b200, cpu, "),
-    # a config torchtitan does not have, for a model the zoo does not hold either
-    ("workload.config", "  config: llama3_8b", "  config: llama3_nonexistent", "the simulator cannot know this model: "),
-])
-def test_hardware_or_a_model_the_simulator_does_not_know_runs_nothing(repo: Path, tmp_path: Path, field: str, old: str,
-                                                                      new: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("field", "old", "new", "fragment"),
+    [
+        (
+            "cluster.hardware",
+            "  hardware: h100-sxm-80gb",
+            "  hardware: tpu9",
+            "'tpu9' is unknown to the simulator; known: b200, cpu, ",
+        ),
+        # a config torchtitan does not have, for a model the zoo does not hold either
+        (
+            "workload.config",
+            "  config: llama3_8b",
+            "  config: llama3_nonexistent",
+            "the simulator cannot know this model: ",
+        ),
+    ],
+)
+def test_hardware_or_a_model_the_simulator_does_not_know_runs_nothing(
+    repo: Path, tmp_path: Path, field: str, old: str, new: str, fragment: str
+) -> None:
     if field == "workload.config":
         edit(repo, SIM, "  model: llama3.1-8b", "  model: gpt-9")
     n = edit(repo, SIM, old, new)
@@ -138,7 +166,9 @@ def test_a_results_file_that_is_not_a_run_record_stops_the_campaign_before_its_f
     git(repo, "commit", "-q", "-am", "test: a results file that is not a run record")
     rel = bad.relative_to(repo)
     line = refused(repo, "campaign", "run", SIM, "--budget", "5")
-    assert line.startswith("attune: ") and str(rel) in line and "summary.tps_median: expected a number; got 'fast'" in line, line
+    assert (
+        line.startswith("attune: ") and str(rel) in line and "summary.tps_median: expected a number; got 'fast'" in line
+    ), line
     assert not (repo / ".attune").exists()
 
 
@@ -149,19 +179,36 @@ def test_run_out_that_is_a_file_or_below_one_is_a_usage_error(repo: Path, tmp_pa
     line = refused(repo, "run", SIM, "--out", str(taken))
     assert line == f"attune: --out {taken}: is a file; expected a folder for the run record and the run's logs"
     line = refused(repo, "run", SIM, "--out", str(taken / "run"))
-    assert line == f"attune: --out {taken / 'run'}: {taken} is a file; expected a folder for the run record and the run's logs"
+    assert (
+        line
+        == f"attune: --out {taken / 'run'}: {taken} is a file; expected a folder for the run record and the run's logs"
+    )
     assert taken.read_text() == "mine\n"
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--steps", "0"], "--steps: expected at least 2; got 0"),
-    (["--steps", "-3"], "--steps: expected at least 2; got -3"),
-    (["--steps", "5"], "--steps: expected more than the recipe's bench.warmup_steps (5), which are not measured; got 5"),
-    (["--steps", "1000000000"], "--steps: expected at most 1,000,000 (a benchmark measures tens); got 1,000,000,000"),
-    (["--max-wall-s", "nan"], "--max-wall-s: expected a positive number of seconds; got nan"),
-    (["--stop-below", "inf"], "--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got inf, 3"),
-])
-def test_run_refuses_steps_it_would_not_run_or_measure(repo: Path, tmp_path: Path, args: list[str], expected: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--steps", "0"], "--steps: expected at least 2; got 0"),
+        (["--steps", "-3"], "--steps: expected at least 2; got -3"),
+        (
+            ["--steps", "5"],
+            "--steps: expected more than the recipe's bench.warmup_steps (5), which are not measured; got 5",
+        ),
+        (
+            ["--steps", "1000000000"],
+            "--steps: expected at most 1,000,000 (a benchmark measures tens); got 1,000,000,000",
+        ),
+        (["--max-wall-s", "nan"], "--max-wall-s: expected a positive number of seconds; got nan"),
+        (
+            ["--stop-below", "inf"],
+            "--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got inf, 3",
+        ),
+    ],
+)
+def test_run_refuses_steps_it_would_not_run_or_measure(
+    repo: Path, tmp_path: Path, args: list[str], expected: str
+) -> None:
     out = tmp_path / "out"
     assert refused(repo, "run", SIM, "--out", str(out), *args) == f"attune: {expected}"
     assert not out.exists()
@@ -191,13 +238,19 @@ def damaged_state(text: str) -> bytes:
     return text.encode("latin-1")
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    ('{"id": "c1",\n', ":2: not a campaign state: not valid JSON (Expecting property name enclosed in double quotes, column 1)"),
-    ("{}", ": not a campaign state: id: missing (a required field)"),
-    ("budget", ": not a campaign state: budget: expected a number; got 'lots'"),
-    ("[]", ": not a campaign state: expected a JSON object; got list"),
-    ('{"id": "\xe9"}', ":1: not UTF-8 text (byte 0xe9 at offset 8); save the file as UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            '{"id": "c1",\n',
+            ":2: not a campaign state: not valid JSON (Expecting property name enclosed in double quotes, column 1)",
+        ),
+        ("{}", ": not a campaign state: id: missing (a required field)"),
+        ("budget", ": not a campaign state: budget: expected a number; got 'lots'"),
+        ("[]", ": not a campaign state: expected a JSON object; got list"),
+        ('{"id": "\xe9"}', ":1: not UTF-8 text (byte 0xe9 at offset 8); save the file as UTF-8"),
+    ],
+)
 def test_a_damaged_state_file_is_named_with_its_first_wrong_field(repo: Path, content: str, problem: str) -> None:
     folder = stored(repo)
     (folder / "state.json").write_bytes(damaged_state(content))
@@ -213,8 +266,9 @@ def test_campaign_list_names_a_damaged_state_by_its_first_wrong_field(repo: Path
     proc = attune(repo, "campaign", "list", "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {row["id"]: row for row in json.loads(proc.stdout.strip().splitlines()[-1])["campaigns"]}
-    assert rows["c1"]["status"] == (f"unreadable: {folder / 'state.json'}: not a campaign state: "
-                                    "budget: expected a number; got 'lots'"), rows["c1"]
+    assert rows["c1"]["status"] == (
+        f"unreadable: {folder / 'state.json'}: not a campaign state: budget: expected a number; got 'lots'"
+    ), rows["c1"]
     assert rows["c0"]["phase"] == "baseline"
 
 
@@ -224,8 +278,9 @@ def test_resume_and_stop_of_a_damaged_state_name_it_and_take_no_lock(repo: Path)
     files = {p.name: p.read_bytes() for p in folder.iterdir()}
     for command in ("resume", "stop"):
         line = refused(repo, "campaign", command, "c1")
-        assert line == (f"attune: {folder / 'state.json'}: not a campaign state: "
-                        "budget: expected a number; got 'lots'"), (command, line)
+        assert line == (
+            f"attune: {folder / 'state.json'}: not a campaign state: budget: expected a number; got 'lots'"
+        ), (command, line)
         assert {p.name: p.read_bytes() for p in folder.iterdir()} == files  # no lock file, nothing written
 
 
@@ -234,8 +289,10 @@ def test_damaged_launch_facts_are_named_with_their_first_wrong_field(repo: Path)
     (folder / "launch.json").write_text('{"seed": "first"}')
     for command in ("resume", "stop"):
         line = refused(repo, "campaign", command, "c1")
-        assert line == (f"attune: {folder / 'launch.json'}: not the campaign's launch facts: "
-                        "seed: expected a whole number; got 'first'"), line
+        assert line == (
+            f"attune: {folder / 'launch.json'}: not the campaign's launch facts: "
+            "seed: expected a whole number; got 'first'"
+        ), line
     assert sorted(p.name for p in folder.iterdir()) == ["launch.json", "state.json"]
 
 
@@ -264,7 +321,9 @@ def test_an_id_whose_branches_an_earlier_campaign_left_is_refused(repo: Path) ->
     left) took the old campaign's step branch as its own and reported a change it never ran."""
     git(repo, "branch", "attune/x/1-activation_checkpoint")
     line = refused(repo, "campaign", "run", SIM, "--budget", "5", "--id", "x")
-    assert line.startswith("attune: --id x: 1 branch(es) of an earlier campaign of that id exist (attune/x/1-activation_checkpoint, ...)")
+    assert line.startswith(
+        "attune: --id x: 1 branch(es) of an earlier campaign of that id exist (attune/x/1-activation_checkpoint, ...)"
+    )
     assert not (repo / ".attune").exists()
 
 
@@ -274,9 +333,11 @@ def test_staged_changes_are_refused_and_a_campaign_commits_only_its_own_files(re
     (repo / "notes.txt").write_text("wip\n")
     git(repo, "add", "notes.txt")
     line = refused(repo, "campaign", "run", SIM, "--budget", "2", "--id", "s")
-    assert line == (f"attune: {repo}: 1 staged change(s) (notes.txt); a local-forge campaign merges its kept steps into this "
-                    "checkout, and git refuses to merge into an index with staged changes: commit or unstage them first "
-                    f"(`git -C {repo} restore --staged .`)"), line
+    assert line == (
+        f"attune: {repo}: 1 staged change(s) (notes.txt); a local-forge campaign merges its kept steps into this "
+        "checkout, and git refuses to merge into an index with staged changes: commit or unstage them first "
+        f"(`git -C {repo} restore --staged .`)"
+    ), line
     git(repo, "restore", "--staged", "notes.txt")  # untracked, it is the user's own: left as it is
     done = attune(repo, "campaign", "run", SIM, "--budget", "2", "--id", "s", "--json")
     assert done.returncode == 0, done.stderr[-2000:]

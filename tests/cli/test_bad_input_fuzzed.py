@@ -22,10 +22,38 @@ ROOT = Path(__file__).resolve().parents[2]
 SIM_RECIPE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"
 LESSON_FILE = ROOT / "bot" / "agent" / "lessons_catalog" / "memory.yaml"  # the packaged catalog
 RULE_FILE = ROOT / "gate" / "rules" / "defects.yaml"
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
-JUNK = st.sampled_from(["", "x", "-1", "1e999", "[", "]", "{", "}", ":", "- ", "\t", "null", "true", "'", '"', "&a", "*a", "!!python/object:os.system",
-                        "\u00e9", "0x10", "999999999999999999999", "nan", "---", "..."])
+JUNK = st.sampled_from(
+    [
+        "",
+        "x",
+        "-1",
+        "1e999",
+        "[",
+        "]",
+        "{",
+        "}",
+        ":",
+        "- ",
+        "\t",
+        "null",
+        "true",
+        "'",
+        '"',
+        "&a",
+        "*a",
+        "!!python/object:os.system",
+        "\u00e9",
+        "0x10",
+        "999999999999999999999",
+        "nan",
+        "---",
+        "...",
+    ]
+)
 
 
 @st.composite
@@ -77,7 +105,11 @@ def assert_one_clear_line(rc: int, err: str, names: str) -> None:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and ".git" not in p.parts}
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and ".git" not in p.parts
+    }
 
 
 @pytest.fixture
@@ -89,9 +121,14 @@ def repo(tmp_path: Path) -> Path:
 
 
 @FUZZ
-@given(text=mutated(SIM_RECIPE.read_text()), lever=st.sampled_from(["training.local_batch_size", "activation_checkpoint", "nope"]),
-       value=JUNK | st.sampled_from(["2", "none", "full", "8"]))
-def test_a_mutated_recipe_is_refused_in_one_line_and_left_as_it_was(repo: Path, monkeypatch, text: str, lever: str, value: str) -> None:
+@given(
+    text=mutated(SIM_RECIPE.read_text()),
+    lever=st.sampled_from(["training.local_batch_size", "activation_checkpoint", "nope"]),
+    value=JUNK | st.sampled_from(["2", "none", "full", "8"]),
+)
+def test_a_mutated_recipe_is_refused_in_one_line_and_left_as_it_was(
+    repo: Path, monkeypatch, text: str, lever: str, value: str
+) -> None:
     path = repo / "recipes" / "x" / "sim.yaml"
     path.write_text(text)
     for argv in (["recipe", "show", str(path)], ["recipe", "set", "--", str(path), lever, value]):
@@ -131,8 +168,12 @@ SECTIONS = ["Recipe path", "Budget (device-hours)", "Policy", "Runner labels", "
 
 
 @FUZZ
-@given(body=st.lists(st.tuples(st.sampled_from(SECTIONS + ["Other"]), JUNK | st.text(max_size=40)), max_size=7).map(
-    lambda parts: "\n\n".join(f"### {h}\n\n{v}" for h, v in parts)) | st.text(max_size=200))
+@given(
+    body=st.lists(st.tuples(st.sampled_from(SECTIONS + ["Other"]), JUNK | st.text(max_size=40)), max_size=7).map(
+        lambda parts: "\n\n".join(f"### {h}\n\n{v}" for h, v in parts)
+    )
+    | st.text(max_size=200)
+)
 def test_any_issue_form_body_is_a_request_or_a_list_of_problems(body: str) -> None:
     from bot.github.request import CampaignRequest, RequestError, validate_request
 
@@ -142,15 +183,27 @@ def test_any_issue_form_body_is_a_request_or_a_list_of_problems(body: str) -> No
         assert answer.problems and all(isinstance(p, str) and p for p in answer.problems)
 
 
-PAYLOAD = {"action": "opened", "issue": {"number": 1, "title": "t", "body": "b", "user": {"login": "alice"},
-                                         "labels": [{"name": "attune:campaign"}]},
-           "comment": {"id": 5, "body": "/attune stop", "user": {"login": "alice"}}}
+PAYLOAD = {
+    "action": "opened",
+    "issue": {
+        "number": 1,
+        "title": "t",
+        "body": "b",
+        "user": {"login": "alice"},
+        "labels": [{"name": "attune:campaign"}],
+    },
+    "comment": {"id": 5, "body": "/attune stop", "user": {"login": "alice"}},
+}
 
 
 @st.composite
 def broken_payload(draw: st.DrawFn) -> object:
     data = json.loads(json.dumps(PAYLOAD))
-    where = draw(st.sampled_from([("issue",), ("issue", "number"), ("issue", "user"), ("comment",), ("comment", "id"), ("action",)]))
+    where = draw(
+        st.sampled_from(
+            [("issue",), ("issue", "number"), ("issue", "user"), ("comment",), ("comment", "id"), ("action",)]
+        )
+    )
     node = data
     for key in where[:-1]:
         node = node[key]
@@ -160,7 +213,9 @@ def broken_payload(draw: st.DrawFn) -> object:
 
 @FUZZ
 @given(payload=broken_payload(), event=st.sampled_from(["issues", "issue_comment", "workflow_dispatch", "push"]))
-def test_a_malformed_webhook_payload_is_one_line_exit_2(tmp_path_factory, monkeypatch, payload: object, event: str) -> None:
+def test_a_malformed_webhook_payload_is_one_line_exit_2(
+    tmp_path_factory, monkeypatch, payload: object, event: str
+) -> None:
     folder = tmp_path_factory.mktemp("event")
     path = folder / "event.json"
     path.write_text(json.dumps(payload))
@@ -171,15 +226,33 @@ def test_a_malformed_webhook_payload_is_one_line_exit_2(tmp_path_factory, monkey
     assert len([line for line in err.splitlines() if line.strip()]) == 1
 
 
-ARGS = st.lists(JUNK | st.sampled_from(["--budget", "--steps", "--json", "--policy", "--seeds", "--jobs", "-5", "0", "abc"]), max_size=4)
+ARGS = st.lists(
+    JUNK | st.sampled_from(["--budget", "--steps", "--json", "--policy", "--seeds", "--jobs", "-5", "0", "abc"]),
+    max_size=4,
+)
 
 
 @FUZZ
-@given(command=st.sampled_from([["run"], ["campaign", "run"], ["campaign", "show"], ["gate"], ["recipe", "set"], ["bench", "tuners"],
-                                ["lessons", "show"], ["github", "check-trial"]]), rest=ARGS)
+@given(
+    command=st.sampled_from(
+        [
+            ["run"],
+            ["campaign", "run"],
+            ["campaign", "show"],
+            ["gate"],
+            ["recipe", "set"],
+            ["bench", "tuners"],
+            ["lessons", "show"],
+            ["github", "check-trial"],
+        ]
+    ),
+    rest=ARGS,
+)
 def test_random_arguments_never_raise(repo: Path, monkeypatch, command: list[str], rest: list[str]) -> None:
     if command[0] in ("run", "campaign", "bench") and not any(a.startswith("--") for a in rest):
-        rest = [*rest, "--budget", "-1"] if command[0] == "campaign" else [*rest, "--steps", "1"]  # nothing may really run
+        rest = (
+            [*rest, "--budget", "-1"] if command[0] == "campaign" else [*rest, "--steps", "1"]
+        )  # nothing may really run
     if command == ["bench", "tuners"]:
         rest = [*rest, "--recipe", "missing.yaml"]
     rc, _, err = run_cli([*command, *rest], repo, monkeypatch)

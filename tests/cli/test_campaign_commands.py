@@ -28,7 +28,9 @@ def repo(tmp_path: Path) -> Path:
 def one_line_error(proc) -> str:
     assert proc.returncode == 2, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     lines = proc.stderr.strip("\n").splitlines()
-    assert len(lines) == 1 and lines[0].startswith("attune: ") and "Traceback" not in proc.stdout + proc.stderr, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("attune: ") and "Traceback" not in proc.stdout + proc.stderr, (
+        proc.stderr
+    )
     return lines[0]
 
 
@@ -36,11 +38,34 @@ def killed_with_an_open_step(repo: Path, cid: str, tmp_path: Path, forge: str = 
     """Campaign ``cid`` SIGKILLed right after its first step was opened on the forge."""
     probe = scratch_clone(tmp_path / f"probe-{cid}")
     trace = tmp_path / f"{cid}.trace"
-    done = attune(probe, "campaign", "run", RECIPE, "--budget", "350", "--id", cid, "--json", env={"ATTUNE_CRASH_TRACE": str(trace)})
+    done = attune(
+        probe,
+        "campaign",
+        "run",
+        RECIPE,
+        "--budget",
+        "350",
+        "--id",
+        cid,
+        "--json",
+        env={"ATTUNE_CRASH_TRACE": str(trace)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     k = 1 + [line.split()[1] for line in trace.read_text().splitlines()].index("forge.open_step")
-    killed = attune(repo, "campaign", "run", RECIPE, "--budget", "350", "--id", cid, "--forge", forge, "--json",
-                    env={"ATTUNE_CRASH_AFTER": str(k)})
+    killed = attune(
+        repo,
+        "campaign",
+        "run",
+        RECIPE,
+        "--budget",
+        "350",
+        "--id",
+        cid,
+        "--forge",
+        forge,
+        "--json",
+        env={"ATTUNE_CRASH_AFTER": str(k)},
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
 
 
@@ -88,12 +113,17 @@ def test_unknown_or_malformed_ids_and_a_taken_id_are_one_line_errors_that_write_
     assert (repo / ".attune" / "campaigns" / "taken" / "state.json").read_text() == state
 
 
-def test_a_campaign_whose_steps_were_kept_in_memory_is_listed_as_such_and_can_be_stopped_not_resumed(repo: Path, tmp_path: Path) -> None:
+def test_a_campaign_whose_steps_were_kept_in_memory_is_listed_as_such_and_can_be_stopped_not_resumed(
+    repo: Path, tmp_path: Path
+) -> None:
     killed_with_an_open_step(repo, "mem", tmp_path, forge="none")
     line = one_line_error(attune(repo, "campaign", "resume", "mem"))
     assert "--forge none" in line and "cannot be resumed" in line and "attune campaign stop mem" in line
     (row,) = listed(repo)
-    assert row["status"] == "interrupted (cannot resume: --forge none kept its steps in memory; `attune campaign stop mem` ends it)"
+    assert (
+        row["status"]
+        == "interrupted (cannot resume: --forge none kept its steps in memory; `attune campaign stop mem` ends it)"
+    )
     assert attune(repo, "campaign", "show", "mem").stdout.startswith(f"status: {row['status']}\n")
     stop = attune(repo, "campaign", "stop", "mem", "--json")
     assert stop.returncode == 0, stop.stderr[-2000:]
@@ -113,7 +143,9 @@ def listed(repo: Path) -> list[dict]:
 def interrupted(repo: Path, cid: str, *more: str, after: int = 6) -> subprocess.CompletedProcess[str]:
     """Campaign ``cid`` run until it gets SIGTERM right after its ``after``-th side effect (by default its first
     baseline run's record: the campaign stops at the next safe point, resumable)."""
-    proc = attune(repo, "campaign", "run", RECIPE, "--budget", "350", "--id", cid, *more, env={"ATTUNE_SIGNAL_AFTER": str(after)})
+    proc = attune(
+        repo, "campaign", "run", RECIPE, "--budget", "350", "--id", cid, *more, env={"ATTUNE_SIGNAL_AFTER": str(after)}
+    )
     assert proc.returncode == 143, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     return proc
 
@@ -139,15 +171,19 @@ def stored(repo: Path, cid: str, **fields) -> Path:
     return folder
 
 
-HOLD_CHECKOUT = ("import sys, time; from bot.drive.lifecycle import CheckoutLock; "
-                 "lock = CheckoutLock(sys.argv[1], 'other').acquire(); print('held', flush=True); time.sleep(600)")
+HOLD_CHECKOUT = (
+    "import sys, time; from bot.drive.lifecycle import CheckoutLock; "
+    "lock = CheckoutLock(sys.argv[1], 'other').acquire(); print('held', flush=True); time.sleep(600)"
+)
 
 
 # ----------------------------------------------------------------------------- one campaign at a time in a checkout
 def test_a_second_campaign_in_a_checkout_another_one_runs_in_is_refused_naming_it(repo: Path) -> None:
     interrupted(repo, "waiting")
     before = folder_files(repo / ".attune" / "campaigns")
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_CHECKOUT, str(repo / ".attune")], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_CHECKOUT, str(repo / ".attune")], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         busy = f"{repo}: campaign other (process {holder.pid}) is running in this checkout"
@@ -181,7 +217,9 @@ def test_resume_and_stop_refuse_a_branch_other_than_the_one_the_campaign_started
     path.write_text(json.dumps(old))
     resumed = attune(repo, "campaign", "resume", "b", "--json")
     assert resumed.returncode == 0 and one_json_object(resumed)["status"] == "finished", resumed.stderr[-2000:]
-    assert any(s.startswith("attune: campaign b finished") for s in git(repo, "log", "--format=%s", "elsewhere").splitlines())
+    assert any(
+        s.startswith("attune: campaign b finished") for s in git(repo, "log", "--format=%s", "elsewhere").splitlines()
+    )
 
 
 # ----------------------------------------------------------------------------- --json however a command ends
@@ -193,7 +231,9 @@ def test_json_is_one_object_with_status_and_message_when_interrupted_resumed_or_
     resumed = attune(repo, "campaign", "resume", "j", "--json")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     done = one_json_object(resumed)
-    assert (done["campaign"], done["status"]) == ("j", "finished") and done["message"] == f"campaign j finished: {done['finish_reason']}"
+    assert (done["campaign"], done["status"]) == ("j", "finished") and done[
+        "message"
+    ] == f"campaign j finished: {done['finish_reason']}"
     assert set(out) == set(done)  # the same shape as a campaign that ran to its end
     for command in ("resume", "stop"):
         again = attune(repo, "campaign", command, "j", "--json")
@@ -205,8 +245,13 @@ def test_json_is_one_object_with_status_and_message_when_interrupted_resumed_or_
 
 # ----------------------------------------------------------------------------- finishing is not finished
 def test_show_and_list_say_finishing_while_the_finish_actions_are_pending(repo: Path) -> None:
-    stored(repo, "f", phase="finished", finish_reason="budget exhausted",
-           pending=[cm.Comment(n=0, kind="summary"), cm.Finish(reason="budget exhausted")])
+    stored(
+        repo,
+        "f",
+        phase="finished",
+        finish_reason="budget exhausted",
+        pending=[cm.Comment(n=0, kind="summary"), cm.Finish(reason="budget exhausted")],
+    )
     status = "finishing (2 actions pending; run `attune campaign resume f`)"
     shown = attune(repo, "campaign", "show", "f")
     assert shown.returncode == 0, shown.stderr[-2000:]
@@ -235,7 +280,11 @@ def test_a_lock_file_that_is_a_folder_is_one_line_naming_it_in_every_command(rep
         assert line.startswith(expected), (args, line)
     assert folder_files(repo / ".attune") == before and lock.is_dir()
     (row,) = listed(repo)  # list still lists every campaign: the one it cannot tell about says why
-    assert row["status"].startswith(f"unknown: {expected.removeprefix('attune: ')}") if where == "campaign" else row["status"] == "resumable"
+    assert (
+        row["status"].startswith(f"unknown: {expected.removeprefix('attune: ')}")
+        if where == "campaign"
+        else row["status"] == "resumable"
+    )
 
 
 def test_the_progress_lines_of_a_simulated_campaign_label_every_number_simulated(repo: Path) -> None:
@@ -246,7 +295,9 @@ def test_the_progress_lines_of_a_simulated_campaign_label_every_number_simulated
     assert "TrainingThroughputBench" not in done.stdout  # it filed nothing there: the board is not reprinted
 
 
-def test_without_repo_the_campaign_commands_find_the_repository_as_every_command_does(repo: Path, tmp_path: Path) -> None:
+def test_without_repo_the_campaign_commands_find_the_repository_as_every_command_does(
+    repo: Path, tmp_path: Path
+) -> None:
     """``$ATTUNE_REPO``, else the repository at or above the working directory; outside any, one line (it used to
     list ``no campaigns under /tmp/.attune/campaigns`` with exit 0)."""
     outside = tmp_path / "elsewhere"
@@ -261,8 +312,9 @@ def test_without_repo_the_campaign_commands_find_the_repository_as_every_command
     assert below.returncode == 0 and json.loads(below.stdout)["repo"] == str(repo), below.stderr
 
 
-def test_stop_json_is_one_object_when_the_running_process_does_not_let_go(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_stop_json_is_one_object_when_the_running_process_does_not_let_go(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A process that holds the campaign and ignores SIGTERM: ``stop`` gives up after its wait, exit 3, and with
     ``--json`` says so in one object (it printed only to stderr)."""
     import bot.cli.campaign as campaign_cli
@@ -271,11 +323,18 @@ def test_stop_json_is_one_object_when_the_running_process_does_not_let_go(repo: 
     killed_with_an_open_step(repo, "c4", tmp_path)
     folder = repo / ".attune" / "campaigns" / "c4"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import signal, sys, time\n"
-         "from pathlib import Path\nfrom bot.drive.lifecycle import CampaignLock\n"
-         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-         f"lock = CampaignLock(Path({str(folder)!r}), 'c4').acquire()\nprint('held', flush=True)\ntime.sleep(60)\n"],
-        cwd=REPO, stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time\n"
+            "from pathlib import Path\nfrom bot.drive.lifecycle import CampaignLock\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"lock = CampaignLock(Path({str(folder)!r}), 'c4').acquire()\nprint('held', flush=True)\ntime.sleep(60)\n",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr(campaign_cli, "STOP_WAIT_S", 1.0)

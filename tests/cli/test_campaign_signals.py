@@ -40,7 +40,9 @@ def cpu_repo(tmp_path: Path, steps: int) -> Path:
 
 
 @pytest.mark.torchtitan
-def test_sigterm_during_the_first_real_run_ends_torchrun_and_every_rank_and_leaves_the_campaign_resumable(tmp_path: Path) -> None:
+def test_sigterm_during_the_first_real_run_ends_torchrun_and_every_rank_and_leaves_the_campaign_resumable(
+    tmp_path: Path,
+) -> None:
     repo = cpu_repo(tmp_path, steps=400)  # a run far longer than the test: only the signal can end it
     log = tmp_path / "run.log"
     proc = start_attune(repo, "campaign", "run", RECIPE, "--budget", "1", "--id", "term", out=log)
@@ -70,7 +72,9 @@ def test_sigterm_during_the_first_real_run_ends_torchrun_and_every_rank_and_leav
 
 
 @pytest.mark.torchtitan
-def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_and_stop_ends_it_mid_run(tmp_path: Path) -> None:
+def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_and_stop_ends_it_mid_run(
+    tmp_path: Path,
+) -> None:
     repo = cpu_repo(tmp_path, steps=10)
     start = git(repo, "rev-parse", "HEAD").strip()
     folder = repo / ".attune" / "campaigns" / "kill"
@@ -78,7 +82,13 @@ def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_a
     first = start_attune(repo, "campaign", "run", RECIPE, "--budget", "1", "--id", "kill", out=log)
     resumed = None
     try:
-        wait_for("the first run's rank", lambda: (folder / "baseline-1" / "train.log").exists() and ranks(first.pid), 300, first, log)
+        wait_for(
+            "the first run's rank",
+            lambda: (folder / "baseline-1" / "train.log").exists() and ranks(first.pid),
+            300,
+            first,
+            log,
+        )
         tree = descendants(first.pid)
         os.kill(first.pid, signal.SIGKILL)
         assert first.wait(timeout=60) == -signal.SIGKILL
@@ -105,7 +115,11 @@ def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_a
     assert left == [], left
     assert f"stopping process {resumed.pid}" in stop.stderr
     trace = campaign_trace(repo, "kill", start)
-    assert trace["phase"] == "finished" and trace["pending"] == [] and trace["finish_reason"] == "stopped by `attune campaign stop`"
+    assert (
+        trace["phase"] == "finished"
+        and trace["pending"] == []
+        and trace["finish_reason"] == "stopped by `attune campaign stop`"
+    )
     (baseline,) = trace["baseline"]  # the killed run was made again once, and recorded once
     assert baseline[:2] == (1, "ok")
     assert list(trace["records"]) == ["baseline-1"] and trace["records"]["baseline-1"][0] == "ok"
@@ -115,13 +129,19 @@ def test_a_campaign_sigkilled_inside_a_real_run_redoes_that_run_once_on_resume_a
     assert abandoned > 0 and trace["spent"] == pytest.approx(trace["records"]["baseline-1"][2] + abandoned)
     assert trace["steps"] == [] and trace["branches"] == []
     assert trace["base_commits"][0].count("attune: campaign kill finished (+0.0%)") == 1
-    steps = [m.step for m in map(parse_step_line, (folder / "baseline-1" / "train.log").read_text().splitlines()) for m in ([m[0]] if m else [])]
+    steps = [
+        m.step
+        for m in map(parse_step_line, (folder / "baseline-1" / "train.log").read_text().splitlines())
+        for m in ([m[0]] if m else [])
+    ]
     assert steps == list(range(1, 11))  # one run's log, not the killed run's and this one's
 
 
 @pytest.mark.slow
 @pytest.mark.torchtitan
-def test_a_real_campaign_sigkilled_inside_its_first_trial_resumes_and_finishes_with_one_branch_and_one_record_per_run(tmp_path: Path) -> None:
+def test_a_real_campaign_sigkilled_inside_its_first_trial_resumes_and_finishes_with_one_branch_and_one_record_per_run(
+    tmp_path: Path,
+) -> None:
     """The whole path on real runs (~5 min): warm-up, 2 baselines, 4 calibration runs, then SIGKILL inside the first
     trial (step 1's, or step 2's when step 1 is gated without a run); the resumed campaign makes that trial again,
     once, and finishes (``--max-steps 2`` ends it)."""
@@ -131,7 +151,9 @@ def test_a_real_campaign_sigkilled_inside_its_first_trial_resumes_and_finishes_w
     log = tmp_path / "run.log"
     first = start_attune(repo, "campaign", "run", RECIPE, "--budget", "1", "--max-steps", "2", "--id", "real", out=log)
     try:
-        trial_log = wait_for("the first trial's log", lambda: next(folder.glob("step-*-trial/train.log"), None), 1200, first, log)
+        trial_log = wait_for(
+            "the first trial's log", lambda: next(folder.glob("step-*-trial/train.log"), None), 1200, first, log
+        )
         wait_for("the first trial's rank", lambda: ranks(first.pid), 300, first, log)
         tree = descendants(first.pid)
         os.kill(first.pid, signal.SIGKILL)
@@ -145,7 +167,9 @@ def test_a_real_campaign_sigkilled_inside_its_first_trial_resumes_and_finishes_w
     resumed = attune(repo, "campaign", "resume", "real", "--json", timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     trace = campaign_trace(repo, "real", start)
-    assert trace["phase"] == "finished" and trace["pending"] == [] and trace["finish_reason"] == "reached the 2-step limit", trace
+    assert (
+        trace["phase"] == "finished" and trace["pending"] == [] and trace["finish_reason"] == "reached the 2-step limit"
+    ), trace
     assert [b[0] for b in trace["baseline"]] == [1, 2, 3]
     assert [s[0] for s in trace["steps"]] == [1, 2]
     killed = trace["steps"][killed_n - 1]
@@ -159,4 +183,9 @@ def test_a_real_campaign_sigkilled_inside_its_first_trial_resumes_and_finishes_w
     calibration = json.loads((folder / "calibration.json").read_text())
     recorded = sum(r[2] or 0.0 for r in trace["records"].values())
     assert trace["spent"] == pytest.approx(recorded + calibration.get("device_hours", 0.0))  # nothing paid twice
-    assert trace["base_commits"][0].count(next(s for s in trace["base_commits"][0] if s.startswith("attune: campaign real finished"))) == 1
+    assert (
+        trace["base_commits"][0].count(
+            next(s for s in trace["base_commits"][0] if s.startswith("attune: campaign real finished"))
+        )
+        == 1
+    )

@@ -45,7 +45,17 @@ def test_run_json() -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
     result = json.loads(last)
-    for key in ("record", "outcome", "steps", "loss_first", "loss_last", "tps_median", "step_time_median_s", "device_hours", "simulated"):
+    for key in (
+        "record",
+        "outcome",
+        "steps",
+        "loss_first",
+        "loss_last",
+        "tps_median",
+        "step_time_median_s",
+        "device_hours",
+        "simulated",
+    ):
         assert key in result, key
     assert result["outcome"] == "ok"
     assert result["steps"] == STEPS
@@ -86,8 +96,12 @@ def test_run_too_few_steps(recipe_copy: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("lever", "value", "fragment"),
-    [("training.local_batch_size", "abc", "expected an integer"), ("no.such", "1", "unknown lever"), ("activation_checkpoint", "half", "expected one of"),
-     ("training.local_batch_size", "3", "3 would leave a recipe that cannot run: ")],  # global batch 8: not divisible
+    [
+        ("training.local_batch_size", "abc", "expected an integer"),
+        ("no.such", "1", "unknown lever"),
+        ("activation_checkpoint", "half", "expected one of"),
+        ("training.local_batch_size", "3", "3 would leave a recipe that cannot run: "),
+    ],  # global batch 8: not divisible
 )
 def test_recipe_set_refused(recipe_copy: Path, lever: str, value: str, fragment: str) -> None:
     before = recipe_copy.read_bytes()
@@ -101,7 +115,9 @@ def test_recipe_set(recipe_copy: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert main(["recipe", "set", str(recipe_copy), "training.local_batch_size", "2"]) == 0
     assert capsys.readouterr().out.strip() == f"{recipe_copy}: training.local_batch_size: 1 -> 2"
     after = recipe_copy.read_text().splitlines()
-    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b] == [("  training.local_batch_size: 1", "  training.local_batch_size: 2")]
+    assert [(a, b) for a, b in zip(before, after, strict=True) if a != b] == [
+        ("  training.local_batch_size: 1", "  training.local_batch_size: 2")
+    ]
 
 
 def test_recipe_show(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,7 +151,11 @@ def test_recipe_show_of_a_slurm_recipe_prints_its_batch_script(capsys: pytest.Ca
 
 
 def test_recipe_show_refused_config(recipe_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    recipe_copy.write_text(recipe_copy.read_text().replace("  compile.enable: false", "  compile.enable: false\n  compile.enable_async_tensor_parallel: true"))
+    recipe_copy.write_text(
+        recipe_copy.read_text().replace(
+            "  compile.enable: false", "  compile.enable: false\n  compile.enable_async_tensor_parallel: true"
+        )
+    )
     assert main(["recipe", "show", str(recipe_copy)]) == 3
     out = capsys.readouterr().out
     assert "# resolved config: refused by torchtitan" in out and "Async TP" in out
@@ -153,10 +173,14 @@ def test_run_takes_the_campaign_limits(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["run", str(GLM), "--json", "--out", str(tmp_path / "c"), "--max-wall-s", "600"]) == 3
     capped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert capped["outcome"] == "timeout" and capped["reason"].startswith("stopped at the wall-clock cap of 600 s")
-    assert "campaign" not in capped["reason"] and "campaign" not in stopped["reason"]  # a run on its own: the user's caps
+    assert (
+        "campaign" not in capped["reason"] and "campaign" not in stopped["reason"]
+    )  # a run on its own: the user's caps
 
 
-@pytest.mark.parametrize("args", [["--max-wall-s", "0"], ["--stop-below", "-5"], ["--stop-below", "10", "--stop-after", "1"]])
+@pytest.mark.parametrize(
+    "args", [["--max-wall-s", "0"], ["--stop-below", "-5"], ["--stop-below", "10", "--stop-after", "1"]]
+)
 def test_run_refuses_bad_limits(args: list[str], tmp_path: Path) -> None:
     line = assert_one_line_error(attune("run", str(GLM), "--out", str(tmp_path), *args))
     assert "--max-wall-s" in line or "--stop-below" in line
@@ -165,15 +189,22 @@ def test_run_refuses_bad_limits(args: list[str], tmp_path: Path) -> None:
 
 def test_run_refuses_a_limit_that_is_not_a_number(tmp_path: Path) -> None:
     proc = attune("run", str(GLM), "--out", str(tmp_path), "--max-wall-s", "soon")
-    assert proc.returncode == 2 and "argument --max-wall-s: invalid float value: 'soon'" in proc.stderr  # argparse's usage error
+    assert (
+        proc.returncode == 2 and "argument --max-wall-s: invalid float value: 'soon'" in proc.stderr
+    )  # argparse's usage error
     assert "Traceback" not in proc.stderr and not (tmp_path / "record.json").exists()
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
     """``attune recipe show R | head`` used to end in a BrokenPipeError traceback: the reader's end is closed before
     the command writes, so its first write fails."""
-    proc = subprocess.Popen([str(ATTUNE), "recipe", "show", "bot/bench/tasks/llama3.1-8b/h100x8.yaml"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(ATTUNE), "recipe", "show", "bot/bench/tasks/llama3.1-8b/h100x8.yaml"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()
     err = proc.stderr.read()

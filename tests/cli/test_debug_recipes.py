@@ -13,12 +13,18 @@ ATTUNE = [sys.executable, "-m", "bot.cli"]
 
 
 @pytest.mark.torchtitan
-@pytest.mark.parametrize(("recipe", "steps"), [("recipes/llama3_debugmodel/cpux1.yaml", 4),
-                                               ("recipes/deepseek_v3_debugmodel/cpux1.yaml", 4)])
+@pytest.mark.parametrize(
+    ("recipe", "steps"), [("recipes/llama3_debugmodel/cpux1.yaml", 4), ("recipes/deepseek_v3_debugmodel/cpux1.yaml", 4)]
+)
 def test_a_stock_debug_config_trains_with_a_falling_loss(tmp_path, recipe, steps):
     out = tmp_path / "run"
-    proc = subprocess.run([*ATTUNE, "run", recipe, "--steps", str(steps), "--out", str(out), "--json"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [*ATTUNE, "run", recipe, "--steps", str(steps), "--out", str(out), "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["outcome"] == "ok" and result["steps"] == steps and not result["simulated"]

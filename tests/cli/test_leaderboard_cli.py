@@ -44,11 +44,14 @@ def test_the_checkouts_results_make_its_board(repo: Path) -> None:
     assert (repo / "leaderboard.md").read_text() in proc.stdout
 
 
-@pytest.mark.parametrize(("kind", "field"), [
-    ("tokens/s as a word", ": summary.tps_median: expected a number; got 'fast'"),
-    ("garbage JSON", ":3: not valid JSON"),
-    ("non-UTF-8 text", ":1: not UTF-8 text (byte 0xe9"),
-])
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("tokens/s as a word", ": summary.tps_median: expected a number; got 'fast'"),
+        ("garbage JSON", ":3: not valid JSON"),
+        ("non-UTF-8 text", ":1: not UTF-8 text (byte 0xe9"),
+    ],
+)
 def test_a_bad_results_file_is_one_line_exit_2_and_the_board_stays(repo: Path, kind: str, field: str) -> None:
     record = a_landed_record(repo)
     if kind == "tokens/s as a word":
@@ -59,7 +62,9 @@ def test_a_bad_results_file_is_one_line_exit_2_and_the_board_stays(repo: Path, k
     else:
         bad = uploaded(repo, json.dumps({"model": "caf\u00e9"}, ensure_ascii=False).encode("latin-1"))
     before = disk(repo)
-    line = assert_one_line_error(attune(repo, "leaderboard"))  # --repo left out: the repository of the working directory
+    line = assert_one_line_error(
+        attune(repo, "leaderboard")
+    )  # --repo left out: the repository of the working directory
     assert line.startswith(f"attune: {bad.resolve()}{field}") and line.endswith("leaderboard.md left as it was"), line
     assert disk(repo) == before
 

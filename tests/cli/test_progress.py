@@ -92,7 +92,9 @@ def test_a_campaign_on_a_terminal_shows_the_run_step_budget_elapsed_and_eta(repo
     assert any("baseline · now: baseline run 1" in f for f in frames), frames[:5]
     assert any(re.search(r"step \d+ · now: step \d+: trial run", f) for f in frames), frames
     # spent of the total budget, elapsed and the estimate of the time left
-    assert all(re.search(r"[\d.]+/300 device-hours elapsed \d+:\d\d:\d\d ETA (-:--:--|\d+:\d\d:\d\d)", f) for f in frames), frames
+    assert all(
+        re.search(r"[\d.]+/300 device-hours elapsed \d+:\d\d:\d\d ETA (-:--:--|\d+:\d\d:\d\d)", f) for f in frames
+    ), frames
     spent = [float(re.search(r"([\d.]+)/300 device-hours", f).group(1)) for f in frames]
     assert spent[0] == 0 and spent[-1] > 0 and spent == sorted(spent)
 
@@ -114,8 +116,14 @@ def test_a_campaign_shows_nothing_of_it_with_json_or_into_a_pipe(repo: Path, how
 
 
 def test_a_resumed_campaign_shows_the_display_from_where_it_stands(repo: Path) -> None:
-    killed = subprocess.run(attune("campaign", "run", RECIPE, "--budget", "300", "--id", "res1", "--json"), cwd=repo,
-                            env={**env(), "ATTUNE_CRASH_AFTER": "12"}, capture_output=True, text=True, timeout=240)
+    killed = subprocess.run(
+        attune("campaign", "run", RECIPE, "--budget", "300", "--id", "res1", "--json"),
+        cwd=repo,
+        env={**env(), "ATTUNE_CRASH_AFTER": "12"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILLed after its 12th side effect, mid-campaign
     code, out = under_pty(attune("campaign", "resume", "res1"), repo)
     assert code == 0, out[-3000:]
@@ -134,8 +142,14 @@ def test_bench_tuners_on_a_terminal_counts_campaigns_with_elapsed_and_eta(tmp_pa
     plain = ANSI.sub("", out)
     frames = [line for line in re.split(r"[\r\n]", plain) if line.startswith("bench tuners")]
     assert any(re.search(r"0/2 campaigns elapsed \d+:\d\d:\d\d ETA", f) for f in frames), frames[:3]
-    assert any(re.search(r"· last: llama3\.1-8b/h100x8 greedy seed 0: [+-][\d.]+% \([\d.]+ simulated device-hours in all\)"
-                         r".* 2/2 campaigns elapsed", f) for f in frames), frames[-3:]
+    assert any(
+        re.search(
+            r"· last: llama3\.1-8b/h100x8 greedy seed 0: [+-][\d.]+% \([\d.]+ simulated device-hours in all\)"
+            r".* 2/2 campaigns elapsed",
+            f,
+        )
+        for f in frames
+    ), frames[-3:]
     assert "| oracle" in plain  # and the report follows, as without a terminal
 
 

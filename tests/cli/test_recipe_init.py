@@ -32,14 +32,36 @@ def repo(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize(("module", "config", "hardware", "nodes", "dpn", "overrides"), [
-    ("torchtitan.models.llama3", "llama3_debugmodel", "cpu", 1, 1, ["--training.seq-len", "512"]),
-    ("torchtitan.models.qwen3", "qwen3_moe_debug", "cpu", 1, 2, ["--training.local-batch-size", "2"]),
-])
+@pytest.mark.parametrize(
+    ("module", "config", "hardware", "nodes", "dpn", "overrides"),
+    [
+        ("torchtitan.models.llama3", "llama3_debugmodel", "cpu", 1, 1, ["--training.seq-len", "512"]),
+        ("torchtitan.models.qwen3", "qwen3_moe_debug", "cpu", 1, 2, ["--training.local-batch-size", "2"]),
+    ],
+)
 def test_the_recipe_resolves_to_the_users_command_line(repo, capsys, module, config, hardware, nodes, dpn, overrides):
     out = repo / "r.yaml"
-    rc = main(["recipe", "init", "--module", module, "--config", config, "--hardware", hardware, "--nodes", str(nodes),
-               "--devices-per-node", str(dpn), "--out", str(out), "--json", "--", *overrides])
+    rc = main(
+        [
+            "recipe",
+            "init",
+            "--module",
+            module,
+            "--config",
+            config,
+            "--hardware",
+            hardware,
+            "--nodes",
+            str(nodes),
+            "--devices-per-node",
+            str(dpn),
+            "--out",
+            str(out),
+            "--json",
+            "--",
+            *overrides,
+        ]
+    )
     assert rc == 0, capsys.readouterr()
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     user = resolve_args(["--module", module, "--config", config, *overrides])
@@ -50,8 +72,11 @@ def test_the_recipe_resolves_to_the_users_command_line(repo, capsys, module, con
     assert differ <= MADE_EXPLICIT | RUNNER_OWNED, differ
     assert set(report["made_explicit"]) <= MADE_EXPLICIT
     # the stock debug configs read torchtitan's test tokenizer and c4_test data: made offline, where they name them
-    assert sorted(report["assets_made"]) == ["tests/assets/c4_test/data.json", "tests/assets/tokenizer/tokenizer.json",
-                                             "tests/assets/tokenizer/tokenizer_config.json"]
+    assert sorted(report["assets_made"]) == [
+        "tests/assets/c4_test/data.json",
+        "tests/assets/tokenizer/tokenizer.json",
+        "tests/assets/tokenizer/tokenizer_config.json",
+    ]
     if user["training.global_batch_size"] == -1:  # the implicit global batch, computed
         assert ours["training.global_batch_size"] == user["training.local_batch_size"] * dpn
     assert recipe.levers["activation_checkpoint"] == user["activation_checkpoint.mode"]
@@ -66,8 +91,24 @@ def test_the_recipe_resolves_to_the_users_command_line(repo, capsys, module, con
 
 
 def test_a_moe_config_on_a_simulated_cluster_gets_the_expert_lever(repo, capsys):
-    rc = main(["recipe", "init", "--module", "torchtitan.models.qwen3", "--config", "qwen3_30b_a3b", "--hardware", "H100-SXM5-80GB",
-               "--nodes", "2", "--devices-per-node", "8", "--launcher", "sim"])
+    rc = main(
+        [
+            "recipe",
+            "init",
+            "--module",
+            "torchtitan.models.qwen3",
+            "--config",
+            "qwen3_30b_a3b",
+            "--hardware",
+            "H100-SXM5-80GB",
+            "--nodes",
+            "2",
+            "--devices-per-node",
+            "8",
+            "--launcher",
+            "sim",
+        ]
+    )
     assert rc == 0, capsys.readouterr()
     path = repo / "recipes" / "qwen3_30b_a3b" / "h100-sxm-80gbx16.yaml"
     recipe = load_recipe(path)
@@ -78,13 +119,21 @@ def test_a_moe_config_on_a_simulated_cluster_gets_the_expert_lever(repo, capsys)
     assert not (repo / "tests").exists()  # a real config's tokenizer and data are the user's: nothing made
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--config", "llama3_nonexistent", "--hardware", "h100"], "llama3_nonexistent"),
-    (["--config", "llama3_debugmodel", "--hardware", "a100"], "known names: b200"),
-    (["--config", "llama3_debugmodel", "--hardware", "h100", "--", "--training.no-such-field", "1"], "no-such-field"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--config", "llama3_nonexistent", "--hardware", "h100"], "llama3_nonexistent"),
+        (["--config", "llama3_debugmodel", "--hardware", "a100"], "known names: b200"),
+        (
+            ["--config", "llama3_debugmodel", "--hardware", "h100", "--", "--training.no-such-field", "1"],
+            "no-such-field",
+        ),
+    ],
+)
 def test_a_config_that_does_not_resolve_writes_nothing(repo, capsys, args, says):
-    rc = main(["recipe", "init", "--module", "torchtitan.models.llama3", "--nodes", "1", "--devices-per-node", "8", *args])
+    rc = main(
+        ["recipe", "init", "--module", "torchtitan.models.llama3", "--nodes", "1", "--devices-per-node", "8", *args]
+    )
     err = capsys.readouterr().err
     assert rc == 2
     assert says in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -92,30 +141,81 @@ def test_a_config_that_does_not_resolve_writes_nothing(repo, capsys, args, says)
 
 
 def test_an_unimportable_module_is_named(repo, capsys):
-    rc = main(["recipe", "init", "--module", "mymods.missing", "--config", "c", "--hardware", "cpu", "--nodes", "1",
-               "--devices-per-node", "1"])
+    rc = main(
+        [
+            "recipe",
+            "init",
+            "--module",
+            "mymods.missing",
+            "--config",
+            "c",
+            "--hardware",
+            "cpu",
+            "--nodes",
+            "1",
+            "--devices-per-node",
+            "1",
+        ]
+    )
     assert rc == 2 and "workload.module" in capsys.readouterr().err
 
 
 def test_an_existing_recipe_is_not_overwritten(repo, capsys):
     out = repo / "mine.yaml"
     out.write_text("keep me\n")
-    rc = main(["recipe", "init", "--module", "torchtitan.models.llama3", "--config", "llama3_debugmodel", "--hardware", "cpu",
-               "--nodes", "1", "--devices-per-node", "1", "--out", str(out)])
+    rc = main(
+        [
+            "recipe",
+            "init",
+            "--module",
+            "torchtitan.models.llama3",
+            "--config",
+            "llama3_debugmodel",
+            "--hardware",
+            "cpu",
+            "--nodes",
+            "1",
+            "--devices-per-node",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 2 and "exists" in capsys.readouterr().err
     assert out.read_text() == "keep me\n"
 
 
-@pytest.mark.parametrize(("name", "profile"), [("h100", "h100-sxm-80gb"), ("H100-SXM5-80GB", "h100-sxm-80gb"), ("h200", "h200"),
-                                               ("B200", "b200"), ("cpu", "cpu"), ("h100_96gb", "h100-96gb")])
+@pytest.mark.parametrize(
+    ("name", "profile"),
+    [
+        ("h100", "h100-sxm-80gb"),
+        ("H100-SXM5-80GB", "h100-sxm-80gb"),
+        ("h200", "h200"),
+        ("B200", "b200"),
+        ("cpu", "cpu"),
+        ("h100_96gb", "h100-96gb"),
+    ],
+)
 def test_hardware_names_as_users_write_them(name, profile):
     assert hardware_id(name) == profile
 
 
 def test_a_low_precision_config_is_drafted_for_the_gpu_it_needs_and_refused_for_one_it_does_not(repo, capsys):
     """On a host without a GPU, torchtitan's converter checks are answered as the recipe's GPU would answer them."""
-    common = ["recipe", "init", "--module", "torchtitan.models.llama3", "--config", "llama3_8b_mxfp8", "--nodes", "1",
-              "--devices-per-node", "8", "--launcher", "slurm"]
+    common = [
+        "recipe",
+        "init",
+        "--module",
+        "torchtitan.models.llama3",
+        "--config",
+        "llama3_8b_mxfp8",
+        "--nodes",
+        "1",
+        "--devices-per-node",
+        "8",
+        "--launcher",
+        "slurm",
+    ]
     assert main([*common, "--hardware", "b200"]) == 0, capsys.readouterr()
     recipe = load_recipe(repo / "recipes" / "llama3_8b_mxfp8" / "b200x8.yaml")
     assert "quantize.linear" not in recipe.levers  # set by the config function: not the tuner's

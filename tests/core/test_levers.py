@@ -27,7 +27,18 @@ def test_every_lever_has_a_default_and_a_flag() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "want"),
-    [(True, True), (False, False), ("true", True), ("Yes", True), (" on ", True), ("1", True), ("false", False), ("NO", False), ("off", False), ("0", False)],
+    [
+        (True, True),
+        (False, False),
+        ("true", True),
+        ("Yes", True),
+        (" on ", True),
+        ("1", True),
+        ("false", False),
+        ("NO", False),
+        ("off", False),
+        ("0", False),
+    ],
 )
 def test_bool_coercion(raw: object, want: bool) -> None:
     assert parse_value("compile.enable", raw) is want
@@ -81,7 +92,10 @@ def test_choice_coercion_returns_the_catalog_spelling() -> None:
     assert parse_value("activation_checkpoint", "FULL") == "full"
     assert parse_value("parallelism.pipeline_parallel_schedule", "zbvzerobubble") == "ZBVZeroBubble"
     assert parse_value("compile.components", " model ") == "model"
-    with pytest.raises(LeverError, match=r"^activation_checkpoint: expected one of none, selective, full, memory_budget; got 'partial'$"):
+    with pytest.raises(
+        LeverError,
+        match=r"^activation_checkpoint: expected one of none, selective, full, memory_budget; got 'partial'$",
+    ):
         parse_value("activation_checkpoint", "partial")
 
 
@@ -115,7 +129,9 @@ def test_async_tp_needs_compile() -> None:
     problems = prerequisite_problems({"compile.enable_async_tensor_parallel": True})
     assert problems == ["compile.enable_async_tensor_parallel needs compile.enable with 'model' in compile.components"]
     assert prerequisite_problems({"compile.enable_async_tensor_parallel": True, "compile.enable": True}) == []
-    assert prerequisite_problems({"compile.enable_async_tensor_parallel": True, "compile.enable": True, "compile.components": "loss"})
+    assert prerequisite_problems(
+        {"compile.enable_async_tensor_parallel": True, "compile.enable": True, "compile.components": "loss"}
+    )
 
 
 def test_memory_budget_needs_compile() -> None:
@@ -127,18 +143,29 @@ def test_memory_budget_needs_compile() -> None:
 def test_pp_needs_cuda_graphs_off() -> None:
     problems = prerequisite_problems({"parallelism.pipeline_parallel_degree": 2})
     assert problems == ["parallelism.pipeline_parallel_degree > 1 needs training.disable_cuda_graphs true"]
-    assert prerequisite_problems({"parallelism.pipeline_parallel_degree": 2, "training.disable_cuda_graphs": True}) == []
+    assert (
+        prerequisite_problems({"parallelism.pipeline_parallel_degree": 2, "training.disable_cuda_graphs": True}) == []
+    )
 
 
 def test_pp_microbatch_must_divide_local_batch() -> None:
-    lv = {"parallelism.pipeline_parallel_degree": 2, "training.disable_cuda_graphs": True, "training.local_batch_size": 6, "parallelism.pipeline_parallel_microbatch_size": 4}
-    assert prerequisite_problems(lv) == ["training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size"]
+    lv = {
+        "parallelism.pipeline_parallel_degree": 2,
+        "training.disable_cuda_graphs": True,
+        "training.local_batch_size": 6,
+        "parallelism.pipeline_parallel_microbatch_size": 4,
+    }
+    assert prerequisite_problems(lv) == [
+        "training.local_batch_size must be divisible by parallelism.pipeline_parallel_microbatch_size"
+    ]
 
 
 def test_tp_must_divide_heads() -> None:
     model = ModelFacts(n_heads=6, n_kv_heads=2, n_layers=4)
     assert prerequisite_problems({"parallelism.tensor_parallel_degree": 2}, model) == []
-    assert prerequisite_problems({"parallelism.tensor_parallel_degree": 3}, model) == ["parallelism.tensor_parallel_degree 3 must divide n_kv_heads 2"]
+    assert prerequisite_problems({"parallelism.tensor_parallel_degree": 3}, model) == [
+        "parallelism.tensor_parallel_degree 3 must divide n_kv_heads 2"
+    ]
     assert prerequisite_problems({"parallelism.tensor_parallel_degree": 4}, model) == [
         "parallelism.tensor_parallel_degree 4 must divide n_heads 6",
         "parallelism.tensor_parallel_degree 4 must divide n_kv_heads 2",
@@ -149,7 +176,9 @@ def test_tp_must_divide_heads() -> None:
 
 def test_pp_cannot_exceed_layers() -> None:
     lv = {"parallelism.pipeline_parallel_degree": 8, "training.disable_cuda_graphs": True}
-    assert prerequisite_problems(lv, ModelFacts(n_layers=4)) == ["parallelism.pipeline_parallel_degree 8 exceeds the 4 layers"]
+    assert prerequisite_problems(lv, ModelFacts(n_layers=4)) == [
+        "parallelism.pipeline_parallel_degree 8 exceeds the 4 layers"
+    ]
 
 
 def test_ep_must_divide_experts() -> None:
@@ -170,7 +199,10 @@ def test_prerequisite_for_returns_the_fix() -> None:
     assert prerequisite_for({}, "compile.enable_async_tensor_parallel", True) == ("compile.enable", True)
     assert prerequisite_for({}, "activation_checkpoint", "memory_budget") == ("compile.enable", True)
     assert prerequisite_for({}, "parallelism.pipeline_parallel_degree", 2) == ("training.disable_cuda_graphs", True)
-    assert prerequisite_for({}, "parallelism.expert_parallel_degree", 2, ModelFacts(num_experts=8)) == ("training.disable_cuda_graphs", True)
+    assert prerequisite_for({}, "parallelism.expert_parallel_degree", 2, ModelFacts(num_experts=8)) == (
+        "training.disable_cuda_graphs",
+        True,
+    )
 
 
 def test_prerequisite_for_none_when_legal_or_unfixable() -> None:
@@ -191,10 +223,15 @@ def test_effective_fills_defaults() -> None:
     assert eff["activation_checkpoint"] == "selective"
 
 
-@pytest.mark.parametrize("lever, depends", [("parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_degree"),
-                                            ("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree"),
-                                            ("compile.enable_async_tensor_parallel", "parallelism.tensor_parallel_degree"),
-                                            ("parallelism.enable_sequence_parallel", "parallelism.tensor_parallel_degree")])
+@pytest.mark.parametrize(
+    "lever, depends",
+    [
+        ("parallelism.pipeline_parallel_microbatch_size", "parallelism.pipeline_parallel_degree"),
+        ("parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree"),
+        ("compile.enable_async_tensor_parallel", "parallelism.tensor_parallel_degree"),
+        ("parallelism.enable_sequence_parallel", "parallelism.tensor_parallel_degree"),
+    ],
+)
 def test_a_lever_is_inert_only_while_the_feature_it_tunes_is_off(lever: str, depends: str) -> None:
     why = levers.inert({depends: 1}, lever)
     assert why is not None and depends in why and ("torchtitan" in why)
@@ -203,15 +240,31 @@ def test_a_lever_is_inert_only_while_the_feature_it_tunes_is_off(lever: str, dep
 
 
 @pytest.mark.parametrize("schedule", ["ZBVZeroBubble", "DualPipeV"])
-def test_a_v_shaped_schedule_under_compile_is_a_problem_whose_fix_is_the_compile_safe_zero_bubble_schedule(schedule: str) -> None:
+def test_a_v_shaped_schedule_under_compile_is_a_problem_whose_fix_is_the_compile_safe_zero_bubble_schedule(
+    schedule: str,
+) -> None:
     """pytorch#161904: the V-shaped schedules crash under torch.compile. Turning compile on over one of them needs the
     zero-bubble schedule without the V first; choosing the V schedule under compile has no fix (it would undo itself)."""
-    pp = {"parallelism.pipeline_parallel_degree": 2, "training.disable_cuda_graphs": True, "parallelism.pipeline_parallel_schedule": schedule}
+    pp = {
+        "parallelism.pipeline_parallel_degree": 2,
+        "training.disable_cuda_graphs": True,
+        "parallelism.pipeline_parallel_schedule": schedule,
+    }
     assert prerequisite_problems(pp) == []
     problems = prerequisite_problems({**pp, "compile.enable": True})
     assert len(problems) == 1 and "pytorch#161904" in problems[0]
-    assert prerequisite_for(pp, "compile.enable", True) == ("parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble")
-    assert prerequisite_problems({**pp, "compile.enable": True, "parallelism.pipeline_parallel_schedule": "InterleavedZeroBubble"}) == []
+    assert prerequisite_for(pp, "compile.enable", True) == (
+        "parallelism.pipeline_parallel_schedule",
+        "InterleavedZeroBubble",
+    )
+    assert (
+        prerequisite_problems(
+            {**pp, "compile.enable": True, "parallelism.pipeline_parallel_schedule": "InterleavedZeroBubble"}
+        )
+        == []
+    )
     compiled = {**pp, "parallelism.pipeline_parallel_schedule": "1F1B", "compile.enable": True}
     assert prerequisite_for(compiled, "parallelism.pipeline_parallel_schedule", schedule) is None
-    assert prerequisite_problems({**pp, "parallelism.pipeline_parallel_degree": 1, "compile.enable": True}) == []  # no pipeline: no schedule
+    assert (
+        prerequisite_problems({**pp, "parallelism.pipeline_parallel_degree": 1, "compile.enable": True}) == []
+    )  # no pipeline: no schedule

@@ -205,9 +205,7 @@ def test_to_data_round_trips() -> None:
     assert parse_condition(to_data(cond)) == cond
 
 
-scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=3)
-)
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(allow_nan=False), st.text(max_size=3))
 
 
 @given(value=scalars, probe=scalars)
@@ -229,7 +227,14 @@ def test_matching_never_raises(value: object) -> None:
 
 def test_positive_fields_leave_out_what_is_read_under_not() -> None:
     """A lesson held back by a cost's share reads it under ``not``: it is not aimed at that cost."""
-    cond = parse_condition({"all": [{"field": "a", "op": "gt", "value": 1}, {"any": [{"field": "b", "op": "eq", "value": 2}]},
-                                    {"not": {"field": "c", "op": "ge", "value": 0.15}}]})
+    cond = parse_condition(
+        {
+            "all": [
+                {"field": "a", "op": "gt", "value": 1},
+                {"any": [{"field": "b", "op": "eq", "value": 2}]},
+                {"not": {"field": "c", "op": "ge", "value": 0.15}},
+            ]
+        }
+    )
     assert fields(cond) == {"a", "b", "c"}
     assert positive_fields(cond) == {"a", "b"}

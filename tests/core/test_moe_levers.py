@@ -22,7 +22,13 @@ PINNED = {"training.global_batch_size": 8, "training.seq_len": 256}
 
 
 def facts(devices: int) -> catalog.ModelFacts:
-    return catalog.ModelFacts(n_heads=MOE.n_heads, n_kv_heads=MOE.n_kv_heads, n_layers=MOE.n_layers, num_experts=MOE.n_experts, devices=devices)
+    return catalog.ModelFacts(
+        n_heads=MOE.n_heads,
+        n_kv_heads=MOE.n_kv_heads,
+        n_layers=MOE.n_layers,
+        num_experts=MOE.n_experts,
+        devices=devices,
+    )
 
 
 OFF = {"training.disable_cuda_graphs": True}
@@ -67,7 +73,11 @@ def test_the_simulator_agrees_with_the_catalog_on_ep_legality_on_the_cpu(ep: int
 def test_the_moe_features_named_cuda_only_are_cuda_only_here() -> None:
     from torchtitan.distributed.minimal_async_ep import api
 
-    assert set(catalog.MOE_CUDA_ONLY) >= {"moe_comm_backend=deepep", "moe_comm_backend=hybridep", "moe_comm_backend=minimal_async_ep"}
+    assert set(catalog.MOE_CUDA_ONLY) >= {
+        "moe_comm_backend=deepep",
+        "moe_comm_backend=hybridep",
+        "moe_comm_backend=minimal_async_ep",
+    }
     assert all(src.startswith("https://github.com/pytorch/torchtitan/") for src in catalog.MOE_CUDA_ONLY.values())
     assert 'device_types="cuda"' in inspect.getsource(api)  # MinimalAsyncEP registers CUDA kernels only
     from torchtitan.overrides import fused_swiglu

@@ -86,17 +86,37 @@ def _malformed() -> list[tuple[str, str, str, str, str]]:
     text = BASE.replace("  devices_per_node: 1\n", "")
     cases.append(("missing-required-field", text, "cluster:", "cluster.devices_per_node", "required field is missing"))
     text = BASE.replace("  training.local_batch_size: 1", "  training.local_batch_size: two")
-    cases.append(("lever-wrong-type", text, "training.local_batch_size: two", "levers.training.local_batch_size", "expected an integer"))
+    cases.append(
+        (
+            "lever-wrong-type",
+            text,
+            "training.local_batch_size: two",
+            "levers.training.local_batch_size",
+            "expected an integer",
+        )
+    )
     text = BASE.replace("  compile.enable: false", "  compile.enable: maybe")
-    cases.append(("bool-lever-wrong-type", text, "compile.enable: maybe", "levers.compile.enable", "expected true or false"))
+    cases.append(
+        ("bool-lever-wrong-type", text, "compile.enable: maybe", "levers.compile.enable", "expected true or false")
+    )
     text = BASE.replace("  loss.num_chunks: 8", "  loss.num_chunks: 8\n  activation_checkpoint.memory_budget: [0.3]")
-    cases.append(("float-lever-a-list", text, "memory_budget: [0.3]", "levers.activation_checkpoint.memory_budget", "expected a number"))
+    cases.append(
+        (
+            "float-lever-a-list",
+            text,
+            "memory_budget: [0.3]",
+            "levers.activation_checkpoint.memory_budget",
+            "expected a number",
+        )
+    )
     text = BASE.replace("  loss.num_chunks: 8", "  loss.num_chunkz: 8")
     cases.append(("unknown-lever", text, "loss.num_chunkz", "levers.loss.num_chunkz", "unknown lever"))
     text = BASE.replace("  debug.seed: 42\n", "")
     cases.append(("missing-required-pin", text, "pinned:", "pinned", "debug.seed"))
     text = BASE.replace("  debug.seed: 42\n", "  debug.seed: 42\n  loss.num_chunks: 8\n")
-    cases.append(("pinned-key-also-a-lever", text, "  loss.num_chunks: 8\n  optimizer", "levers.loss.num_chunks", "pinned"))
+    cases.append(
+        ("pinned-key-also-a-lever", text, "  loss.num_chunks: 8\n  optimizer", "levers.loss.num_chunks", "pinned")
+    )
     text = BASE.replace("  warmup_steps: 5", "  warmup_steps: 20")
     cases.append(("warmup-not-below-steps", text, "  warmup_steps: 20", "bench.warmup_steps", "must be below steps"))
     text = BASE.replace("  nodes: 1\n", "  nodes: 0\n")
@@ -109,16 +129,60 @@ def _malformed() -> list[tuple[str, str, str, str, str]]:
         ("pin-lr-zero", "optimizer.lr: 0.003", "optimizer.lr: 0", "expected a positive finite number, got 0"),
         ("pin-lr-text", "optimizer.lr: 0.003", "optimizer.lr: '3e-4'", "expected a number, got '3e-4'"),
         ("pin-lr-nan", "optimizer.lr: 0.003", "optimizer.lr: .nan", "expected a finite number, got nan"),
-        ("pin-gbs-fraction", "training.global_batch_size: 8", "training.global_batch_size: 12.5", "expected an integer, got 12.5"),
-        ("pin-gbs-zero", "training.global_batch_size: 8", "training.global_batch_size: 0",
-         "expected a positive integer or -1 (local batch x data parallel), got 0"),
-        ("pin-seq-len-negative", "training.seq_len: 256", "training.seq_len: -256", "expected a positive integer, got -256"),
-        ("pin-total-steps-float", "lr_scheduler.total_steps: 1000", "lr_scheduler.total_steps: 1000.0", "expected an integer, got 1000.0"),
-        ("pin-warmup-negative", "lr_scheduler.warmup_steps: 5", "lr_scheduler.warmup_steps: -5", "expected an integer >= 0, got -5"),
-        ("pin-weight-decay-negative", "debug.seed: 42", "debug.seed: 42\n  optimizer.weight_decay: -0.1", "expected a finite number >= 0, got -0.1"),
-        ("pin-eps-zero", "debug.seed: 42", "debug.seed: 42\n  optimizer.eps: 0.0", "expected a positive finite number, got 0.0"),
-        ("pin-decay-type", "debug.seed: 42", "debug.seed: 42\n  lr_scheduler.decay_type: cos", "expected one of linear, sqrt, cosine, got 'cos'"),
-        ("pin-other-key-inf", "debug.seed: 42", "debug.seed: 42\n  training.max_norm: .inf", "expected a finite number, got inf"),
+        (
+            "pin-gbs-fraction",
+            "training.global_batch_size: 8",
+            "training.global_batch_size: 12.5",
+            "expected an integer, got 12.5",
+        ),
+        (
+            "pin-gbs-zero",
+            "training.global_batch_size: 8",
+            "training.global_batch_size: 0",
+            "expected a positive integer or -1 (local batch x data parallel), got 0",
+        ),
+        (
+            "pin-seq-len-negative",
+            "training.seq_len: 256",
+            "training.seq_len: -256",
+            "expected a positive integer, got -256",
+        ),
+        (
+            "pin-total-steps-float",
+            "lr_scheduler.total_steps: 1000",
+            "lr_scheduler.total_steps: 1000.0",
+            "expected an integer, got 1000.0",
+        ),
+        (
+            "pin-warmup-negative",
+            "lr_scheduler.warmup_steps: 5",
+            "lr_scheduler.warmup_steps: -5",
+            "expected an integer >= 0, got -5",
+        ),
+        (
+            "pin-weight-decay-negative",
+            "debug.seed: 42",
+            "debug.seed: 42\n  optimizer.weight_decay: -0.1",
+            "expected a finite number >= 0, got -0.1",
+        ),
+        (
+            "pin-eps-zero",
+            "debug.seed: 42",
+            "debug.seed: 42\n  optimizer.eps: 0.0",
+            "expected a positive finite number, got 0.0",
+        ),
+        (
+            "pin-decay-type",
+            "debug.seed: 42",
+            "debug.seed: 42\n  lr_scheduler.decay_type: cos",
+            "expected one of linear, sqrt, cosine, got 'cos'",
+        ),
+        (
+            "pin-other-key-inf",
+            "debug.seed: 42",
+            "debug.seed: 42\n  training.max_norm: .inf",
+            "expected a finite number, got inf",
+        ),
         ("pin-a-list", "debug.seed: 42", "debug.seed: [42]", "expected a number, text or true/false, got [42]"),
         ("pin-empty", "debug.seed: 42", "debug.seed:", "expected a number, text or true/false, got None"),
     ]:
@@ -127,24 +191,58 @@ def _malformed() -> list[tuple[str, str, str, str, str]]:
         cases.append((name, text, f"  {new.rpartition(chr(10) + '  ')[2]}", f"pinned.{key}: {message}", message))
     # unbounded and non-finite numbers
     text = BASE.replace("  steps: 20\n", "  steps: 1e12\n")
-    cases.append(("bench-steps-huge", text, "  steps: 1e12", "bench.steps: expected at most 1,000,000 steps", "got 1,000,000,000,000"))
+    cases.append(
+        (
+            "bench-steps-huge",
+            text,
+            "  steps: 1e12",
+            "bench.steps: expected at most 1,000,000 steps",
+            "got 1,000,000,000,000",
+        )
+    )
     text = BASE.replace("  steps: 20\n", f"  steps: {MAX_BENCH_STEPS + 1}\n")
-    cases.append(("bench-steps-one-too-many", text, f"  steps: {MAX_BENCH_STEPS + 1}", "bench.steps", "expected at most 1,000,000"))
+    cases.append(
+        (
+            "bench-steps-one-too-many",
+            text,
+            f"  steps: {MAX_BENCH_STEPS + 1}",
+            "bench.steps",
+            "expected at most 1,000,000",
+        )
+    )
     for value in (".nan", ".inf"):
         text = BASE.replace("usd_per_device_hour: 0.05", f"usd_per_device_hour: {value}")
-        cases.append((f"price-{value[1:]}", text, "usd_per_device_hour:", "cluster.usd_per_device_hour", "finite number"))
+        cases.append(
+            (f"price-{value[1:]}", text, "usd_per_device_hour:", "cluster.usd_per_device_hour", "finite number")
+        )
     text = BASE.replace("  loss.num_chunks: 8", "  loss.num_chunks: 8\n  activation_checkpoint.memory_budget: .nan")
-    cases.append(("float-lever-nan", text, "memory_budget: .nan", "levers.activation_checkpoint.memory_budget", "expected a finite number"))
+    cases.append(
+        (
+            "float-lever-nan",
+            text,
+            "memory_budget: .nan",
+            "levers.activation_checkpoint.memory_budget",
+            "expected a finite number",
+        )
+    )
     return cases
 
 
-@pytest.mark.parametrize(("text", "marker", "field", "fragment"), [c[1:] for c in _malformed()], ids=[c[0] for c in _malformed()])
-def test_malformed_recipe_gives_one_line_with_file_line_and_field(tmp_path: Path, text: str, marker: str, field: str, fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "marker", "field", "fragment"), [c[1:] for c in _malformed()], ids=[c[0] for c in _malformed()]
+)
+def test_malformed_recipe_gives_one_line_with_file_line_and_field(
+    tmp_path: Path, text: str, marker: str, field: str, fragment: str
+) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(text)
     if "\n" in marker:  # a marker spanning lines: the line of its first part
         first, _, second = marker.partition("\n")
-        line = next(i for i, (a, b) in enumerate(zip(text.splitlines(), text.splitlines()[1:], strict=False), 1) if a == first and b.startswith(second))
+        line = next(
+            i
+            for i, (a, b) in enumerate(zip(text.splitlines(), text.splitlines()[1:], strict=False), 1)
+            if a == first and b.startswith(second)
+        )
     else:
         line = line_of(text, marker)
     with pytest.raises(RecipeError) as info:
@@ -162,13 +260,19 @@ def test_the_pin_error_is_exactly_file_line_key_and_what_was_expected(tmp_path: 
     path.write_text(text)
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
-    assert str(info.value) == f"{path}:{line_of(text, 'debug.seed: abc')}: pinned.debug.seed: expected an integer, got 'abc'"
+    assert (
+        str(info.value)
+        == f"{path}:{line_of(text, 'debug.seed: abc')}: pinned.debug.seed: expected an integer, got 'abc'"
+    )
 
 
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("training.global_batch_size", -1),  # torchtitan's "local batch x DP": the gate's config check refuses it, not the loader
+        (
+            "training.global_batch_size",
+            -1,
+        ),  # torchtitan's "local batch x DP": the gate's config check refuses it, not the loader
         ("training.global_batch_size", 2048),
         ("debug.seed", 0),
         ("optimizer.lr", 3.0e-4),
@@ -178,7 +282,10 @@ def test_the_pin_error_is_exactly_file_line_key_and_what_was_expected(tmp_path: 
         ("lr_scheduler.min_lr_factor", 0.0),
         ("lr_scheduler.decay_type", "cosine"),
         ("debug.deterministic", True),
-        ("checkpoint.initial_load_path", "/tmp/attune-seed-checkpoint"),  # a key PIN_TYPES does not know: any finite scalar
+        (
+            "checkpoint.initial_load_path",
+            "/tmp/attune-seed-checkpoint",
+        ),  # a key PIN_TYPES does not know: any finite scalar
         ("hf_assets_path", "./other-tokenizer"),
     ],
 )
@@ -192,7 +299,12 @@ def test_pin_types_cover_every_pin_of_the_shipped_recipes_and_the_gate_benchmark
     from bot.bench.gate_faults import cases
 
     shipped = {key for path in SHIPPED for key in load_recipe(path).pinned}
-    benchmark = {key for case in cases() for key, value in case.pinned.items() if not isinstance(value, str) and value is not None}
+    benchmark = {
+        key
+        for case in cases()
+        for key, value in case.pinned.items()
+        if not isinstance(value, str) and value is not None
+    }
     assert shipped | benchmark <= set(PIN_TYPES), sorted((shipped | benchmark) - set(PIN_TYPES))
     for case in cases():  # the gate benchmark's pinned faults are valid recipes: the gate, not the loader, rejects them
         for key, value in case.pinned.items():
@@ -201,7 +313,9 @@ def test_pin_types_cover_every_pin_of_the_shipped_recipes_and_the_gate_benchmark
 
 
 def test_the_bench_steps_cap_itself_loads() -> None:
-    assert parse_recipe_text(BASE.replace("  steps: 20\n", f"  steps: {MAX_BENCH_STEPS}\n")).bench.steps == MAX_BENCH_STEPS
+    assert (
+        parse_recipe_text(BASE.replace("  steps: 20\n", f"  steps: {MAX_BENCH_STEPS}\n")).bench.steps == MAX_BENCH_STEPS
+    )
 
 
 def test_missing_top_level_section_names_the_file_start(tmp_path: Path) -> None:
@@ -224,9 +338,9 @@ def test_unreadable_recipe(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ set_lever in a real git repository
-COMMENTED = BASE.replace("  compile.enable: false", "  compile.enable: false  # inductor brings nothing on CPU").replace(
-    "levers:\n", "levers:\n  # what the tuner may change\n"
-)
+COMMENTED = BASE.replace(
+    "  compile.enable: false", "  compile.enable: false  # inductor brings nothing on CPU"
+).replace("levers:\n", "levers:\n  # what the tuner may change\n")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -320,7 +434,9 @@ PINNED_LEVER = BASE.replace("  debug.seed: 42\n", "  debug.seed: 42\n  training.
     ],
     ids=["bad-value", "below-minimum", "bad-choice", "above-maximum", "unknown-lever", "pinned-key", "invalid-file"],
 )
-def test_refused_edit_leaves_the_file_byte_identical(tmp_path: Path, text: str, lever: str, value: str, fragment: str) -> None:
+def test_refused_edit_leaves_the_file_byte_identical(
+    tmp_path: Path, text: str, lever: str, value: str, fragment: str
+) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(text)
     before = path.read_bytes()
@@ -415,7 +531,9 @@ CRLF = BASE.replace("\n", "\r\n")
 @pytest.mark.parametrize("shipped", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
 def test_set_lever_on_a_crlf_recipe_changes_one_line_and_keeps_crlf(tmp_path: Path, shipped: Path) -> None:
     recipe = load_recipe(shipped)
-    lever = next(name for name in ("training.gc_freq", "training.local_batch_size", "loss.num_chunks") if name in recipe.levers)
+    lever = next(
+        name for name in ("training.gc_freq", "training.local_batch_size", "loss.num_chunks") if name in recipe.levers
+    )
     new = 2 * int(recipe.levers[lever]) if recipe.levers[lever] != 1 else 2
     path = tmp_path / "crlf.yaml"
     path.write_bytes(shipped.read_text().replace("\n", "\r\n").encode())
@@ -438,7 +556,7 @@ def test_a_new_lever_in_a_crlf_recipe_is_one_added_crlf_line(tmp_path: Path) -> 
     lines = data.split(b"\r\n")
     added = lines.index(b"pinned:") - 1
     assert lines[added] == b"  metrics.log_freq: 5"
-    assert lines[:added] + lines[added + 1:] == CRLF.encode().split(b"\r\n")
+    assert lines[:added] + lines[added + 1 :] == CRLF.encode().split(b"\r\n")
 
 
 def test_setting_the_same_value_in_a_crlf_recipe_leaves_it_byte_identical(tmp_path: Path) -> None:
@@ -458,8 +576,12 @@ def test_attune_recipe_set_on_a_crlf_recipe_is_a_one_line_git_diff(repo: tuple[P
     proc = attune(root, "recipe", "set", str(path), "training.local_batch_size", "2", timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert _git(root, "diff", "--numstat") == "1\t1\trecipes/m/cpu.yaml\n"
-    assert path.read_bytes() == COMMENTED.replace("\n", "\r\n").replace(
-        "training.local_batch_size: 1\r\n", "training.local_batch_size: 2\r\n").encode()
+    assert (
+        path.read_bytes()
+        == COMMENTED.replace("\n", "\r\n")
+        .replace("training.local_batch_size: 1\r\n", "training.local_batch_size: 2\r\n")
+        .encode()
+    )
 
 
 # ------------------------------------------------------------------ field_error
@@ -467,7 +589,8 @@ def test_field_error_points_at_the_fields_line(tmp_path: Path) -> None:
     path = tmp_path / "r.yaml"
     path.write_text(BASE)
     assert field_error(path, ("cluster", "hardware"), "no such hardware") == (
-        f"{path}:{line_of(BASE, '  hardware: cpu')}: cluster.hardware: no such hardware")
+        f"{path}:{line_of(BASE, '  hardware: cpu')}: cluster.hardware: no such hardware"
+    )
     assert field_error(path, ("cluster", "nope"), "x") == f"{path}:{line_of(BASE, 'cluster:')}: cluster.nope: x"
 
 

@@ -13,10 +13,19 @@ REPO = Path(__file__).resolve().parents[2]
 SLURM_RECIPE = REPO / "recipes" / "llama3-tiny" / "cpu-slurm.yaml"
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("0:15:00", 900), ("2-0", 172800), ("1-2:30", 95400),
-    ("1-0:0:10", 86410), (" 45 ", 2700),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("1:00:00", 3600),
+        ("0:15:00", 900),
+        ("2-0", 172800),
+        ("1-2:30", 95400),
+        ("1-0:0:10", 86410),
+        (" 45 ", 2700),
+    ],
+)
 def test_slurm_duration_forms(text: str, seconds: int) -> None:
     assert duration_s(text) == seconds
 
@@ -55,25 +64,36 @@ def _with(text: str, line: str) -> str:
     return "".join(lines)
 
 
-@pytest.mark.parametrize(("line", "field", "fragment"), [
-    ("time_limit: 1h", "cluster.slurm.time_limit", "not a Slurm duration"),
-    ("queue_budget: '0'", "cluster.slurm.queue_budget", "longer than zero"),
-    ("extra_sbatch: ['--nodes=4']", "cluster.slurm.extra_sbatch", "--nodes is set by cluster.nodes"),
-    ("extra_sbatch: ['--time=5']", "cluster.slurm.extra_sbatch", "cluster.slurm.time_limit"),
-    ("extra_sbatch: ['exclusive']", "cluster.slurm.extra_sbatch", "expected an sbatch option"),
-    ("extra_sbatch: [\"--comment=a\\nrm -rf /\"]", "cluster.slurm.extra_sbatch", "one line"),
-    ("rdzv_port: 80", "cluster.slurm.rdzv_port", "greater than or equal to 1024"),
-    ("gpus: 8", "cluster.slurm.gpus", "unknown field"),
-    ("partition: ''", "cluster.slurm.partition", "at least 1 character"),
-    # every argument of an #SBATCH line counts, not only the first
-    ("extra_sbatch: ['--exclusive --output=/tmp/x']", "cluster.slurm.extra_sbatch", "--output is set by the runner"),
-    ("extra_sbatch: ['--mem=0 -o/tmp/x']", "cluster.slurm.extra_sbatch", "-o is set by the runner"),
-    ("extra_sbatch: ['--outp=/tmp/x']", "cluster.slurm.extra_sbatch", "--output is set by the runner"),
-    ("extra_sbatch: ['--export=ALL,LD_PRELOAD=/tmp/x.so']", "cluster.slurm.extra_sbatch", "--export is set by the runner"),
-    ("extra_sbatch: ['--comment=\"a --output=/x\"']", "cluster.slurm.extra_sbatch", "no quotes"),
-    ("partition: 'gpu --output=/tmp/x'", "cluster.slurm.partition", "expected one word"),
-    ("account: 'a --export=ALL'", "cluster.slurm.account", "expected one word"),
-])
+@pytest.mark.parametrize(
+    ("line", "field", "fragment"),
+    [
+        ("time_limit: 1h", "cluster.slurm.time_limit", "not a Slurm duration"),
+        ("queue_budget: '0'", "cluster.slurm.queue_budget", "longer than zero"),
+        ("extra_sbatch: ['--nodes=4']", "cluster.slurm.extra_sbatch", "--nodes is set by cluster.nodes"),
+        ("extra_sbatch: ['--time=5']", "cluster.slurm.extra_sbatch", "cluster.slurm.time_limit"),
+        ("extra_sbatch: ['exclusive']", "cluster.slurm.extra_sbatch", "expected an sbatch option"),
+        ('extra_sbatch: ["--comment=a\\nrm -rf /"]', "cluster.slurm.extra_sbatch", "one line"),
+        ("rdzv_port: 80", "cluster.slurm.rdzv_port", "greater than or equal to 1024"),
+        ("gpus: 8", "cluster.slurm.gpus", "unknown field"),
+        ("partition: ''", "cluster.slurm.partition", "at least 1 character"),
+        # every argument of an #SBATCH line counts, not only the first
+        (
+            "extra_sbatch: ['--exclusive --output=/tmp/x']",
+            "cluster.slurm.extra_sbatch",
+            "--output is set by the runner",
+        ),
+        ("extra_sbatch: ['--mem=0 -o/tmp/x']", "cluster.slurm.extra_sbatch", "-o is set by the runner"),
+        ("extra_sbatch: ['--outp=/tmp/x']", "cluster.slurm.extra_sbatch", "--output is set by the runner"),
+        (
+            "extra_sbatch: ['--export=ALL,LD_PRELOAD=/tmp/x.so']",
+            "cluster.slurm.extra_sbatch",
+            "--export is set by the runner",
+        ),
+        ("extra_sbatch: ['--comment=\"a --output=/x\"']", "cluster.slurm.extra_sbatch", "no quotes"),
+        ("partition: 'gpu --output=/tmp/x'", "cluster.slurm.partition", "expected one word"),
+        ("account: 'a --export=ALL'", "cluster.slurm.account", "expected one word"),
+    ],
+)
 def test_bad_slurm_settings_name_file_line_and_field(line: str, field: str, fragment: str) -> None:
     text = _with(SLURM_RECIPE.read_text(), line)
     want_line = text.splitlines().index(f"    {line}") + 1

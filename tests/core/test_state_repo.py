@@ -13,9 +13,7 @@ from bot.core.state import Campaign, read_campaign
 
 
 def test_a_state_written_before_base_branch_reads_with_none_recorded(tmp_path: Path) -> None:
-    data = json.loads(
-        Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0).model_dump_json()
-    )
+    data = json.loads(Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0).model_dump_json())
     del data["base_branch"]
     path = tmp_path / "state.json"
     path.write_text(json.dumps(data))
@@ -31,8 +29,13 @@ def test_a_state_whose_cut_trial_was_stored_as_screened_reads_as_cut(tmp_path: P
     from bot.core.state import Measurement, Step
 
     cut = Measurement(confidence=0.9, min_gain=0.02, decision="no_gain", cut=True)
-    state = Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0,
-                     steps=[Step(n=1, change=Change(lever="compile.enable", after=True), measurement=cut)])
+    state = Campaign(
+        id="c",
+        recipe_path="recipes/x.yaml",
+        recipe_id="x",
+        budget=1.0,
+        steps=[Step(n=1, change=Change(lever="compile.enable", after=True), measurement=cut)],
+    )
     data = json.loads(state.model_dump_json())
     stored = data["steps"][0]["measurement"]
     assert stored["cut"] is True and "screened" not in stored

@@ -25,12 +25,16 @@ def test_utf8_text_is_read_with_its_line_ends(tmp_path: Path) -> None:
         (b"a: \xe2\x82\n", 1, 0xE2, 3),  # a truncated multi-byte sequence
     ],
 )
-def test_a_bad_byte_is_one_line_naming_file_line_and_byte(tmp_path: Path, data: bytes, line: int, byte: int, offset: int) -> None:
+def test_a_bad_byte_is_one_line_naming_file_line_and_byte(
+    tmp_path: Path, data: bytes, line: int, byte: int, offset: int
+) -> None:
     path = tmp_path / "r.yaml"
     path.write_bytes(data)
     with pytest.raises(NotText) as info:
         read_utf8(path)
-    assert str(info.value) == (f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at offset {offset}); save the file as UTF-8")
+    assert str(info.value) == (
+        f"{path}:{line}: not UTF-8 text (byte 0x{byte:02x} at offset {offset}); save the file as UTF-8"
+    )
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 

@@ -18,7 +18,9 @@ import pytest
 from crash_helpers import attune, campaign_trace, git, scratch_clone
 
 RECIPE = "bot/bench/tasks/glm-4.5/h100x128.yaml"
-BUDGET = "420"  # device-hours: 2 steps (an OOM closed, a gain merged after its trial and one pair), then the budget ends it
+BUDGET = (
+    "420"  # device-hours: 2 steps (an OOM closed, a gain merged after its trial and one pair), then the budget ends it
+)
 CID = "crash"
 
 
@@ -30,7 +32,18 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict:
     repo = tmp / "reference"
     shutil.copytree(template, repo, symlinks=True)
     trace_file = tmp / "reference.trace"
-    proc = attune(repo, "campaign", "run", RECIPE, "--budget", BUDGET, "--id", CID, "--json", env={"ATTUNE_CRASH_TRACE": str(trace_file)})
+    proc = attune(
+        repo,
+        "campaign",
+        "run",
+        RECIPE,
+        "--budget",
+        BUDGET,
+        "--id",
+        CID,
+        "--json",
+        env={"ATTUNE_CRASH_TRACE": str(trace_file)},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     start = git(template, "rev-parse", "HEAD").strip()
     points = [line.split(" ", 1)[1] for line in trace_file.read_text().splitlines()]
@@ -46,8 +59,18 @@ def kill_and_resume(reference: dict, k: int) -> None:
     repo = reference["tmp"] / f"kill-{k}"
     shutil.copytree(reference["template"], repo, symlinks=True)
     trace_file = reference["tmp"] / f"kill-{k}.trace"
-    killed = attune(repo, "campaign", "run", RECIPE, "--budget", BUDGET, "--id", CID, "--json",
-                    env={"ATTUNE_CRASH_AFTER": str(k), "ATTUNE_CRASH_TRACE": str(trace_file)})
+    killed = attune(
+        repo,
+        "campaign",
+        "run",
+        RECIPE,
+        "--budget",
+        BUDGET,
+        "--id",
+        CID,
+        "--json",
+        env={"ATTUNE_CRASH_AFTER": str(k), "ATTUNE_CRASH_TRACE": str(trace_file)},
+    )
     assert killed.returncode == -9, (k, killed.returncode, killed.stderr[-2000:])
     done = [line.split(" ", 1)[1] for line in trace_file.read_text().splitlines()]
     assert done == reference["points"][:k]  # it died right after side effect k, having done the same ones before
@@ -59,7 +82,11 @@ def kill_and_resume(reference: dict, k: int) -> None:
     assert resumed.returncode == 0, (k, resumed.stdout[-2000:], resumed.stderr[-2000:])
     trace = campaign_trace(repo, CID, reference["start"])
     for key, want in reference["trace"].items():
-        assert trace[key] == want, (f"killed after side effect {k} ({reference['points'][k - 1]}): {key} differs", trace[key], want)
+        assert trace[key] == want, (
+            f"killed after side effect {k} ({reference['points'][k - 1]}): {key} differs",
+            trace[key],
+            want,
+        )
     for branch, (_, subjects) in trace["branch_commits"].items():
         n = branch.split("/")[-1].split("-")[0]
         assert sum(s.startswith(f"attune step {n}:") for s in subjects) == 1, (branch, subjects)

@@ -58,27 +58,77 @@ LESSONS = load_lessons(ROOT / "lessons")  # the GitHub side loads lessons/ of th
 # (early stop below twice the band; every pair in one job, never the trial against a later run elsewhere); "sim": what
 # `attune campaign run` sets for a simulated recipe (bot.campaign.measurement_settings.measurement_options("sim")).
 PROFILES: dict[str, dict[str, Any]] = {
-    "github": {"baseline_runs_wanted": 2, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
-               "early_stop_k": 2.0, "max_steps": 50, "min_gain": 0.02, "confidence": 0.9, "max_pairs": 4, "pair_with_trial": False},
-    "sim": {"baseline_runs_wanted": 1, "baseline_warmup_runs": 0, "band_k": 2.0, "band_floor": 0.05, "early_stop": True,
-            "early_stop_k": 1.0, "max_steps": 50, "min_gain": 0.005, "confidence": 0.9, "max_pairs": 6, "pair_with_trial": True,
-            "noise_prior_sd": 0.014, "noise_prior_df": 8},
+    "github": {
+        "baseline_runs_wanted": 2,
+        "baseline_warmup_runs": 0,
+        "band_k": 2.0,
+        "band_floor": 0.05,
+        "early_stop": True,
+        "early_stop_k": 2.0,
+        "max_steps": 50,
+        "min_gain": 0.02,
+        "confidence": 0.9,
+        "max_pairs": 4,
+        "pair_with_trial": False,
+    },
+    "sim": {
+        "baseline_runs_wanted": 1,
+        "baseline_warmup_runs": 0,
+        "band_k": 2.0,
+        "band_floor": 0.05,
+        "early_stop": True,
+        "early_stop_k": 1.0,
+        "max_steps": 50,
+        "min_gain": 0.005,
+        "confidence": 0.9,
+        "max_pairs": 6,
+        "pair_with_trial": True,
+        "noise_prior_sd": 0.014,
+        "noise_prior_df": 8,
+    },
 }
+
 
 def test_the_sim_profile_is_what_attune_campaign_run_sets_for_a_simulated_recipe() -> None:
     sim = measurement_options("sim")
-    assert {k: PROFILES["sim"][k] for k in sim if k in PROFILES["sim"]} == {k: v for k, v in sim.items() if k in PROFILES["sim"]}
+    assert {k: PROFILES["sim"][k] for k in sim if k in PROFILES["sim"]} == {
+        k: v for k, v in sim.items() if k in PROFILES["sim"]
+    }
     assert {"baseline_runs_wanted", "noise_prior_sd", "min_gain", "max_pairs"} <= set(sim) & set(PROFILES["sim"])
 
 
 # seed 0 of every task in the default suite; the other seeds are the matrix (slow)
-CASES = [pytest.param(recipe, budget, seed, "shared", "github", id=f"{Path(recipe).parent.name}-seed{seed}-shared-github",
-                      marks=() if seed == SEEDS[0] else pytest.mark.slow)
-         for recipe, budget in TASKS for seed in SEEDS]
-CASES += [pytest.param(recipe, budget, 0, "attune-run", "github", id=f"{Path(recipe).parent.name}-seed0-attune_run-github",
-                       marks=pytest.mark.slow) for recipe, budget in TASKS]
-CASES += [pytest.param(recipe, budget, 0, "shared", "sim", id=f"{Path(recipe).parent.name}-seed0-shared-sim",
-                       marks=pytest.mark.slow) for recipe, budget in TASKS]
+CASES = [
+    pytest.param(
+        recipe,
+        budget,
+        seed,
+        "shared",
+        "github",
+        id=f"{Path(recipe).parent.name}-seed{seed}-shared-github",
+        marks=() if seed == SEEDS[0] else pytest.mark.slow,
+    )
+    for recipe, budget in TASKS
+    for seed in SEEDS
+]
+CASES += [
+    pytest.param(
+        recipe,
+        budget,
+        0,
+        "attune-run",
+        "github",
+        id=f"{Path(recipe).parent.name}-seed0-attune_run-github",
+        marks=pytest.mark.slow,
+    )
+    for recipe, budget in TASKS
+]
+CASES += [
+    pytest.param(
+        recipe, budget, 0, "shared", "sim", id=f"{Path(recipe).parent.name}-seed0-shared-sim", marks=pytest.mark.slow
+    )
+    for recipe, budget in TASKS
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,22 +144,41 @@ def trace(state: cm.Campaign) -> dict[str, Any]:
     steps = []
     for s in state.steps:
         trial = next((r for r in s.runs if r.kind == "trial"), None)
-        steps.append((s.change.lever, s.change.before, s.change.after, trial.outcome if trial else "not run", s.kept,
-                      None if s.gain is None else round(s.gain, 9)))
+        steps.append(
+            (
+                s.change.lever,
+                s.change.before,
+                s.change.after,
+                trial.outcome if trial else "not run",
+                s.kept,
+                None if s.gain is None else round(s.gain, 9),
+            )
+        )
     return {"steps": steps, "final_levers": dict(state.incumbent_levers)}
 
 
 def extras(state: cm.Campaign) -> dict[str, Any]:
-    return {"baseline_tps": [r.tps for r in state.baseline], "band": state.band.band if state.band else None,
-            "spent": round(state.spent, 6), "finish_reason": state.finish_reason, "phase": state.phase,
-            "measurement": {k: getattr(state, k) for k in PROFILES["github"]}}
+    return {
+        "baseline_tps": [r.tps for r in state.baseline],
+        "band": state.band.band if state.band else None,
+        "spent": round(state.spent, 6),
+        "finish_reason": state.finish_reason,
+        "phase": state.phase,
+        "measurement": {k: getattr(state, k) for k in PROFILES["github"]},
+    }
 
 
 def render_diff(local: dict[str, Any], github: dict[str, Any], le: dict[str, Any], ge: dict[str, Any]) -> str:
     lines = ["local driver vs GitHub driver:"]
     n = max(len(local["steps"]), len(github["steps"]))
-    first = next((i for i in range(n) if i >= len(local["steps"]) or i >= len(github["steps"])
-                  or local["steps"][i] != github["steps"][i]), None)
+    first = next(
+        (
+            i
+            for i in range(n)
+            if i >= len(local["steps"]) or i >= len(github["steps"]) or local["steps"][i] != github["steps"][i]
+        ),
+        None,
+    )
     for i in range(n):
         a = local["steps"][i] if i < len(local["steps"]) else "-"
         b = github["steps"][i] if i < len(github["steps"]) else "-"
@@ -117,9 +186,11 @@ def render_diff(local: dict[str, Any], github: dict[str, Any], le: dict[str, Any
         lines.append(f"{mark} step {i + 1}: local  {a}")
         if a != b:
             lines.append(f"           github {b}")
-    changed = {k: (local["final_levers"].get(k), github["final_levers"].get(k))
-               for k in sorted(set(local["final_levers"]) | set(github["final_levers"]))
-               if local["final_levers"].get(k) != github["final_levers"].get(k)}
+    changed = {
+        k: (local["final_levers"].get(k), github["final_levers"].get(k))
+        for k in sorted(set(local["final_levers"]) | set(github["final_levers"]))
+        if local["final_levers"].get(k) != github["final_levers"].get(k)
+    }
     lines.append(f"final levers differ (local, github): {changed}" if changed else "final levers: identical")
     lines.append(f"finish local : {le['finish_reason']}")
     lines.append(f"finish github: {ge['finish_reason']}")
@@ -132,27 +203,40 @@ def task_text(recipe_rel: str) -> str:
     return (ROOT / "bot" / "bench" / "tasks" / recipe_rel.removeprefix("recipes/")).read_text()
 
 
-def run_local(recipe_rel: str, budget: float, cid: str, seed: int, mode: str, profile: dict[str, Any], work: Path) -> cm.Campaign:
+def run_local(
+    recipe_rel: str, budget: float, cid: str, seed: int, mode: str, profile: dict[str, Any], work: Path
+) -> cm.Campaign:
     repo = work / "local-repo"
     (repo / recipe_rel).parent.mkdir(parents=True)
     (repo / recipe_rel).write_text(task_text(recipe_rel))
-    executor = build_executor(repo, recipe_rel, policy="heuristic", forge="none", runner_options={"seed": seed},
-                              cache_dir=work / "local-cache", lessons=LESSONS)
+    executor = build_executor(
+        repo,
+        recipe_rel,
+        policy="heuristic",
+        forge="none",
+        runner_options={"seed": seed},
+        cache_dir=work / "local-cache",
+        lessons=LESSONS,
+    )
     if mode == "attune-run":
         executor.runs.runner = FreshSimRunner(seed)
-    state = new_state(load_recipe(repo / recipe_rel), recipe_rel, budget=budget, policy="heuristic", campaign_id=cid, **profile)
+    state = new_state(
+        load_recipe(repo / recipe_rel), recipe_rel, budget=budget, policy="heuristic", campaign_id=cid, **profile
+    )
     return executor.start(state)
 
 
 @pytest.mark.parametrize(("recipe_rel", "budget", "seed", "mode", "profile_name"), CASES)
-def test_local_and_github_executors_take_the_same_steps(contract, tmp_path, recipe_rel, budget, seed, mode,
-                                                      profile_name) -> None:
+def test_local_and_github_executors_take_the_same_steps(
+    contract, tmp_path, recipe_rel, budget, seed, mode, profile_name
+) -> None:
     profile = PROFILES[profile_name]
     gh = FakeGitHub(contract).start()
     try:
         answerer = {"mode": "attune-run"} if mode == "attune-run" else {"runner": SimRunner(seed=seed)}
-        flow = GitHubCampaign(gh, recipe_rel, task_text(recipe_rel), budget, tmp_path / "github", answerer=answerer,
-                              measurement=profile)
+        flow = GitHubCampaign(
+            gh, recipe_rel, task_text(recipe_rel), budget, tmp_path / "github", answerer=answerer, measurement=profile
+        )
         github = flow.run()
     finally:
         gh.stop()
@@ -164,7 +248,9 @@ def test_local_and_github_executors_take_the_same_steps(contract, tmp_path, reci
     assert ge["measurement"] == le["measurement"] == {k: profile[k] for k in le["measurement"]}
     assert github.budget == local.budget == budget
     # the same noise on both sides: the baseline runs measured the same (else the harness, not a driver, differs)
-    assert ge["baseline_tps"] == le["baseline_tps"], f"baseline runs differ: local {le['baseline_tps']} github {ge['baseline_tps']}"
+    assert ge["baseline_tps"] == le["baseline_tps"], (
+        f"baseline runs differ: local {le['baseline_tps']} github {ge['baseline_tps']}"
+    )
     assert local.phase == github.phase == "finished"
     lt, gt = trace(local), trace(github)
     assert gt == lt, render_diff(lt, gt, le, ge)

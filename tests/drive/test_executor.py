@@ -74,6 +74,7 @@ def crash_after(k: int):
         seen[0] += 1
         if seen[0] >= k:
             raise RuntimeError(f"test crash after {seen[0]} transitions")
+
     return on_event
 
 
@@ -91,8 +92,15 @@ class Calibrations:
 def drivers(repo: Path, runner: FakeRunner, **kw):
     calibrate = getattr(runner, "calibrations", None) or Calibrations()
     runner.calibrations = calibrate
-    return make_driver(LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", finish_hook=finish_local,
-                       calibrate=calibrate, **kw)
+    return make_driver(
+        LocalForge(repo),
+        runner,
+        ScriptedPolicy(SCRIPT),
+        repo / ".attune" / "campaigns",
+        finish_hook=finish_local,
+        calibrate=calibrate,
+        **kw,
+    )
 
 
 def forge_facts(repo: Path) -> dict:
@@ -124,16 +132,30 @@ def reference(template: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def test_the_uninterrupted_campaign(reference) -> None:
     state, transitions, facts, runner = reference
-    assert [(s.n, s.state, s.kept) for s in state.steps] == [(1, "merged", True), (2, "closed", False), (3, "closed", False)]
+    assert [(s.n, s.state, s.kept) for s in state.steps] == [
+        (1, "merged", True),
+        (2, "closed", False),
+        (3, "closed", False),
+    ]
     assert state.step(2).runs[0].outcome == "oom" and state.step(3).stacked_on == 2
-    assert state.step(3).levers["training.local_batch_size"] == 2 and state.step(3).levers["activation_checkpoint"] == "selective"
+    assert (
+        state.step(3).levers["training.local_batch_size"] == 2
+        and state.step(3).levers["activation_checkpoint"] == "selective"
+    )
     assert state.finish_reason == "policy stopped: script exhausted" and state.pending == []
-    assert len(runner.calls) == 9  # 2 baseline + trial and one pair (2 runs) + trial (oom) + trial and one pair (-3.4%: inside the throughput band)
-    assert facts["branches"] == ["attune/c1/1-activation_checkpoint", "attune/c1/2-training-local_batch_size",
-                                 "attune/c1/3-activation_checkpoint"]
+    assert (
+        len(runner.calls) == 9
+    )  # 2 baseline + trial and one pair (2 runs) + trial (oom) + trial and one pair (-3.4%: inside the throughput band)
+    assert facts["branches"] == [
+        "attune/c1/1-activation_checkpoint",
+        "attune/c1/2-training-local_batch_size",
+        "attune/c1/3-activation_checkpoint",
+    ]
     assert any(line.startswith("attune: campaign c1 finished") for line in facts["main"])
     assert runner.calibrations.calls == 1 and state.calibrated and state.calibration_note.startswith("test band")
-    assert state.spent == pytest.approx(sum(r.device_hours for r in [*state.baseline, *(r for s in state.steps for r in s.runs)]) + 0.05)
+    assert state.spent == pytest.approx(
+        sum(r.device_hours for r in [*state.baseline, *(r for s in state.steps for r in s.runs)]) + 0.05
+    )
     assert transitions == 32
 
 
@@ -180,7 +202,9 @@ def test_crash_after_the_action_before_saving_then_resume(k: int, template: Path
     shutil.copytree(template, repo)
     runner = FakeRunner(rule)
     with pytest.raises(Crash):
-        drivers(repo, runner, states=CrashBeforeSave(repo / ".attune" / "campaigns", crash_at=k + 1)).start(new_state(recipe_text()))  # save 1 is the request
+        drivers(repo, runner, states=CrashBeforeSave(repo / ".attune" / "campaigns", crash_at=k + 1)).start(
+            new_state(recipe_text())
+        )  # save 1 is the request
     state = drivers(repo, runner).resume("c1")
     _check_same(repo, state, reference, runner)
 
@@ -297,4 +321,6 @@ def test_a_run_stopped_by_a_signal_is_spent_and_made_again_on_resume(template: P
     done = drivers(repo, runner).resume(state.id)
     reference_state = reference[0]
     assert done.phase == "finished" and done.spent == pytest.approx(reference_state.spent + saved.abandoned)
-    assert decisions(done)["steps"] == decisions(reference_state)["steps"]  # the same campaign, the lost run's time on top
+    assert (
+        decisions(done)["steps"] == decisions(reference_state)["steps"]
+    )  # the same campaign, the lost run's time on top

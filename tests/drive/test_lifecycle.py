@@ -51,25 +51,40 @@ def test_a_campaign_held_by_a_live_process_cannot_be_taken_and_its_lock_dies_wit
 def test_holder_names_the_pid_only_while_the_lock_is_held(tmp_path: Path) -> None:
     assert holder(tmp_path) is None  # no lock file at all
     lock = CampaignLock(tmp_path, "c").acquire()
-    child = subprocess.run([sys.executable, "-c", "import sys; from bot.drive.lifecycle import holder; print(holder(sys.argv[1]))", str(tmp_path)],
-                           capture_output=True, text=True, cwd=REPO)
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from bot.drive.lifecycle import holder; print(holder(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert child.stdout.strip() == str(os.getpid())
     lock.release()
     assert holder(tmp_path) is None
 
 
-HOLD_CHECKOUT = ("import sys, time; from bot.drive.lifecycle import CheckoutLock; lock = CheckoutLock(sys.argv[1], 'c7').acquire(); "
-                 "print('held', flush=True); time.sleep(600)")
+HOLD_CHECKOUT = (
+    "import sys, time; from bot.drive.lifecycle import CheckoutLock; lock = CheckoutLock(sys.argv[1], 'c7').acquire(); "
+    "print('held', flush=True); time.sleep(600)"
+)
 
 
 def test_a_checkout_held_by_a_live_process_names_its_campaign_and_dies_with_that_process(tmp_path: Path) -> None:
     work = tmp_path / ".attune"
     assert checkout_holder(work) is None
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_CHECKOUT, str(work)], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD_CHECKOUT, str(work)], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
     try:
         assert proc.stdout.readline().strip() == "held"
         assert checkout_holder(work) == (proc.pid, "c7")
-        with pytest.raises(CheckoutBusy, match=rf"^{tmp_path}: campaign c7 \(process {proc.pid}\) is running in this checkout"):
+        with pytest.raises(
+            CheckoutBusy, match=rf"^{tmp_path}: campaign c7 \(process {proc.pid}\) is running in this checkout"
+        ):
             CheckoutLock(work, "c8").acquire()
     finally:
         proc.kill()
@@ -84,14 +99,21 @@ def test_a_lock_file_that_is_a_folder_or_unreadable_is_one_line_naming_it(tmp_pa
     (tmp_path / "lock").mkdir()
     (tmp_path / "checkout.lock").mkdir()
     expected = "cannot open this lock file (Is a directory); expected a regular file this user can read and write"
-    for call in (lambda: holder(tmp_path), lambda: CampaignLock(tmp_path, "c").acquire(), lambda: CampaignLock(tmp_path, "c").check(),
-                 lambda: checkout_holder(tmp_path), lambda: CheckoutLock(tmp_path, "c").acquire()):
+    for call in (
+        lambda: holder(tmp_path),
+        lambda: CampaignLock(tmp_path, "c").acquire(),
+        lambda: CampaignLock(tmp_path, "c").check(),
+        lambda: checkout_holder(tmp_path),
+        lambda: CheckoutLock(tmp_path, "c").acquire(),
+    ):
         with pytest.raises(LockError) as exc:
             call()
         assert str(exc.value).startswith(f"{tmp_path}/") and expected in str(exc.value) and "\n" not in str(exc.value)
 
 
-def test_a_lock_file_this_user_cannot_open_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lock_file_this_user_cannot_open_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Permission denied, as a user other than the file's owner gets it (root opens any file, so the tests, which may
     run as root, have the open refuse as the kernel would for that user)."""
     import builtins
@@ -117,17 +139,20 @@ def _state(**kw) -> cm.Campaign:
 
 def test_list_rows_say_running_resumable_finished_or_unreadable(tmp_path: Path) -> None:
     assert row_of("c", _state(), 4242).status == "running (pid 4242)"
-    assert row_of("c", _state(phase="stepping", spent=2.5), None).model_dump(include={"phase", "status", "spent", "budget"}) == {
-        "phase": "stepping", "status": "resumable", "spent": 2.5, "budget": 10.0}
+    assert row_of("c", _state(phase="stepping", spent=2.5), None).model_dump(
+        include={"phase", "status", "spent", "budget"}
+    ) == {"phase": "stepping", "status": "resumable", "spent": 2.5, "budget": 10.0}
     assert row_of("c", _state(phase="finished", finish_reason="budget exhausted"), None).status == "finished"
     # killed while finishing: the summary is still to be committed, which resume does
     finishing = _state(phase="finished", pending=[cm.Finish(reason="x")])
     assert row_of("c", finishing, None).status == "finishing (1 action pending; run `attune campaign resume c`)"
-    assert status_of(finishing.model_copy(update={"pending": [cm.Comment(n=0, kind="summary"), cm.Finish(reason="x")]}), None) == (
-        "finishing (2 actions pending; run `attune campaign resume c`)")
+    assert status_of(
+        finishing.model_copy(update={"pending": [cm.Comment(n=0, kind="summary"), cm.Finish(reason="x")]}), None
+    ) == ("finishing (2 actions pending; run `attune campaign resume c`)")
     # an in-memory forge's steps died with its process: nothing to resume, but stop ends it
     assert row_of("c", _state(phase="stepping"), None, forge="none").status == (
-        "interrupted (cannot resume: --forge none kept its steps in memory; `attune campaign stop c` ends it)")
+        "interrupted (cannot resume: --forge none kept its steps in memory; `attune campaign stop c` ends it)"
+    )
     assert status_of(_state(phase="finished"), None, "none") == "finished"
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "state.json").write_text(_state().model_copy(update={"id": "a"}).model_dump_json())
@@ -142,7 +167,11 @@ def test_list_rows_say_running_resumable_finished_or_unreadable(tmp_path: Path) 
     (tmp_path / "e" / "lock").mkdir()
     rows = list_campaigns(tmp_path)
     assert [(r.id, r.status.split(" ")[0].rstrip(":")) for r in rows] == [
-        ("a", "resumable"), ("b", "unreadable"), ("d", "interrupted"), ("e", "unknown")]
+        ("a", "resumable"),
+        ("b", "unreadable"),
+        ("d", "interrupted"),
+        ("e", "unknown"),
+    ]
     assert rows[3].status.startswith(f"unknown: {tmp_path / 'e' / 'lock'}: cannot open this lock file (Is a directory)")
     assert list_campaigns(tmp_path / "missing") == []
 

@@ -42,7 +42,12 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(repo)], check=True)
     git(repo, "config", "user.name", "attune test")
     git(repo, "config", "user.email", "test@localhost")
-    text = (REPO / "recipes/llama3-tiny/cpu.yaml").read_text().replace("  steps: 20\n", "  steps: 8\n").replace("  warmup_steps: 5\n", "  warmup_steps: 3\n")
+    text = (
+        (REPO / "recipes/llama3-tiny/cpu.yaml")
+        .read_text()
+        .replace("  steps: 20\n", "  steps: 8\n")
+        .replace("  warmup_steps: 5\n", "  warmup_steps: 3\n")
+    )
     (repo / RECIPE_REL).write_text(text)
     git(repo, "add", RECIPE_REL)
     git(repo, "commit", "-q", "-m", "e2e: an 8-step copy of the CPU recipe")
@@ -55,7 +60,9 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     budget = 0.5  # device-hours: far more than 2 baseline runs + 2 steps need; max_steps=2 ends the campaign
     started = time.monotonic()
     driver = build_executor(repo, RECIPE_REL, policy="heuristic", forge="local")
-    state = driver.start(new_state(recipe, RECIPE_REL, budget=budget, policy="heuristic", campaign_id="e2e", max_steps=2))
+    state = driver.start(
+        new_state(recipe, RECIPE_REL, budget=budget, policy="heuristic", campaign_id="e2e", max_steps=2)
+    )
     wall = time.monotonic() - started
 
     facts = summary_json(state, repo)
@@ -69,13 +76,18 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
     # the limit ends it, or the policy's own patience stop when the second step already spent a baseline run's
     # device-hours on nothing (real CPU runs: how many pairs a step needs depends on the machine's noise that minute)
     assert state.finish_reason == "reached the 2-step limit" or (
-        state.finish_reason.startswith(("policy stopped: no diagnosis- or lesson-driven move is left",
-                                        "policy stopped: no gain found"))  # steps cost more on a busy box
-        and not state.steps[-1].kept), facts
+        state.finish_reason.startswith(
+            ("policy stopped: no diagnosis- or lesson-driven move is left", "policy stopped: no gain found")
+        )  # steps cost more on a busy box
+        and not state.steps[-1].kept
+    ), facts
     assert state.spent <= state.budget == budget
     for step in state.steps:
-        assert step.state in ("merged", "closed") and step.branch == git(repo, "for-each-ref", "--format=%(refname:short)",
-                                                                          f"refs/heads/attune/e2e/{step.n}-*").strip()
+        assert (
+            step.state in ("merged", "closed")
+            and step.branch
+            == git(repo, "for-each-ref", "--format=%(refname:short)", f"refs/heads/attune/e2e/{step.n}-*").strip()
+        )
         # the step's own commit changes exactly one line of the recipe, and nothing else
         (sha,) = git(repo, "log", "--format=%H", f"--grep=^attune step {step.n}:", f"{start}..{step.branch}").split()
         assert git(repo, "diff", "--numstat", f"{sha}~1", sha).split() == ["1", "1", RECIPE_REL]
@@ -85,12 +97,22 @@ def test_a_short_real_cpu_campaign_end_to_end(tmp_path: Path) -> None:
             assert f"campaigns/e2e/step-{step.n}/trial.json" in files
     on_base = git(repo, "ls-tree", "-r", "--name-only", base).split()
     assert "campaigns/e2e/summary.md" in on_base and "campaigns/e2e/baseline-1.json" in on_base
-    assert "leaderboard.md" in on_base and git(repo, "status", "--porcelain", "--", "leaderboard.md") == ""  # refreshed and committed
-    assert any(s.startswith("attune: campaign e2e finished") for s in git(repo, "log", "--format=%s", base).splitlines())
+    assert (
+        "leaderboard.md" in on_base and git(repo, "status", "--porcelain", "--", "leaderboard.md") == ""
+    )  # refreshed and committed
+    assert any(
+        s.startswith("attune: campaign e2e finished") for s in git(repo, "log", "--format=%s", base).splitlines()
+    )
     summary = (repo / "campaigns/e2e/summary.md").read_text()
     # the summary says why it finished -- the step limit or the patience stop above, whichever this run's noise gave
-    assert md_inline(state.finish_reason) in summary  # runner-facing text is escaped in Markdown and all(s.change.lever in summary for s in state.steps)
+    assert (
+        md_inline(state.finish_reason) in summary
+    )  # runner-facing text is escaped in Markdown and all(s.change.lever in summary for s in state.steps)
     kept = [s for s in state.steps if s.kept]
-    assert bool(set((repo / "results").rglob("*.json")) - landed) == bool(kept)  # this campaign's results: a kept step's only
-    print(f"\nreal campaign: {len(state.baseline) + sum(len(s.runs) for s in state.steps)} runs, {wall:.0f} s wall, "
-          f"{state.spent:.4f} device-hours; steps: {[(s.change.lever, s.change.after, s.state, s.close_reason) for s in state.steps]}")
+    assert bool(set((repo / "results").rglob("*.json")) - landed) == bool(
+        kept
+    )  # this campaign's results: a kept step's only
+    print(
+        f"\nreal campaign: {len(state.baseline) + sum(len(s.runs) for s in state.steps)} runs, {wall:.0f} s wall, "
+        f"{state.spent:.4f} device-hours; steps: {[(s.change.lever, s.change.after, s.state, s.close_reason) for s in state.steps]}"
+    )

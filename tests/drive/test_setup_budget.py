@@ -62,9 +62,22 @@ class FileRunner(FakeRunner):
 def _local(tmp_path: Path, budget: float, calibration: CappedCalibration) -> tuple[cm.Campaign, FakeRunner]:
     repo = make_repo(tmp_path / "repo")
     runner = FakeRunner(table_rule({}, [1000.0, 1010.0, 1005.0, 995.0]), cost=RUN_COST)
-    driver = make_driver(LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", calibrate=calibration)
-    state = cm.Campaign(**{**new_state(parse_recipe_text(recipe_text(), RECIPE_REL), RECIPE_REL, budget=budget, policy="scripted",
-                                       campaign_id="c1").model_dump(), **measurement_options("local"), "calibration_runs_planned": 4})
+    driver = make_driver(
+        LocalForge(repo), runner, ScriptedPolicy(SCRIPT), repo / ".attune" / "campaigns", calibrate=calibration
+    )
+    state = cm.Campaign(
+        **{
+            **new_state(
+                parse_recipe_text(recipe_text(), RECIPE_REL),
+                RECIPE_REL,
+                budget=budget,
+                policy="scripted",
+                campaign_id="c1",
+            ).model_dump(),
+            **measurement_options("local"),
+            "calibration_runs_planned": 4,
+        }
+    )
     return driver.start(state), runner
 
 
@@ -74,8 +87,10 @@ def test_local_git_forge_the_issues_budget_is_scaled_to_fit_and_a_step_is_tried(
     assert state.spent <= state.budget == 0.08
     assert state.spent == pytest.approx(sum(c["cost"] for c in runner.calls))
     # after the warm-up run: 3 measured runs and 4 calibration runs and a trial do not fit; 2 measured runs do, uncalibrated
-    assert state.setup_note == ("set-up scaled to fit the budget: 2 measured baseline runs, not 3; "
-                                "no gate calibration (4 calibration runs left out: tier-R/N steps fail closed)")
+    assert state.setup_note == (
+        "set-up scaled to fit the budget: 2 measured baseline runs, not 3; "
+        "no gate calibration (4 calibration runs left out: tier-R/N steps fail closed)"
+    )
     assert len(state.baseline) == 3 and calibration.caps == [] and state.loss_band is None
     assert state.steps and any(r.kind == "trial" for r in state.steps[0].runs)  # the budget bought a step
 
@@ -95,8 +110,12 @@ def test_sim_a_budget_that_cannot_hold_the_set_up_is_refused_naming_the_smallest
     (repo / rel).parent.mkdir(parents=True)
     (repo / rel).write_text((ROOT / rel).read_text())
     cost = 1.1 * sim_run_cost(load_recipe(repo / rel))  # the simulator's first run, plus the margin every estimate has
-    out = subprocess.run([str(ATTUNE), "campaign", "run", str(repo / rel), "--budget", "1", "--forge", "none"],
-                         capture_output=True, text=True, cwd=repo)
+    out = subprocess.run(
+        [str(ATTUNE), "campaign", "run", str(repo / rel), "--budget", "1", "--forge", "none"],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+    )
     assert out.returncode == 2, out.stderr
     (line,) = out.stderr.strip().splitlines()
     smallest = float(line.split("the smallest budget that holds them is ")[1].split()[0])
@@ -105,10 +124,19 @@ def test_sim_a_budget_that_cannot_hold_the_set_up_is_refused_naming_the_smallest
     assert not (repo / ".attune" / "campaigns").exists() or not any((repo / ".attune" / "campaigns").iterdir())
     # the smallest budget named holds the baseline and a trial, and is never passed
     executor = build_executor(repo, rel, policy="heuristic", forge="none", cache_dir=tmp_path / "cache", lessons=[])
-    state = new_state(load_recipe(repo / rel), rel, budget=smallest, policy="heuristic", campaign_id="sim1",
-                      run_cost_estimate=cost / 1.1, **measurement_options("sim"))
+    state = new_state(
+        load_recipe(repo / rel),
+        rel,
+        budget=smallest,
+        policy="heuristic",
+        campaign_id="sim1",
+        run_cost_estimate=cost / 1.1,
+        **measurement_options("sim"),
+    )
     state = executor.start(state)
-    assert state.spent <= smallest and len(state.baseline) == 1 and state.steps and state.steps[0].runs, state.finish_reason
+    assert state.spent <= smallest and len(state.baseline) == 1 and state.steps and state.steps[0].runs, (
+        state.finish_reason
+    )
 
 
 def test_github_fake_calibration_is_left_out_when_the_budget_cannot_hold_it(tmp_path: Path) -> None:
@@ -124,8 +152,15 @@ def test_github_fake_calibration_is_left_out_when_the_budget_cannot_hold_it(tmp_
     gh = FakeGitHub(Contract()).start()
     runner = FileRunner(table_rule({}, [1000.0, 1010.0, 1005.0, 995.0]), cost=RUN_COST)
     try:
-        flow = GitHubCampaign(gh, RECIPE_REL, recipe_text(), 0.08, tmp_path / "github", answerer={"runner": runner},
-                              driver_kw={"policy": ScriptedPolicy(SCRIPT), "lessons": []})
+        flow = GitHubCampaign(
+            gh,
+            RECIPE_REL,
+            recipe_text(),
+            0.08,
+            tmp_path / "github",
+            answerer={"runner": runner},
+            driver_kw={"policy": ScriptedPolicy(SCRIPT), "lessons": []},
+        )
         assert flow.start().endswith("started")
         while flow.answerer.unanswered():
             inputs = flow.answerer.unanswered()[0]
@@ -153,19 +188,43 @@ def test_real_cpu_campaign_a_budget_that_cannot_hold_the_set_up_ends_after_its_f
     for key, val in (("user.name", "attune test"), ("user.email", "test@localhost")):
         subprocess.run(["git", "-C", str(repo), "config", key, val], check=True)
     rel = "recipes/llama3-tiny/cpu-budget.yaml"
-    text = (ROOT / "recipes/llama3-tiny/cpu.yaml").read_text().replace("  steps: 20\n", "  steps: 4\n").replace(
-        "  warmup_steps: 5\n", "  warmup_steps: 2\n").replace("id: llama3-tiny/cpu\n", "id: llama3-tiny/cpu-budget\n")
+    text = (
+        (ROOT / "recipes/llama3-tiny/cpu.yaml")
+        .read_text()
+        .replace("  steps: 20\n", "  steps: 4\n")
+        .replace("  warmup_steps: 5\n", "  warmup_steps: 2\n")
+        .replace("id: llama3-tiny/cpu\n", "id: llama3-tiny/cpu-budget\n")
+    )
     (repo / rel).write_text(text)
     subprocess.run(["git", "-C", str(repo), "add", rel], check=True)
     subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "a 4-step copy of the CPU recipe"], check=True)
-    out = subprocess.run([str(ATTUNE), "campaign", "run", str(repo / rel), "--budget", "0.012", "--forge", "none", "--json",
-                          "--id", "tiny"], capture_output=True, text=True, cwd=repo, timeout=300)
+    out = subprocess.run(
+        [
+            str(ATTUNE),
+            "campaign",
+            "run",
+            str(repo / rel),
+            "--budget",
+            "0.012",
+            "--forge",
+            "none",
+            "--json",
+            "--id",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     state = cm.read_campaign(repo / ".attune" / "campaigns" / "tiny" / "state.json")
     assert state.phase == "finished" and state.steps == [] and 0 < state.spent <= state.budget == 0.012
     first = state.baseline[0]
     if first.outcome == "ok":  # the refusal after the first run: the runs so far are the estimate
-        assert len(state.baseline) == 1 and "smallest budget that holds them is" in state.finish_reason, state.finish_reason
+        assert len(state.baseline) == 1 and "smallest budget that holds them is" in state.finish_reason, (
+            state.finish_reason
+        )
         smallest = float(state.finish_reason.split("holds them is ")[1].split()[0])
         assert smallest >= first.device_hours + 3 * 1.1 * first.device_hours - 1e-4 and smallest > state.budget
     else:  # a machine so loaded that one run passes the whole budget: it is stopped at the cap

@@ -49,13 +49,15 @@ def test_missing_package_blames_the_config_not_the_module(monkeypatch):
 def test_a_model_module_in_the_tuning_repository(tmp_path):
     (tmp_path / "mymods").mkdir()
     (tmp_path / "mymods" / "__init__.py").write_text("")
-    (tmp_path / "mymods" / "tiny.py").write_text(textwrap.dedent('''
+    (tmp_path / "mymods" / "tiny.py").write_text(
+        textwrap.dedent("""
         from bot.inrank.workloads.llama3_tiny import llama3_tiny_cpu as _base
 
 
         def tiny_wide():
             return _base()
-    '''))
+    """)
+    )
     spec = model_for(Workload(module="mymods.tiny", config="tiny_wide"), root=tmp_path)
     assert spec.n_layers == 4 and spec.n_params == 799872
 
@@ -82,6 +84,10 @@ def test_facts_carry_flops_and_activation_memory_per_mode():
 def test_a_registry_whose_imports_fail_names_the_missing_package(tmp_path):
     (tmp_path / "mymodels").mkdir()
     (tmp_path / "mymodels" / "__init__.py").write_text("")
-    (tmp_path / "mymodels" / "config_registry.py").write_text("import zz_not_installed_pkg  # noqa\n\n\ndef c():\n    pass\n")
-    with pytest.raises(UnknownModel, match="workload.config: needs a package that is not installed here: .*zz_not_installed_pkg"):
+    (tmp_path / "mymodels" / "config_registry.py").write_text(
+        "import zz_not_installed_pkg  # noqa\n\n\ndef c():\n    pass\n"
+    )
+    with pytest.raises(
+        UnknownModel, match="workload.config: needs a package that is not installed here: .*zz_not_installed_pkg"
+    ):
         model_for(Workload(module="mymodels", config="c"), root=tmp_path)

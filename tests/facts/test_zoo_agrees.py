@@ -17,9 +17,25 @@ BUILDS = {
     "llama3-tiny": ("bot.inrank.workloads.llama3_tiny", "llama3_tiny_cpu"),
     "moe-tiny": ("bot.inrank.workloads.moe_tiny", "moe_tiny_cpu"),
 }
-STRUCTURE = ("n_layers", "n_dense_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "vocab", "ffn_dense",
-             "n_experts", "top_k", "ffn_expert", "attention", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-             "qk_rope_head_dim", "v_head_dim")
+STRUCTURE = (
+    "n_layers",
+    "n_dense_layers",
+    "hidden",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "vocab",
+    "ffn_dense",
+    "n_experts",
+    "top_k",
+    "ffn_expert",
+    "attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)
 
 
 @pytest.mark.parametrize("model_id", sorted(BUILDS))

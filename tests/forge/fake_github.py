@@ -199,8 +199,15 @@ class FakeGitHub:
 
     # -- seeding and acting as people ---------------------------------------------------------------------
 
-    def seed(self, files: dict[str, str], message: str = "seed", branch: str | None = None, author: str | None = None,
-             *, by_bot: bool = False) -> str:
+    def seed(
+        self,
+        files: dict[str, str],
+        message: str = "seed",
+        branch: str | None = None,
+        author: str | None = None,
+        *,
+        by_bot: bool = False,
+    ) -> str:
         """Commit ``files`` on ``branch`` (default branch by default), as a person pushing would: unsigned, linked to
         ``author``'s account (a push may name any author e-mail, so any login; only its signature is GitHub's).
         ``by_bot``: as the bot's API write would have made it instead (linked to the bot's login, signed by GitHub)."""
@@ -257,14 +264,27 @@ class FakeGitHub:
         )
         return number
 
-    def record_job(self, run_id: int, name: str, *, started_at: str, completed_at: str | None = None,
-                   conclusion: str | None = None, workflow: str = "", head_sha: str | None = None) -> None:
+    def record_job(
+        self,
+        run_id: int,
+        name: str,
+        *,
+        started_at: str,
+        completed_at: str | None = None,
+        conclusion: str | None = None,
+        workflow: str = "",
+        head_sha: str | None = None,
+    ) -> None:
         """A job of workflow run ``run_id`` started (``completed_at`` None) or finished; served by list-jobs."""
         jobs = self.jobs.setdefault(run_id, [])
         job = next((j for j in jobs if j["name"] == name), None)
         if job is None:
-            job = {"name": name, "started_at": started_at, "workflow": workflow,
-                   "head_sha": head_sha or self.refs[f"heads/{self.default_branch}"]}
+            job = {
+                "name": name,
+                "started_at": started_at,
+                "workflow": workflow,
+                "head_sha": head_sha or self.refs[f"heads/{self.default_branch}"],
+            }
             jobs.append(job)
         job.update(completed_at=completed_at, conclusion=conclusion)
 
@@ -276,11 +296,7 @@ class FakeGitHub:
         return self.refs[f"heads/{branch}"]
 
     def head_sha(self, pull: Pull) -> str:
-        if (
-            pull.state == "open"
-            and pull.head_repo == self.full_name
-            and f"heads/{pull.head_ref}" in self.refs
-        ):
+        if pull.state == "open" and pull.head_repo == self.full_name and f"heads/{pull.head_ref}" in self.refs:
             return self.refs[f"heads/{pull.head_ref}"]
         return pull.frozen_head_sha
 
@@ -350,9 +366,7 @@ class FakeGitHub:
         tick = next(self._clock)
         return f"2026-01-01T{tick // 3600 % 24:02d}:{tick // 60 % 60:02d}:{tick % 60:02d}Z"
 
-    def _commit(
-        self, tree: dict[str, str], parents: list[str], message: str, branch: str | None = None
-    ) -> str:
+    def _commit(self, tree: dict[str, str], parents: list[str], message: str, branch: str | None = None) -> str:
         seed = json.dumps([sorted(tree.items()), parents, message, next(self._ids)])
         sha = hashlib.sha1(seed.encode()).hexdigest()
         self.commits[sha] = Commit(sha, dict(tree), list(parents), message)
@@ -674,9 +688,7 @@ class FakeGitHub:
             a, b = old.get(path), new.get(path)
             if a == b:
                 continue
-            patch = list(
-                difflib.unified_diff((a or "").splitlines(), (b or "").splitlines(), lineterm="", n=3)
-            )[2:]
+            patch = list(difflib.unified_diff((a or "").splitlines(), (b or "").splitlines(), lineterm="", n=3))[2:]
             additions = sum(1 for line in patch if line.startswith("+"))
             deletions = sum(1 for line in patch if line.startswith("-"))
             files.append(
@@ -705,8 +717,15 @@ class FakeGitHub:
             was = removed.get(new.get(f["filename"], "")) if f["status"] == "added" else None
             if was is not None and was not in gone:
                 gone.add(was)
-                f = {**f, "status": "renamed", "previous_filename": was, "additions": 0, "deletions": 0, "changes": 0,
-                     "patch": ""}
+                f = {
+                    **f,
+                    "status": "renamed",
+                    "previous_filename": was,
+                    "additions": 0,
+                    "deletions": 0,
+                    "changes": 0,
+                    "patch": "",
+                }
             out.append(f)
         return [f for f in out if not (f["status"] == "removed" and f["filename"] in gone)]
 
@@ -717,9 +736,7 @@ class FakeGitHub:
             return False
         return self._three_way(base, head) is not None
 
-    def _page(
-        self, items: list[Any], query: dict[str, list[str]], path: str
-    ) -> tuple[int, Any, dict[str, str]]:
+    def _page(self, items: list[Any], query: dict[str, list[str]], path: str) -> tuple[int, Any, dict[str, str]]:
         per_page = int(query.get("per_page", ["30"])[0])
         page = int(query.get("page", ["1"])[0])
         chunk = items[(page - 1) * per_page : page * per_page]
@@ -776,15 +793,25 @@ class FakeGitHub:
     def _git_commit_obj(self, commit: Commit) -> dict[str, Any]:
         obj = self._rewrite(self.contract.example("git-commit"))
         tree = self._tree_sha(commit.tree)
-        obj.update(sha=commit.sha, node_id=f"C_{commit.sha[:12]}", url=self._api(f"/git/commits/{commit.sha}"),
-                   html_url=f"{WEB_HOST}/{self.full_name}/commit/{commit.sha}", message=commit.message,
-                   tree={"sha": tree, "url": self._api(f"/git/trees/{tree}")},
-                   parents=[{"sha": p, "url": self._api(f"/git/commits/{p}"),
-                             "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}"} for p in commit.parents],
-                   verification={"verified": commit.verified, "reason": "valid" if commit.verified else "unsigned",
-                                 "signature": "-----BEGIN PGP SIGNATURE-----" if commit.verified else None,
-                                 "payload": f"tree {tree}" if commit.verified else None,
-                                 "verified_at": self._now() if commit.verified else None})
+        obj.update(
+            sha=commit.sha,
+            node_id=f"C_{commit.sha[:12]}",
+            url=self._api(f"/git/commits/{commit.sha}"),
+            html_url=f"{WEB_HOST}/{self.full_name}/commit/{commit.sha}",
+            message=commit.message,
+            tree={"sha": tree, "url": self._api(f"/git/trees/{tree}")},
+            parents=[
+                {"sha": p, "url": self._api(f"/git/commits/{p}"), "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}"}
+                for p in commit.parents
+            ],
+            verification={
+                "verified": commit.verified,
+                "reason": "valid" if commit.verified else "unsigned",
+                "signature": "-----BEGIN PGP SIGNATURE-----" if commit.verified else None,
+                "payload": f"tree {tree}" if commit.verified else None,
+                "verified_at": self._now() if commit.verified else None,
+            },
+        )
         return obj
 
     def _op_git_get_commit(self, params: dict[str, str], query: Any, body: Any) -> Any:
@@ -795,11 +822,15 @@ class FakeGitHub:
 
     def _op_git_create_blob(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
         try:
-            text = (base64.b64decode(body["content"], validate=True).decode() if body.get("encoding") == "base64"
-                    else body["content"])
+            text = (
+                base64.b64decode(body["content"], validate=True).decode()
+                if body.get("encoding") == "base64"
+                else body["content"]
+            )
         except (ValueError, UnicodeDecodeError) as exc:  # the fake keeps text files only
-            raise HTTPError(422, "content is not valid Base64 of UTF-8 text",
-                            [{"code": "invalid", "field": "content"}]) from exc
+            raise HTTPError(
+                422, "content is not valid Base64 of UTF-8 text", [{"code": "invalid", "field": "content"}]
+            ) from exc
         sha = blob_sha(text)
         self.blobs[sha] = text
         return 201, {"url": self._api(f"/git/blobs/{sha}"), "sha": sha}
@@ -819,12 +850,27 @@ class FakeGitHub:
             elif entry["sha"] in self.blobs:
                 tree[entry["path"]] = self.blobs[entry["sha"]]
             else:
-                raise HTTPError(422, f"tree.sha {entry['sha']} is not a valid blob", [{"code": "invalid", "field": "tree"}])
+                raise HTTPError(
+                    422, f"tree.sha {entry['sha']} is not a valid blob", [{"code": "invalid", "field": "tree"}]
+                )
         sha = self._tree_sha(tree)
         obj = self._rewrite(self.contract.example("git-tree"))
-        obj.update(sha=sha, url=self._api(f"/git/trees/{sha}"), truncated=False, tree=[
-            {"path": path, "mode": "100644", "type": "blob", "size": len(text.encode()), "sha": blob_sha(text),
-             "url": self._api(f"/git/blobs/{blob_sha(text)}")} for path, text in sorted(tree.items())])
+        obj.update(
+            sha=sha,
+            url=self._api(f"/git/trees/{sha}"),
+            truncated=False,
+            tree=[
+                {
+                    "path": path,
+                    "mode": "100644",
+                    "type": "blob",
+                    "size": len(text.encode()),
+                    "sha": blob_sha(text),
+                    "url": self._api(f"/git/blobs/{blob_sha(text)}"),
+                }
+                for path, text in sorted(tree.items())
+            ],
+        )
         return 201, obj
 
     def _op_git_create_commit(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
@@ -872,9 +918,7 @@ class FakeGitHub:
                     }
         raise HTTPError(404, "Not Found")
 
-    def _op_repos_create_or_update_file_contents(
-        self, params: dict[str, str], query: Any, body: dict[str, Any]
-    ) -> Any:
+    def _op_repos_create_or_update_file_contents(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
         path = params["path"]
         branch = body.get("branch") or self.default_branch
         if f"heads/{branch}" not in self.refs:
@@ -884,23 +928,20 @@ class FakeGitHub:
         try:
             text = base64.b64decode(body["content"], validate=True).decode()
         except (ValueError, UnicodeDecodeError) as exc:
-            raise HTTPError(
-                422, "content is not valid Base64", [{"code": "invalid", "field": "content"}]
-            ) from exc
+            raise HTTPError(422, "content is not valid Base64", [{"code": "invalid", "field": "content"}]) from exc
         existing = tree.get(path)
         if existing is not None:
             if "sha" not in body:
-                raise HTTPError(
-                    422, 'Invalid request.\n\n"sha" wasn\'t supplied.', [{"code": "missing_field"}]
-                )
+                raise HTTPError(422, 'Invalid request.\n\n"sha" wasn\'t supplied.', [{"code": "missing_field"}])
             if body["sha"] != blob_sha(existing):
                 raise HTTPError(409, f"{path} does not match {body['sha']}")
         tree[path] = text
         sha = self._commit(tree, [parent], body["message"], branch=branch)
-        self.commits[sha].author, self.commits[sha].verified = self.actor, True  # made and signed by GitHub for the token
-        return (200 if existing is not None else 201), self._file_commit_obj(
-            path, text, self.commits[sha], branch
-        )
+        self.commits[sha].author, self.commits[sha].verified = (
+            self.actor,
+            True,
+        )  # made and signed by GitHub for the token
+        return (200 if existing is not None else 201), self._file_commit_obj(path, text, self.commits[sha], branch)
 
     def _op_pulls_list(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         state = query.get("state", ["open"])[0]
@@ -923,13 +964,9 @@ class FakeGitHub:
         head_ref = body["head"].split(":", 1)[-1]
         base_ref = body["base"]
         if f"heads/{base_ref}" not in self.refs:
-            raise HTTPError(
-                422, "Validation Failed", [{"resource": "PullRequest", "field": "base", "code": "invalid"}]
-            )
+            raise HTTPError(422, "Validation Failed", [{"resource": "PullRequest", "field": "base", "code": "invalid"}])
         if f"heads/{head_ref}" not in self.refs:
-            raise HTTPError(
-                422, "Validation Failed", [{"resource": "PullRequest", "field": "head", "code": "invalid"}]
-            )
+            raise HTTPError(422, "Validation Failed", [{"resource": "PullRequest", "field": "head", "code": "invalid"}])
         for pull in self.pulls.values():
             if pull.state == "open" and pull.head_ref == head_ref and pull.head_repo == self.full_name:
                 message = f"A pull request already exists for {self.owner}:{head_ref}."
@@ -1023,21 +1060,37 @@ class FakeGitHub:
         sha = self._resolve(params["ref"])
         commit = self.commits[sha]
         out = self._rewrite(self.contract.example("commit"))
-        out.update(sha=sha, url=self._api(f"/commits/{sha}"), html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
-                   comments_url=self._api(f"/commits/{sha}/comments"),
-                   parents=[{"sha": p, "url": self._api(f"/commits/{p}"), "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}"}
-                            for p in commit.parents],
-                   # no linked account: GitHub sends null, which the description's nullable oneOf does not admit here;
-                   # its empty-object branch stands for it (the bot reads both as "no login")
-                   author=self._user(commit.author) if commit.author else {},
-                   committer=self._user("web-flow") if commit.verified else self._user(commit.author) if commit.author else {})
-        out["commit"].update(message=commit.message, url=self._api(f"/git/commits/{sha}"), verification={
-            "verified": commit.verified, "reason": "valid" if commit.verified else "unsigned",
-            "signature": "-----BEGIN PGP SIGNATURE-----" if commit.verified else None,
-            "payload": f"tree {sha}" if commit.verified else None, "verified_at": self._now() if commit.verified else None})
+        out.update(
+            sha=sha,
+            url=self._api(f"/commits/{sha}"),
+            html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
+            comments_url=self._api(f"/commits/{sha}/comments"),
+            parents=[
+                {"sha": p, "url": self._api(f"/commits/{p}"), "html_url": f"{WEB_HOST}/{self.full_name}/commit/{p}"}
+                for p in commit.parents
+            ],
+            # no linked account: GitHub sends null, which the description's nullable oneOf does not admit here;
+            # its empty-object branch stands for it (the bot reads both as "no login")
+            author=self._user(commit.author) if commit.author else {},
+            committer=self._user("web-flow") if commit.verified else self._user(commit.author) if commit.author else {},
+        )
+        out["commit"].update(
+            message=commit.message,
+            url=self._api(f"/git/commits/{sha}"),
+            verification={
+                "verified": commit.verified,
+                "reason": "valid" if commit.verified else "unsigned",
+                "signature": "-----BEGIN PGP SIGNATURE-----" if commit.verified else None,
+                "payload": f"tree {sha}" if commit.verified else None,
+                "verified_at": self._now() if commit.verified else None,
+            },
+        )
         out["files"] = self._tree_diff(self.commits[commit.parents[0]].tree if commit.parents else {}, sha)[:300]
-        out["stats"] = {"total": sum(f["changes"] for f in out["files"]), "additions": sum(f["additions"] for f in out["files"]),
-                        "deletions": sum(f["deletions"] for f in out["files"])}
+        out["stats"] = {
+            "total": sum(f["changes"] for f in out["files"]),
+            "additions": sum(f["additions"] for f in out["files"]),
+            "deletions": sum(f["deletions"] for f in out["files"]),
+        }
         return 200, out
 
     def _op_repos_compare_commits(self, params: dict[str, str], query: Any, body: Any) -> Any:
@@ -1059,26 +1112,41 @@ class FakeGitHub:
 
         def commit(sha: str) -> dict[str, Any]:
             obj = json.loads(json.dumps(template))
-            obj.update(sha=sha, url=self._api(f"/commits/{sha}"), html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
-                       parents=[{"sha": p, "url": self._api(f"/commits/{p}")} for p in self.commits[sha].parents])
+            obj.update(
+                sha=sha,
+                url=self._api(f"/commits/{sha}"),
+                html_url=f"{WEB_HOST}/{self.full_name}/commit/{sha}",
+                parents=[{"sha": p, "url": self._api(f"/commits/{p}")} for p in self.commits[sha].parents],
+            )
             obj["commit"]["message"] = self.commits[sha].message
             c = self.commits[sha]  # who it is linked to and GitHub's verdict on its signature, as get-commit says
             obj["author"] = self._user(c.author) if c.author else {}
             obj["committer"] = self._user("web-flow") if c.verified else self._user(c.author) if c.author else {}
-            obj["commit"]["verification"] = {"verified": c.verified, "reason": "valid" if c.verified else "unsigned",
-                                             "signature": None, "payload": None, "verified_at": None}
+            obj["commit"]["verification"] = {
+                "verified": c.verified,
+                "reason": "valid" if c.verified else "unsigned",
+                "signature": None,
+                "payload": None,
+                "verified_at": None,
+            }
             return obj
 
         url = self._api(f"/compare/{basehead}")
-        out.update(url=url, html_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}",
-                   permalink_url=f"{WEB_HOST}/{self.full_name}/compare/{base}...{head}",
-                   diff_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.diff",
-                   patch_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.patch",
-                   base_commit=commit(base), merge_base_commit=commit(point),
-                   status="identical" if base == head else "ahead" if not behind else "behind" if not ahead else "diverged",
-                   ahead_by=len(ahead), behind_by=len(behind), total_commits=len(ahead),
-                   commits=[commit(c) for c in reversed(ahead)],
-                   files=self._tree_diff(self.commits[point].tree, head)[:300])
+        out.update(
+            url=url,
+            html_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}",
+            permalink_url=f"{WEB_HOST}/{self.full_name}/compare/{base}...{head}",
+            diff_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.diff",
+            patch_url=f"{WEB_HOST}/{self.full_name}/compare/{basehead}.patch",
+            base_commit=commit(base),
+            merge_base_commit=commit(point),
+            status="identical" if base == head else "ahead" if not behind else "behind" if not ahead else "diverged",
+            ahead_by=len(ahead),
+            behind_by=len(behind),
+            total_commits=len(ahead),
+            commits=[commit(c) for c in reversed(ahead)],
+            files=self._tree_diff(self.commits[point].tree, head)[:300],
+        )
         self.compares.append(basehead)
         return 200, out
 
@@ -1103,9 +1171,7 @@ class FakeGitHub:
     def _op_issues_list_comments(self, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
         issue = self._issue(params)
         found = [
-            self._comment_obj(c)
-            for c in sorted(self.comments.values(), key=lambda c: c.id)
-            if c.issue == issue.number
+            self._comment_obj(c) for c in sorted(self.comments.values(), key=lambda c: c.id) if c.issue == issue.number
         ]
         return self._page(found, query, f"/repos/{self.full_name}/issues/{issue.number}/comments")
 
@@ -1150,9 +1216,7 @@ class FakeGitHub:
         self.statuses.append(status)
         return 201, self._status_obj(status)
 
-    def _op_repos_get_collaborator_permission_level(
-        self, params: dict[str, str], query: Any, body: Any
-    ) -> Any:
+    def _op_repos_get_collaborator_permission_level(self, params: dict[str, str], query: Any, body: Any) -> Any:
         login = params["username"]
         if login not in self.permissions:
             raise HTTPError(404, "Not Found")
@@ -1196,15 +1260,11 @@ class FakeGitHub:
         status, chunk, headers = self._page(found, query, f"/repos/{self.full_name}/actions/runs/{run_id}/jobs")
         return status, {"total_count": len(found), "jobs": chunk}, headers
 
-    def _op_actions_create_workflow_dispatch(
-        self, params: dict[str, str], query: Any, body: dict[str, Any]
-    ) -> Any:
+    def _op_actions_create_workflow_dispatch(self, params: dict[str, str], query: Any, body: dict[str, Any]) -> Any:
         workflow = params["workflow_id"]
         if workflow not in self.workflows:
             raise HTTPError(404, "Not Found")
         if f"heads/{body['ref']}" not in self.refs and f"tags/{body['ref']}" not in self.refs:
             raise HTTPError(422, f"No ref found for: {body['ref']}")
-        self.dispatches.append(
-            {"workflow": workflow, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})}
-        )
+        self.dispatches.append({"workflow": workflow, "ref": body["ref"], "inputs": dict(body.get("inputs") or {})})
         return 204, None

@@ -40,8 +40,12 @@ class FakeGitHubServer:
                 if self.path.startswith(STANDIN):
                     self._standin()
                     return
-                request = SimpleNamespace(method=self.command, url=API + self.path, body=body or None,
-                                          headers={k: v for k, v in self.headers.items()})
+                request = SimpleNamespace(
+                    method=self.command,
+                    url=API + self.path,
+                    body=body or None,
+                    headers={k: v for k, v in self.headers.items()},
+                )
                 status, headers, text = outer.fake._handle(request)
                 data = text.replace(API, outer.url).encode()
                 self.send_response(status)
@@ -53,7 +57,10 @@ class FakeGitHubServer:
 
             def _standin(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
-                route, query = url.path.removeprefix(STANDIN), dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+                route, query = (
+                    url.path.removeprefix(STANDIN),
+                    dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True)),
+                )
                 outer.standin_calls.append((route, query))
                 try:
                     status, answer = 200, outer.routes[route](query)
@@ -84,8 +91,12 @@ class FakeGitHubServer:
         """An installation token of the App the fake's actor is (``<slug>[bot]``)."""
         if not self.fake.actor.endswith("[bot]"):
             raise ValueError(f"the fake's actor {self.fake.actor} is not an App's bot user")
-        return {"token": APP_TOKEN, "app_slug": self.fake.actor.removesuffix("[bot]"), "installation_id": 1,
-                "app_id": query.get("app_id")}
+        return {
+            "token": APP_TOKEN,
+            "app_slug": self.fake.actor.removesuffix("[bot]"),
+            "installation_id": 1,
+            "app_id": query.get("app_id"),
+        }
 
     def start(self) -> FakeGitHubServer:
         self._thread.start()

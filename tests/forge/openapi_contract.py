@@ -52,8 +52,11 @@ LABEL_OPERATIONS = frozenset({"issues/add-labels", "issues/set-labels"})
 # Responses whose documented schema is a ``oneOf`` of object schemas without required or excluded properties: every
 # body fits all branches, so no body can pass a strict ``oneOf``. Such a body is checked against its basic-error branch.
 AMBIGUOUS_RESPONSES: dict[tuple[str, int], str] = {
-    ("repos/create-or-update-file-contents", 409): "oneOf basic-error | repository-rule-violation-error: both admit any object "
-                                                   "(github.com answers a basic-error: the file's sha does not match)",
+    (
+        "repos/create-or-update-file-contents",
+        409,
+    ): "oneOf basic-error | repository-rule-violation-error: both admit any object "
+    "(github.com answers a basic-error: the file's sha does not match)",
 }
 
 UNDOCUMENTED_ERRORS: dict[tuple[str, int], str] = {
@@ -210,9 +213,7 @@ class Contract:
             return {"labels": body}
         return body
 
-    def _request(
-        self, match: Match, query: dict[str, list[str]], body: Any, content_type: str
-    ) -> SpecRequest:
+    def _request(self, match: Match, query: dict[str, list[str]], body: Any, content_type: str) -> SpecRequest:
         data = None if body is None else json.dumps(body).encode()
         return SpecRequest(
             path=match.spec_path(),
@@ -246,8 +247,11 @@ class Contract:
                 raise ContractViolation(f"{op} {status}: error body must be a basic-error with a message")
             return
         if (op, status) in AMBIGUOUS_RESPONSES:
-            if not (isinstance(payload, dict) and isinstance(payload.get("message"), str)
-                    and all(isinstance(payload.get(k, ""), str) for k in ("documentation_url", "url", "status"))):
+            if not (
+                isinstance(payload, dict)
+                and isinstance(payload.get("message"), str)
+                and all(isinstance(payload.get(k, ""), str) for k in ("documentation_url", "url", "status"))
+            ):
                 raise ContractViolation(f"{op} {status}: the body must be a basic-error with a message")
             return
         request = self._request(match, query, None, "")

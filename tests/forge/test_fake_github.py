@@ -66,9 +66,7 @@ def test_bare_label_arrays_are_allowed_only_where_github_accepts_them(fake_githu
 
 
 def test_unknown_and_unimplemented_operations_are_violations(fake_github: FakeGitHub) -> None:
-    assert (
-        requests.get("https://api.github.com/no/such/endpoint", headers=HEADERS, timeout=5).status_code == 404
-    )
+    assert requests.get("https://api.github.com/no/such/endpoint", headers=HEADERS, timeout=5).status_code == 404
     assert requests.delete(f"{API}/git/refs/heads/main", headers=HEADERS, timeout=5).status_code == 501
     found = take_violations(fake_github)
     assert "no GitHub REST operation" in found[0] and "does not implement git/delete-ref" in found[1]
@@ -109,11 +107,7 @@ def test_pagination_follows_link_headers(fake_github: FakeGitHub) -> None:
 
 def test_multi_segment_refs_and_paths_match_their_operation(github_contract: Contract) -> None:
     ref = github_contract.match("GET", "/repos/o/r/git/ref/heads/attune/c7/1-compile")
-    assert (
-        ref is not None
-        and ref.operation_id == "git/get-ref"
-        and ref.params["ref"] == "heads/attune/c7/1-compile"
-    )
+    assert ref is not None and ref.operation_id == "git/get-ref" and ref.params["ref"] == "heads/attune/c7/1-compile"
     encoded = github_contract.match("GET", "/repos/o/r/git/matching-refs/heads%2Fattune%2Fc7%2F1-")
     assert encoded is not None and encoded.params["ref"] == "heads/attune/c7/1-"
     content = github_contract.match("PUT", "/repos/o/r/contents/recipes/llama3/h100.yaml")

@@ -109,13 +109,9 @@ def test_open_step_resumes_a_branch_left_by_a_crash(seeded: FakeGitHub, forge: G
     assert len(seeded.pulls) == 1 and "repos/create-or-update-file-contents" not in seeded.operations()
 
 
-def test_open_step_survives_a_racing_driver_creating_the_branch(
-    seeded: FakeGitHub, forge: GitHubForge
-) -> None:
+def test_open_step_survives_a_racing_driver_creating_the_branch(seeded: FakeGitHub, forge: GitHubForge) -> None:
     # After the forge saw no step branch (its second ref look-up), another driver creates it.
-    seeded.after(
-        "git/get-ref", lambda f: f.after("git/get-ref", lambda g: g.create_branch("attune/c7/1-compile"))
-    )
+    seeded.after("git/get-ref", lambda f: f.after("git/get-ref", lambda g: g.create_branch("attune/c7/1-compile")))
 
     step = forge.open_step(request())
 
@@ -141,7 +137,9 @@ def test_open_step_stacks_a_step_on_its_parent_branch(seeded: FakeGitHub, forge:
     text = seeded.file(RECIPE_PATH, child.branch)
     assert "  compile: true\n" in text and "  activation_checkpoint: selective\n" in text
     own = seeded.commits[child.head_sha]
-    assert own.tree[RECIPE_PATH] == set_one_lever(seeded.file(RECIPE_PATH, parent.head_sha), "activation_checkpoint", "selective")
+    assert own.tree[RECIPE_PATH] == set_one_lever(
+        seeded.file(RECIPE_PATH, parent.head_sha), "activation_checkpoint", "selective"
+    )
     assert forge.check_trial(child.number, child.head_sha).ok  # recipe + the parent's campaigns/ note only
     assert forge.open_step(request(2, "activation_checkpoint", "selective"), base_ref=parent.branch) == child
     assert seeded.head("main") == base_before  # nothing lands on main before a gate
@@ -156,9 +154,7 @@ def test_open_step_stacks_only_on_a_step_of_the_same_campaign(seeded: FakeGitHub
     assert seeded.pulls == {} and set(seeded.refs) == {"heads/main"}
 
 
-def test_open_step_refuses_to_reuse_a_branch_with_other_content(
-    seeded: FakeGitHub, forge: GitHubForge
-) -> None:
+def test_open_step_refuses_to_reuse_a_branch_with_other_content(seeded: FakeGitHub, forge: GitHubForge) -> None:
     seeded.create_branch("attune/c7/1-compile")
     seeded.seed(
         {RECIPE_PATH: RECIPE.replace("seq_len: 8192", "seq_len: 4096")},
@@ -223,9 +219,7 @@ def test_open_step_with_the_real_recipe_editor_and_a_shipped_recipe(fake_github:
     forge = GitHubForge(
         fake_github.full_name, TOKEN, retry=None, seconds_between_requests=None, seconds_between_writes=None
     )
-    req = StepRequest(
-        campaign="tiny", n=1, recipe_path=path, lever="compile.enable", value="true", title="t", body="b"
-    )
+    req = StepRequest(campaign="tiny", n=1, recipe_path=path, lever="compile.enable", value="true", title="t", body="b")
 
     with pytest.raises(recipe_module.RecipeError):
         forge.open_step(req.model_copy(update={"value": "maybe"}))
@@ -239,9 +233,7 @@ def test_open_step_with_the_real_recipe_editor_and_a_shipped_recipe(fake_github:
     assert fake_github.file(path, step.branch).startswith(text.split("\n", 1)[0])  # comments survive
 
 
-def test_find_step_sees_merged_steps_after_their_branch_is_deleted(
-    seeded: FakeGitHub, forge: GitHubForge
-) -> None:
+def test_find_step_sees_merged_steps_after_their_branch_is_deleted(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
     forge.merge(step, "keep")
     del seeded.refs[f"heads/{step.branch}"]  # "automatically delete head branches"
@@ -253,13 +245,9 @@ def test_find_step_sees_merged_steps_after_their_branch_is_deleted(
     assert forge.find_step("c7", 2) is None
 
 
-def test_find_step_ignores_forks_and_pull_requests_without_the_marker(
-    seeded: FakeGitHub, forge: GitHubForge
-) -> None:
+def test_find_step_ignores_forks_and_pull_requests_without_the_marker(seeded: FakeGitHub, forge: GitHubForge) -> None:
     tag = marker("step:c7/1")
-    seeded.add_pull(
-        "attune/c7/1-compile", body=tag, user="mallory", head_repo="mallory/tuning", head_sha="f" * 40
-    )
+    seeded.add_pull("attune/c7/1-compile", body=tag, user="mallory", head_repo="mallory/tuning", head_sha="f" * 40)
     seeded.create_branch("attune/c7/1-lookalike")
     seeded.seed({"x.txt": "x"}, "x", branch="attune/c7/1-lookalike")
     seeded.add_pull("attune/c7/1-lookalike", body="no marker here", user="alice")
@@ -369,9 +357,7 @@ def test_merge_with_the_measured_sha(seeded: FakeGitHub, forge: GitHubForge) -> 
 def test_merge_refuses_when_the_head_moved_after_measuring(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
     # Between the forge's look at the PR and its merge request, someone pushes to the step branch.
-    seeded.after(
-        "pulls/get", lambda fake: fake.seed({"results/x.json": "{}"}, "late push", branch=step.branch)
-    )
+    seeded.after("pulls/get", lambda fake: fake.seed({"results/x.json": "{}"}, "late push", branch=step.branch))
     main_before = seeded.head("main")
 
     with pytest.raises(MergeRefused, match="head moved away from the measured"):
@@ -382,9 +368,7 @@ def test_merge_refuses_when_the_head_moved_after_measuring(seeded: FakeGitHub, f
     assert seeded.head("main") == main_before and seeded.pulls[step.number].state == "open"
 
 
-def test_merge_refuses_an_unmeasured_head_without_asking_github(
-    seeded: FakeGitHub, forge: GitHubForge
-) -> None:
+def test_merge_refuses_an_unmeasured_head_without_asking_github(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
     seeded.seed({"results/x.json": "{}"}, "late push", branch=step.branch)
 
@@ -402,9 +386,7 @@ def test_merge_reports_githubs_refusal(seeded: FakeGitHub, forge: GitHubForge) -
     assert seeded.pulls[step.number].merged_at is None
 
 
-def test_merge_refuses_pull_requests_that_are_not_bot_branches(
-    seeded: FakeGitHub, forge: GitHubForge
-) -> None:
+def test_merge_refuses_pull_requests_that_are_not_bot_branches(seeded: FakeGitHub, forge: GitHubForge) -> None:
     seeded.create_branch("feature")
     sha = seeded.seed({"bot/x.py": "print(1)\n"}, "feature", branch="feature")
     number = seeded.add_pull("feature")
@@ -424,9 +406,7 @@ def test_close_with_reason_keeps_the_branch(seeded: FakeGitHub, forge: GitHubFor
     assert pull.state == "closed" and pull.merged_at is None
     assert "attune:rejected" in seeded.issues[step.number].labels
     (comment,) = [c for c in seeded.comments.values() if c.issue == step.number]
-    assert (
-        comment.body == f"{marker('closed')}\nGate failed: loss diverged at step 40 (outside the noise band)."
-    )
+    assert comment.body == f"{marker('closed')}\nGate failed: loss diverged at step 40 (outside the noise band)."
     assert seeded.head(step.branch) == step.head_sha  # the record of what was tried stays
     assert forge.find_step("c7", 1).state == "closed"
 
@@ -436,9 +416,7 @@ def test_close_with_reason_keeps_the_branch(seeded: FakeGitHub, forge: GitHubFor
 
 def test_a_fork_branch_is_not_a_bot_branch(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
-    fork = seeded.add_pull(
-        "attune/c7/2-compile", user="mallory", head_repo="mallory/tuning", head_sha="e" * 40
-    )
+    fork = seeded.add_pull("attune/c7/2-compile", user="mallory", head_repo="mallory/tuning", head_sha="e" * 40)
     seeded.create_branch("my-feature")
     seeded.seed({"notes.md": "hi\n"}, "notes", branch="my-feature")
     human = seeded.add_pull("my-feature")
@@ -485,7 +463,9 @@ def test_check_trial_diffs_the_exact_sha_in_one_compare_call(seeded: FakeGitHub,
     assert forge.check_trial(step.number, clean).ok  # the clean head itself still passes
 
 
-def test_check_trial_refuses_a_comparison_github_may_have_cut_at_300_files(seeded: FakeGitHub, forge: GitHubForge) -> None:
+def test_check_trial_refuses_a_comparison_github_may_have_cut_at_300_files(
+    seeded: FakeGitHub, forge: GitHubForge
+) -> None:
     step = forge.open_step(request())
     many = seeded.seed({f"results/m/{i}.json": "{}\n" for i in range(300)}, "many results", branch=step.branch)
     check = forge.check_trial(step.number, many)
@@ -494,8 +474,11 @@ def test_check_trial_refuses_a_comparison_github_may_have_cut_at_300_files(seede
 
 def test_check_trial_accepts_bot_data_but_not_code_under_campaigns(seeded: FakeGitHub, forge: GitHubForge) -> None:
     step = forge.open_step(request())
-    data = seeded.seed({"campaigns/c7/step-1/report.md": "# report\n", "campaigns/c7/step-1/trial.json": "{}\n"},
-                       "attune: report", branch=step.branch)
+    data = seeded.seed(
+        {"campaigns/c7/step-1/report.md": "# report\n", "campaigns/c7/step-1/trial.json": "{}\n"},
+        "attune: report",
+        branch=step.branch,
+    )
     assert forge.check_trial(step.number, data).ok
     code = seeded.seed({"campaigns/c7/setup.py": "import os\n"}, "sneak", branch=step.branch)
     check = forge.check_trial(step.number, code)
@@ -617,9 +600,7 @@ def test_markers_cannot_smuggle_html(forge: GitHubForge) -> None:
 # -- the default recipe editor ----------------------------------------------------------------------------
 
 
-def test_the_default_editor_is_bot_recipe_set_lever_text(
-    seeded: FakeGitHub, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_default_editor_is_bot_recipe_set_lever_text(seeded: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, str, str]] = []
 
     def spy(text: str, lever: str, value: str, *, source: str = "<recipe>") -> str:
@@ -639,9 +620,7 @@ def test_the_default_editor_is_bot_recipe_set_lever_text(
         stub.set_lever_text = spy
         monkeypatch.setitem(sys.modules, "bot.core.recipe", stub)
 
-    forge = GitHubForge(
-        seeded.full_name, TOKEN, retry=None, seconds_between_requests=None, seconds_between_writes=None
-    )
+    forge = GitHubForge(seeded.full_name, TOKEN, retry=None, seconds_between_requests=None, seconds_between_writes=None)
     forge.open_step(request())
     assert seen == [("compile", "true", RECIPE_PATH)]
 
@@ -657,7 +636,9 @@ def test_constructor_validates_its_arguments() -> None:
         GitHubForge.from_env({})
 
 
-def test_commit_exists_asks_for_the_commit_and_takes_only_a_full_sha(fake_github: FakeGitHub, forge: GitHubForge) -> None:
+def test_commit_exists_asks_for_the_commit_and_takes_only_a_full_sha(
+    fake_github: FakeGitHub, forge: GitHubForge
+) -> None:
     head = fake_github.head("main")
     assert forge.commit_exists(head) is True
     assert forge.commit_exists("0123456789abcdef" * 2 + "01234567") is False  # GitHub's 422: no commit for that sha
@@ -668,9 +649,13 @@ def test_commit_exists_asks_for_the_commit_and_takes_only_a_full_sha(fake_github
     assert len(fake_github.calls) == 2
 
 
-def test_find_data_pr_finds_the_bot_pull_request_from_a_branch_in_any_state(fake_github: FakeGitHub, forge: GitHubForge) -> None:
+def test_find_data_pr_finds_the_bot_pull_request_from_a_branch_in_any_state(
+    fake_github: FakeGitHub, forge: GitHubForge
+) -> None:
     assert forge.find_data_pr("attune/leaderboard/1") is None
-    ref = forge.open_data_pr("attune/leaderboard/1", {"leaderboard.md": "new\n"}, "attune: refresh leaderboard.md", "body")
+    ref = forge.open_data_pr(
+        "attune/leaderboard/1", {"leaderboard.md": "new\n"}, "attune: refresh leaderboard.md", "body"
+    )
     found = forge.find_data_pr("attune/leaderboard/1")
     assert found is not None and (found.number, found.head_sha, found.state) == (ref.number, ref.head_sha, "open")
     forge.close(ref, "not needed")

@@ -34,7 +34,9 @@ def repo(tmp_path: Path) -> Path:
 
 
 def request(n: int = 1, lever: str = "activation_checkpoint", value: str = "none") -> StepRequest:
-    return StepRequest(campaign="c1", n=n, recipe_path=RECIPE, lever=lever, value=value, title=f"attune step {n}: {lever}", body="why")
+    return StepRequest(
+        campaign="c1", n=n, recipe_path=RECIPE, lever=lever, value=value, title=f"attune step {n}: {lever}", body="why"
+    )
 
 
 def test_open_step_makes_a_branch_with_a_one_line_recipe_change(repo: Path) -> None:
@@ -67,7 +69,9 @@ def test_open_step_is_idempotent_and_find_step_survives_a_restart(repo: Path) ->
     ref = forge.open_step(request())
     again = LocalForge(repo).open_step(request(value="selective"))  # a resumed driver: the step that exists is returned
     assert again == ref
-    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/attune/").split() == [f"refs/heads/{ref.branch}"]
+    assert git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/attune/").split() == [
+        f"refs/heads/{ref.branch}"
+    ]
     assert LocalForge(repo).find_step("c1", 1) == ref
     assert LocalForge(repo).find_step("c1", 11) is None and LocalForge(repo).find_step("c2", 1) is None
 
@@ -75,7 +79,11 @@ def test_open_step_is_idempotent_and_find_step_survives_a_restart(repo: Path) ->
 def test_records_and_report_are_committed_on_the_branch(repo: Path) -> None:
     forge = LocalForge(repo)
     ref = forge.open_step(request())
-    ref2 = forge.add_files(ref, {"campaigns/c1/step-1/trial.json": '{"run": 1}\n', "campaigns/c1/step-1/report.md": "# report\n"}, "records")
+    ref2 = forge.add_files(
+        ref,
+        {"campaigns/c1/step-1/trial.json": '{"run": 1}\n', "campaigns/c1/step-1/report.md": "# report\n"},
+        "records",
+    )
     assert ref2.head_sha != ref.head_sha and git(repo, "rev-parse", ref.branch).strip() == ref2.head_sha
     files = git(repo, "ls-tree", "-r", "--name-only", ref.branch).split()
     assert "campaigns/c1/step-1/trial.json" in files and "campaigns/c1/step-1/report.md" in files
@@ -93,7 +101,9 @@ def test_merge_no_ff_brings_the_record_under_results(repo: Path) -> None:
     merged = forge.merge(ref, "attune: merge step 1")
     assert merged.state == "merged" and forge.find_step("c1", 1).state == "merged"
     parents = git(repo, "log", "-1", "--format=%P", "main").split()
-    assert len(parents) == 2 and parents[1] == ref.head_sha  # a real merge commit, even where a fast-forward was possible
+    assert (
+        len(parents) == 2 and parents[1] == ref.head_sha
+    )  # a real merge commit, even where a fast-forward was possible
     assert git(repo, "log", "-1", "--format=%s", "main").strip() == "attune: merge step 1"
     assert (repo / "results/llama3-tiny/cpu/run1.json").read_text() == "{}\n"
     assert "activation_checkpoint: none" in (repo / RECIPE).read_text() == forge.read_file(RECIPE)

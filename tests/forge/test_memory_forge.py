@@ -17,15 +17,21 @@ def request(n: int = 1, lever: str = "activation_checkpoint", value: str = "none
 
 
 def changed_lines(a: str, b: str) -> list[str]:
-    return [line for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return [
+        line
+        for line in difflib.unified_diff(a.splitlines(), b.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
 
 
 def test_open_step_changes_one_line_and_is_idempotent() -> None:
     forge = MemoryForge({RECIPE: TEXT})
     ref = forge.open_step(request())
     assert ref.branch == "attune/c1/1-activation_checkpoint"
-    assert changed_lines(TEXT, forge.read_file(RECIPE, ref.branch)) == ["-  activation_checkpoint: full", "+  activation_checkpoint: none"]
+    assert changed_lines(TEXT, forge.read_file(RECIPE, ref.branch)) == [
+        "-  activation_checkpoint: full",
+        "+  activation_checkpoint: none",
+    ]
     assert forge.open_step(request(value="selective")) == ref and forge.find_step("c1", 1) == ref
     assert forge.read_file(RECIPE) == TEXT
 

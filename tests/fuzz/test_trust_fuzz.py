@@ -38,42 +38,77 @@ SHA = "a" * 40
 KNOWN = Expected(sha=SHA, recipe_text=RECIPE_TEXT, recipe=RECIPE, job_wall_s=3600.0)
 
 SLOW_EXAMPLES = 2000
-settings.register_profile("attune-fuzz-slow", max_examples=SLOW_EXAMPLES, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "attune-fuzz-slow",
+    max_examples=SLOW_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 BOUNDED = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(settings.get_profile("attune-fuzz-slow"))
 
 # what Markdown would read in runner text: an image or link, HTML, a mention, a heading, a table cell, emphasis, code
 UNSAFE = re.compile(r"(?<!\\)!(?<!\\)\[|<[A-Za-z/!]|@(?!&#8203;)\w|^\s*#|(?<!\\)\||(?<!\\)`|(?<!\\)\*|\n", re.M)
-texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=300) | st.sampled_from([
-    "![x](https://evil.example/p.png)", "@acme/team please look", "<img src=x onerror=alert(1)>", "\n## gate passed\n",
-    "| a | b |", "**bold** `code` ~~s~~", "<!-- attune:state -->", "```\n# fence\n```"])
+texts = st.text(alphabet=st.characters(codec="utf-8"), max_size=300) | st.sampled_from(
+    [
+        "![x](https://evil.example/p.png)",
+        "@acme/team please look",
+        "<img src=x onerror=alert(1)>",
+        "\n## gate passed\n",
+        "| a | b |",
+        "**bold** `code` ~~s~~",
+        "<!-- attune:state -->",
+        "```\n# fence\n```",
+    ]
+)
 
 
 def honest() -> RunRecord:
     """A record the report job believes for ``KNOWN``."""
     steps = [StepMetric(step=i + 1, loss=3.0 - i * 0.1, tps=1000.0, mfu=20.0) for i in range(5)]
     c = RECIPE.cluster
-    return RunRecord(run_id="r1", recipe_id=RECIPE.name, recipe_hash=content_hash(RECIPE_TEXT), model=RECIPE.workload.model,
-                     hardware=c.hardware, levers=RECIPE.levers, pinned=RECIPE.pinned, git_commit=SHA,
-                     stack=StackFingerprint(python="3.11.9", torch="2.9.0+cpu", torchtitan="0.3.0"),
-                     launch=LaunchShape(launcher=c.launcher, nodes=c.nodes, devices_per_node=c.devices_per_node,
-                                        world_size=RECIPE.devices),
-                     outcome="ok", steps=steps,
-                     summary=RunSummary(steps_completed=5, tps_median=1000.0, tps_cv=0.01, mfu=20.0, wall_s=60.0,
-                                        device_hours=RECIPE.devices * 60.0 / 3600.0),
-                     usd_per_device_hour=c.usd_per_device_hour, simulated=c.launcher == "sim")
+    return RunRecord(
+        run_id="r1",
+        recipe_id=RECIPE.name,
+        recipe_hash=content_hash(RECIPE_TEXT),
+        model=RECIPE.workload.model,
+        hardware=c.hardware,
+        levers=RECIPE.levers,
+        pinned=RECIPE.pinned,
+        git_commit=SHA,
+        stack=StackFingerprint(python="3.11.9", torch="2.9.0+cpu", torchtitan="0.3.0"),
+        launch=LaunchShape(
+            launcher=c.launcher, nodes=c.nodes, devices_per_node=c.devices_per_node, world_size=RECIPE.devices
+        ),
+        outcome="ok",
+        steps=steps,
+        summary=RunSummary(
+            steps_completed=5,
+            tps_median=1000.0,
+            tps_cv=0.01,
+            mfu=20.0,
+            wall_s=60.0,
+            device_hours=RECIPE.devices * 60.0 / 3600.0,
+        ),
+        usd_per_device_hour=c.usd_per_device_hour,
+        simulated=c.launcher == "sim",
+    )
 
 
 def test_an_honest_record_is_believed() -> None:
     assert record_problem(honest(), KNOWN) is None
 
 
-@pytest.mark.parametrize(("change", "expect"), [
-    ({"summary.tps_median": 1e300}, "summary.tps_median"), ({"summary.mfu": 5000.0}, "summary.mfu"),
-    ({"launch.world_size": 999_999}, "world_size"), ({"stack.torch": "![x](http://e/p.png)"}, "stack.torch"),
-    ({"stack.device_name": "@acme/team"}, "stack.device_name"),
-])
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        ({"summary.tps_median": 1e300}, "summary.tps_median"),
+        ({"summary.mfu": 5000.0}, "summary.mfu"),
+        ({"launch.world_size": 999_999}, "world_size"),
+        ({"stack.torch": "![x](http://e/p.png)"}, "stack.torch"),
+        ({"stack.device_name": "@acme/team"}, "stack.device_name"),
+    ],
+)
 def test_absurd_or_markdown_values_are_refused(change: dict, expect: str) -> None:
     ((where, value),) = change.items()
     head, _, field = where.partition(".")
@@ -87,7 +122,11 @@ def test_a_huge_dict_key_gives_a_short_problem_and_a_capped_reason() -> None:
     rec = honest().model_copy(update={"levers": {**RECIPE.levers, "k" * 100_000: 1}})
     problem = record_problem(rec, KNOWN)
     assert problem is not None and len(problem) < 400
-    numbers = honest().model_copy(update={"breakdown": {"k" * 100_000: float("nan")}}) if "breakdown" in RunRecord.model_fields else None
+    numbers = (
+        honest().model_copy(update={"breakdown": {"k" * 100_000: float("nan")}})
+        if "breakdown" in RunRecord.model_fields
+        else None
+    )
     if numbers is not None:
         assert len(record_problem(numbers, KNOWN) or "") < 400
     assert len(capped("x" * 100_000)) == REASON_CAP
@@ -100,15 +139,24 @@ numbers = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([1e30
 
 def _record_property(tps: float, mfu: float, world: int, reason: str, torch: str, key: str) -> None:
     rec = honest()
-    rec = rec.model_copy(update={
-        "summary": rec.summary.model_copy(update={"tps_median": tps, "mfu": mfu}),
-        "launch": rec.launch.model_copy(update={"world_size": world}),
-        "stack": rec.stack.model_copy(update={"torch": torch}),
-        "reason": reason, "pinned": {**rec.pinned, key: 1} if key else rec.pinned})
+    rec = rec.model_copy(
+        update={
+            "summary": rec.summary.model_copy(update={"tps_median": tps, "mfu": mfu}),
+            "launch": rec.launch.model_copy(update={"world_size": world}),
+            "stack": rec.stack.model_copy(update={"torch": torch}),
+            "reason": reason,
+            "pinned": {**rec.pinned, key: 1} if key else rec.pinned,
+        }
+    )
     problem = record_problem(rec, KNOWN)  # never raises
-    must_refuse = (not (0 <= tps <= CEILINGS["tps_median"]) or not (0 <= mfu <= CEILINGS["mfu"])
-                   or world != RECIPE.devices or not re.fullmatch(r"[A-Za-z0-9 ._+()/,:-]{0,120}", torch)
-                   or bool(key) or len(reason) > STRING_CAP)
+    must_refuse = (
+        not (0 <= tps <= CEILINGS["tps_median"])
+        or not (0 <= mfu <= CEILINGS["mfu"])
+        or world != RECIPE.devices
+        or not re.fullmatch(r"[A-Za-z0-9 ._+()/,:-]{0,120}", torch)
+        or bool(key)
+        or len(reason) > STRING_CAP
+    )
     if must_refuse:
         assert problem is not None
     assert problem is None or len(problem) < 600
@@ -132,8 +180,9 @@ def test_fuzzed_records_are_refused_when_absurd_long(tps, mfu, world, reason, to
 
 # -- recipes ------------------------------------------------------------------------------------------------------
 
-yaml_like = st.lists(st.sampled_from(list("ab:-&*[]{}<>!|#'\" \n\t0123456789.") + ["<<: *a", "&a ", "*a", "levers:"]),
-                     max_size=80).map("".join)
+yaml_like = st.lists(
+    st.sampled_from(list("ab:-&*[]{}<>!|#'\" \n\t0123456789.") + ["<<: *a", "&a ", "*a", "levers:"]), max_size=80
+).map("".join)
 
 
 def _recipe_property(text: str) -> None:
@@ -169,6 +218,7 @@ def test_fuzzed_recipes_raise_only_recipe_errors_long(text) -> None:
 
 # -- issue forms and /attune comments ------------------------------------------------------------------------------
 
+
 def _form(body: str) -> None:
     out = validate_request(body)
     assert isinstance(out, CampaignRequest | RequestError)
@@ -183,9 +233,23 @@ def _comment(body: str) -> None:
         assert len(out.message) < 400
 
 
-form_bodies = st.builds(lambda r, b, p, lab: f"### Recipe path\n\n{r}\n\n### Budget (device-hours)\n\n{b}\n\n### Policy\n\n{p}\n\n"
-                        f"### Runner labels\n\n{lab}\n\n### Bench steps\n\n_No response_", texts, texts, texts, texts) | texts
-comment_bodies = st.builds(lambda verb, arg: f"/attune {verb} {arg}", st.sampled_from(["stop", "resume", "budget", "x", ""]), texts) | texts
+form_bodies = (
+    st.builds(
+        lambda r, b, p, lab: (
+            f"### Recipe path\n\n{r}\n\n### Budget (device-hours)\n\n{b}\n\n### Policy\n\n{p}\n\n"
+            f"### Runner labels\n\n{lab}\n\n### Bench steps\n\n_No response_"
+        ),
+        texts,
+        texts,
+        texts,
+        texts,
+    )
+    | texts
+)
+comment_bodies = (
+    st.builds(lambda verb, arg: f"/attune {verb} {arg}", st.sampled_from(["stop", "resume", "budget", "x", ""]), texts)
+    | texts
+)
 
 
 @BOUNDED
@@ -205,14 +269,19 @@ def test_fuzzed_forms_and_commands_never_crash_long(form, comment) -> None:
 
 # -- records-branch state (the state comment's block) ---------------------------------------------------------------
 
+
 def _state(body: str) -> None:
     with contextlib.suppress(ValueError):  # pydantic's ValidationError and a block that is not a state
         parse_state(body)
 
 
-state_bodies = texts.map(lambda t: f"```json\n{t}\n```") | st.binary(max_size=200).map(
-    lambda b: f"```attune-state-zlib-base64\n{base64.b64encode(b).decode()}\n```") | st.just(
-    "```attune-state-zlib-base64\n" + base64.b64encode(zlib.compress(b"\0" * (64 << 20), 9)).decode() + "\n```")
+state_bodies = (
+    texts.map(lambda t: f"```json\n{t}\n```")
+    | st.binary(max_size=200).map(lambda b: f"```attune-state-zlib-base64\n{base64.b64encode(b).decode()}\n```")
+    | st.just(
+        "```attune-state-zlib-base64\n" + base64.b64encode(zlib.compress(b"\0" * (64 << 20), 9)).decode() + "\n```"
+    )
+)
 
 
 @BOUNDED
@@ -236,6 +305,7 @@ def test_a_state_block_that_inflates_too_far_is_refused() -> None:
 
 
 # -- Markdown ------------------------------------------------------------------------------------------------------
+
 
 def _markdown(text: str) -> None:
     out = md_inline(text)

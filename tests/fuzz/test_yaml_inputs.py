@@ -15,7 +15,8 @@ RECIPE = (ROOT / "recipes" / "llama3-tiny" / "cpu.yaml").read_text()
 
 # the "billion laughs" shape: each line doubles the last; 2.4 KB of it expanded into megabytes of error text
 LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
 
 
 def test_a_recipe_with_aliases_is_refused_in_one_short_line() -> None:

@@ -45,9 +45,13 @@ def test_input_errors(tmp_path: Path) -> None:
     with pytest.raises(GateInputError, match="not valid YAML"):
         run_gate(BASE, bad, config_only=True)
     record = RunRecord(
-        run_id="x", recipe_id="llama3-tiny/cpu", recipe_hash="0000", hardware="cpu",
+        run_id="x",
+        recipe_id="llama3-tiny/cpu",
+        recipe_hash="0000",
+        hardware="cpu",
         stack=StackFingerprint(python="3.11", torch="2.13.0", torchtitan="0.3.0"),
-        launch=LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=1), outcome="ok",
+        launch=LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=1),
+        outcome="ok",
     )
     rec = write_record(record, tmp_path / "r.json")
     with pytest.raises(GateInputError, match="another recipe"):
@@ -55,7 +59,9 @@ def test_input_errors(tmp_path: Path) -> None:
 
 
 def test_rendering(tmp_path: Path) -> None:
-    cand = write(tmp_path, "wd.yaml", workload={"module": "bot.inrank.workloads.variants", "config": "weight_decay_off"})
+    cand = write(
+        tmp_path, "wd.yaml", workload={"module": "bot.inrank.workloads.variants", "config": "weight_decay_off"}
+    )
     v = run_gate(BASE, cand, config_only=True)
     text = render_verdict(v)
     assert text.startswith("**gate: REJECT** at the config stage (tier X)")
@@ -64,15 +70,23 @@ def test_rendering(tmp_path: Path) -> None:
     assert list(line)[:4] == ["verdict", "stage", "tier", "reasons"] and line["verdict"] == "reject"
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    (b"{}", "{path}: not a run record: run_id: missing (a required field)"),
-    (b'{"run_id": "x", "recipe_id": "r", "recipe_hash": "0000", "hardware": "cpu"}', "{path}: not a run record: stack: missing (a required field)"),
-    (b'{"run_id": 5}', "{path}: not a run record: run_id: expected a string; got 5"),
-    (b"[1, 2]", "{path}: not a run record: expected a JSON object; got list"),
-    (b'{"run_id": \n', "{path}:2: not a run record: not valid JSON (Expecting value, column 1)"),
-    (b'{"run_id": "caf\xe9"}', "{path}:1: not UTF-8 text (byte 0xe9 at offset 15); save the file as UTF-8"),
-])
-def test_a_damaged_run_record_is_one_line_naming_the_file_and_its_first_wrong_field(tmp_path: Path, content: bytes, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"{}", "{path}: not a run record: run_id: missing (a required field)"),
+        (
+            b'{"run_id": "x", "recipe_id": "r", "recipe_hash": "0000", "hardware": "cpu"}',
+            "{path}: not a run record: stack: missing (a required field)",
+        ),
+        (b'{"run_id": 5}', "{path}: not a run record: run_id: expected a string; got 5"),
+        (b"[1, 2]", "{path}: not a run record: expected a JSON object; got list"),
+        (b'{"run_id": \n', "{path}:2: not a run record: not valid JSON (Expecting value, column 1)"),
+        (b'{"run_id": "caf\xe9"}', "{path}:1: not UTF-8 text (byte 0xe9 at offset 15); save the file as UTF-8"),
+    ],
+)
+def test_a_damaged_run_record_is_one_line_naming_the_file_and_its_first_wrong_field(
+    tmp_path: Path, content: bytes, expected: str
+) -> None:
     rec = tmp_path / "record.json"
     rec.write_bytes(content)
     with pytest.raises(GateInputError) as info:

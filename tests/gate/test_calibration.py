@@ -16,7 +16,14 @@ STACK_KEY = "cpu/cpu/torch2.13.0+cpu/titan0.3.0"
 def band_for(text: str, stack_key: str = STACK_KEY) -> LossBand:
     recipe = parse_recipe_text(text, "t")
     sb = SignalBand(signal="loss", quantum=1e-5, floor=2e-5, envelope=[0.0] * 3, band=[2e-5] * 3)
-    return LossBand(recipe_id=recipe.name, stack_key=stack_key, objective_hash=objective_hash(recipe), safety=5, steps=3, signals={"loss": sb})
+    return LossBand(
+        recipe_id=recipe.name,
+        stack_key=stack_key,
+        objective_hash=objective_hash(recipe),
+        safety=5,
+        steps=3,
+        signals={"loss": sb},
+    )
 
 
 def test_band_path_is_per_recipe_and_stack(tmp_path: Path) -> None:

@@ -136,7 +136,11 @@ def test_fsdp_over_two_ranks_without_seed_checkpoint_is_rejected(base: Recipe, m
 
 
 def test_ddp_over_two_ranks_with_pinned_global_batch_passes(base: Recipe) -> None:
-    v = check_config(base, recipe(levers={"parallelism.data_parallel_replicate_degree": 2}, cluster={"devices_per_node": 2}), stack=STACK_213)
+    v = check_config(
+        base,
+        recipe(levers={"parallelism.data_parallel_replicate_degree": 2}, cluster={"devices_per_node": 2}),
+        stack=STACK_213,
+    )
     assert v.ok and v.tier == "R", v.reasons
 
 

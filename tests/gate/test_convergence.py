@@ -16,11 +16,20 @@ GRAD = [1.5 - 0.04 * t for t in range(20)]
 
 
 def record(loss=LOSS, grad=GRAD, *, outcome="ok", run_id="r", stack=STACK, pinned=None) -> RunRecord:
-    steps = [StepMetric(step=i + 1, loss=round(v, 5), grad_norm=None if g is None else round(g, 4)) for i, (v, g) in enumerate(zip(loss, grad, strict=False))]
+    steps = [
+        StepMetric(step=i + 1, loss=round(v, 5), grad_norm=None if g is None else round(g, 4))
+        for i, (v, g) in enumerate(zip(loss, grad, strict=False))
+    ]
     return RunRecord(
-        run_id=run_id, recipe_id="llama3-tiny/cpu", recipe_hash="h", hardware="cpu", stack=stack,
+        run_id=run_id,
+        recipe_id="llama3-tiny/cpu",
+        recipe_hash="h",
+        hardware="cpu",
+        stack=stack,
         launch=LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=1),
-        outcome=outcome, steps=steps, pinned=pinned or {"debug.seed": 42},
+        outcome=outcome,
+        steps=steps,
+        pinned=pinned or {"debug.seed": 42},
     )
 
 
@@ -119,7 +128,9 @@ def test_baseline_and_band_problems_are_input_errors(band) -> None:
     with pytest.raises(GateInputError):
         check_convergence(record(outcome="crash"), record(), tier="B", band=None)
     with pytest.raises(GateInputError, match="covers 20 steps"):
-        check_convergence(record(loss=LOSS * 2, grad=GRAD * 2), record(loss=LOSS * 2, grad=GRAD * 2), tier="R", band=band, steps=30)
+        check_convergence(
+            record(loss=LOSS * 2, grad=GRAD * 2), record(loss=LOSS * 2, grad=GRAD * 2), tier="R", band=band, steps=30
+        )
     other = StackFingerprint(python="3.11", torch="2.14.0", torchtitan="0.3.0")
     with pytest.raises(GateInputError, match="recalibrate"):
         check_convergence(record(), record(stack=other), tier="R", band=band)

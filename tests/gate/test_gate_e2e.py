@@ -45,7 +45,14 @@ def test_code_fault_with_identical_config_is_caught(cache: Path, monkeypatch: py
         run_one(RunSpec(label="baseline", recipe_text=text, steps=STEPS), cache)
     fault = run_one(RunSpec(label="grads x2", recipe_text=text, steps=STEPS, hook="grad_scale:2"), cache)
     assert fault.outcome == "ok" and fault.hook == "grad_scale:2"
-    v = run_gate(BASE, BASE, baseline_run=baseline, candidate_run=cached_path(RunSpec(label="f", recipe_text=text, steps=STEPS, hook="grad_scale:2"), cache), steps=STEPS, cache_dir=cache)
+    v = run_gate(
+        BASE,
+        BASE,
+        baseline_run=baseline,
+        candidate_run=cached_path(RunSpec(label="f", recipe_text=text, steps=STEPS, hook="grad_scale:2"), cache),
+        steps=STEPS,
+        cache_dir=cache,
+    )
     assert v.verdict == "reject" and v.stage == "convergence" and v.tier == "B"
     check = v.checks[-1]
     assert check.name == "bitwise" and not check.passed

@@ -43,7 +43,9 @@ def test_each_objective_changing_moe_setting_is_rejected_by_its_rule(config: str
     assert verdict.verdict == "reject"
     assert rule in fired(verdict), verdict.reasons
     tiers = verdict.checks[1].evidence["changed"]
-    assert any(c["rule"] == rule and c["tier"] == "X" and c["field"].startswith("model_spec.model.layers.") for c in tiers)
+    assert any(
+        c["rule"] == rule and c["tier"] == "X" and c["field"].startswith("model_spec.model.layers.") for c in tiers
+    )
 
 
 def test_forced_balance_flag_is_its_own_rule() -> None:

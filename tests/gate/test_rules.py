@@ -575,12 +575,7 @@ def test_malformed_tier_file(tmp_path: Path) -> None:
     with pytest.raises(RuleFileError) as info:
         load_tiers(path)
     msg = str(info.value)
-    assert (
-        str(path) in msg
-        and "entry 0" in msg
-        and "field 'tier'" in msg
-        and "expected 'B', 'R', 'N' or 'X'" in msg
-    )
+    assert str(path) in msg and "entry 0" in msg and "field 'tier'" in msg and "expected 'B', 'R', 'N' or 'X'" in msg
 
 
 def test_precision_tier_must_be_n_or_x(tmp_path: Path) -> None:

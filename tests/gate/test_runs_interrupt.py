@@ -37,8 +37,13 @@ def test_ctrl_c_during_parallel_calibration_runs_ends_every_worker_torchrun_and_
     recipe.write_text(shared_recipe_text())
     cache = tmp_path / "cache"
     log = tmp_path / "driver.log"
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(recipe), str(cache)], cwd=REPO, stdout=log.open("wb"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # its own group: the test's is never signalled
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(recipe), str(cache)],
+        cwd=REPO,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # its own group: the test's is never signalled
     try:
         wait_for("a rank under each of the two workers", lambda: len(ranks(proc.pid)) >= 2, 300, proc, log)
         tree = descendants(proc.pid)

@@ -109,8 +109,13 @@ def pinned_actions() -> dict[str, str]:
 
 def project_files(root: Path = ROOT) -> dict[str, str]:
     """The checkout's files (tracked and untracked, not ignored) as text, without tests."""
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     files = {}
     for rel in filter(None, listed):
         path = root / rel
@@ -167,7 +172,9 @@ class ActRepo:
         # stand-in's venvs
         site = self.work / "runner-site"
         site.mkdir(exist_ok=True)
-        (site / "sitecustomize.py").write_text(standin_module().SITECUSTOMIZE.format(log=str(self.state / "imports.jsonl")))
+        (site / "sitecustomize.py").write_text(
+            standin_module().SITECUSTOMIZE.format(log=str(self.state / "imports.jsonl"))
+        )
         # every installed package but this project (its editable install): a job's `pip install .` is what it runs
         for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
             if not entry.name.startswith(("attune-", "__editable__", "sitecustomize")) and entry.suffix != ".pth":
@@ -176,11 +183,14 @@ class ActRepo:
         pip_conf = self.home / ".config" / "pip" / "pip.conf"
         pip_conf.parent.mkdir(parents=True, exist_ok=True)
         pip_conf.write_text("[global]\nextra-index-url = http://127.0.0.1:9/left-by-another-job/simple\n")
-        user_site = self.home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+        user_site = (
+            self.home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+        )
         user_site.mkdir(parents=True, exist_ok=True)
         self.home_pth_log = self.state / "home-pth.log"
         (user_site / "left-by-another-job.pth").write_text(
-            f"import os; open({str(self.home_pth_log)!r}, 'a').write(os.environ.get('GITHUB_JOB', '?') + '\\n')\n")
+            f"import os; open({str(self.home_pth_log)!r}, 'a').write(os.environ.get('GITHUB_JOB', '?') + '\\n')\n"
+        )
         self.bin = self.work / "runner-bin"
         self.bin.mkdir(exist_ok=True)
         base = Path(getattr(sys, "_base_executable", sys.executable))
@@ -193,8 +203,11 @@ class ActRepo:
         self.repo = self.work / "context"
         self.repo.mkdir(exist_ok=True)
         git = ["git", "-c", "user.name=t", "-c", "user.email=t@localhost"]
-        for argv in (["init", "-q", "-b", self.fake.default_branch], ["remote", "add", "origin", f"https://github.com/{self.fake.full_name}.git"],
-                     ["commit", "-q", "--allow-empty", "-m", "context"]):
+        for argv in (
+            ["init", "-q", "-b", self.fake.default_branch],
+            ["remote", "add", "origin", f"https://github.com/{self.fake.full_name}.git"],
+            ["commit", "-q", "--allow-empty", "-m", "context"],
+        ):
             subprocess.run([*git, *argv], cwd=self.repo, check=True, capture_output=True)
 
     def close(self) -> None:
@@ -202,31 +215,74 @@ class ActRepo:
 
     # -- one act run
     def event_payload(self, payload: dict[str, Any]) -> dict[str, Any]:
-        repo = {"full_name": self.fake.full_name, "name": self.fake.name, "default_branch": self.fake.default_branch,
-                "owner": {"login": self.fake.owner}}
+        repo = {
+            "full_name": self.fake.full_name,
+            "name": self.fake.name,
+            "default_branch": self.fake.default_branch,
+            "owner": {"login": self.fake.owner},
+        }
         return {"repository": repo, "sender": {"login": "alice"}, **payload}
 
-    def run(self, workflow: str, event: str, payload: dict[str, Any], inputs: dict[str, str] | None = None,
-            timeout: int = 600) -> ActRun:
+    def run(
+        self,
+        workflow: str,
+        event: str,
+        payload: dict[str, Any],
+        inputs: dict[str, str] | None = None,
+        timeout: int = 600,
+    ) -> ActRun:
         run_id = len(self.runs) + 1
         event_file = self.work / f"event-{run_id}.json"
         event_file.write_text(json.dumps(self.event_payload({**payload, **({"inputs": inputs} if inputs else {})})))
-        argv = [act_binary() or "act", event, "-W", str(WORKFLOWS / workflow), "-C", str(self.repo), "-e", str(event_file),
-                "-P", "ubuntu-latest=-self-hosted", "-P", "self-hosted=-self-hosted",
-                "--action-offline-mode", "--pull=false", "--no-skip-checkout", "--no-cache-server",
-                "--action-cache-path", str(self.work / "act-cache"), "--defaultbranch", self.fake.default_branch,
-                "-s", f"GITHUB_TOKEN={TOKEN}", "--env", f"GITHUB_API_URL={self.server.url}",
-                "--env", f"GITHUB_RUN_ID={run_id}", "--env", f"ATTUNE_TEST_PYTHON={sys.executable}",
-                "--env", "ATTUNE_GITHUB_PACING=0",  # a local fake has no secondary rate limit to respect
-                "--env", f"ATTUNE_STANDIN={STANDINS / 'standin.py'}", "--env", f"ATTUNE_STANDIN_STATE={self.state}"]
+        argv = [
+            act_binary() or "act",
+            event,
+            "-W",
+            str(WORKFLOWS / workflow),
+            "-C",
+            str(self.repo),
+            "-e",
+            str(event_file),
+            "-P",
+            "ubuntu-latest=-self-hosted",
+            "-P",
+            "self-hosted=-self-hosted",
+            "--action-offline-mode",
+            "--pull=false",
+            "--no-skip-checkout",
+            "--no-cache-server",
+            "--action-cache-path",
+            str(self.work / "act-cache"),
+            "--defaultbranch",
+            self.fake.default_branch,
+            "-s",
+            f"GITHUB_TOKEN={TOKEN}",
+            "--env",
+            f"GITHUB_API_URL={self.server.url}",
+            "--env",
+            f"GITHUB_RUN_ID={run_id}",
+            "--env",
+            f"ATTUNE_TEST_PYTHON={sys.executable}",
+            "--env",
+            "ATTUNE_GITHUB_PACING=0",  # a local fake has no secondary rate limit to respect
+            "--env",
+            f"ATTUNE_STANDIN={STANDINS / 'standin.py'}",
+            "--env",
+            f"ATTUNE_STANDIN_STATE={self.state}",
+        ]
         for pin, folder in pinned_actions().items():
             argv += ["--local-repository", f"{pin}={folder}"]
         if self.app:
             argv += ["--var", f"ATTUNE_APP_ID={APP_ID}", "-s", "ATTUNE_APP_PRIVATE_KEY=-----BEGIN stand-in key-----"]
         for key, value in (inputs or {}).items():
             argv += ["--input", f"{key}={value}"]
-        env = {"HOME": str(self.home), "PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8",
-               "TMPDIR": str(self.work / "tmp"), **self.runner_env}
+        env = {
+            "HOME": str(self.home),
+            "PATH": f"{self.bin}:/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(self.work / "tmp"),
+            **self.runner_env,
+        }
         (self.work / "tmp").mkdir(exist_ok=True)
         started = time.perf_counter()
         returncode, log = self._act(argv, env, run_id, workflow, timeout)
@@ -239,7 +295,9 @@ class ActRepo:
         """Run act, recording each job's start and end in the fake as act reports them (the fake serves job timings
         to the run's own later jobs, as GitHub does)."""
         lines: list[str] = []
-        with subprocess.Popen(argv, cwd=self.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        with subprocess.Popen(
+            argv, cwd=self.repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
             timer = threading.Timer(timeout, proc.kill)
             timer.start()
             try:
@@ -262,8 +320,13 @@ class ActRepo:
         if what == "⭐ Run Set up job":
             self.fake.record_job(run_id, name, started_at=now, workflow=workflow.removesuffix(".yml"))
         elif name in jobs:
-            self.fake.record_job(run_id, name, started_at=jobs[name]["started_at"], completed_at=now,
-                                 conclusion="success" if what.endswith("succeeded") else "failure")
+            self.fake.record_job(
+                run_id,
+                name,
+                started_at=jobs[name]["started_at"],
+                completed_at=now,
+                conclusion="success" if what.endswith("succeeded") else "failure",
+            )
 
 
 JOB_LINE = re.compile(r"^\[[^/\]]+/([^\]]+)\]\s+(⭐ Run Set up job|🏁\s+Job succeeded|🏁\s+Job failed)\s*$")
@@ -291,17 +354,31 @@ class ActCampaign:
 
     def issue_payload(self, action: str = "opened") -> dict[str, Any]:
         issue = self.fake.issues[self.issue]
-        return {"action": action, "issue": {"number": self.issue, "title": issue.title, "body": issue.body,
-                                            "user": {"login": issue.user},
-                                            "labels": [{"name": name} for name in issue.labels]}}
+        return {
+            "action": action,
+            "issue": {
+                "number": self.issue,
+                "title": issue.title,
+                "body": issue.body,
+                "user": {"login": issue.user},
+                "labels": [{"name": name} for name in issue.labels],
+            },
+        }
 
     def comment_payload(self, comment_id: int) -> dict[str, Any]:
         comment = self.fake.comments[comment_id]
         # author_association as the fake serves it (MEMBER for a user with any permission, else NONE)
         association = "MEMBER" if comment.user in self.fake.permissions else "NONE"
-        return {"action": "created", **self.issue_payload("created"),
-                "comment": {"id": comment.id, "body": comment.body, "user": {"login": comment.user},
-                            "author_association": association}}
+        return {
+            "action": "created",
+            **self.issue_payload("created"),
+            "comment": {
+                "id": comment.id,
+                "body": comment.body,
+                "user": {"login": comment.user},
+                "author_association": association,
+            },
+        }
 
     def open(self) -> ActRun:
         return self.repo.run("campaign.yml", "issues", self.issue_payload())
@@ -330,5 +407,7 @@ class ActCampaign:
             # act exits 1 when any job failed: the run job does when the recipe fails (an out-of-memory trial);
             # the report job must still have reported it
             if run.jobs.get(REPORT_JOB) != "success":
-                raise AssertionError(f"act run {run.run_id} of trial.yml: the report job did not succeed ({run.jobs}):\n{run.tail()}")
+                raise AssertionError(
+                    f"act run {run.run_id} of trial.yml: the report job did not succeed ({run.jobs}):\n{run.tail()}"
+                )
         return runs

@@ -21,12 +21,16 @@ def test_one_catalog_lever_changed_may_run() -> None:
     assert recipe_change_problem(BASE, head, PATH, {"training.local_batch_size"}) is None
 
 
-@pytest.mark.parametrize(("edit", "why"), [
-    (lambda t: t.replace("module: bot.inrank.workloads.llama3_tiny", "module: evil.payload"), "workload differs"),
-    (lambda t: t.replace('GOMP_SPINCOUNT: "10000"', 'GOMP_SPINCOUNT: "1"'), "env differs"),
-    (lambda t: t.replace("OMP_NUM_THREADS:", "LD_PRELOAD: /tmp/x.so\n  OMP_NUM_THREADS:"), "LD_PRELOAD"),
-    (lambda t: t, "no lever differs"),
-], ids=["workload", "env-value", "env-preload", "nothing"])
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda t: t.replace("module: bot.inrank.workloads.llama3_tiny", "module: evil.payload"), "workload differs"),
+        (lambda t: t.replace('GOMP_SPINCOUNT: "10000"', 'GOMP_SPINCOUNT: "1"'), "env differs"),
+        (lambda t: t.replace("OMP_NUM_THREADS:", "LD_PRELOAD: /tmp/x.so\n  OMP_NUM_THREADS:"), "LD_PRELOAD"),
+        (lambda t: t, "no lever differs"),
+    ],
+    ids=["workload", "env-value", "env-preload", "nothing"],
+)
 def test_anything_but_a_lever_is_refused(edit, why) -> None:
     problem = recipe_change_problem(BASE, edit(BASE), PATH)
     assert problem is not None and why in problem
@@ -38,11 +42,26 @@ def test_a_lever_the_campaign_did_not_propose_is_refused() -> None:
     assert problem is not None and "not the levers of this step" in problem
 
 
-@pytest.mark.parametrize("name", ["LD_PRELOAD", "PYTHONPATH", "PATH", "BASH_ENV", "PYTHONSTARTUP", "omp_num_threads",
-                                  # inside the allowed prefixes, but they load code or write files
-                                  "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "OMP_TOOL_LIBRARIES", "TORCHINDUCTOR_CACHE_DIR",
-                                  "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE", "TORCHINDUCTOR_REDIS_HOST", "NCCL_DEBUG_FILE",
-                                  "TORCH_LOGS_OUT"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "LD_PRELOAD",
+        "PYTHONPATH",
+        "PATH",
+        "BASH_ENV",
+        "PYTHONSTARTUP",
+        "omp_num_threads",
+        # inside the allowed prefixes, but they load code or write files
+        "NCCL_NET_PLUGIN",
+        "NCCL_TUNER_PLUGIN",
+        "OMP_TOOL_LIBRARIES",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+        "TORCHINDUCTOR_REDIS_HOST",
+        "NCCL_DEBUG_FILE",
+        "TORCH_LOGS_OUT",
+    ],
+)
 def test_a_recipe_cannot_set_a_variable_that_changes_what_code_runs(name: str) -> None:
     text = BASE.replace("OMP_NUM_THREADS:", f"{name}: x\n  OMP_NUM_THREADS:")
     with pytest.raises(RecipeError, match=f"{name}: not an allowed variable"):
@@ -60,14 +79,32 @@ def test_check_trial_refuses_a_step_branch_whose_recipe_was_edited_beyond_its_le
     gh = FakeGitHub(contract).start()
     try:
         gh.seed({PATH: BASE})
-        forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                            bot_login=gh.actor)
-        ref = forge.open_step(StepRequest(campaign="c1", n=1, recipe_path=PATH, lever="training.local_batch_size", value="2",
-                                          title="attune step 1", body="step"))
+        forge = GitHubForge(
+            gh.full_name,
+            TOKEN,
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+            retry=None,
+            bot_login=gh.actor,
+        )
+        ref = forge.open_step(
+            StepRequest(
+                campaign="c1",
+                n=1,
+                recipe_path=PATH,
+                lever="training.local_batch_size",
+                value="2",
+                title="attune step 1",
+                body="step",
+            )
+        )
         lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", runner_labels='["gpu"]')
         assert reason == "ok" and "ok=true" in lines
-        pushed = gh.seed({PATH: gh.file(PATH, ref.branch).replace('GOMP_SPINCOUNT: "10000"', 'GOMP_SPINCOUNT: "1"')},
-                         "a person's edit", branch=ref.branch)
+        pushed = gh.seed(
+            {PATH: gh.file(PATH, ref.branch).replace('GOMP_SPINCOUNT: "10000"', 'GOMP_SPINCOUNT: "1"')},
+            "a person's edit",
+            branch=ref.branch,
+        )
         lines, reason = check_trial(forge, pr=ref.number, sha=pushed, campaign="c1", runner_labels='["gpu"]')
         assert "ok=false" in lines and "env differs" in reason
     finally:
@@ -88,20 +125,56 @@ def test_check_trial_for_a_pair_names_the_default_branch_head_and_the_order(cont
     gh = FakeGitHub(contract).start()
     try:
         gh.seed({PATH: BASE})
-        forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                            bot_login=gh.actor)
-        ref = forge.open_step(StepRequest(campaign="c1", n=1, recipe_path=PATH, lever="training.local_batch_size", value="2",
-                                          title="attune step 1", body="step"))
-        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="BA", runner_labels='["gpu"]')
+        forge = GitHubForge(
+            gh.full_name,
+            TOKEN,
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+            retry=None,
+            bot_login=gh.actor,
+        )
+        ref = forge.open_step(
+            StepRequest(
+                campaign="c1",
+                n=1,
+                recipe_path=PATH,
+                lever="training.local_batch_size",
+                value="2",
+                title="attune step 1",
+                body="step",
+            )
+        )
+        lines, reason = check_trial(
+            forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="BA", runner_labels='["gpu"]'
+        )
         out = dict(line.split("=", 1) for line in lines)
         assert reason == "ok" and out["ok"] == "true" and out["kind"] == "pair"
         assert out["base_sha"] == gh.head("main") != ref.head_sha and out["order"] == "BA"
-        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="AA", runner_labels='["gpu"]')
+        lines, reason = check_trial(
+            forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="AA", runner_labels='["gpu"]'
+        )
         assert "ok=false" in lines and "order 'AA'" in reason and "base_sha=" in lines
-        lines, reason = check_trial(forge, pr=ref.number, sha=ref.head_sha, campaign="c1", kind="pair", order="AB", runner_labels='["gpu"]',
-                                    limits='{"stop_below_tps": 10}')
+        lines, reason = check_trial(
+            forge,
+            pr=ref.number,
+            sha=ref.head_sha,
+            campaign="c1",
+            kind="pair",
+            order="AB",
+            runner_labels='["gpu"]',
+            limits='{"stop_below_tps": 10}',
+        )
         assert "ok=false" in lines and "only a trial may stop early" in reason
-        lines, reason = check_trial(forge, pr=0, sha=gh.head("main"), campaign="c1", kind="pair", order="AB", recipe=PATH, runner_labels='["gpu"]')
+        lines, reason = check_trial(
+            forge,
+            pr=0,
+            sha=gh.head("main"),
+            campaign="c1",
+            kind="pair",
+            order="AB",
+            recipe=PATH,
+            runner_labels='["gpu"]',
+        )
         assert "ok=false" in lines and "needs a step PR" in reason
     finally:
         gh.stop()
@@ -119,8 +192,9 @@ class UntouchedForge:
 def test_an_issue_that_is_no_plain_number_refuses_a_step_run_before_any_look_up(issue: str) -> None:
     from bot.github.check_trial import check_trial
 
-    lines, reason = check_trial(UntouchedForge(), pr=5, sha="a" * 40, campaign="c1", kind="trial", runner_labels='["gpu"]',
-                                issue=issue)
+    lines, reason = check_trial(
+        UntouchedForge(), pr=5, sha="a" * 40, campaign="c1", kind="trial", runner_labels='["gpu"]', issue=issue
+    )
     assert "ok=false" in lines and reason == f"issue {issue!r}: expected the campaign issue's number"
 
 
@@ -131,10 +205,20 @@ def _step_forge(gh):  # type: ignore[no-untyped-def]
     from bot.forge.github import GitHubForge
 
     gh.seed({PATH: BASE, "bot/github/router.py": "# the router\n"})
-    forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                        bot_login=gh.actor)
-    ref = forge.open_step(StepRequest(campaign="c1", n=1, recipe_path=PATH, lever="training.local_batch_size", value="2",
-                                      title="attune step 1", body="step"))
+    forge = GitHubForge(
+        gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=gh.actor
+    )
+    ref = forge.open_step(
+        StepRequest(
+            campaign="c1",
+            n=1,
+            recipe_path=PATH,
+            lever="training.local_batch_size",
+            value="2",
+            title="attune step 1",
+            body="step",
+        )
+    )
     return forge, ref
 
 
@@ -172,7 +256,9 @@ def test_check_trial_checks_a_rename_by_both_names(contract, to: str) -> None:
         tree = dict(gh.commits[ref.head_sha].tree)
         tree[to] = tree.pop("bot/github/router.py")
         gh._commit(tree, [ref.head_sha], "a person's rename", branch=ref.branch)  # noqa: SLF001
-        lines, reason = check_trial(forge, pr=ref.number, sha=gh.head(ref.branch), campaign="c1", runner_labels='["gpu"]')
+        lines, reason = check_trial(
+            forge, pr=ref.number, sha=gh.head(ref.branch), campaign="c1", runner_labels='["gpu"]'
+        )
         assert "ok=false" in lines and "renames bot/github/router.py" in reason, reason
     finally:
         gh.stop()

@@ -35,7 +35,9 @@ def test_the_next_run_applies_every_writers_unhandled_command_in_order_and_no_on
 
     said = command(gh, forge, number, "/attune budget +1")
 
-    assert said == f"budget: done; unhandled commands applied in order: budget (comment {budget}), stop (comment {stop})"
+    assert (
+        said == f"budget: done; unhandled commands applied in order: budget (comment {budget}), stop (comment {stop})"
+    )
     after = load_state(forge, number)
     assert after.handled[-3:] == [budget, stop, max(gh.comments)], after.handled
     assert after.campaign.budget >= before.campaign.budget + 5.0 and after.campaign.budget < before.campaign.budget + 50

@@ -20,9 +20,7 @@ def test_commands(comment: str, expected: Command) -> None:
     assert parse_command(comment) == expected
 
 
-@pytest.mark.parametrize(
-    "comment", [None, "", "looks good!", "please /attune stop", "> /attune stop", "/attuned stop"]
-)
+@pytest.mark.parametrize("comment", [None, "", "looks good!", "please /attune stop", "> /attune stop", "/attuned stop"])
 def test_ordinary_comments_are_not_commands(comment: str | None) -> None:
     assert parse_command(comment) is None
 

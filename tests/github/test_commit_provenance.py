@@ -41,8 +41,15 @@ def gh(contract):
 
 @pytest.fixture
 def forge(gh: FakeGitHub) -> GitHubForge:
-    return GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                       bot_login=gh.actor, edit_recipe=set_one_lever)
+    return GitHubForge(
+        gh.full_name,
+        TOKEN,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+        retry=None,
+        bot_login=gh.actor,
+        edit_recipe=set_one_lever,
+    )
 
 
 def open_step(forge: GitHubForge):

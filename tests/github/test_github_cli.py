@@ -46,8 +46,20 @@ def gh(monkeypatch: pytest.MonkeyPatch):
 def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **kw: object) -> dict[str, str]:
     out = tmp_path / "github_output"
     out.unlink(missing_ok=True)
-    args = {"pr": 0, "sha": "", "campaign": "llama3-tiny-cpu-i1", "runner_labels": '["gpu"]', "recipe": RECIPE, "kind": "",
-            "repo": None, "token_env": "GITHUB_TOKEN", "github_output": str(out), "limits": "{}", "issue": None, "order": ""} | kw
+    args = {
+        "pr": 0,
+        "sha": "",
+        "campaign": "llama3-tiny-cpu-i1",
+        "runner_labels": '["gpu"]',
+        "recipe": RECIPE,
+        "kind": "",
+        "repo": None,
+        "token_env": "GITHUB_TOKEN",
+        "github_output": str(out),
+        "limits": "{}",
+        "issue": None,
+        "order": "",
+    } | kw
     assert cli.cmd_check_trial(argparse.Namespace(**args)) == 0
     values = dict(line.split("=", 1) for line in out.read_text().splitlines())
     values["reason"] = capsys.readouterr().out.strip()
@@ -57,7 +69,11 @@ def check(tmp_path: Path, capsys: pytest.CaptureFixture[str], **kw: object) -> d
 def test_check_trial_for_a_baseline_names_the_recipe(gh, tmp_path, capsys) -> None:
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline")
     assert got["ok"] == "true" and got["kind"] == "baseline" and got["recipe"] == RECIPE
-    assert got["runs_on"] == '["self-hosted", "gpu"]' and got["campaign"] == "llama3-tiny-cpu-i1" and got["records_sha"] == ""
+    assert (
+        got["runs_on"] == '["self-hosted", "gpu"]'
+        and got["campaign"] == "llama3-tiny-cpu-i1"
+        and got["records_sha"] == ""
+    )
     # what used to reach the runner as an empty recipe is now refused before it
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="baseline", recipe="")
     assert got["ok"] == "false" and got["recipe"] == "" and "under recipes/" in got["reason"]
@@ -75,9 +91,15 @@ def test_check_trial_for_a_calibration_pins_the_records_branch(gh, tmp_path, cap
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
     assert got["ok"] == "false" and "no records branch attune/llama3-tiny-cpu-i1/records" in got["reason"]
     gh.create_branch("attune/llama3-tiny-cpu-i1/records")
-    records = gh.seed({"campaigns/llama3-tiny-cpu-i1/baseline-1.json": "{}",
-                       "campaigns/llama3-tiny-cpu-i1/baseline-recipe.yaml": (ROOT / RECIPE).read_text()}, "attune: record",
-                      branch="attune/llama3-tiny-cpu-i1/records", by_bot=True)
+    records = gh.seed(
+        {
+            "campaigns/llama3-tiny-cpu-i1/baseline-1.json": "{}",
+            "campaigns/llama3-tiny-cpu-i1/baseline-recipe.yaml": (ROOT / RECIPE).read_text(),
+        },
+        "attune: record",
+        branch="attune/llama3-tiny-cpu-i1/records",
+        by_bot=True,
+    )
     got = check(tmp_path, capsys, sha=gh.head("main"), kind="calibrate")
     assert got["ok"] == "true" and got["kind"] == "calibrate" and got["records_sha"] == records
     # the same check without the bot's login trusts no records commit
@@ -114,10 +136,18 @@ def test_calibrate_writes_the_calibrated_event(tmp_path, capsys) -> None:
     recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
     steps = recipe.bench.steps
     reference = tmp_path / "baseline-1.json"
-    reference.write_text(record(recipe, 500.0, simulated=True, losses=[4.0 - 0.01 * i for i in range(steps)]).model_dump_json())
+    reference.write_text(
+        record(recipe, 500.0, simulated=True, losses=[4.0 - 0.01 * i for i in range(steps)]).model_dump_json()
+    )
     out = tmp_path / "run" / "calibrated.json"
-    args = argparse.Namespace(recipe=str(ROOT / SIM_RECIPE), reference=str(reference), out=str(out),
-                              cache_dir=str(tmp_path / "cache"), jobs=1, max_wall_s=None)
+    args = argparse.Namespace(
+        recipe=str(ROOT / SIM_RECIPE),
+        reference=str(reference),
+        out=str(out),
+        cache_dir=str(tmp_path / "cache"),
+        jobs=1,
+        max_wall_s=None,
+    )
     assert cli.cmd_calibrate(args) == 0
     event = cm.Calibrated.model_validate_json(out.read_text())
     assert event.band is not None and "SIMULATED" in event.note and event.note in capsys.readouterr().out
@@ -144,8 +174,14 @@ def test_calibrate_caps_its_runs_at_what_is_left_of_the_budget(tmp_path, monkeyp
     recipe = parse_recipe_text((ROOT / SIM_RECIPE).read_text(), SIM_RECIPE)
     reference = tmp_path / "baseline-1.json"
     reference.write_text(record(recipe, 500.0, simulated=True).model_dump_json())
-    args = argparse.Namespace(recipe=str(ROOT / SIM_RECIPE), reference=str(reference), out=str(tmp_path / "c.json"),
-                              cache_dir=str(tmp_path / "cache"), jobs=1, max_wall_s=1234.5)
+    args = argparse.Namespace(
+        recipe=str(ROOT / SIM_RECIPE),
+        reference=str(reference),
+        out=str(tmp_path / "c.json"),
+        cache_dir=str(tmp_path / "cache"),
+        jobs=1,
+        max_wall_s=1234.5,
+    )
     assert cli.cmd_calibrate(args) == 0
     assert seen["max_wall_s"] == 1234.5
 
@@ -155,14 +191,20 @@ def test_the_report_job_reads_the_run_jobs_wall_time_from_the_actions_api(gh) ->
     from bot.forge.github import GitHubForge
 
     forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None)
-    gh.record_job(77, "check", started_at="2026-01-01T00:00:00Z", completed_at="2026-01-01T00:00:20Z", conclusion="success")
-    gh.record_job(77, RUN_JOB, started_at="2026-01-01T00:00:30Z", completed_at="2026-01-01T00:10:30Z", conclusion="success")
+    gh.record_job(
+        77, "check", started_at="2026-01-01T00:00:00Z", completed_at="2026-01-01T00:00:20Z", conclusion="success"
+    )
+    gh.record_job(
+        77, RUN_JOB, started_at="2026-01-01T00:00:30Z", completed_at="2026-01-01T00:10:30Z", conclusion="success"
+    )
     assert _run_job_wall(forge, "77") == 600.0
     assert _run_job_wall(forge, "78") is None  # no such run: unknown, so a real record is refused
     assert _run_job_wall(forge, "") is None
 
 
-def test_publish_leaderboard_regenerates_from_the_checkout_and_merges_it_through_a_pr(gh, tmp_path, monkeypatch, capsys) -> None:
+def test_publish_leaderboard_regenerates_from_the_checkout_and_merges_it_through_a_pr(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
     from bot.campaign.leaderboard import collect, render
 
     checkout = tmp_path / "checkout"
@@ -197,8 +239,14 @@ def test_calibrate_refuses_bad_flags_before_any_run(tmp_path, capsys) -> None:
     (tmp_path / "a-file").write_text("")
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("workload: [\n")
-    good = {"recipe": str(ROOT / SIM_RECIPE), "reference": str(reference), "out": str(tmp_path / "run" / "calibrated.json"),
-            "cache_dir": str(tmp_path / "cache"), "jobs": 1, "max_wall_s": None}
+    good = {
+        "recipe": str(ROOT / SIM_RECIPE),
+        "reference": str(reference),
+        "out": str(tmp_path / "run" / "calibrated.json"),
+        "cache_dir": str(tmp_path / "cache"),
+        "jobs": 1,
+        "max_wall_s": None,
+    }
     cases = [
         ({"jobs": 0}, "calibrate: --jobs: expected at least 1; got 0"),
         ({"max_wall_s": 0.0}, "calibrate: --max-wall-s: expected a positive number of seconds; got 0.0"),
@@ -214,9 +262,23 @@ def test_calibrate_refuses_bad_flags_before_any_run(tmp_path, capsys) -> None:
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
 
 
-def test_check_trial_refuses_an_output_it_cannot_write_and_a_repository_not_named_owner_name(tmp_path, capsys, monkeypatch) -> None:
-    args = {"pr": 0, "sha": "", "campaign": "c", "runner_labels": '["gpu"]', "recipe": RECIPE, "kind": "", "repo": None,
-            "token_env": "GITHUB_TOKEN", "github_output": str(tmp_path), "limits": "{}", "issue": None, "order": ""}
+def test_check_trial_refuses_an_output_it_cannot_write_and_a_repository_not_named_owner_name(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    args = {
+        "pr": 0,
+        "sha": "",
+        "campaign": "c",
+        "runner_labels": '["gpu"]',
+        "recipe": RECIPE,
+        "kind": "",
+        "repo": None,
+        "token_env": "GITHUB_TOKEN",
+        "github_output": str(tmp_path),
+        "limits": "{}",
+        "issue": None,
+        "order": "",
+    }
     assert cli.cmd_check_trial(argparse.Namespace(**args)) == 2
     assert f"--github-output {tmp_path}: is a folder" in capsys.readouterr().err
     monkeypatch.setenv("GITHUB_REPOSITORY", "foo")
@@ -230,18 +292,32 @@ def test_check_trial_refuses_an_output_it_cannot_write_and_a_repository_not_name
     assert "GITHUB_REPOSITORY" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("name", "payload", "needle"), [
-    ("workflow_dispatch", {"inputs": "x"}, "bad payload: "),
-    ("issue_comment", {"action": "created", "issue": {"number": 1, "body": ""}, "comment": {"id": 1, "body": 7, "user": {"login": "a"}}},
-     "bad payload: "),
-])
-def test_handle_names_a_payload_field_of_the_wrong_kind_in_one_line(gh, tmp_path, capsys, name, payload, needle) -> None:
+@pytest.mark.parametrize(
+    ("name", "payload", "needle"),
+    [
+        ("workflow_dispatch", {"inputs": "x"}, "bad payload: "),
+        (
+            "issue_comment",
+            {
+                "action": "created",
+                "issue": {"number": 1, "body": ""},
+                "comment": {"id": 1, "body": 7, "user": {"login": "a"}},
+            },
+            "bad payload: ",
+        ),
+    ],
+)
+def test_handle_names_a_payload_field_of_the_wrong_kind_in_one_line(
+    gh, tmp_path, capsys, name, payload, needle
+) -> None:
     """A field of the wrong kind was an AttributeError traceback (``comment.body: 7`` has no ``splitlines``)."""
     import json
 
     event = tmp_path / "event.json"
     event.write_text(json.dumps(payload))
-    args = argparse.Namespace(trial_result=None, event_path=str(event), event_name=name, issue=None, repo=None, token_env="GITHUB_TOKEN")
+    args = argparse.Namespace(
+        trial_result=None, event_path=str(event), event_name=name, issue=None, repo=None, token_env="GITHUB_TOKEN"
+    )
     assert cli.cmd_handle(args) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"attune github: {needle}") and len(err.strip().splitlines()) == 1, err
@@ -250,10 +326,14 @@ def test_handle_names_a_payload_field_of_the_wrong_kind_in_one_line(gh, tmp_path
 def test_handle_without_an_event_payload_says_which_flag_gives_one(monkeypatch, capsys) -> None:
     """No --event-path and no $GITHUB_EVENT_PATH read the working directory: ``[Errno 21] Is a directory: '.'``."""
     monkeypatch.delenv("GITHUB_EVENT_PATH", raising=False)
-    args = argparse.Namespace(trial_result=None, event_path=None, event_name=None, issue=None, repo=None, token_env="GITHUB_TOKEN")
+    args = argparse.Namespace(
+        trial_result=None, event_path=None, event_name=None, issue=None, repo=None, token_env="GITHUB_TOKEN"
+    )
     assert cli.cmd_handle(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith("attune github: no event payload: give --event-path FILE") and len(err.strip().splitlines()) == 1, err
+    assert (
+        err.startswith("attune github: no event payload: give --event-path FILE") and len(err.strip().splitlines()) == 1
+    ), err
 
 
 # ------------------------------------------------------------------ attune github handle --trial-result, as trial.yml's report job
@@ -268,8 +348,9 @@ def started_campaign(gh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name, value in (("ATTUNE_BOT_LOGIN", gh.actor), ("ATTUNE_GITHUB_PACING", "0")):
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("GITHUB_RUN_ID", raising=False)
-    forge = GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                        bot_login=gh.actor)
+    forge = GitHubForge(
+        gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=gh.actor
+    )
     flow = Flow(gh, forge, tmp_path, Scripted())
     assert flow.start().endswith("started")
     return flow
@@ -277,10 +358,23 @@ def started_campaign(gh, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 def report_args(inputs: dict[str, str], artifact: Path, **kw: object) -> argparse.Namespace:
     """``attune github handle --trial-result`` as trial.yml's report job calls it for the dispatch ``inputs``."""
-    args = {"trial_result": str(artifact), "campaign": inputs["campaign"], "issue": int(inputs["issue"]), "pr": int(inputs["pr"]),
-            "sha": inputs["sha"], "base_sha": "", "run_job_result": "success", "kind": inputs["kind"],
-            "attempt": int(inputs["attempt"]), "check_refused": "", "run_id": "", "repo": None, "token_env": "GITHUB_TOKEN",
-            "event_path": None, "event_name": None}
+    args = {
+        "trial_result": str(artifact),
+        "campaign": inputs["campaign"],
+        "issue": int(inputs["issue"]),
+        "pr": int(inputs["pr"]),
+        "sha": inputs["sha"],
+        "base_sha": "",
+        "run_job_result": "success",
+        "kind": inputs["kind"],
+        "attempt": int(inputs["attempt"]),
+        "check_refused": "",
+        "run_id": "",
+        "repo": None,
+        "token_env": "GITHUB_TOKEN",
+        "event_path": None,
+        "event_name": None,
+    }
     return argparse.Namespace(**(args | kw))
 
 
@@ -296,7 +390,9 @@ def uploaded(flow, tmp_path: Path, tps: float) -> Path:
     return artifact
 
 
-def test_a_baseline_reported_without_a_run_id_is_kept_and_the_campaign_goes_on(gh, tmp_path, capsys, monkeypatch) -> None:
+def test_a_baseline_reported_without_a_run_id_is_kept_and_the_campaign_goes_on(
+    gh, tmp_path, capsys, monkeypatch
+) -> None:
     """The run job's wall time unreadable (here: no --run-id, no $GITHUB_RUN_ID) was fed as a crash, which ended the
     campaign at its first baseline run. Now one line says so and the record's device-hours are bounded by the job's
     timeout instead."""
@@ -305,8 +401,10 @@ def test_a_baseline_reported_without_a_run_id_is_kept_and_the_campaign_goes_on(g
     assert cli.cmd_handle(report_args(baseline, uploaded(flow, tmp_path, 1000.0))) == 0
     out, err = capsys.readouterr()
     assert "baseline run ok" in out
-    assert err.strip() == ("attune github: the run job's wall time is unknown (no --run-id or $GITHUB_RUN_ID); a record's "
-                           "device-hours are bounded by the job's timeout (360 min) instead")
+    assert err.strip() == (
+        "attune github: the run job's wall time is unknown (no --run-id or $GITHUB_RUN_ID); a record's "
+        "device-hours are bounded by the job's timeout (360 min) instead"
+    )
     state = flow.state()
     assert state.phase != "finished" and state.baseline[0].outcome == "ok" and flow.last["attempt"] == "2"
 
@@ -324,22 +422,29 @@ def test_an_actions_api_failure_is_one_line_and_leaves_the_wall_time_unknown(gh,
     forge.job_wall_seconds = unavailable  # type: ignore[method-assign]
     assert cli._run_job_wall(forge, "77") is None
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("attune github: the run job's wall time is unknown (the Actions API call failed, perhaps only "
-                           "for now: GithubException: 502") and line.endswith("bounded by the job's timeout (360 min) instead")
+    assert line.startswith(
+        "attune github: the run job's wall time is unknown (the Actions API call failed, perhaps only "
+        "for now: GithubException: 502"
+    ) and line.endswith("bounded by the job's timeout (360 min) instead")
 
 
-@pytest.mark.parametrize(("flag", "value", "needle"), [
-    ("sha", "zz", "--sha 'zz': expected a commit sha (40 lower-case hex digits)"),
-    ("sha", "main", "--sha 'main': expected a commit sha"),
-    ("sha", "A" * 40, "--sha 'AAAA"),
-    ("sha", "a" * 39, "--sha 'aaaa"),
-    ("sha", "a" * 40 + "\n", "--sha 'aaaa"),
-    ("sha", "é" * 40, "--sha 'éééé"),
-    ("base_sha", "main", "--base-sha 'main': expected a commit sha"),
-    ("base_sha", "0" * 41, "--base-sha '0000"),
-    ("run_id", "²", "--run-id '²': expected a workflow run id (digits 0-9)"),
-])
-def test_handle_refuses_a_sha_that_is_no_commit_sha_before_any_work(gh, tmp_path, capsys, monkeypatch, flag, value, needle) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("sha", "zz", "--sha 'zz': expected a commit sha (40 lower-case hex digits)"),
+        ("sha", "main", "--sha 'main': expected a commit sha"),
+        ("sha", "A" * 40, "--sha 'AAAA"),
+        ("sha", "a" * 39, "--sha 'aaaa"),
+        ("sha", "a" * 40 + "\n", "--sha 'aaaa"),
+        ("sha", "é" * 40, "--sha 'éééé"),
+        ("base_sha", "main", "--base-sha 'main': expected a commit sha"),
+        ("base_sha", "0" * 41, "--base-sha '0000"),
+        ("run_id", "²", "--run-id '²': expected a workflow run id (digits 0-9)"),
+    ],
+)
+def test_handle_refuses_a_sha_that_is_no_commit_sha_before_any_work(
+    gh, tmp_path, capsys, monkeypatch, flag, value, needle
+) -> None:
     """``--sha zz`` was a GithubException traceback, ``--sha main`` read the recipe on the branch and ended the campaign
     with a crashed baseline run; now: one line naming the flag, exit 2, and not one call to GitHub."""
     flow = started_campaign(gh, tmp_path, monkeypatch)
@@ -351,18 +456,25 @@ def test_handle_refuses_a_sha_that_is_no_commit_sha_before_any_work(gh, tmp_path
 
 
 @pytest.mark.parametrize("flag", ["sha", "base_sha"])
-def test_handle_refuses_a_sha_that_is_no_commit_of_the_repository_and_changes_nothing(gh, tmp_path, capsys, monkeypatch, flag) -> None:
+def test_handle_refuses_a_sha_that_is_no_commit_of_the_repository_and_changes_nothing(
+    gh, tmp_path, capsys, monkeypatch, flag
+) -> None:
     flow = started_campaign(gh, tmp_path, monkeypatch)
     before, writes = flow.state(), [c for c in gh.calls if c.method != "GET"]
     missing = "0123456789abcdef" * 2 + "01234567"
     assert cli.cmd_handle(report_args(flow.last, uploaded(flow, tmp_path, 1000.0), **{flag: missing})) == 2
     err = capsys.readouterr().err
     name = flag.replace("_", "-")
-    assert err == f"attune github: --{name} {missing}: no such commit in {gh.full_name}; expected the commit the run measured\n"
+    assert (
+        err
+        == f"attune github: --{name} {missing}: no such commit in {gh.full_name}; expected the commit the run measured\n"
+    )
     assert [c for c in gh.calls if c.method != "GET"] == writes and flow.state() == before
 
 
-def test_publish_leaderboard_without_a_run_id_never_collides_and_a_rerun_changes_nothing(gh, tmp_path, monkeypatch, capsys) -> None:
+def test_publish_leaderboard_without_a_run_id_never_collides_and_a_rerun_changes_nothing(
+    gh, tmp_path, monkeypatch, capsys
+) -> None:
     """Without ``GITHUB_RUN_ID`` every run named its branch ``attune/leaderboard/0``: the second one failed on it."""
     checkout = tmp_path / "checkout"
     for folder in ("recipes", "results"):

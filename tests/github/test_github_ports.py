@@ -12,8 +12,16 @@ from bot.github.github_ports import INLINE_STATE_LIMIT, Stored, parse_state, ren
 
 def stored(steps: int, why: str = "because") -> Stored:
     c = cm.Campaign(id="c1", recipe_path="recipes/x/y.yaml", recipe_id="x/y", budget=4.0)
-    c.steps = [cm.Step(n=i, change=Change(lever="training.gc_freq", before=50, after=i, why=why), state="closed",
-                       branch=f"attune/c1/{i}-training-gc_freq", close_reason=why) for i in range(1, steps + 1)]
+    c.steps = [
+        cm.Step(
+            n=i,
+            change=Change(lever="training.gc_freq", before=50, after=i, why=why),
+            state="closed",
+            branch=f"attune/c1/{i}-training-gc_freq",
+            close_reason=why,
+        )
+        for i in range(1, steps + 1)
+    ]
     return Stored(issue=7, runner_labels=["gpu"], campaign=c, dispatched="step-3-trial", heads={3: "a" * 40})
 
 
@@ -41,5 +49,7 @@ def test_a_state_too_large_even_compressed_is_a_clear_error() -> None:
 
 
 def test_run_keys() -> None:
-    assert [run_key(a) for a in (cm.RunBaseline(attempt=2), cm.RunTrial(n=3), cm.MeasurePair(n=3, k=2, order="BA"), cm.Calibrate())] == [
-        "baseline-2", "step-3-trial", "step-3-pair2", "calibrate"]
+    assert [
+        run_key(a)
+        for a in (cm.RunBaseline(attempt=2), cm.RunTrial(n=3), cm.MeasurePair(n=3, k=2, order="BA"), cm.Calibrate())
+    ] == ["baseline-2", "step-3-trial", "step-3-pair2", "calibrate"]

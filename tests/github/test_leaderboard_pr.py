@@ -36,15 +36,19 @@ def gh(contract):
 
 @pytest.fixture
 def forge(gh: FakeGitHub) -> GitHubForge:
-    return GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                       bot_login=gh.actor)
+    return GitHubForge(
+        gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=gh.actor
+    )
 
 
 def writes_to_main(gh: FakeGitHub) -> list[str]:
     """Calls that would change the default branch other than a pull request's merge."""
-    return [f"{c.method} {c.path}" for c in gh.calls
-            if c.operation_id in ("repos/create-or-update-file-contents", "git/update-ref", "git/create-ref")
-            and (isinstance(c.body, dict) and (c.body.get("branch") == "main" or c.body.get("ref") == "refs/heads/main"))]
+    return [
+        f"{c.method} {c.path}"
+        for c in gh.calls
+        if c.operation_id in ("repos/create-or-update-file-contents", "git/update-ref", "git/create-ref")
+        and (isinstance(c.body, dict) and (c.body.get("branch") == "main" or c.body.get("ref") == "refs/heads/main"))
+    ]
 
 
 def test_a_new_leaderboard_lands_through_a_bot_pr_merged_at_its_gated_head(gh: FakeGitHub, forge: GitHubForge) -> None:
@@ -52,7 +56,11 @@ def test_a_new_leaderboard_lands_through_a_bot_pr_merged_at_its_gated_head(gh: F
     out = publish(forge, NEW, run="4711-1")
     (pull,) = gh.pulls.values()
     assert out == f"{FILE} refreshed on main through PR #{pull.number}"
-    assert pull.head_ref == "attune/leaderboard/4711-1" and pull.merged_at is not None and "attune" in gh.issues[pull.number].labels
+    assert (
+        pull.head_ref == "attune/leaderboard/4711-1"
+        and pull.merged_at is not None
+        and "attune" in gh.issues[pull.number].labels
+    )
     assert gh.file(FILE) == NEW and before in gh._ancestors(gh.head("main"))
     # the PR changed exactly leaderboard.md; attune/gate success on the head it was merged at
     (merge,) = [c for c in gh.calls if c.operation_id == "pulls/merge"]
@@ -112,7 +120,9 @@ def test_without_a_run_id_each_content_gets_a_branch_of_its_own(gh: FakeGitHub, 
 
 
 @pytest.mark.parametrize("run", ["", "5-1"])
-def test_a_rerun_on_the_same_content_reports_the_open_pr_of_the_earlier_run(gh: FakeGitHub, forge: GitHubForge, run: str) -> None:
+def test_a_rerun_on_the_same_content_reports_the_open_pr_of_the_earlier_run(
+    gh: FakeGitHub, forge: GitHubForge, run: str
+) -> None:
     """The earlier run died between opening its pull request and merging it. A rerun naming the same branch reports
     that pull request (whose head it did not make this time, so it neither gates nor merges it) and opens no other."""
 
@@ -126,7 +136,9 @@ def test_a_rerun_on_the_same_content_reports_the_open_pr_of_the_earlier_run(gh: 
     (pull,) = gh.pulls.values()
     calls = len(gh.calls)
     said = publish(forge, NEW, run=run)
-    assert said == f"{FILE}: PR #{pull.number} from {pull.head_ref} is open already (an earlier run); not opening another"
+    assert (
+        said == f"{FILE}: PR #{pull.number} from {pull.head_ref} is open already (an earlier run); not opening another"
+    )
     assert len(gh.pulls) == 1 and pull.state == "open" and gh.statuses == [] and gh.file(FILE) == OLD
     assert {c.method for c in gh.calls[calls:]} == {"GET"}  # looked, wrote nothing
 
@@ -139,7 +151,10 @@ def test_a_rerun_after_a_refused_merge_opens_nothing_again(gh: FakeGitHub, forge
     gh.after("pulls/create", sneak)
     assert "closed unmerged" in publish(forge, NEW)
     (pull,) = gh.pulls.values()
-    assert publish(forge, NEW) == f"{FILE}: PR #{pull.number} from {pull.head_ref} was closed by an earlier run; nothing to do"
+    assert (
+        publish(forge, NEW)
+        == f"{FILE}: PR #{pull.number} from {pull.head_ref} was closed by an earlier run; nothing to do"
+    )
     assert len(gh.pulls) == 1 and gh.file(FILE) == OLD
 
 

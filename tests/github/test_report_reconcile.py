@@ -15,7 +15,11 @@ from bot.forge.github import GitHubForge  # noqa: E402
 from bot.github.github_ports import load_state  # noqa: E402
 
 
-def test_the_report_job_applies_unhandled_commands_before_the_result(gh: FakeGitHub, forge: GitHubForge, tmp_path) -> None:  # noqa: F811
+def test_the_report_job_applies_unhandled_commands_before_the_result(
+    gh: FakeGitHub,  # noqa: F811 - the fixture imported above
+    forge: GitHubForge,  # noqa: F811
+    tmp_path,
+) -> None:
     flow = Flow(gh, forge, tmp_path, Scripted())
     assert flow.start().endswith("started")
     budget_before = flow.state().budget
@@ -26,7 +30,9 @@ def test_the_report_job_applies_unhandled_commands_before_the_result(gh: FakeGit
 
     said = flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
 
-    assert said.endswith(f"; unhandled commands applied first, in order: budget (comment {budget}), stop (comment {stop})"), said
+    assert said.endswith(
+        f"; unhandled commands applied first, in order: budget (comment {budget}), stop (comment {stop})"
+    ), said
     stored = load_state(forge, flow.issue)
     assert stored is not None and stored.handled[-2:] == [budget, stop]
     state = stored.campaign

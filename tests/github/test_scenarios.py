@@ -41,20 +41,32 @@ def gh(contract: Contract):
 
 @pytest.fixture
 def forge(gh: FakeGitHub) -> GitHubForge:
-    return GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=gh.actor)
+    return GitHubForge(
+        gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=gh.actor
+    )
 
 
 def _event(gh: FakeGitHub, number: int, action: str = "opened") -> dict:
     issue = gh.issues[number]
-    return {"action": action, "issue": {"number": number, "title": issue.title, "body": issue.body,
-                                        "user": {"login": issue.user}, "labels": [{"name": "attune:campaign"}]}}
+    return {
+        "action": action,
+        "issue": {
+            "number": number,
+            "title": issue.title,
+            "body": issue.body,
+            "user": {"login": issue.user},
+            "labels": [{"name": "attune:campaign"}],
+        },
+    }
 
 
 def _bot_comments(gh: FakeGitHub, number: int) -> list[str]:
     return [c.body for c in gh.comments.values() if c.issue == number and c.user == gh.actor]
 
 
-def test_a_maintainer_starts_a_campaign_state_stored_and_baseline_dispatched(gh: FakeGitHub, forge: GitHubForge) -> None:
+def test_a_maintainer_starts_a_campaign_state_stored_and_baseline_dispatched(
+    gh: FakeGitHub, forge: GitHubForge
+) -> None:
     n = gh.add_issue("tune $(rm -rf /) `id` ${{ secrets.X }}", FORM, user="alice", labels=["attune:campaign"])
     out = campaign_requests.handle(forge, _event(gh, n), lessons=[])
     assert "started" in out

@@ -19,8 +19,10 @@ from bot.github.github_ports import GitHubPorts, StateConflict, load_state, pars
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = "recipes/llama3.1-405b/h200x128.yaml"
 SOURCE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"  # the benchmark task placed at RECIPE
-FORM = (f"### Recipe path\n\n{RECIPE}\n\n### Budget (device-hours)\n\n300\n\n### Policy\n\nheuristic\n\n"
-        "### Runner labels\n\ngpu\n\n### Bench steps\n\n_No response_")
+FORM = (
+    f"### Recipe path\n\n{RECIPE}\n\n### Budget (device-hours)\n\n300\n\n### Policy\n\nheuristic\n\n"
+    "### Runner labels\n\ngpu\n\n### Bench steps\n\n_No response_"
+)
 
 
 @pytest.fixture
@@ -37,23 +39,39 @@ def gh(contract: Contract):
 
 
 def forge_for(gh: FakeGitHub, bot_login: str | None) -> GitHubForge:
-    return GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                       bot_login=bot_login)
+    return GitHubForge(
+        gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=bot_login
+    )
 
 
 def started(gh: FakeGitHub) -> tuple[GitHubForge, int]:
     forge = forge_for(gh, gh.actor)
     number = gh.add_issue("tune it", FORM, user="alice", labels=["attune:campaign"])
-    event = {"action": "opened", "issue": {"number": number, "title": "tune it", "body": FORM, "user": {"login": "alice"},
-                                           "labels": [{"name": "attune:campaign"}]}}
+    event = {
+        "action": "opened",
+        "issue": {
+            "number": number,
+            "title": "tune it",
+            "body": FORM,
+            "user": {"login": "alice"},
+            "labels": [{"name": "attune:campaign"}],
+        },
+    }
     assert campaign_requests.handle(forge, event, lessons=[]).endswith("started")
     return forge, number
 
 
 def command(gh: FakeGitHub, forge: GitHubForge, number: int, body: str, comment_id: int | None = None) -> str:
     cid = comment_id or gh.add_comment(number, body, user="alice")
-    return comments.handle(forge, {"action": "created", "issue": {"number": number}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}},
-                           lessons=[])
+    return comments.handle(
+        forge,
+        {
+            "action": "created",
+            "issue": {"number": number},
+            "comment": {"id": cid, "body": body, "user": {"login": "alice"}},
+        },
+        lessons=[],
+    )
 
 
 def test_the_authoritative_state_is_on_the_records_branch_and_a_lost_race_is_refused(gh: FakeGitHub) -> None:
@@ -81,8 +99,11 @@ def test_a_command_racing_another_writer_is_applied_once_to_the_state_that_won(g
         if not raced:  # another run (a second budget command) writes between this run's read and its write
             raced.append(True)
             rival = GitHubPorts(forge, load_state(forge, number))
-            rival.stored = rival.stored.model_copy(update={"campaign": rival.stored.campaign.model_copy(
-                update={"budget": rival.stored.campaign.budget + 7.0})})
+            rival.stored = rival.stored.model_copy(
+                update={
+                    "campaign": rival.stored.campaign.model_copy(update={"budget": rival.stored.campaign.budget + 7.0})
+                }
+            )
             real_settle(rival)
         real_settle(self)
 
@@ -118,8 +139,16 @@ def test_only_the_last_state_block_of_the_bots_comment_is_parsed(gh: FakeGitHub)
 def test_permission_is_checked_before_a_stored_campaign_is_reconciled(gh: FakeGitHub) -> None:
     forge, number = started(gh)
     dispatches = len(gh.dispatches)
-    event = {"action": "labeled", "issue": {"number": number, "title": "tune it", "body": FORM, "user": {"login": "mallory"},
-                                            "labels": [{"name": "attune:campaign"}]}}
+    event = {
+        "action": "labeled",
+        "issue": {
+            "number": number,
+            "title": "tune it",
+            "body": FORM,
+            "user": {"login": "mallory"},
+            "labels": [{"name": "attune:campaign"}],
+        },
+    }
     assert campaign_requests.handle(forge, event, lessons=[]).startswith("refused")
     assert len(gh.dispatches) == dispatches
 
@@ -134,8 +163,11 @@ def test_an_edited_or_deleted_comment_or_one_on_a_pull_request_is_no_command(gh:
     issue: dict = {"number": number}
     if event == "on-a-pull-request":
         issue["pull_request"] = {"url": f"https://api.github.com/repos/{gh.full_name}/pulls/{number}"}
-    payload = {"action": "created" if event == "on-a-pull-request" else event, "issue": issue,
-               "comment": {"id": cid, "body": "/attune stop", "user": {"login": "alice"}}}
+    payload = {
+        "action": "created" if event == "on-a-pull-request" else event,
+        "issue": issue,
+        "comment": {"id": cid, "body": "/attune stop", "user": {"login": "alice"}},
+    }
     assert comments.handle(forge, payload, lessons=[]).startswith("ignored: a comment")
     after = load_state(forge, number)
     assert after.campaign == before.campaign and cid not in after.handled

@@ -44,8 +44,10 @@ SIM_SOURCE = ROOT / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml
 
 
 def form(recipe: str = RECIPE) -> str:
-    return (f"### Recipe path\n\n{recipe}\n\n### Budget (device-hours)\n\n1\n\n### Policy\n\nheuristic\n\n"
-            "### Runner labels\n\ngpu, h100\n\n### Bench steps\n\n_No response_")
+    return (
+        f"### Recipe path\n\n{recipe}\n\n### Budget (device-hours)\n\n1\n\n### Policy\n\nheuristic\n\n"
+        "### Runner labels\n\ngpu, h100\n\n### Bench steps\n\n_No response_"
+    )
 
 
 class Scripted:
@@ -67,19 +69,44 @@ def change(lever: str, before: Any, after: Any, **kw: Any) -> Change:
 LOSSES = [4.0 - 0.1 * i for i in range(10)]
 
 
-def record(recipe: Recipe, tps: float | None, *, outcome: str = "ok", losses: list[float] | None = None, cost: float = 0.01,
-           run_id: str = "r", simulated: bool = False) -> RunRecord:
+def record(
+    recipe: Recipe,
+    tps: float | None,
+    *,
+    outcome: str = "ok",
+    losses: list[float] | None = None,
+    cost: float = 0.01,
+    run_id: str = "r",
+    simulated: bool = False,
+) -> RunRecord:
     losses = LOSSES if losses is None else losses
-    steps = [StepMetric(step=i + 1, loss=x, grad_norm=1.0, tps=tps) for i, x in enumerate(losses)] if outcome == "ok" else []
+    steps = (
+        [StepMetric(step=i + 1, loss=x, grad_norm=1.0, tps=tps) for i, x in enumerate(losses)]
+        if outcome == "ok"
+        else []
+    )
     return RunRecord(
-        run_id=run_id, recipe_id=recipe.name, recipe_hash=content_hash(recipe.model_dump_json()), model=recipe.workload.model,
-        hardware=recipe.cluster.hardware, levers=recipe.levers, pinned=recipe.pinned,
+        run_id=run_id,
+        recipe_id=recipe.name,
+        recipe_hash=content_hash(recipe.model_dump_json()),
+        model=recipe.workload.model,
+        hardware=recipe.cluster.hardware,
+        levers=recipe.levers,
+        pinned=recipe.pinned,
         stack=StackFingerprint(python="3.11", torch="2.13.0", torchtitan="0.3.0"),
         launch=LaunchShape(launcher=recipe.cluster.launcher, nodes=1, devices_per_node=1, world_size=1),
-        outcome=outcome, reason="" if outcome == "ok" else f"the run ended {outcome}", steps=steps,
-        summary=RunSummary(steps_completed=len(steps), tps_median=tps if outcome == "ok" else None,
-                           tps_cv=0.01 if outcome == "ok" else None, wall_s=cost * 3600, device_hours=cost),
-        usd_per_device_hour=recipe.cluster.usd_per_device_hour, simulated=simulated,
+        outcome=outcome,
+        reason="" if outcome == "ok" else f"the run ended {outcome}",
+        steps=steps,
+        summary=RunSummary(
+            steps_completed=len(steps),
+            tps_median=tps if outcome == "ok" else None,
+            tps_cv=0.01 if outcome == "ok" else None,
+            wall_s=cost * 3600,
+            device_hours=cost,
+        ),
+        usd_per_device_hour=recipe.cluster.usd_per_device_hour,
+        simulated=simulated,
     )
 
 
@@ -88,11 +115,26 @@ def stamped(rec: RunRecord, text: str, sha: str) -> RunRecord:
     that recipe names (id, model, hardware, levers, pinned values, launcher and shape)."""
     recipe = parse_recipe_text(text)
     c = recipe.cluster
-    launch = rec.launch.model_copy(update={"launcher": c.launcher, "nodes": c.nodes, "devices_per_node": c.devices_per_node,
-                                           "world_size": recipe.devices})
-    return rec.model_copy(update={"git_commit": sha, "recipe_hash": content_hash(text), "recipe_id": recipe.name,
-                                  "model": recipe.workload.model, "hardware": c.hardware, "levers": recipe.levers,
-                                  "pinned": recipe.pinned, "launch": launch})
+    launch = rec.launch.model_copy(
+        update={
+            "launcher": c.launcher,
+            "nodes": c.nodes,
+            "devices_per_node": c.devices_per_node,
+            "world_size": recipe.devices,
+        }
+    )
+    return rec.model_copy(
+        update={
+            "git_commit": sha,
+            "recipe_hash": content_hash(text),
+            "recipe_id": recipe.name,
+            "model": recipe.workload.model,
+            "hardware": c.hardware,
+            "levers": recipe.levers,
+            "pinned": recipe.pinned,
+            "launch": launch,
+        }
+    )
 
 
 @pytest.fixture
@@ -110,14 +152,17 @@ def gh(contract: Contract):
 
 @pytest.fixture
 def forge(gh: FakeGitHub) -> GitHubForge:
-    return GitHubForge(gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                       bot_login=gh.actor)
+    return GitHubForge(
+        gh.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None, bot_login=gh.actor
+    )
 
 
 class Flow:
     """One campaign on the fake, driven the way the workflows drive it."""
 
-    def __init__(self, gh: FakeGitHub, forge: GitHubForge, tmp_path: Path, policy: Scripted, recipe: str = RECIPE) -> None:
+    def __init__(
+        self, gh: FakeGitHub, forge: GitHubForge, tmp_path: Path, policy: Scripted, recipe: str = RECIPE
+    ) -> None:
         self.gh, self.forge, self.tmp, self.policy, self.path = gh, forge, tmp_path, policy, recipe
         self.recipe = parse_recipe_text((SIM_SOURCE if recipe == SIM_RECIPE else ROOT / recipe).read_text(), recipe)
         self.issue = gh.add_issue("tune it", form(recipe), user="alice", labels=["attune:campaign"])
@@ -125,8 +170,16 @@ class Flow:
 
     def start(self) -> str:
         issue = self.gh.issues[self.issue]
-        payload = {"action": "opened", "issue": {"number": self.issue, "title": issue.title, "body": issue.body,
-                                                 "user": {"login": issue.user}, "labels": [{"name": "attune:campaign"}]}}
+        payload = {
+            "action": "opened",
+            "issue": {
+                "number": self.issue,
+                "title": issue.title,
+                "body": issue.body,
+                "user": {"login": issue.user},
+                "labels": [{"name": "attune:campaign"}],
+            },
+        }
         return campaign_requests.handle(self.forge, payload, policy=self.policy, lessons=[])
 
     def trials(self) -> list[dict[str, str]]:
@@ -136,8 +189,15 @@ class Flow:
     def last(self) -> dict[str, str]:
         return self.trials()[-1]
 
-    def answer(self, result: RunRecord | tuple[RunRecord, RunRecord] | cm.Calibrated | str | None, dispatch: dict[str, str] | None = None,
-               job: str = "success", *, as_runner: bool = True, job_wall_s: float | None = 3600.0) -> str:
+    def answer(
+        self,
+        result: RunRecord | tuple[RunRecord, RunRecord] | cm.Calibrated | str | None,
+        dispatch: dict[str, str] | None = None,
+        job: str = "success",
+        *,
+        as_runner: bool = True,
+        job_wall_s: float | None = 3600.0,
+    ) -> str:
         """What the report job does for ``dispatch`` (default: the latest) when the run job left ``result``.
 
         ``as_runner``: the record is stamped the way a runner checked out at the dispatched sha stamps it (its
@@ -155,7 +215,9 @@ class Flow:
                 (out / side).mkdir()
                 (out / side / "record.json").write_text(stamped(rec, text, sha).model_dump_json())
         elif isinstance(result, RunRecord):
-            if as_runner and inputs["sha"] in self.gh.commits:  # (a result for a sha that does not exist stays as it is)
+            if (
+                as_runner and inputs["sha"] in self.gh.commits
+            ):  # (a result for a sha that does not exist stays as it is)
                 text = self.gh.file(inputs["recipe"], inputs["sha"])
                 result = stamped(result, text, inputs["sha"])
             (out / "record.json").write_text(result.model_dump_json())
@@ -164,9 +226,21 @@ class Flow:
             (out / "calibrated.json").write_text(result.model_dump_json())  # the runner's summary: never read
         elif isinstance(result, str):
             (out / "record.json").write_text(result)
-        return trial_results.handle(self.forge, out, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=int(inputs["pr"]),
-                                    sha=inputs["sha"], kind=inputs["kind"], attempt=int(inputs["attempt"]), run_job_result=job,
-                                    job_wall_s=job_wall_s, base_sha=base_sha, policy=self.policy, lessons=[])
+        return trial_results.handle(
+            self.forge,
+            out,
+            campaign=inputs["campaign"],
+            issue=int(inputs["issue"]),
+            pr=int(inputs["pr"]),
+            sha=inputs["sha"],
+            kind=inputs["kind"],
+            attempt=int(inputs["attempt"]),
+            run_job_result=job,
+            job_wall_s=job_wall_s,
+            base_sha=base_sha,
+            policy=self.policy,
+            lessons=[],
+        )
 
     def write_calibration(self, out: Path, device_hours: float) -> None:
         """The calibration runs' records as ``attune github calibrate`` uploads them (``calibration/``)."""
@@ -179,7 +253,9 @@ class Flow:
         specs = calibration_plan(baseline_text, reference)
         (out / "calibration").mkdir()
         for sid, spec in specs.items():
-            rec = stamped(reference, spec.recipe_text, "0" * 40).model_copy(update={"run_id": f"cal{len(sid)}", "hook": spec.hook})
+            rec = stamped(reference, spec.recipe_text, "0" * 40).model_copy(
+                update={"run_id": f"cal{len(sid)}", "hook": spec.hook}
+            )
             rec.summary.device_hours = device_hours / len(specs)
             (out / "calibration" / record_name(sid)).write_text(rec.model_dump_json())
 
@@ -206,7 +282,12 @@ class Flow:
 
 
 def test_a_passing_trial_is_reported_gated_merged_at_its_sha_and_the_next_step_dispatched(gh, forge, tmp_path) -> None:
-    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100), change("activation_checkpoint", "full", "none")))
+    flow = Flow(
+        gh,
+        forge,
+        tmp_path,
+        Scripted(change("training.gc_freq", 50, 100), change("activation_checkpoint", "full", "none")),
+    )
     flow.through_calibration()
     trial = flow.last
     assert trial["kind"] == "trial" and trial["pr"] != "0" and trial["runner_labels"] == '["gpu", "h100"]'
@@ -215,11 +296,19 @@ def test_a_passing_trial_is_reported_gated_merged_at_its_sha_and_the_next_step_d
 
     assert "trial run ok" in flow.answer(record(flow.recipe, 1200.0, run_id="t1"))  # +19%: measure it in pairs
     pair = flow.last
-    assert (pair["kind"], pair["pr"], pair["sha"], pair["attempt"], pair["order"]) == ("pair", str(pr), measured, "1", "AB")
+    assert (pair["kind"], pair["pr"], pair["sha"], pair["attempt"], pair["order"]) == (
+        "pair",
+        str(pr),
+        measured,
+        "1",
+        "AB",
+    )
     assert flow.ops("pulls/merge") == []
 
     # one pair in one job: incumbent 1005, candidate 1150: +14.4%, its interval above the 2% minimum gain
-    assert "pair 1 of step 1 ok" in flow.answer((record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1")))
+    assert "pair 1 of step 1 ok" in flow.answer(
+        (record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1"))
+    )
     pull = gh.pulls[pr]
     assert pull.merged_at is not None
     # merged through PUT /pulls/{n}/merge with the exact head it checked: the measured commit plus the bot's own
@@ -313,7 +402,14 @@ def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> No
 
     def command(body: str) -> str:
         cid = gh.add_comment(flow.issue, body, user="alice")
-        return handle_comment(forge, {"action": "created", "issue": {"number": flow.issue}, "comment": {"id": cid, "body": body, "user": {"login": "alice"}}})
+        return handle_comment(
+            forge,
+            {
+                "action": "created",
+                "issue": {"number": flow.issue},
+                "comment": {"id": cid, "body": body, "user": {"login": "alice"}},
+            },
+        )
 
     command("/attune budget +2")
     assert len(flow.trials()) == 1 and flow.state().budget == pytest.approx(3.0)
@@ -321,13 +417,17 @@ def test_only_resume_dispatches_a_run_in_flight_again(gh, forge, tmp_path) -> No
     first, again = flow.trials()
     assert {k: v for k, v in first.items() if k != "limits"} == {k: v for k, v in again.items() if k != "limits"}
     # the same run, now capped at the raised budget (3 device-hours on the recipe's one device)
-    assert json.loads(first["limits"]) == {"max_wall_s": 3600.0} and json.loads(again["limits"]) == {"max_wall_s": 10800.0}
+    assert json.loads(first["limits"]) == {"max_wall_s": 3600.0} and json.loads(again["limits"]) == {
+        "max_wall_s": 10800.0
+    }
     flow.answer(record(flow.recipe, 1000.0, run_id="b1"))
     assert flow.answer(record(flow.recipe, 1000.0, run_id="b1"), flow.trials()[0]).startswith("ignored")
     assert flow.last["attempt"] == "2" and len(flow.trials()) == 3
 
 
-def test_a_trial_carries_the_budget_cap_and_its_early_stop_bound_and_a_stopped_trial_closes(gh, forge, tmp_path) -> None:
+def test_a_trial_carries_the_budget_cap_and_its_early_stop_bound_and_a_stopped_trial_closes(
+    gh, forge, tmp_path
+) -> None:
     flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
     flow.through_calibration()
     assert flow.state().early_stop
@@ -338,7 +438,9 @@ def test_a_trial_carries_the_budget_cap_and_its_early_stop_bound_and_a_stopped_t
     assert limits["stop_below_tps"] == pytest.approx(1005 * 0.90)
     assert limits["max_wall_s"] == pytest.approx((flow.state().budget - flow.state().spent) * 3600, abs=0.01)
     assert all("stop_below_tps" not in json.loads(d["limits"]) for d in flow.trials()[:-1])  # baselines, calibration
-    slow = record(flow.recipe, 700.0, run_id="t1").model_copy(update={"outcome": "stopped", "reason": "stopped early: test"})
+    slow = record(flow.recipe, 700.0, run_id="t1").model_copy(
+        update={"outcome": "stopped", "reason": "stopped early: test"}
+    )
     flow.answer(slow)
     step = flow.state().step(1)
     assert step.state == "closed" and not step.kept and step.close_reason.startswith("no gain: stopped early")
@@ -356,7 +458,9 @@ def test_a_result_for_another_sha_or_kind_is_ignored(gh, forge, tmp_path) -> Non
     assert flow.state().pending[0].type == "run_trial"
 
 
-@pytest.mark.parametrize(("artifact", "why"), [(None, "no record.json"), ("{not json", "record.json could not be read")])
+@pytest.mark.parametrize(
+    ("artifact", "why"), [(None, "no record.json"), ("{not json", "record.json could not be read")]
+)
 def test_a_trial_without_a_record_is_a_crash_and_closes_the_step(gh, forge, tmp_path, artifact, why) -> None:
     flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
     flow.through_calibration()
@@ -437,8 +541,12 @@ def test_a_simulated_recipe_is_calibrated_by_the_bot_without_a_runner(gh, forge,
 
 
 def test_an_oom_retry_is_stacked_on_the_failed_step(gh, forge, tmp_path) -> None:
-    flow = Flow(gh, forge, tmp_path, Scripted(change("training.local_batch_size", 1, 2),
-                                              change("training.gc_freq", 50, 100, stacked_on=1)))
+    flow = Flow(
+        gh,
+        forge,
+        tmp_path,
+        Scripted(change("training.local_batch_size", 1, 2), change("training.gc_freq", 50, 100, stacked_on=1)),
+    )
     flow.through_calibration()
     parent_pr = int(flow.last["pr"])
     flow.answer(record(flow.recipe, None, outcome="oom", run_id="t1"))
@@ -472,7 +580,9 @@ def test_a_step_branch_moved_after_measuring_is_never_merged(gh, forge, tmp_path
     assert confirm["sha"] == measured
     # someone pushes to the step branch while the re-measure runs (the real check job would refuse it; say it ran)
     branch = gh.pulls[pr].head_ref
-    pushed = gh.seed({RECIPE: gh.file(RECIPE, branch).replace("gc_freq: 100", "gc_freq: 7")}, "a person's edit", branch=branch)
+    pushed = gh.seed(
+        {RECIPE: gh.file(RECIPE, branch).replace("gc_freq: 100", "gc_freq: 7")}, "a person's edit", branch=branch
+    )
     with pytest.raises(GitHubForgeError, match="not merging an unmeasured commit|not adding files"):
         flow.answer((record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1")), confirm)
     assert flow.ops("pulls/merge") == [] and gh.pulls[pr].merged_at is None
@@ -496,8 +606,17 @@ def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
     would refuse a non-positive one and the campaign would wait for a run that never starts)."""
     from bot.github.github_ports import run_limits
 
-    state = cm.Campaign(id="c", recipe_path="r.yaml", recipe_id="r", budget=2.0, spent=0.5, early_stop=True, early_stop_k=2.0,
-                        incumbent_tps=1350.0, band=cm.ThroughputBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05))
+    state = cm.Campaign(
+        id="c",
+        recipe_path="r.yaml",
+        recipe_id="r",
+        budget=2.0,
+        spent=0.5,
+        early_stop=True,
+        early_stop_k=2.0,
+        incumbent_tps=1350.0,
+        band=cm.ThroughputBand.from_runs([1000.0, 1700.0], k=2.0, floor=0.05),
+    )
     assert state.band.band > 1.0 and state.early_stop_bound() is None
     assert run_limits(state, "trial") == {"max_wall_s": 5400.0}
     spent = state.model_copy(update={"spent": 2.0})
@@ -505,23 +624,44 @@ def test_a_band_too_wide_for_an_early_stop_bound_sends_none() -> None:
 
 
 # ---------------------------------------------------------------- what a runner uploads is checked before it is believed
-@pytest.mark.parametrize(("lie", "why"), [
-    ({"summary.device_hours": 5.0}, "more than the run job's wall time allows"),
-    ({"git_commit": "a" * 40}, "is not the measured sha"),
-    ({"recipe_hash": "0" * 16}, "recipe_hash is not the hash"),
-    ({"simulated": True}, "a simulated record for a real recipe"),
-    ({"run_id": "../../etc/passwd"}, "run_id"),
-    ({"reason": "x" * 10_000}, "field reason"),
-    ({"recipe_id": "llama3.1-405b/h200x128"}, "the record's recipe_id 'llama3.1-405b/h200x128' is not the recipe's 'llama3-tiny/cpu'"),
-    ({"model": "llama3.1-405b"}, "the record's model 'llama3.1-405b' is not the recipe's"),
-    ({"hardware": "h200"}, "the record's hardware 'h200' is not the recipe's 'cpu'"),
-    ({"levers": {"x": 1}}, "the record's levers {'x': 1} is not the recipe's"),
-    ({"summary.tps_median": float("nan")}, "field summary.tps_median: nan, expected a finite number"),
-    ({"summary.tps_median": -5.0}, "field summary.tps_median: -5.0, expected a number >= 0"),
-    ({"summary.tps_median": float("inf")}, "field summary.tps_median: inf, expected a finite number"),
-    ({"steps.2.loss": float("nan")}, "field steps[2].loss: nan, expected a finite number"),
-], ids=["device-hours", "commit", "recipe-hash", "simulated", "path", "long-string", "other-recipe", "other-model",
-        "other-hardware", "other-levers", "nan-tps", "negative-tps", "inf-tps", "nan-loss"])
+@pytest.mark.parametrize(
+    ("lie", "why"),
+    [
+        ({"summary.device_hours": 5.0}, "more than the run job's wall time allows"),
+        ({"git_commit": "a" * 40}, "is not the measured sha"),
+        ({"recipe_hash": "0" * 16}, "recipe_hash is not the hash"),
+        ({"simulated": True}, "a simulated record for a real recipe"),
+        ({"run_id": "../../etc/passwd"}, "run_id"),
+        ({"reason": "x" * 10_000}, "field reason"),
+        (
+            {"recipe_id": "llama3.1-405b/h200x128"},
+            "the record's recipe_id 'llama3.1-405b/h200x128' is not the recipe's 'llama3-tiny/cpu'",
+        ),
+        ({"model": "llama3.1-405b"}, "the record's model 'llama3.1-405b' is not the recipe's"),
+        ({"hardware": "h200"}, "the record's hardware 'h200' is not the recipe's 'cpu'"),
+        ({"levers": {"x": 1}}, "the record's levers {'x': 1} is not the recipe's"),
+        ({"summary.tps_median": float("nan")}, "field summary.tps_median: nan, expected a finite number"),
+        ({"summary.tps_median": -5.0}, "field summary.tps_median: -5.0, expected a number >= 0"),
+        ({"summary.tps_median": float("inf")}, "field summary.tps_median: inf, expected a finite number"),
+        ({"steps.2.loss": float("nan")}, "field steps[2].loss: nan, expected a finite number"),
+    ],
+    ids=[
+        "device-hours",
+        "commit",
+        "recipe-hash",
+        "simulated",
+        "path",
+        "long-string",
+        "other-recipe",
+        "other-model",
+        "other-hardware",
+        "other-levers",
+        "nan-tps",
+        "negative-tps",
+        "inf-tps",
+        "nan-loss",
+    ],
+)
 def test_an_upload_that_lies_is_a_crash_never_a_measurement(gh, forge, tmp_path, lie, why) -> None:
     flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
     flow.through_calibration()
@@ -556,7 +696,9 @@ def test_an_unknown_job_wall_time_keeps_every_measurement_bounded_by_the_jobs_ti
     assert state.phase != "finished" and state.baseline[0].outcome == "ok" and state.baseline[0].tps == 1000.0
     assert (flow.last["kind"], flow.last["attempt"]) == ("baseline", "2")
     flow.answer(record(flow.recipe, 1010.0, run_id="b2"), job_wall_s=None)
-    assert "calibrated" in flow.answer(cm.Calibrated(band=None, device_hours=0.02, note="no loss band: test"), job_wall_s=None)
+    assert "calibrated" in flow.answer(
+        cm.Calibrated(band=None, device_hours=0.02, note="no loss band: test"), job_wall_s=None
+    )
     assert "trial run ok" in flow.answer(record(flow.recipe, 1200.0, run_id="t1"), job_wall_s=None)
     pair = (record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1"))
     assert "pair 1 of step 1 ok" in flow.answer(pair, job_wall_s=None)
@@ -564,7 +706,9 @@ def test_an_unknown_job_wall_time_keeps_every_measurement_bounded_by_the_jobs_ti
 
 
 @pytest.mark.parametrize("kind", ["trial", "pair"])
-def test_an_unknown_job_wall_time_still_refuses_more_device_hours_than_the_jobs_timeout_allows(gh, forge, tmp_path, kind) -> None:
+def test_an_unknown_job_wall_time_still_refuses_more_device_hours_than_the_jobs_timeout_allows(
+    gh, forge, tmp_path, kind
+) -> None:
     from bot.github.uploads import RUN_JOB_TIMEOUT_S
 
     flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100)))
@@ -572,8 +716,10 @@ def test_an_unknown_job_wall_time_still_refuses_more_device_hours_than_the_jobs_
     too_long = flow.recipe.devices * RUN_JOB_TIMEOUT_S / 3600.0 + 0.5
     if kind == "pair":
         flow.answer(record(flow.recipe, 1200.0, run_id="t1"))
-        said = flow.answer((record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1", cost=too_long)),
-                           job_wall_s=None)
+        said = flow.answer(
+            (record(flow.recipe, 1005.0, run_id="a1"), record(flow.recipe, 1150.0, run_id="c1", cost=too_long)),
+            job_wall_s=None,
+        )
     else:
         said = flow.answer(record(flow.recipe, 5000.0, run_id="t1", cost=too_long), job_wall_s=None)
     assert "crash" in said
@@ -593,10 +739,26 @@ def test_a_forged_calibration_run_gives_no_band(gh, forge, tmp_path) -> None:
     victim = next((art / "calibration").iterdir())
     forged = RunRecord.model_validate_json(victim.read_text()).model_copy(update={"hook": "grad_scale:2"})
     victim.write_text(forged.model_dump_json())
-    trial_results.handle(forge, art, campaign=cal["campaign"], issue=int(cal["issue"]), pr=0, sha=cal["sha"], kind="calibrate",
-                         attempt=1, job_wall_s=3600.0, policy=flow.policy, lessons=[])
+    trial_results.handle(
+        forge,
+        art,
+        campaign=cal["campaign"],
+        issue=int(cal["issue"]),
+        pr=0,
+        sha=cal["sha"],
+        kind="calibrate",
+        attempt=1,
+        job_wall_s=3600.0,
+        policy=flow.policy,
+        lessons=[],
+    )
     state = flow.state()
-    assert state.calibrated and state.loss_band is None and "refused" in state.calibration_note and "hook" in state.calibration_note
+    assert (
+        state.calibrated
+        and state.loss_band is None
+        and "refused" in state.calibration_note
+        and "hook" in state.calibration_note
+    )
 
 
 def check_then_report(flow: Flow, inputs: dict[str, str]) -> tuple[str, str]:
@@ -604,25 +766,51 @@ def check_then_report(flow: Flow, inputs: dict[str, str]) -> tuple[str, str]:
     report job, which feeds a refusal back with check's reason (nothing ran, no artifact)."""
     from bot.github.check_trial import check_trial
 
-    lines, reason = check_trial(flow.forge, pr=int(inputs["pr"]), sha=inputs["sha"], campaign=inputs["campaign"],
-                                kind=inputs["kind"], recipe=inputs["recipe"], runner_labels=inputs["runner_labels"],
-                                limits=inputs["limits"], issue=inputs["issue"])
+    lines, reason = check_trial(
+        flow.forge,
+        pr=int(inputs["pr"]),
+        sha=inputs["sha"],
+        campaign=inputs["campaign"],
+        kind=inputs["kind"],
+        recipe=inputs["recipe"],
+        runner_labels=inputs["runner_labels"],
+        limits=inputs["limits"],
+        issue=inputs["issue"],
+    )
     assert "ok=false" in lines and f"reason={reason}" in lines
     empty = flow.tmp / f"refused-{len(flow.trials())}"
     empty.mkdir()
-    out = trial_results.handle(flow.forge, empty, campaign=inputs["campaign"], issue=int(inputs["issue"]), pr=int(inputs["pr"]),
-                               sha=inputs["sha"], kind=inputs["kind"], attempt=int(inputs["attempt"]), run_job_result="skipped",
-                               check_refused=reason, policy=flow.policy, lessons=[])
+    out = trial_results.handle(
+        flow.forge,
+        empty,
+        campaign=inputs["campaign"],
+        issue=int(inputs["issue"]),
+        pr=int(inputs["pr"]),
+        sha=inputs["sha"],
+        kind=inputs["kind"],
+        attempt=int(inputs["attempt"]),
+        run_job_result="skipped",
+        check_refused=reason,
+        policy=flow.policy,
+        lessons=[],
+    )
     return reason, out
 
 
 def test_a_trial_check_refused_closes_the_step_with_the_reason_instead_of_waiting(gh, forge, tmp_path) -> None:
-    flow = Flow(gh, forge, tmp_path, Scripted(change("training.gc_freq", 50, 100), change("activation_checkpoint", "full", "none")))
+    flow = Flow(
+        gh,
+        forge,
+        tmp_path,
+        Scripted(change("training.gc_freq", 50, 100), change("activation_checkpoint", "full", "none")),
+    )
     flow.through_calibration()
     trial = flow.last
     pr = int(trial["pr"])
     # someone pushes code onto the step branch after the bot dispatched its trial: check refuses the dispatched sha
-    gh.seed({"bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "a person's push", branch=gh.pulls[pr].head_ref)
+    gh.seed(
+        {"bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "a person's push", branch=gh.pulls[pr].head_ref
+    )
 
     reason, out = check_then_report(flow, trial)
 
@@ -652,8 +840,17 @@ def test_the_check_reads_the_levers_a_step_may_change_from_the_campaign_state_on
 
     def check(inputs: dict[str, str], on: GitHubForge = forge, **over: str) -> tuple[list[str], str]:
         args = {**inputs, **over}
-        return check_trial(on, pr=int(args["pr"]), sha=args["sha"], campaign=args["campaign"], kind=args["kind"],
-                           recipe=args["recipe"], runner_labels=args["runner_labels"], limits=args["limits"], issue=args["issue"])
+        return check_trial(
+            on,
+            pr=int(args["pr"]),
+            sha=args["sha"],
+            campaign=args["campaign"],
+            kind=args["kind"],
+            recipe=args["recipe"],
+            runner_labels=args["runner_labels"],
+            limits=args["limits"],
+            issue=args["issue"],
+        )
 
     lines, reason = check(trial)
     assert reason == "ok" and "ok=true" in lines
@@ -670,7 +867,9 @@ def test_the_check_reads_the_levers_a_step_may_change_from_the_campaign_state_on
     assert "ok=false" in lines and "['activation_checkpoint']" in reason and "not the levers of this step" in reason
 
 
-def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_default_branchs_recipe(gh, forge, tmp_path) -> None:
+def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_default_branchs_recipe(
+    gh, forge, tmp_path
+) -> None:
     """The calibration's runner reads the baseline's recipe and record from the records branch at ``records_sha``:
     check lets it only when that head is the bot's own commit (its login and GitHub's signature: a push may name the
     bot as its author, but only the API's commits are signed) and the recipe kept there is the default branch's."""
@@ -684,8 +883,17 @@ def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_defaul
     assert cal["kind"] == "calibrate"
 
     def check() -> tuple[dict[str, str], str]:
-        lines, reason = check_trial(forge, pr=0, sha=cal["sha"], campaign=cal["campaign"], kind="calibrate", recipe=cal["recipe"],
-                                    runner_labels=cal["runner_labels"], limits=cal["limits"], issue=cal["issue"])
+        lines, reason = check_trial(
+            forge,
+            pr=0,
+            sha=cal["sha"],
+            campaign=cal["campaign"],
+            kind="calibrate",
+            recipe=cal["recipe"],
+            runner_labels=cal["runner_labels"],
+            limits=cal["limits"],
+            issue=cal["issue"],
+        )
         return dict(line.split("=", 1) for line in lines), reason
 
     out, reason = check()
@@ -694,10 +902,18 @@ def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_defaul
     clean = gh.head(branch)
     kept = f"campaigns/{cal['campaign']}/baseline-recipe.yaml"
     # a person pushes onto the records branch, naming the bot as the author: linked to the bot's login, but unsigned
-    forged = gh.seed({kept: gh.file(kept, branch).replace("local_batch_size: 1", "local_batch_size: 2")}, "a push", branch=branch,
-                     author=gh.actor)
+    forged = gh.seed(
+        {kept: gh.file(kept, branch).replace("local_batch_size: 1", "local_batch_size: 2")},
+        "a push",
+        branch=branch,
+        author=gh.actor,
+    )
     out, reason = check()
-    assert out["ok"] == "false" and out["records_sha"] == forged and f"{branch} head {forged[:12]} is not the bot's commit" in reason
+    assert (
+        out["ok"] == "false"
+        and out["records_sha"] == forged
+        and f"{branch} head {forged[:12]} is not the bot's commit" in reason
+    )
     assert "unsigned" in reason
     # the bot's next commit on top of that push (restoring the recipe): the head is the bot's, the push under it is not
     repo_file = forge._repo.get_contents(kept, ref=branch)  # noqa: SLF001 - writes as the bot writes
@@ -708,7 +924,9 @@ def test_a_calibration_reads_only_a_records_branch_the_bot_wrote_with_the_defaul
     # back to the bot's own history; the bot's own commit, but the recipe kept there is not the default branch's
     gh.refs[f"heads/{branch}"] = clean  # a maintainer resets the branch to the bot's last commit
     repo_file = forge._repo.get_contents(kept, ref=branch)  # noqa: SLF001
-    forge._repo.update_file(kept, "attune: a stale recipe", gh.file(kept, branch) + "# stale\n", repo_file.sha, branch=branch)  # noqa: SLF001
+    forge._repo.update_file(
+        kept, "attune: a stale recipe", gh.file(kept, branch) + "# stale\n", repo_file.sha, branch=branch
+    )  # noqa: SLF001
     out, reason = check()
     assert out["ok"] == "false" and "the recipe the baseline ran differs from" in reason
 
@@ -725,7 +943,9 @@ def test_a_calibration_check_refused_gives_no_band_and_goes_on(gh, forge, tmp_pa
 
     assert "is not the head of main" in reason and "calibration refused by check" in out
     state = flow.state()
-    assert state.calibrated and state.loss_band is None and "check refused the calibration run" in state.calibration_note
+    assert (
+        state.calibrated and state.loss_band is None and "check refused the calibration run" in state.calibration_note
+    )
     assert flow.last["kind"] == "trial"
 
 
@@ -733,8 +953,18 @@ def test_a_calibration_check_refused_gives_no_band_and_goes_on(gh, forge, tmp_pa
 def test_a_refused_dispatch_of_no_campaign_is_ignored(gh, forge, tmp_path, issue) -> None:
     """A dispatch anyone with write access made up (no such issue, or an issue without a campaign)."""
     number = 99 if issue == "none" else gh.add_issue("a question", "hello", user="alice")
-    out = trial_results.handle(forge, tmp_path, campaign="nobody", issue=number, pr=5, sha="e" * 40, kind="trial", attempt=1,
-                               run_job_result="skipped", check_refused="PR #5 is not from an attune/ branch")
+    out = trial_results.handle(
+        forge,
+        tmp_path,
+        campaign="nobody",
+        issue=number,
+        pr=5,
+        sha="e" * 40,
+        kind="trial",
+        attempt=1,
+        run_job_result="skipped",
+        check_refused="PR #5 is not from an attune/ branch",
+    )
     assert out.startswith("ignored: check refused a run of no campaign")
     assert gh.dispatches == [] and gh.comments == {}
 
@@ -752,8 +982,20 @@ def test_a_pair_is_believed_only_for_the_incumbent_check_trial_named(gh, forge, 
         text = gh.file(pair["recipe"], pair["sha"])
         rec = record(flow.recipe, 900.0 if side == "incumbent" else 1300.0, run_id=side[0])
         (out / side / "record.json").write_text(stamped(rec, text, pair["sha"]).model_dump_json())
-    said = trial_results.handle(forge, out, campaign=pair["campaign"], issue=int(pair["issue"]), pr=int(pair["pr"]), sha=pair["sha"],
-                                kind="pair", attempt=1, job_wall_s=3600.0, base_sha=pair["sha"], policy=flow.policy, lessons=[])
+    said = trial_results.handle(
+        forge,
+        out,
+        campaign=pair["campaign"],
+        issue=int(pair["issue"]),
+        pr=int(pair["pr"]),
+        sha=pair["sha"],
+        kind="pair",
+        attempt=1,
+        job_wall_s=3600.0,
+        base_sha=pair["sha"],
+        policy=flow.policy,
+        lessons=[],
+    )
     assert "pair 1 of step 1 crash" in said
     step = flow.state().step(1)
     assert not step.kept and step.state == "closed" and "not the default branch's now" in step.close_reason

@@ -16,9 +16,7 @@ from bot.github import comments
 from bot.github.commands import Command, parse_command
 from bot.github.request import CampaignRequest, RequestError, validate_request
 
-EXAMPLES = (
-    Path(__file__).resolve().parents[2] / "node_modules/@octokit/webhooks-examples/api.github.com/index.json"
-)
+EXAMPLES = Path(__file__).resolve().parents[2] / "node_modules/@octokit/webhooks-examples/api.github.com/index.json"
 FORM = (
     "### Recipe path\n\nrecipes/llama3-tiny/cpu.yaml\n\n### Budget (device-hours)\n\n1\n\n### Policy\n\nheuristic\n\n"
     "### Runner labels\n\ncpu\n\n### Bench steps\n\n_No response_"
@@ -91,6 +89,5 @@ def test_only_a_comment_created_on_an_issue_is_read_as_a_command(
         assert comments.handle(ReadOnlyForge(), event) == f"ignored: {login} has no write permission"
         event["issue"]["pull_request"] = {"url": event["issue"]["url"].replace("/issues/", "/pulls/")}
         assert (
-            comments.handle(UntouchedForge(), event)
-            == "ignored: a comment on a pull request, not on a campaign issue"
+            comments.handle(UntouchedForge(), event) == "ignored: a comment on a pull request, not on a campaign issue"
         )

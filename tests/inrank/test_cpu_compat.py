@@ -31,7 +31,14 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     """Run ``code`` in a fresh interpreter (no sitecustomize hook); its last stdout line is JSON."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ATTUNE_")}
     clean["PYTHONPATH"] = str(REPO)
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env={**clean, **(env or {})}, timeout=timeout, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**clean, **(env or {})},
+        timeout=timeout,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -100,28 +107,46 @@ def applied() -> dict:
 
 
 def test_device_patch_is_needed_and_works(applied: dict) -> None:
-    assert applied["device_before"] == "cuda", "torchtitan no longer falls back to cuda on a CPU-only host: drop the device patch"
+    assert applied["device_before"] == "cuda", (
+        "torchtitan no longer falls back to cuda on a CPU-only host: drop the device patch"
+    )
     assert applied["device_after"] == "cpu"
     assert applied["metrics_device_type"] == "cpu"
-    assert applied["memory_stats"] == ["active_bytes.all.peak", "num_alloc_retries", "num_ooms", "reserved_bytes.all.peak"]
+    assert applied["memory_stats"] == [
+        "active_bytes.all.peak",
+        "num_alloc_retries",
+        "num_ooms",
+        "reserved_bytes.all.peak",
+    ]
     assert applied["peak_positive"] and applied["total_memory_positive"]
     assert applied["device_count"] == 1
 
 
 def test_apply_applies_every_patch_once(applied: dict) -> None:
-    assert applied["applied"] == ["device", "set_timeout", "attention", "gloo_premul_sum", "pp_microbatch_step", "grouped_experts_dtype"]
+    assert applied["applied"] == [
+        "device",
+        "set_timeout",
+        "attention",
+        "gloo_premul_sum",
+        "pp_microbatch_step",
+        "grouped_experts_dtype",
+    ]
     assert applied["grouped_experts_patched"]
     assert applied["applied_again"] == applied["applied"]
 
 
 def test_set_timeout_patch_is_needed_and_works(applied: dict) -> None:
     assert not applied["set_timeout_before"], "torch now has torch.distributed.set_timeout: drop the set_timeout patch"
-    assert applied["titan_calls_set_timeout"], "torchtitan no longer calls torch.distributed.set_timeout: drop the patch"
+    assert applied["titan_calls_set_timeout"], (
+        "torchtitan no longer calls torch.distributed.set_timeout: drop the patch"
+    )
     assert applied["set_timeout_ok"]
 
 
 def test_gloo_refuses_premul_sum(applied: dict) -> None:
-    assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in applied["premul_sum"], "gloo accepts PREMUL_SUM now: drop the gloo patch"
+    assert "Cannot use ReduceOp.PREMUL_SUM with Gloo" in applied["premul_sum"], (
+        "gloo accepts PREMUL_SUM now: drop the gloo patch"
+    )
 
 
 def test_attention_patch_trains_the_tiny_model_on_cpu(applied: dict) -> None:
@@ -311,8 +336,14 @@ def _two_rank_fsdp_backward(mode: str) -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         procs = [
-            subprocess.Popen([sys.executable, "-c", textwrap.dedent(FSDP_WORKER), str(rank), store, mode],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+            subprocess.Popen(
+                [sys.executable, "-c", textwrap.dedent(FSDP_WORKER), str(rank), store, mode],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                cwd=REPO,
+            )
             for rank in range(2)
         ]
         try:
@@ -320,7 +351,11 @@ def _two_rank_fsdp_backward(mode: str) -> list[str]:
         finally:
             for proc in procs:
                 proc.kill()
-    failed = [f"rank {r} (exit {p.returncode}):\n{err[-2000:]}" for r, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True)) if p.returncode]
+    failed = [
+        f"rank {r} (exit {p.returncode}):\n{err[-2000:]}"
+        for r, (p, (_, err)) in enumerate(zip(procs, outputs, strict=True))
+        if p.returncode
+    ]
     assert not failed, "\n".join(failed)
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
 
@@ -337,8 +372,14 @@ def test_torchtitan_still_computes_grouped_experts_in_bf16() -> None:
     from torchtitan.models.common.moe import GroupedExperts
 
     source = inspect.getsource(GroupedExperts.forward)
-    assert source.count(".bfloat16()") >= 4, "GroupedExperts.forward no longer casts to bf16: drop the grouped_experts_dtype patch"
-    assert "self._grouped_mm(" in source and list(inspect.signature(GroupedExperts.forward).parameters) == ["self", "x_RD", "num_tokens_per_expert_E"]
+    assert source.count(".bfloat16()") >= 4, (
+        "GroupedExperts.forward no longer casts to bf16: drop the grouped_experts_dtype patch"
+    )
+    assert "self._grouped_mm(" in source and list(inspect.signature(GroupedExperts.forward).parameters) == [
+        "self",
+        "x_RD",
+        "num_tokens_per_expert_E",
+    ]
 
 
 def _experts(dtype: torch.dtype):

@@ -43,7 +43,9 @@ def trainer_cls(monkeypatch: pytest.MonkeyPatch) -> type[_Trainer]:
 
 
 @pytest.mark.parametrize("seeded", [True, False], ids=["seed-checkpoint", "drawn-weights"])
-def test_the_init_perturbation_reaches_the_weights_training_starts_from(trainer_cls: type[_Trainer], seeded: bool) -> None:
+def test_the_init_perturbation_reaches_the_weights_training_starts_from(
+    trainer_cls: type[_Trainer], seeded: bool
+) -> None:
     """The calibration's init perturbation was applied in ``__init__``, before ``train()`` loaded the seed checkpoint,
     which put the unperturbed weights back: the witness did nothing on every seeded run."""
     seed = {k: torch.randn_like(v) for k, v in torch.nn.Linear(8, 8).state_dict().items()}

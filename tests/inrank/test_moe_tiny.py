@@ -26,7 +26,12 @@ def test_the_model_is_torchtitans_qwen3_moe_with_eight_experts_top_two() -> None
     for layer in spec.model.layers:
         moe = layer.moe
         assert isinstance(moe, MoE.Config) and isinstance(moe.router, TokenChoiceTopKRouter.Config)
-        assert (moe.num_experts, moe.router.top_k, moe.router.score_func, moe.router.route_norm) == (8, 2, "softmax", True)
+        assert (moe.num_experts, moe.router.top_k, moe.router.score_func, moe.router.route_norm) == (
+            8,
+            2,
+            "softmax",
+            True,
+        )
         assert moe.load_balance_coeff == 1e-3 and moe.shared_experts is None
         assert type(moe.routed_experts.token_dispatcher) is AllToAllTokenDispatcher.Config
 
@@ -45,8 +50,19 @@ def test_the_local_dispatch_config_swaps_only_the_dispatcher_class() -> None:
 def test_the_zoo_entry_matches_the_workload() -> None:
     m = get_model("moe-tiny")
     w = moe_tiny
-    assert (m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, m.head_dim) == (w.N_LAYERS, w.DIM, w.N_HEADS, w.N_KV_HEADS, w.HEAD_DIM)
-    assert (m.n_experts, m.top_k, m.ffn_expert, m.vocab) == (w.NUM_EXPERTS, w.TOP_K, w.MOE_HIDDEN, moe_tiny.CharTokenizerCore().vocab_size)
+    assert (m.n_layers, m.hidden, m.n_heads, m.n_kv_heads, m.head_dim) == (
+        w.N_LAYERS,
+        w.DIM,
+        w.N_HEADS,
+        w.N_KV_HEADS,
+        w.HEAD_DIM,
+    )
+    assert (m.n_experts, m.top_k, m.ffn_expert, m.vocab) == (
+        w.NUM_EXPERTS,
+        w.TOP_K,
+        w.MOE_HIDDEN,
+        moe_tiny.CharTokenizerCore().vocab_size,
+    )
     model = moe_tiny.moe_model_spec().model.build()
     built = sum(p.numel() for p in model.parameters())
     qk_norms = 2 * w.HEAD_DIM * w.N_LAYERS  # the zoo's FLOP model has no QK-norm weights

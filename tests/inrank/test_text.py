@@ -94,12 +94,16 @@ def _step_ids(step: int, dp: int, local_batch: int, grad_accum: int) -> list[int
     return sorted(ids)
 
 
-@pytest.mark.parametrize(("dp", "local_batch"), [(1, 8), (1, 4), (1, 2), (1, 1), (2, 4), (2, 2), (2, 1), (4, 2), (8, 1)])
+@pytest.mark.parametrize(
+    ("dp", "local_batch"), [(1, 8), (1, 4), (1, 2), (1, 1), (2, 4), (2, 2), (2, 1), (4, 2), (8, 1)]
+)
 def test_sample_order_is_dp_invariant(dp: int, local_batch: int) -> None:
     global_batch = 8
     grad_accum = global_batch // (dp * local_batch)
     for step in range(4):
-        assert _step_ids(step, dp, local_batch, grad_accum) == list(range(step * global_batch, (step + 1) * global_batch))
+        assert _step_ids(step, dp, local_batch, grad_accum) == list(
+            range(step * global_batch, (step + 1) * global_batch)
+        )
 
 
 def test_union_of_a_chunk_over_ranks_is_the_same_global_ids() -> None:

@@ -33,13 +33,21 @@ def run_layout(name: str, levers: dict, *, steps: int, work: Path, seed_cache: P
     text = layout_text(levers)
     recipe = parse_recipe_text(text, name)
     rec = LocalRunner(timeout_s=300, startup_s=240, seed_cache=seed_cache, check_layout=False).run(
-        recipe, steps=steps, out_dir=work / name, recipe_text=text)
+        recipe, steps=steps, out_dir=work / name, recipe_text=text
+    )
     reason = rec.reason
     if rec.outcome == "crash":
         reason = rank_error(work / name / "train.log") or reason
-    return {"layout": name, "levers": levers, "outcome": rec.outcome, "reason": reason[:400],
-            "losses": [s.loss for s in rec.steps], "tokens_per_s": rec.summary.tps_median, "wall_s": round(rec.summary.wall_s, 1),
-            "seed_checkpoint": rec.seed_checkpoint}
+    return {
+        "layout": name,
+        "levers": levers,
+        "outcome": rec.outcome,
+        "reason": reason[:400],
+        "losses": [s.loss for s in rec.steps],
+        "tokens_per_s": rec.summary.tps_median,
+        "wall_s": round(rec.summary.wall_s, 1),
+        "seed_checkpoint": rec.seed_checkpoint,
+    }
 
 
 def rank_error(log: Path) -> str:
@@ -75,13 +83,19 @@ def main(argv: list[str]) -> None:
     from importlib.metadata import version
 
     doc = {
-        "how": (f"python -m tests.runner.layout_matrix: each layout of bot.core.layouts.LAYOUTS_2 applied to "
-                f"recipes/llama3-tiny/cpu-2rank.yaml, run for real with bot.runner.local.LocalRunner (torchrun, 2 gloo ranks, "
-                f"1 thread each, CPU compatibility layer, seed checkpoint, layout pre-flight off), {steps} steps each, "
-                f"on a shared 2-core machine: tokens/s are indicative only"),
+        "how": (
+            f"python -m tests.runner.layout_matrix: each layout of bot.core.layouts.LAYOUTS_2 applied to "
+            f"recipes/llama3-tiny/cpu-2rank.yaml, run for real with bot.runner.local.LocalRunner (torchrun, 2 gloo ranks, "
+            f"1 thread each, CPU compatibility layer, seed checkpoint, layout pre-flight off), {steps} steps each, "
+            f"on a shared 2-core machine: tokens/s are indicative only"
+        ),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "stack": {"python": platform.python_version(), "torch": torch.__version__, "torchtitan": version("torchtitan"),
-                  "cpu": platform.processor() or platform.machine()},
+        "stack": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "torchtitan": version("torchtitan"),
+            "cpu": platform.processor() or platform.machine(),
+        },
         "steps": steps,
         "wall_s": round(time.monotonic() - t0, 1),
         "layouts": rows,

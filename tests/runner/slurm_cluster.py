@@ -223,7 +223,9 @@ def start() -> SlurmCluster:
         (root / sub).mkdir(parents=True, exist_ok=True)
     ctld_port, *node_ports = free_ports(1 + len(NODES))
     conf = root / "slurm.conf"
-    conf.write_text(slurm_conf(root, ctld_port=ctld_port, node_ports=node_ports, cpus=max(1, min(2, os.cpu_count() or 1))))
+    conf.write_text(
+        slurm_conf(root, ctld_port=ctld_port, node_ports=node_ports, cpus=max(1, min(2, os.cpu_count() or 1)))
+    )
     (root / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")  # unused: proctrack/linuxproc
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(1024))
@@ -232,8 +234,15 @@ def start() -> SlurmCluster:
     cluster = SlurmCluster(root=root, env=env)
     m = root / "munge"
     try:
-        cluster.run(_which("munged") or "munged", "--force", f"--socket={m / 'munge.socket'}", f"--key-file={key}",
-                    f"--pid-file={m / 'munged.pid'}", f"--log-file={m / 'munged.log'}", f"--seed-file={m / 'munged.seed'}")
+        cluster.run(
+            _which("munged") or "munged",
+            "--force",
+            f"--socket={m / 'munge.socket'}",
+            f"--key-file={key}",
+            f"--pid-file={m / 'munged.pid'}",
+            f"--log-file={m / 'munged.log'}",
+            f"--seed-file={m / 'munged.seed'}",
+        )
         cluster.pids["munged"] = _pid_from(m / "munged.pid")
         cluster.run(_which("slurmctld") or "slurmctld", "-i")
         cluster.pids["slurmctld"] = _pid_from(root / "slurmctld.pid")

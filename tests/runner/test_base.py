@@ -15,7 +15,11 @@ def _steps(tps: list[float], every: int = 1, step_s: float = 0.5) -> list[StepMe
     out = []
     for i, t in enumerate(tps):
         step = i + 1 if every == 1 else max(1, i * every)
-        out.append(StepMetric(step=step, loss=10.0 - i, tps=t, memory_gib=1.0 + i / 10, mfu=1.0 + i, time_s=(step - 1) * step_s))
+        out.append(
+            StepMetric(
+                step=step, loss=10.0 - i, tps=t, memory_gib=1.0 + i / 10, mfu=1.0 + i, time_s=(step - 1) * step_s
+            )
+        )
     return out
 
 
@@ -92,7 +96,10 @@ def test_early_stop_waits_for_measured_steps_then_stops_a_clearly_slower_run() -
     rule = EarlyStop(below_tps=100.0, after_steps=3)
     assert early_stop_reason(steps[:3], 1, rule) is None  # steps 2-3: only two measured past the warm-up
     why = early_stop_reason(steps[:4], 1, rule)
-    assert why == "stopped early: the median of 3 measured steps, 90 tokens/s/device, is below the early-stop threshold of 100"
+    assert (
+        why
+        == "stopped early: the median of 3 measured steps, 90 tokens/s/device, is below the early-stop threshold of 100"
+    )
     based = early_stop_reason(steps[:4], 1, EarlyStop(below_tps=100.0, basis="the incumbent less the noise band"))
     assert based == why + " (the incumbent less the noise band)"  # a campaign says what its bound is
     assert early_stop_reason(steps, 1, EarlyStop(below_tps=80.0)) is None  # not slower than the bound: runs on

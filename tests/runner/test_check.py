@@ -39,8 +39,11 @@ def refusal(path: Path) -> str:
     return message
 
 
-@pytest.mark.parametrize("path", sorted([*(REPO / "recipes").rglob("*.yaml"), *(REPO / "bot/bench/tasks").rglob("*.yaml")]),
-                         ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize(
+    "path",
+    sorted([*(REPO / "recipes").rglob("*.yaml"), *(REPO / "bot/bench/tasks").rglob("*.yaml")]),
+    ids=lambda p: str(p.relative_to(REPO)),
+)
 def test_every_shipped_recipe_can_run_on_its_launcher(path: Path) -> None:
     assert check_runnable(load_recipe(path), path) is None
 
@@ -52,7 +55,9 @@ def test_hardware_the_simulator_does_not_know_is_named_at_its_line_with_the_know
     assert message.endswith(", ".join(sorted(HARDWARE)))
 
 
-def test_a_model_neither_torchtitan_nor_the_zoo_knows_is_named_at_its_config_with_the_known_ones(tmp_path: Path) -> None:
+def test_a_model_neither_torchtitan_nor_the_zoo_knows_is_named_at_its_config_with_the_known_ones(
+    tmp_path: Path,
+) -> None:
     path, _ = edited(tmp_path, SIM, "  model: llama3.1-8b", "  model: gpt-9")
     text = path.read_text().replace("config: llama3_8b", "config: llama3_nonexistent")
     path.write_text(text)
@@ -78,16 +83,30 @@ def test_hardware_or_models_outside_the_zoo_are_not_the_simulators_business_else
     assert check_runnable(load_recipe(path), path) is None  # Slurm's nodes answer for their hardware
 
 
-def test_a_simulated_layout_with_more_tensor_parallel_ranks_than_devices_is_refused_at_that_lever(tmp_path: Path) -> None:
-    path, line = edited(tmp_path, SIM, "  parallelism.tensor_parallel_degree: 1                      # llama3_8b: no TP",
-                        "  parallelism.tensor_parallel_degree: 16")
+def test_a_simulated_layout_with_more_tensor_parallel_ranks_than_devices_is_refused_at_that_lever(
+    tmp_path: Path,
+) -> None:
+    path, line = edited(
+        tmp_path,
+        SIM,
+        "  parallelism.tensor_parallel_degree: 1                      # llama3_8b: no TP",
+        "  parallelism.tensor_parallel_degree: 16",
+    )
     message = refusal(path)
-    assert message.startswith(f"{path}:{line}: levers.parallelism.tensor_parallel_degree: the layout cannot run: world size 8 ")
+    assert message.startswith(
+        f"{path}:{line}: levers.parallelism.tensor_parallel_degree: the layout cannot run: world size 8 "
+    )
 
 
-def test_a_simulated_global_batch_the_data_parallel_degree_does_not_divide_is_refused_at_the_pin(tmp_path: Path) -> None:
-    path, line = edited(tmp_path, SIM, next(ln for ln in SIM.read_text().splitlines() if "training.global_batch_size" in ln),
-                        "  training.global_batch_size: 7")
+def test_a_simulated_global_batch_the_data_parallel_degree_does_not_divide_is_refused_at_the_pin(
+    tmp_path: Path,
+) -> None:
+    path, line = edited(
+        tmp_path,
+        SIM,
+        next(ln for ln in SIM.read_text().splitlines() if "training.global_batch_size" in ln),
+        "  training.global_batch_size: 7",
+    )
     message = refusal(path)
     assert message.startswith(f"{path}:{line}: pinned.training.global_batch_size: the layout cannot run: ")
     assert "not divisible" in message
@@ -98,15 +117,29 @@ def test_a_pipeline_with_fewer_microbatches_than_stages_is_refused_at_the_local_
     refusal pointed at cluster.devices_per_node)."""
     source = REPO / "bot" / "bench" / "tasks" / "llama3.1-405b" / "h200x128.yaml"
     text = source.read_text().splitlines()
-    path, _ = edited(tmp_path, source, next(ln for ln in text if ln.startswith("  parallelism.pipeline_parallel_schedule:")),
-                     "  parallelism.pipeline_parallel_schedule: 1F1B")
-    path, _ = edited(tmp_path, path, next(ln for ln in text if ln.startswith("  training.global_batch_size:")),
-                     "  training.global_batch_size: 8")
-    path, line = edited(tmp_path, path, next(ln for ln in text if ln.startswith("  training.local_batch_size:")),
-                        "  training.local_batch_size: 4")
+    path, _ = edited(
+        tmp_path,
+        source,
+        next(ln for ln in text if ln.startswith("  parallelism.pipeline_parallel_schedule:")),
+        "  parallelism.pipeline_parallel_schedule: 1F1B",
+    )
+    path, _ = edited(
+        tmp_path,
+        path,
+        next(ln for ln in text if ln.startswith("  training.global_batch_size:")),
+        "  training.global_batch_size: 8",
+    )
+    path, line = edited(
+        tmp_path,
+        path,
+        next(ln for ln in text if ln.startswith("  training.local_batch_size:")),
+        "  training.local_batch_size: 4",
+    )
     message = refusal(path)
-    assert message.startswith(f"{path}:{line}: levers.training.local_batch_size: the layout cannot run: 1F1B needs at least "
-                              "as many microbatches (4 = training.local_batch_size/microbatch size) as stages (8; ")
+    assert message.startswith(
+        f"{path}:{line}: levers.training.local_batch_size: the layout cannot run: 1F1B needs at least "
+        "as many microbatches (4 = training.local_batch_size/microbatch size) as stages (8; "
+    )
 
 
 def test_a_local_layout_torchtitan_refuses_is_refused_before_any_launch(tmp_path: Path) -> None:
@@ -118,7 +151,9 @@ def test_a_local_layout_torchtitan_refuses_is_refused_before_any_launch(tmp_path
     path = tmp_path / CPU.name
     path.write_text("\n".join(lines) + "\n")
     message = refusal(path)
-    assert message.startswith(f"{path}:{n + 2}: levers.parallelism.data_parallel_replicate_degree: the layout cannot run: ")
+    assert message.startswith(
+        f"{path}:{n + 2}: levers.parallelism.data_parallel_replicate_degree: the layout cannot run: "
+    )
     assert "must multiply to the 1 devices" in message
 
 

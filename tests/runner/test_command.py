@@ -39,7 +39,16 @@ def test_global_flags_precede_the_ac_subcommand(cpu_recipe: Recipe) -> None:
     assert args[ac + 1 :] == ["--activation-checkpoint.memory-budget", "0.3"]
     before = [a for a in args[:ac] if a.startswith("--")]
     assert "--activation-checkpoint.memory-budget" not in before
-    for expected in ("--module", "--config", "--training.global-batch-size", "--training.local-batch-size", "--compile.enable", "--training.steps", "--dump-folder", "--metrics.log-freq"):
+    for expected in (
+        "--module",
+        "--config",
+        "--training.global-batch-size",
+        "--training.local-batch-size",
+        "--compile.enable",
+        "--training.steps",
+        "--dump-folder",
+        "--metrics.log-freq",
+    ):
         assert expected in before, expected
     assert args[:4] == ["--module", "bot.inrank.workloads.llama3_tiny", "--config", "llama3_tiny_cpu"]
 

@@ -58,7 +58,9 @@ def _backdate_ctime(monkeypatch: pytest.MonkeyPatch, old: set[Path]) -> None:
     monkeypatch.setattr("bot.runner.compilecache.os.lstat", lstat)
 
 
-def test_scrub_removes_what_changed_since_but_locks_and_markers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scrub_removes_what_changed_since_but_locks_and_markers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kept = _old(tmp_path / "ab" / "cab.main.so")
     _backdate_ctime(monkeypatch, {kept})
     since = time.time()
@@ -71,8 +73,9 @@ def test_scrub_removes_what_changed_since_but_locks_and_markers(tmp_path: Path, 
     assert not half.exists() and not triton.exists()
 
 
-def test_a_run_that_ends_ok_keeps_its_entries_one_that_does_not_loses_them(tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_ends_ok_keeps_its_entries_one_that_does_not_loses_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cache = CompileCache(tmp_path)
     earlier = _old(tmp_path / "ab" / "cab.main.so")
     old = {earlier}
@@ -91,9 +94,11 @@ def test_a_run_that_ends_ok_keeps_its_entries_one_that_does_not_loses_them(tmp_p
 
 def test_a_runner_that_died_is_cleaned_up_for_by_the_next_run(tmp_path: Path) -> None:
     """A runner SIGKILLed mid-run never calls ``end``: its marker is left, held by nobody; the next run scrubs."""
-    code = ("import os, sys, time; from pathlib import Path; from bot.runner.compilecache import CompileCache; "
-            "lease = CompileCache(Path(sys.argv[1])).begin(); p = Path(sys.argv[1]) / 'iz'; p.mkdir(); "
-            "(p / 'ciz.main.so').write_text(''); print('ready', flush=True); time.sleep(600)")
+    code = (
+        "import os, sys, time; from pathlib import Path; from bot.runner.compilecache import CompileCache; "
+        "lease = CompileCache(Path(sys.argv[1])).begin(); p = Path(sys.argv[1]) / 'iz'; p.mkdir(); "
+        "(p / 'ciz.main.so').write_text(''); print('ready', flush=True); time.sleep(600)"
+    )
     dead = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     assert dead.stdout is not None and dead.stdout.readline().strip() == "ready"
     live = CompileCache(tmp_path).begin()  # beside a run that is going on: nothing of it is touched
@@ -115,11 +120,18 @@ def test_the_cache_is_the_operators_choice_else_the_runners_own(tmp_path: Path) 
     assert cache_root({CACHE_ENV: str(torch_default())}, {}, default=tmp_path / "own") == tmp_path / "own"
 
 
-@pytest.mark.parametrize(("outcome", "raises", "kept"), [("ok", None, True), ("timeout", None, False),
-                                                         ("crash", None, False), (None, KeyboardInterrupt, False)])
+@pytest.mark.parametrize(
+    ("outcome", "raises", "kept"),
+    [("ok", None, True), ("timeout", None, False), ("crash", None, False), (None, KeyboardInterrupt, False)],
+)
 def test_the_local_runner_gives_each_run_its_cache_and_scrubs_after_a_failed_one(
-        cpu_recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcome: str | None,
-        raises: type[BaseException] | None, kept: bool) -> None:
+    cpu_recipe: Recipe,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    outcome: str | None,
+    raises: type[BaseException] | None,
+    kept: bool,
+) -> None:
     """The run's env names the runner's cache (over the recipe's own); what a run that did not end ok (stopped, timed
     out, hung, crashed, interrupted) wrote there is gone afterwards, what an ok run wrote stays."""
     monkeypatch.delenv(CACHE_ENV, raising=False)

@@ -41,15 +41,19 @@ def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_made_where_the_stock_config_names_them_and_torchtitan_reads_them(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hf_cache: None, llama3_debug_config) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hf_cache: None, llama3_debug_config
+) -> None:
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
     from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
 
     plan = plan_from_config(llama3_debug_config)
     assert plan.tokenizer_path == "./tests/assets/tokenizer" and plan.dataset_paths == ("tests/assets/c4_test",)
     made = ensure_debug_assets(tmp_path, llama3_debug_config)
-    assert made == [tmp_path / "tests/assets/tokenizer/tokenizer.json", tmp_path / "tests/assets/tokenizer/tokenizer_config.json",
-                    tmp_path / "tests/assets/c4_test/data.json"]
+    assert made == [
+        tmp_path / "tests/assets/tokenizer/tokenizer.json",
+        tmp_path / "tests/assets/tokenizer/tokenizer_config.json",
+        tmp_path / "tests/assets/c4_test/data.json",
+    ]
     assert not [p for p in tmp_path.rglob("*.tmp")]  # no temporary file left behind
 
     monkeypatch.chdir(tmp_path)  # torchtitan reads both paths relative to the working directory
@@ -102,29 +106,44 @@ def test_existing_files_are_left_alone(tmp_path: Path) -> None:
 
 
 def test_flat_config_with_validator_and_other_datasets(tmp_path: Path) -> None:
-    flat = {"hf_assets_path": "tok", "model_spec.model.vocab_size": 512, "dataloader.dataset": "C4_TEST",
-            "dataloader.dataset_path": "d/train", "validator.enable": True, "validator.dataloader.dataset": "c4_test",
-            "validator.dataloader.dataset_path": None}
+    flat = {
+        "hf_assets_path": "tok",
+        "model_spec.model.vocab_size": 512,
+        "dataloader.dataset": "C4_TEST",
+        "dataloader.dataset_path": "d/train",
+        "validator.enable": True,
+        "validator.dataloader.dataset": "c4_test",
+        "validator.dataloader.dataset_path": None,
+    }
     plan = plan_from_config(flat)
     assert plan.dataset_paths == ("d/train", "tests/assets/c4_test") and plan.vocab_size == 512
     made = ensure_debug_assets(tmp_path, flat)
     assert {p.relative_to(tmp_path).as_posix() for p in made} == {
-        "tok/tokenizer.json", "tok/tokenizer_config.json", "d/train/data.json", "tests/assets/c4_test/data.json"}
+        "tok/tokenizer.json",
+        "tok/tokenizer_config.json",
+        "d/train/data.json",
+        "tests/assets/c4_test/data.json",
+    }
     assert json.loads((tmp_path / "tok/tokenizer.json").read_text())["model"]["type"] == "BPE"
     # a Hub dataset (c4) is not ours to make; a disabled validator's dataset is not read
     hub = {**flat, "dataloader.dataset": "c4", "validator.enable": False}
     assert plan_from_config(hub).dataset_paths == ()
 
 
-@pytest.mark.parametrize(("setup", "kwargs", "message"), [
-    ("file:tok", {"tokenizer_path": "tok"}, "hf_assets_path 'tok': "),
-    ("file:a", {"tokenizer_path": "a/b/tok"}, "is a file, expected a folder"),
-    ("", {"tokenizer_path": "/elsewhere/tok"}, "outside the repository root"),
-    ("", {"tokenizer_path": "../tok"}, "outside the repository root"),
-    ("", {"dataset_paths": ["../../data"]}, "dataloader.dataset_path '../../data': outside the repository root"),
-    ("", {"vocab_size": 100}, "vocab_size: expected an integer >= 258"),
-])
-def test_bad_paths_are_one_line_errors_and_write_nothing(tmp_path: Path, setup: str, kwargs: dict, message: str) -> None:
+@pytest.mark.parametrize(
+    ("setup", "kwargs", "message"),
+    [
+        ("file:tok", {"tokenizer_path": "tok"}, "hf_assets_path 'tok': "),
+        ("file:a", {"tokenizer_path": "a/b/tok"}, "is a file, expected a folder"),
+        ("", {"tokenizer_path": "/elsewhere/tok"}, "outside the repository root"),
+        ("", {"tokenizer_path": "../tok"}, "outside the repository root"),
+        ("", {"dataset_paths": ["../../data"]}, "dataloader.dataset_path '../../data': outside the repository root"),
+        ("", {"vocab_size": 100}, "vocab_size: expected an integer >= 258"),
+    ],
+)
+def test_bad_paths_are_one_line_errors_and_write_nothing(
+    tmp_path: Path, setup: str, kwargs: dict, message: str
+) -> None:
     root = tmp_path / "repo"
     root.mkdir()
     if setup.startswith("file:"):
@@ -143,5 +162,7 @@ def test_bad_root_and_config(tmp_path: Path) -> None:
         plan_from_config({"hf_assets_path": "tok"})
     with pytest.raises(DebugAssetError, match="config: hf_assets_path: expected a folder path, got ''"):
         plan_from_config({"hf_assets_path": "", "model_spec.model.vocab_size": 2048})
-    with pytest.raises(DebugAssetError, match="config: expected a resolved torchtitan config or its flat dict, got int"):
+    with pytest.raises(
+        DebugAssetError, match="config: expected a resolved torchtitan config or its flat dict, got int"
+    ):
         plan_from_config(3)

@@ -24,14 +24,18 @@ from .layout_matrix import layout_text, run_layout
 
 def _catalog_legal(name: str) -> bool:
     recipe = parse_recipe_text(layout_text(LAYOUTS_2[name]), name)
-    return not catalog.prerequisite_problems(recipe.levers, catalog.ModelFacts(n_heads=4, n_kv_heads=2, n_layers=4), "cpu")
+    return not catalog.prerequisite_problems(
+        recipe.levers, catalog.ModelFacts(n_heads=4, n_kv_heads=2, n_layers=4), "cpu"
+    )
 
 
 @pytest.fixture(scope="module")
 def family_runs(tmp_path_factory, seed_cache: Path) -> dict[str, dict]:
     work = tmp_path_factory.mktemp("layouts")
-    return {fam: run_layout(FAMILIES[fam], LAYOUTS_2[FAMILIES[fam]], steps=2, work=work, seed_cache=seed_cache)
-            for fam in ("fsdp", "tp", "pp")}
+    return {
+        fam: run_layout(FAMILIES[fam], LAYOUTS_2[FAMILIES[fam]], steps=2, work=work, seed_cache=seed_cache)
+        for fam in ("fsdp", "tp", "pp")
+    }
 
 
 @pytest.mark.parametrize("family", ["fsdp", "tp", "pp"])

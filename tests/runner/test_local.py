@@ -94,7 +94,9 @@ def test_ok_run_spans_and_record(ok_run: tuple[RunRecord, Path], tmp_path: Path)
 
 
 def test_crash(cpu_recipe: Recipe, tmp_path: Path) -> None:
-    record = LocalRunner(hook="crash_at:3", hang_s=60, extra_env=ONE_THREAD).run(cpu_recipe, steps=STEPS, out_dir=tmp_path)
+    record = LocalRunner(hook="crash_at:3", hang_s=60, extra_env=ONE_THREAD).run(
+        cpu_recipe, steps=STEPS, out_dir=tmp_path
+    )
     assert record.outcome == "crash", f"{record.outcome}: {record.reason}\n{record.log_tail}"
     assert "deliberate crash at step 3" in record.reason
     assert record.hook == "crash_at:3"
@@ -125,7 +127,9 @@ def test_budget_cap_stops_the_run_inside_what_is_left(cpu_recipe: Recipe, tmp_pa
     from bot.runner.local import KILL_MARGIN_S
 
     cap = KILL_MARGIN_S + 30.0
-    record = LocalRunner(hook="hang_at:3", hang_s=600, extra_env=ONE_THREAD).run(cpu_recipe, steps=STEPS, out_dir=tmp_path, max_wall_s=cap)
+    record = LocalRunner(hook="hang_at:3", hang_s=600, extra_env=ONE_THREAD).run(
+        cpu_recipe, steps=STEPS, out_dir=tmp_path, max_wall_s=cap
+    )
     assert record.outcome == "timeout", f"{record.outcome}: {record.reason}\n{record.log_tail}"
     assert record.reason == f"stopped at the wall-clock cap of {cap:,.0f} s; process group killed"
     assert record.summary.wall_s <= cap
@@ -133,14 +137,18 @@ def test_budget_cap_stops_the_run_inside_what_is_left(cpu_recipe: Recipe, tmp_pa
 
 
 def test_oom(cpu_recipe: Recipe, tmp_path: Path) -> None:
-    record = LocalRunner(hook="oom_at:3", hang_s=60, extra_env=ONE_THREAD).run(cpu_recipe, steps=STEPS, out_dir=tmp_path)
+    record = LocalRunner(hook="oom_at:3", hang_s=60, extra_env=ONE_THREAD).run(
+        cpu_recipe, steps=STEPS, out_dir=tmp_path
+    )
     assert record.outcome == "oom", f"{record.outcome}: {record.reason}\n{record.log_tail}"
     assert "DefaultCPUAllocator" in record.reason
     assert [s.step for s in record.steps] == [1, 2]
 
 
 def test_invalid_layout_is_not_launched(cpu_recipe: Recipe, tmp_path: Path) -> None:
-    record = LocalRunner().run(cpu_recipe.with_lever("parallelism.tensor_parallel_degree", 2), steps=STEPS, out_dir=tmp_path)
+    record = LocalRunner().run(
+        cpu_recipe.with_lever("parallelism.tensor_parallel_degree", 2), steps=STEPS, out_dir=tmp_path
+    )
     assert record.outcome == "invalid"
     assert "must multiply to the 1 devices" in record.reason
     assert not (tmp_path / "train.log").exists()
@@ -149,7 +157,9 @@ def test_invalid_layout_is_not_launched(cpu_recipe: Recipe, tmp_path: Path) -> N
 
 
 def test_refused_config_is_invalid_without_launch(cpu_recipe: Recipe, tmp_path: Path) -> None:
-    record = LocalRunner().run(cpu_recipe.with_lever("compile.enable_async_tensor_parallel", True), steps=STEPS, out_dir=tmp_path)
+    record = LocalRunner().run(
+        cpu_recipe.with_lever("compile.enable_async_tensor_parallel", True), steps=STEPS, out_dir=tmp_path
+    )
     assert record.outcome == "invalid"
     assert "Async TP" in record.reason
     assert not (tmp_path / "train.log").exists()
@@ -168,20 +178,28 @@ def test_a_clearly_slower_trial_is_stopped_early_every_rank_included(cpu_recipe:
     from bot.runner.base import EarlyStop
 
     recipe = cpu_recipe.model_copy(update={"bench": cpu_recipe.bench.model_copy(update={"warmup_steps": 1})})
-    record = LocalRunner(hang_s=120, extra_env=ONE_THREAD).run(recipe, steps=STEPS, out_dir=tmp_path,
-                                                                early_stop=EarlyStop(below_tps=1e12, after_steps=2))
+    record = LocalRunner(hang_s=120, extra_env=ONE_THREAD).run(
+        recipe, steps=STEPS, out_dir=tmp_path, early_stop=EarlyStop(below_tps=1e12, after_steps=2)
+    )
     assert record.outcome == "stopped", f"{record.outcome}: {record.reason}\n{record.log_tail}"
-    assert record.reason.startswith("stopped early: the median of 2 measured steps") and "process group killed" in record.reason
+    assert (
+        record.reason.startswith("stopped early: the median of 2 measured steps")
+        and "process group killed" in record.reason
+    )
     assert 3 <= len(record.steps) < STEPS and record.summary.tps_median is not None
     assert _survivors(str(tmp_path)) == []
 
 
-def test_a_run_into_the_folder_of_an_interrupted_run_starts_without_that_runs_files(cpu_recipe: Recipe, tmp_path: Path) -> None:
+def test_a_run_into_the_folder_of_an_interrupted_run_starts_without_that_runs_files(
+    cpu_recipe: Recipe, tmp_path: Path
+) -> None:
     """A campaign resumed after a kill runs the interrupted run again in the same folder: the killed run's torchtitan
     output (structured logs the span medians are read from) is gone before the new run starts."""
     stale = tmp_path / "titan" / "structured_logs" / "training.global_rank_0.old.jsonl"
     stale.parent.mkdir(parents=True)
     stale.write_text('{"step": 1}\n')
-    recipe = cpu_recipe.model_copy(update={"cluster": cpu_recipe.cluster.model_copy(update={"nodes": 2})})  # refused before launch
+    recipe = cpu_recipe.model_copy(
+        update={"cluster": cpu_recipe.cluster.model_copy(update={"nodes": 2})}
+    )  # refused before launch
     LocalRunner().run(recipe, steps=STEPS, out_dir=tmp_path)
     assert not stale.exists() and not (tmp_path / "titan").exists()

@@ -135,9 +135,22 @@ def test_non_oom_text(text: str) -> None:
 # ---------------------------------------------------------------- structured JSONL spans
 def _event(name: str, step: int | None, value: float | None = None, **extra: object) -> str:
     rec: dict[str, object] = {
-        "delta_ms": 0.1, "tid": 1, "rank": 0, "global_rank": 0, "local_rank": 0, "source": "training", "host_name": "vm",
-        "pid": 1, "time": 1796018617, "time_ms": 1796018617080, "time_us": 1796018617080012, "log_type": "event",
-        "log_type_name": name, "event_name": None, "caller": "trainer.py:925:train_step", "seq_id": 0,
+        "delta_ms": 0.1,
+        "tid": 1,
+        "rank": 0,
+        "global_rank": 0,
+        "local_rank": 0,
+        "source": "training",
+        "host_name": "vm",
+        "pid": 1,
+        "time": 1796018617,
+        "time_ms": 1796018617080,
+        "time_us": 1796018617080012,
+        "log_type": "event",
+        "log_type_name": name,
+        "event_name": None,
+        "caller": "trainer.py:925:train_step",
+        "seq_id": 0,
     }
     if step is not None:
         rec["step"] = step
@@ -168,7 +181,9 @@ def test_span_medians(tmp_path: Path) -> None:
         4: {"step": [110.0], "fwd_bwd": [45.0, 44.0], "optim": [7.0]},
     }
     _write_log(tmp_path, "training.global_rank_0.20260820-120000-ABCDEF.jsonl", steps)
-    _write_log(tmp_path, "training.global_rank_1.20260820-120000-GHIJKL.jsonl", {2: {"step": [1.0]}, 3: {"step": [1.0]}})
+    _write_log(
+        tmp_path, "training.global_rank_1.20260820-120000-GHIJKL.jsonl", {2: {"step": [1.0]}, 3: {"step": [1.0]}}
+    )
     assert span_medians(tmp_path) == {"step": 110.0, "fwd_bwd": 89.0, "optim": 6.0}
     assert span_medians(tmp_path, skip_steps=3) == {"step": 110.0, "fwd_bwd": 89.0, "optim": 7.0}
 

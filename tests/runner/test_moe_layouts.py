@@ -43,20 +43,60 @@ def train(recipe, tmp_path: Path):
 
 
 DEFAULT = [
-    pytest.param(ONE, {"training.local_batch_size": 8, "activation_checkpoint": "none"}, {"config": "moe_tiny_cpu_local_dispatch"}, id="1rank-lbs8-ac-none-local-dispatch"),
-    pytest.param(TWO, {"parallelism.expert_parallel_degree": 2, "activation_checkpoint": "selective", "training.local_batch_size": 1}, None, id="2rank-ep2-ac-selective-ga4"),
+    pytest.param(
+        ONE,
+        {"training.local_batch_size": 8, "activation_checkpoint": "none"},
+        {"config": "moe_tiny_cpu_local_dispatch"},
+        id="1rank-lbs8-ac-none-local-dispatch",
+    ),
+    pytest.param(
+        TWO,
+        {"parallelism.expert_parallel_degree": 2, "activation_checkpoint": "selective", "training.local_batch_size": 1},
+        None,
+        id="2rank-ep2-ac-selective-ga4",
+    ),
 ]
-SLOW = [
-    pytest.param(ONE, {"training.local_batch_size": lbs, "activation_checkpoint": ac}, None, id=f"1rank-lbs{lbs}-ac-{ac}", marks=pytest.mark.slow)
-    for lbs in (1, 2, 4, 8) for ac in ("none", "selective", "full")
-] + [
-    pytest.param(ONE, {"loss.num_chunks": 1, "optimizer.implementation": "foreach"}, None, id="1rank-unchunked-foreach", marks=pytest.mark.slow),
-    pytest.param(TWO, {"parallelism.data_parallel_replicate_degree": 2, "parallelism.data_parallel_shard_degree": 1}, None, id="2rank-ddp-ep1", marks=pytest.mark.slow),
-] + [
-    pytest.param(TWO, {"parallelism.expert_parallel_degree": ep, "activation_checkpoint": ac, "training.local_batch_size": lbs}, None,
-                 id=f"2rank-ep{ep}-ac-{ac}-lbs{lbs}", marks=pytest.mark.slow)
-    for ep in (1, 2) for ac in ("none", "full") for lbs in (1, 4)
-]
+SLOW = (
+    [
+        pytest.param(
+            ONE,
+            {"training.local_batch_size": lbs, "activation_checkpoint": ac},
+            None,
+            id=f"1rank-lbs{lbs}-ac-{ac}",
+            marks=pytest.mark.slow,
+        )
+        for lbs in (1, 2, 4, 8)
+        for ac in ("none", "selective", "full")
+    ]
+    + [
+        pytest.param(
+            ONE,
+            {"loss.num_chunks": 1, "optimizer.implementation": "foreach"},
+            None,
+            id="1rank-unchunked-foreach",
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            TWO,
+            {"parallelism.data_parallel_replicate_degree": 2, "parallelism.data_parallel_shard_degree": 1},
+            None,
+            id="2rank-ddp-ep1",
+            marks=pytest.mark.slow,
+        ),
+    ]
+    + [
+        pytest.param(
+            TWO,
+            {"parallelism.expert_parallel_degree": ep, "activation_checkpoint": ac, "training.local_batch_size": lbs},
+            None,
+            id=f"2rank-ep{ep}-ac-{ac}-lbs{lbs}",
+            marks=pytest.mark.slow,
+        )
+        for ep in (1, 2)
+        for ac in ("none", "full")
+        for lbs in (1, 4)
+    ]
+)
 
 
 @pytest.mark.parametrize(("path", "levers", "workload"), DEFAULT + SLOW)
@@ -74,11 +114,20 @@ def test_a_legal_moe_layout_trains(path: Path, levers: dict, workload: dict | No
     ("path", "levers"),
     [
         pytest.param(ONE, {"parallelism.expert_parallel_degree": 2}, id="ep2-on-1-rank"),
-        pytest.param(TWO, {"parallelism.expert_parallel_degree": 2, "parallelism.data_parallel_replicate_degree": 2,
-                           "parallelism.data_parallel_shard_degree": 1}, id="ep2-without-fsdp-ranks"),
+        pytest.param(
+            TWO,
+            {
+                "parallelism.expert_parallel_degree": 2,
+                "parallelism.data_parallel_replicate_degree": 2,
+                "parallelism.data_parallel_shard_degree": 1,
+            },
+            id="ep2-without-fsdp-ranks",
+        ),
     ],
 )
-def test_an_illegal_moe_layout_is_refused_by_the_catalog_and_by_torchtitan(path: Path, levers: dict, tmp_path: Path) -> None:
+def test_an_illegal_moe_layout_is_refused_by_the_catalog_and_by_torchtitan(
+    path: Path, levers: dict, tmp_path: Path
+) -> None:
     recipe = layout(path, levers)
     assert any("must divide dp_shard*cp*tp" in p for p in legal(recipe))
     record = LocalRunner(extra_env=ONE_THREAD).run(recipe, steps=STEPS, out_dir=tmp_path)

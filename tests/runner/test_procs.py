@@ -23,8 +23,13 @@ time.sleep(600)
 
 
 def _orphan_after_parent_killed(with_hook: bool, wait_s: float) -> tuple[int, bool]:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, "yes" if with_hook else "no"], stdout=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parents[2], start_new_session=True)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, "yes" if with_hook else "no"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+    )
     child = int(parent.stdout.readline())
     assert child in descendants(parent.pid)
     os.kill(parent.pid, signal.SIGKILL)

@@ -41,18 +41,25 @@ def test_async_tp_without_compile_is_refused(cpu_recipe: Recipe) -> None:
 
 
 def test_memory_budget_ac_without_compile_is_refused(cpu_recipe: Recipe) -> None:
-    recipe = cpu_recipe.with_lever("activation_checkpoint", "memory_budget").with_lever("activation_checkpoint.memory_budget", 0.5)
+    recipe = cpu_recipe.with_lever("activation_checkpoint", "memory_budget").with_lever(
+        "activation_checkpoint.memory_budget", 0.5
+    )
     with pytest.raises(ResolveError, match=r"Memory budget activation checkpointing requires the model to be compiled"):
         resolve_recipe(recipe)
 
 
 def test_global_batch_not_divisible_is_refused(cpu_recipe: Recipe) -> None:
-    with pytest.raises(ResolveError, match=r"^training\.global_batch_size 8 is not divisible by local batch 3 x data-parallel degree 1$"):
+    with pytest.raises(
+        ResolveError,
+        match=r"^training\.global_batch_size 8 is not divisible by local batch 3 x data-parallel degree 1$",
+    ):
         resolve_recipe(cpu_recipe.with_lever("training.local_batch_size", 3))
 
 
 def test_degrees_not_multiplying_to_the_world_size_are_refused(cpu_recipe: Recipe) -> None:
-    with pytest.raises(ResolveError, match=r"parallel degrees \(dp 1 x tp 2 x pp 1 x cp 1\) must multiply to the 1 devices"):
+    with pytest.raises(
+        ResolveError, match=r"parallel degrees \(dp 1 x tp 2 x pp 1 x cp 1\) must multiply to the 1 devices"
+    ):
         resolve_recipe(cpu_recipe.with_lever("parallelism.tensor_parallel_degree", 2))
 
 
@@ -63,10 +70,14 @@ def test_a_pin_that_does_not_hold_is_refused(cpu_recipe: Recipe) -> None:
 
 
 def test_aliased_pins_are_checked_on_the_resolved_config(cpu_recipe: Recipe) -> None:
-    ok = cpu_recipe.model_copy(update={"pinned": {**cpu_recipe.pinned, "optimizer.eps": 1e-8, "optimizer.weight_decay": 0.1}})
+    ok = cpu_recipe.model_copy(
+        update={"pinned": {**cpu_recipe.pinned, "optimizer.eps": 1e-8, "optimizer.weight_decay": 0.1}}
+    )
     resolve_recipe(ok)
     bad = cpu_recipe.model_copy(update={"pinned": {**cpu_recipe.pinned, "optimizer.weight_decay": 0.0}})
-    with pytest.raises(ResolveError, match=r"^pinned optimizer\.weight_decay: recipe says 0\.0, the resolved config has 0\.1$"):
+    with pytest.raises(
+        ResolveError, match=r"^pinned optimizer\.weight_decay: recipe says 0\.0, the resolved config has 0\.1$"
+    ):
         resolve_recipe(bad)
 
 
@@ -117,11 +128,19 @@ def test_batch_problems(cpu_recipe: Recipe) -> None:
 
 
 def test_pin_mismatches() -> None:
-    flat = {"training.seq_len": 256, "optimizer.param_groups.0.optimizer_kwargs.lr": 0.003, "debug.deterministic": False}
+    flat = {
+        "training.seq_len": 256,
+        "optimizer.param_groups.0.optimizer_kwargs.lr": 0.003,
+        "debug.deterministic": False,
+    }
     assert pin_mismatches({"training.seq_len": 256, "optimizer.lr": 0.003, "debug.deterministic": False}, flat) == []
     assert pin_mismatches({"training.seq_len": 256.0}, flat) == []
-    assert pin_mismatches({"debug.deterministic": True}, flat) == ["pinned debug.deterministic: recipe says True, the resolved config has False"]
-    assert pin_mismatches({"training.nope": 1}, flat) == ["pinned training.nope: no such field in the resolved torchtitan config"]
+    assert pin_mismatches({"debug.deterministic": True}, flat) == [
+        "pinned debug.deterministic: recipe says True, the resolved config has False"
+    ]
+    assert pin_mismatches({"training.nope": 1}, flat) == [
+        "pinned training.nope: no such field in the resolved torchtitan config"
+    ]
 
 
 def test_flatten() -> None:

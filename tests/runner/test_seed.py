@@ -23,13 +23,17 @@ def _recipe(**edits):
 
 def test_seed_key_ignores_levers_and_follows_the_objective() -> None:
     base = _recipe()
-    assert seed_key(base) == seed_key(_recipe(levers={"parallelism.tensor_parallel_degree": 2, "activation_checkpoint": "none"}))
+    assert seed_key(base) == seed_key(
+        _recipe(levers={"parallelism.tensor_parallel_degree": 2, "activation_checkpoint": "none"})
+    )
     assert seed_key(base) != seed_key(_recipe(pinned={"debug.seed": 43}))
     assert seed_key(base) != seed_key(_recipe(pinned={"training.seq_len": 128}))
 
 
 def test_seed_recipe_is_one_rank_with_every_degree_one() -> None:
-    seed = seed_recipe(_recipe(levers={"parallelism.pipeline_parallel_degree": 2, "parallelism.data_parallel_shard_degree": 1}))
+    seed = seed_recipe(
+        _recipe(levers={"parallelism.pipeline_parallel_degree": 2, "parallelism.data_parallel_shard_degree": 1})
+    )
     assert seed.devices == 1
     assert all(v == 1 for k, v in seed.levers.items() if k.startswith("parallelism."))
     assert seed.levers["training.local_batch_size"] == 8  # the pinned global batch: any divisor resolves
@@ -43,7 +47,9 @@ def test_recipe_with_its_own_initial_weights_wants_no_seed() -> None:
 def test_load_flags_come_before_the_activation_checkpoint_subcommand() -> None:
     from bot.runner.seed import SeedCheckpoint
 
-    args = titan_args(_recipe(), steps=2, dump_folder="/tmp/x", extra=load_args(SeedCheckpoint(key="k", path="/s/step-0")))
+    args = titan_args(
+        _recipe(), steps=2, dump_folder="/tmp/x", extra=load_args(SeedCheckpoint(key="k", path="/s/step-0"))
+    )
     assert args[-1] == "activation-checkpoint:full"
     i = args.index("--checkpoint.initial-load-path")
     assert args[i + 1] == "/s/step-0" and "--checkpoint.load-only" in args and i < len(args) - 1

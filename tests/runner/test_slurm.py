@@ -43,14 +43,21 @@ def with_slurm(recipe: Recipe, **settings: object) -> Recipe:
     return recipe.model_copy(update={"cluster": cluster})
 
 
-def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], None] | None = None,
-              recipe: Recipe | None = None, **run: object) -> RunRecord:
+def sleep_run(
+    cluster: SlurmCluster,
+    tmp_path: Path,
+    *,
+    action: Callable[[str], None] | None = None,
+    recipe: Recipe | None = None,
+    **run: object,
+) -> RunRecord:
     """A sleep job through the real runner; ``action(job_id)`` runs once the job is running. The record is written
     and read back (what a trial leaves behind)."""
     recipe = recipe or load_recipe(SLURM_RECIPE)
     out_dir = (tmp_path / "run").resolve()
-    runner = SlurmRunner(payload=SLEEP, poll_s=0.5, startup_s=600, slurm_env=cluster.env,
-                         compile_state=tmp_path / "compile-generation")
+    runner = SlurmRunner(
+        payload=SLEEP, poll_s=0.5, startup_s=600, slurm_env=cluster.env, compile_state=tmp_path / "compile-generation"
+    )
     errors: list[BaseException] = []
 
     def act() -> None:
@@ -58,7 +65,9 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 lines = cluster.run("squeue", "-h", "-t", "R", "-o", "%i %Z").stdout.splitlines()
-                mine = [ln.split()[0] for ln in lines if ln.split()[1:] == [str(out_dir)]]  # this run's job (its folder)
+                mine = [
+                    ln.split()[0] for ln in lines if ln.split()[1:] == [str(out_dir)]
+                ]  # this run's job (its folder)
                 if mine:
                     time.sleep(1.0)  # let the runner see it running too
                     assert action is not None
@@ -83,7 +92,9 @@ def sleep_run(cluster: SlurmCluster, tmp_path: Path, *, action: Callable[[str], 
 
 
 @pytest.fixture(scope="module")
-def time_limit_job(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -> tuple[threading.Thread, dict]:
+def time_limit_job(
+    slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[threading.Thread, dict]:
     """A sleep job with Slurm's shortest time limit (one minute; slurmctld enforces it within ~30 s more), started
     before the end-to-end run so that the two overlap (each node has a CPU for each job)."""
     tmp = tmp_path_factory.mktemp("time-limit")
@@ -91,7 +102,9 @@ def time_limit_job(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPat
 
     def go() -> None:
         try:
-            result["record"] = sleep_run(slurm_cluster, tmp, recipe=with_slurm(load_recipe(SLURM_RECIPE), time_limit="1"))
+            result["record"] = sleep_run(
+                slurm_cluster, tmp, recipe=with_slurm(load_recipe(SLURM_RECIPE), time_limit="1")
+            )
         except BaseException as exc:  # reported by the test
             result["error"] = exc
 
@@ -102,15 +115,34 @@ def time_limit_job(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPat
 
 # -- two nodes x one rank, real torchtitan ------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
-def e2e(slurm_cluster: SlurmCluster, time_limit_job: tuple[threading.Thread, dict],
-        tmp_path_factory: pytest.TempPathFactory) -> tuple[RunRecord, Path, float]:
+def e2e(
+    slurm_cluster: SlurmCluster, time_limit_job: tuple[threading.Thread, dict], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[RunRecord, Path, float]:
     """``attune run`` as trial.yml's run job calls it on a login node: from a checkout, ``--out run/``, the budget cap."""
     checkout = tmp_path_factory.mktemp("slurm-e2e")
     shutil.copytree(REPO / "recipes", checkout / "recipes")
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bot.cli", "run", str(SLURM_RECIPE.relative_to(REPO)), "--json", "--out", "run/",
-                           "--max-wall-s", "3600"], capture_output=True, text=True, timeout=600, cwd=checkout, env=slurm_cluster.env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "run",
+            str(SLURM_RECIPE.relative_to(REPO)),
+            "--json",
+            "--out",
+            "run/",
+            "--max-wall-s",
+            "3600",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=checkout,
+        env=slurm_cluster.env,
+    )
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -118,9 +150,11 @@ def e2e(slurm_cluster: SlurmCluster, time_limit_job: tuple[threading.Thread, dic
     out = checkout / "run"
     record = read_record(out / "record.json")
     s = record.summary
-    print(f"\nslurm e2e (2 nodes x 1 rank): {record.outcome}, loss {s.loss_first} -> {s.loss_last}, "
-          f"{s.tps_median} tokens/s/device, {s.device_hours:.5f} device-hours ({s.wall_s:.0f}s x 2 devices), "
-          f"queue wait {record.launch.queue_wait_s}s, start-up {s.startup_s:.1f}s, attune run {wall:.1f}s")
+    print(
+        f"\nslurm e2e (2 nodes x 1 rank): {record.outcome}, loss {s.loss_first} -> {s.loss_last}, "
+        f"{s.tps_median} tokens/s/device, {s.device_hours:.5f} device-hours ({s.wall_s:.0f}s x 2 devices), "
+        f"queue wait {record.launch.queue_wait_s}s, start-up {s.startup_s:.1f}s, attune run {wall:.1f}s"
+    )
     return record, out, wall
 
 
@@ -137,7 +171,11 @@ def test_two_node_cpu_recipe_runs_ok_and_its_loss_falls(e2e: tuple[RunRecord, Pa
     assert launch.queue_wait_s is not None and launch.queue_wait_s >= 0
     assert launch.command[:2] == ["sbatch", "--parsable"] and launch.command[2] == f"--chdir={out}"
     # the stack is the one rank 0 ran on (it wrote stack.json at exit), here the same as this host's
-    assert (out / "stack.json").exists() and record.stack.torch == torch.__version__ and record.stack.device_family == "cpu"
+    assert (
+        (out / "stack.json").exists()
+        and record.stack.torch == torch.__version__
+        and record.stack.device_family == "cpu"
+    )
 
 
 def test_each_node_ran_one_rank_and_the_metrics_are_global_rank_zeros(e2e: tuple[RunRecord, Path, float]) -> None:
@@ -165,22 +203,48 @@ def test_two_nodes_match_two_local_ranks_of_the_same_layout(e2e: tuple[RunRecord
     whichever process adds them)."""
     record, out, _ = e2e
     recipe = load_recipe(SLURM_RECIPE)
-    local = recipe.model_copy(update={"cluster": recipe.cluster.model_copy(update={"launcher": "local", "nodes": 1, "devices_per_node": 2})})
+    local = recipe.model_copy(
+        update={"cluster": recipe.cluster.model_copy(update={"launcher": "local", "nodes": 1, "devices_per_node": 2})}
+    )
     # the Slurm run loaded the seed checkpoint `attune run` made on the login node; the twin loads the same one
     assert record.seed_checkpoint, "the two-node run loaded no seed checkpoint"
-    twin = LocalRunner(seed_cache=out.parent / ".attune").run(local, out_dir=tmp_path / "local", recipe_text=SLURM_RECIPE.read_text())
+    twin = LocalRunner(seed_cache=out.parent / ".attune").run(
+        local, out_dir=tmp_path / "local", recipe_text=SLURM_RECIPE.read_text()
+    )
     assert twin.outcome == "ok", f"{twin.reason}\n{twin.log_tail}"
     assert twin.seed_checkpoint == record.seed_checkpoint
     diff = max(abs(a - b) for a, b in zip(record.losses(), twin.losses(), strict=True))
-    print(f"\nslurm 2x1 vs local 1x2 losses: max abs difference {diff:.3g}; local {twin.summary.tps_median} tokens/s/device")
+    print(
+        f"\nslurm 2x1 vs local 1x2 losses: max abs difference {diff:.3g}; local {twin.summary.tps_median} tokens/s/device"
+    )
     assert diff <= 1e-5, (record.losses(), twin.losses())
 
 
 def test_an_early_stop_cancels_the_job_and_is_a_measurement(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
     """Real torchtitan, stopped by ``attune run --stop-below`` once two steps past the warm-up are measured."""
-    proc = subprocess.run([sys.executable, "-m", "bot.cli", "run", str(SLURM_RECIPE), "--json", "--out", str(tmp_path / "run"),
-                           "--steps", "20", "--stop-below", "1e9", "--stop-after", "2"],
-                          capture_output=True, text=True, timeout=600, cwd=REPO, env=slurm_cluster.env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bot.cli",
+            "run",
+            str(SLURM_RECIPE),
+            "--json",
+            "--out",
+            str(tmp_path / "run"),
+            "--steps",
+            "20",
+            "--stop-below",
+            "1e9",
+            "--stop-after",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+        env=slurm_cluster.env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]  # stopped: measured, ended on purpose
     record = read_record(tmp_path / "run" / "record.json")
     assert record.outcome == "stopped" and "cancelled" in record.reason, record.reason
@@ -190,6 +254,7 @@ def test_an_early_stop_cancels_the_job_and_is_a_measurement(slurm_cluster: Slurm
 
 
 # -- classification, sleep jobs -----------------------------------------------------------------------------------------
+
 
 def test_a_job_over_its_slurm_time_limit_is_a_timeout(time_limit_job: tuple[threading.Thread, dict]) -> None:
     thread, result = time_limit_job
@@ -245,7 +310,9 @@ def test_the_budget_cap_cancels_the_job_inside_the_cap(slurm_cluster: SlurmClust
     assert "#SBATCH --time=1" in (tmp_path / "run" / "job.sbatch").read_text()  # Slurm's backstop: the cap, in minutes
 
 
-def test_pending_longer_than_the_queue_budget_is_cancelled_and_not_charged(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+def test_pending_longer_than_the_queue_budget_is_cancelled_and_not_charged(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
     recipe = with_slurm(load_recipe(SLURM_RECIPE), queue_budget="0:04", extra_sbatch=["--begin=now+600"])
     record = sleep_run(slurm_cluster, tmp_path, recipe=recipe)
     assert record.outcome == "pending_timeout", record.reason
@@ -278,12 +345,21 @@ def test_a_config_torchtitan_refuses_is_never_submitted(slurm_cluster: SlurmClus
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_runner_cancels_its_job(slurm_cluster: SlurmCluster, tmp_path: Path, sig: signal.Signals) -> None:
+def test_an_interrupted_runner_cancels_its_job(
+    slurm_cluster: SlurmCluster, tmp_path: Path, sig: signal.Signals
+) -> None:
     """What a cancelled workflow does to ``attune run`` (SIGINT, then SIGTERM): the job must not outlive it."""
-    code = ("import sys; from pathlib import Path; from bot.core.recipe import load_recipe; from bot.runner.slurm import SlurmRunner; "
-            "SlurmRunner(payload=['sleep', '180'], poll_s=0.5, startup_s=600).run(load_recipe(sys.argv[1]), out_dir=Path(sys.argv[2]))")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(SLURM_RECIPE), str(tmp_path / "run")], env=slurm_cluster.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    code = (
+        "import sys; from pathlib import Path; from bot.core.recipe import load_recipe; from bot.runner.slurm import SlurmRunner; "
+        "SlurmRunner(payload=['sleep', '180'], poll_s=0.5, startup_s=600).run(load_recipe(sys.argv[1]), out_dir=Path(sys.argv[2]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(SLURM_RECIPE), str(tmp_path / "run")],
+        env=slurm_cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not slurm_cluster.run("squeue", "-h", "-t", "R", "-o", "%i").stdout.split():

@@ -31,15 +31,28 @@ def test_script_has_torchtitans_multinode_shape(tmp_path: Path) -> None:
     assert backstop is None
     lines = body.splitlines()
     assert lines[0] == "#!/bin/bash"
-    assert {"#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --no-requeue", "#SBATCH --time=0:15:00",
-            "#SBATCH --cpus-per-task=1"} <= set(lines)
+    assert {
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --no-requeue",
+        "#SBATCH --time=0:15:00",
+        "#SBATCH --cpus-per-task=1",
+    } <= set(lines)
     assert not any("--gpus-per-node" in ln for ln in lines)  # CPU hardware asks for no GPU
     assert 'nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )' in lines
     srun = [ln for ln in lines if ln.startswith("srun ")]
     assert len(srun) == 1
     assert srun[0].startswith(f"srun --kill-on-bad-exit=1 {sys.executable} -m torch.distributed.run ")
-    for part in ('"--nnodes=$SLURM_NNODES"', "--nproc-per-node=1", '"--rdzv-id=$SLURM_JOB_ID"', "--rdzv-backend=c10d",
-                 '"--rdzv-endpoint=$head_addr:29500"', "--max-restarts=0", "--local-ranks-filter=0", " -m torchtitan.train "):
+    for part in (
+        '"--nnodes=$SLURM_NNODES"',
+        "--nproc-per-node=1",
+        '"--rdzv-id=$SLURM_JOB_ID"',
+        "--rdzv-backend=c10d",
+        '"--rdzv-endpoint=$head_addr:29500"',
+        "--max-restarts=0",
+        "--local-ranks-filter=0",
+        " -m torchtitan.train ",
+    ):
         assert part in srun[0], part
     assert srun[0].endswith(" activation-checkpoint:full") and "--training.steps 10" in srun[0]
     assert "export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${rank}]:'" in lines
@@ -48,14 +61,30 @@ def test_script_has_torchtitans_multinode_shape(tmp_path: Path) -> None:
 
 
 def test_site_settings_become_sbatch_lines_in_order() -> None:
-    settings = SlurmSettings(partition="gpu", account="proj", qos="high", time_limit="2:00:00", gres="gpu:h100:8",
-                             cpus_per_task=96, extra_sbatch=["--exclusive", "--mem=0"])
+    settings = SlurmSettings(
+        partition="gpu",
+        account="proj",
+        qos="high",
+        time_limit="2:00:00",
+        gres="gpu:h100:8",
+        cpus_per_task=96,
+        extra_sbatch=["--exclusive", "--mem=0"],
+    )
     r = recipe_with(hardware="h100", devices_per_node=8)
     assert sbatch_lines(r, settings, time_limit=settings.time_limit) == [
-        "#SBATCH --job-name=attune-llama3-tiny-cpu-slurm", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --no-requeue", "#SBATCH --partition=gpu", "#SBATCH --account=proj", "#SBATCH --qos=high",
-        "#SBATCH --time=2:00:00", "#SBATCH --gres=gpu:h100:8", "#SBATCH --cpus-per-task=96", "#SBATCH --exclusive",
-        "#SBATCH --mem=0"]
+        "#SBATCH --job-name=attune-llama3-tiny-cpu-slurm",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --no-requeue",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=proj",
+        "#SBATCH --qos=high",
+        "#SBATCH --time=2:00:00",
+        "#SBATCH --gres=gpu:h100:8",
+        "#SBATCH --cpus-per-task=96",
+        "#SBATCH --exclusive",
+        "#SBATCH --mem=0",
+    ]
 
 
 def test_gpu_hardware_asks_for_one_gpu_per_rank_unless_told() -> None:
@@ -74,15 +103,20 @@ def test_budget_cap_below_the_time_limit_becomes_the_jobs_time_limit(tmp_path: P
 
 
 def test_prologue_container_and_quoting(tmp_path: Path) -> None:
-    settings = SlurmSettings(prologue=["module load cuda/12.4", "source /shared/venv/bin/activate"],
-                             container_image="nvcr.io#nvidia/pytorch:25.01-py3", container_mounts=["/data:/data"])
+    settings = SlurmSettings(
+        prologue=["module load cuda/12.4", "source /shared/venv/bin/activate"],
+        container_image="nvcr.io#nvidia/pytorch:25.01-py3",
+        container_mounts=["/data:/data"],
+    )
     r = recipe_with(slurm=settings)
     r = r.model_copy(update={"env": {"NCCL_SOCKET_IFNAME": "eth0,en", "ODD": "a b'c"}})
     body, _ = batch_script(r, steps=4, out_dir=tmp_path / "run dir")
     lines = body.splitlines()
-    assert lines.index("module load cuda/12.4") < lines.index('head_node=${nodes[0]}')
+    assert lines.index("module load cuda/12.4") < lines.index("head_node=${nodes[0]}")
     srun = next(ln for ln in lines if ln.startswith("srun ")).replace("'", "")
-    assert " --container-image=nvcr.io#nvidia/pytorch:25.01-py3 " in srun and " torchrun " in srun  # the image's torchrun
+    assert (
+        " --container-image=nvcr.io#nvidia/pytorch:25.01-py3 " in srun and " torchrun " in srun
+    )  # the image's torchrun
     assert f"--container-mounts=/data:/data,{tmp_path}/run dir:{tmp_path}/run dir," in srun
     assert "export ODD='a b'\"'\"'c'" in lines
     assert subprocess.run(["bash", "-n"], input=body, text=True).returncode == 0
@@ -92,7 +126,7 @@ def test_the_recipe_names_the_torchrun_command(tmp_path: Path) -> None:
     r = recipe_with(slurm=SlurmSettings(torchrun="/shared/env/bin/python -m torch.distributed.run"))
     body, _ = batch_script(r, steps=4, out_dir=tmp_path)
     srun = next(ln for ln in body.splitlines() if ln.startswith("srun "))
-    assert srun.startswith("srun --kill-on-bad-exit=1 /shared/env/bin/python -m torch.distributed.run \"--nnodes=")
+    assert srun.startswith('srun --kill-on-bad-exit=1 /shared/env/bin/python -m torch.distributed.run "--nnodes=')
 
 
 def test_an_env_name_that_is_no_variable_is_refused() -> None:
@@ -109,8 +143,14 @@ def test_sbatch_argv_escapes_percent_in_the_log_path(tmp_path: Path) -> None:
 def test_torchrun_argv_is_one_node_of_the_job() -> None:
     r = load_recipe(SLURM_RECIPE)
     argv = torchrun_argv(r, SlurmSettings(rdzv_port=29600), ["--module", "m"], ["/venv/bin/torchrun"])
-    assert argv[:6] == ["/venv/bin/torchrun", "--nnodes=$SLURM_NNODES", "--nproc-per-node=1", "--rdzv-id=$SLURM_JOB_ID",
-                        "--rdzv-backend=c10d", "--rdzv-endpoint=$head_addr:29600"]
+    assert argv[:6] == [
+        "/venv/bin/torchrun",
+        "--nnodes=$SLURM_NNODES",
+        "--nproc-per-node=1",
+        "--rdzv-id=$SLURM_JOB_ID",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=$head_addr:29600",
+    ]
     assert argv[-4:] == ["-m", "torchtitan.train", "--module", "m"]
 
 
@@ -120,29 +160,46 @@ T0 = datetime(2026, 12, 1, 10, 0, 0)
 
 
 def job(state: str, **kw: object) -> JobInfo:
-    return JobInfo(job_id="7", state=state, submit=T0, start=datetime(2026, 12, 1, 10, 0, 5), end=datetime(2026, 12, 1, 10, 1, 5),
-                   node_list="n[1-2]", num_nodes=2, **kw)  # type: ignore[arg-type]
+    return JobInfo(
+        job_id="7",
+        state=state,
+        submit=T0,
+        start=datetime(2026, 12, 1, 10, 0, 5),
+        end=datetime(2026, 12, 1, 10, 1, 5),
+        node_list="n[1-2]",
+        num_nodes=2,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def steps(n: int) -> list[StepMetric]:
     return [StepMetric(step=i, loss=5.0 - i * 0.1, tps=1000.0) for i in range(1, n + 1)]
 
 
-@pytest.mark.parametrize(("info", "n", "log", "want", "fragment"), [
-    (job("COMPLETED"), 10, "", "ok", ""),
-    (job("COMPLETED"), 6, "", "crash", "ended after 6 of 10 steps"),
-    (job("NODE_FAIL", reason="NodeDown"), 4, "", "node_fail", "lost a node"),
-    (job("BOOT_FAIL"), 0, "", "node_fail", "BOOT_FAIL"),
-    (job("PREEMPTED"), 4, "", "preempted", "not a measurement"),
-    (job("COMPLETED", restarts=1), 6, "", "preempted", "restarts 1"),
-    (job("TIMEOUT", reason="TimeLimit"), 4, "", "timeout", "Slurm time limit"),
-    (job("OUT_OF_MEMORY"), 2, "", "oom", "OUT_OF_MEMORY"),
-    (job("FAILED"), 2, "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "oom", "CUDA out of memory"),
-    (job("FAILED", exit_code="1:0"), 2, "[rank0]: RuntimeError: boom\n", "crash", "RuntimeError: boom"),
-    (job("FAILED", exit_code="1:0"), 2, "", "crash", "Slurm job FAILED, exit code 1:0"),
-    (job("CANCELLED"), 3, "", "crash", "cancelled outside ATTUNE"),
-    (None, 0, "", "crash", "could not be read"),
-])
+@pytest.mark.parametrize(
+    ("info", "n", "log", "want", "fragment"),
+    [
+        (job("COMPLETED"), 10, "", "ok", ""),
+        (job("COMPLETED"), 6, "", "crash", "ended after 6 of 10 steps"),
+        (job("NODE_FAIL", reason="NodeDown"), 4, "", "node_fail", "lost a node"),
+        (job("BOOT_FAIL"), 0, "", "node_fail", "BOOT_FAIL"),
+        (job("PREEMPTED"), 4, "", "preempted", "not a measurement"),
+        (job("COMPLETED", restarts=1), 6, "", "preempted", "restarts 1"),
+        (job("TIMEOUT", reason="TimeLimit"), 4, "", "timeout", "Slurm time limit"),
+        (job("OUT_OF_MEMORY"), 2, "", "oom", "OUT_OF_MEMORY"),
+        (
+            job("FAILED"),
+            2,
+            "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+            "oom",
+            "CUDA out of memory",
+        ),
+        (job("FAILED", exit_code="1:0"), 2, "[rank0]: RuntimeError: boom\n", "crash", "RuntimeError: boom"),
+        (job("FAILED", exit_code="1:0"), 2, "", "crash", "Slurm job FAILED, exit code 1:0"),
+        (job("CANCELLED"), 3, "", "crash", "cancelled outside ATTUNE"),
+        (None, 0, "", "crash", "could not be read"),
+    ],
+)
 def test_classify_a_finished_job(info: JobInfo | None, n: int, log: str, want: str, fragment: str) -> None:
     outcome, reason = classify(info, stopped=None, steps=steps(n), want_steps=10, job_log=log)
     assert outcome == want and fragment in reason, reason
@@ -150,13 +207,18 @@ def test_classify_a_finished_job(info: JobInfo | None, n: int, log: str, want: s
 
 def test_this_runners_own_stop_wins_over_slurms_cancelled() -> None:
     stop = Stopped(outcome="stopped", reason="stopped early: slower")
-    assert classify(job("CANCELLED"), stopped=stop, steps=steps(5), want_steps=10, job_log="") == ("stopped", "stopped early: slower")
+    assert classify(job("CANCELLED"), stopped=stop, steps=steps(5), want_steps=10, job_log="") == (
+        "stopped",
+        "stopped early: slower",
+    )
     # a job that completed all its steps before the cancel landed is ok, whatever the runner meant to do
     assert classify(job("COMPLETED"), stopped=stop, steps=steps(10), want_steps=10, job_log="")[0] == "ok"
 
 
 def test_a_time_limit_set_from_the_wall_clock_cap_says_so() -> None:
-    outcome, reason = classify(job("TIMEOUT"), stopped=None, steps=steps(3), want_steps=10, job_log="", backstop_min="5")
+    outcome, reason = classify(
+        job("TIMEOUT"), stopped=None, steps=steps(3), want_steps=10, job_log="", backstop_min="5"
+    )
     assert outcome == "timeout" and "5 min, set from the run's wall-clock cap" in reason and "campaign" not in reason
 
 

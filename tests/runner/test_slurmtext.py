@@ -58,14 +58,17 @@ def test_scontrol_running_job_has_no_end() -> None:
     assert info.num_nodes == 2 and info.restarts == 0
 
 
-@pytest.mark.parametrize(("name", "job", "state", "reason", "elapsed"), [
-    ("scontrol-completed.txt", "14", "COMPLETED", "", 0.0),
-    ("scontrol-failed.txt", "13", "FAILED", "NonZeroExitCode", 0.0),
-    ("scontrol-cancelled.txt", "10", "CANCELLED", "", 1.0),
-    ("scontrol-node_fail.txt", "9", "NODE_FAIL", "NodeDown", 2.0),
-    ("scontrol-preempted.txt", "11", "PREEMPTED", "", 3.0),
-    ("scontrol-timeout.txt", "15", "TIMEOUT", "TimeLimit", 81.0),
-])
+@pytest.mark.parametrize(
+    ("name", "job", "state", "reason", "elapsed"),
+    [
+        ("scontrol-completed.txt", "14", "COMPLETED", "", 0.0),
+        ("scontrol-failed.txt", "13", "FAILED", "NonZeroExitCode", 0.0),
+        ("scontrol-cancelled.txt", "10", "CANCELLED", "", 1.0),
+        ("scontrol-node_fail.txt", "9", "NODE_FAIL", "NodeDown", 2.0),
+        ("scontrol-preempted.txt", "11", "PREEMPTED", "", 3.0),
+        ("scontrol-timeout.txt", "15", "TIMEOUT", "TimeLimit", 81.0),
+    ],
+)
 def test_scontrol_final_states(name: str, job: str, state: str, reason: str, elapsed: float) -> None:
     info = parse_scontrol(sample(name), job)
     assert info is not None and info.terminal
@@ -92,9 +95,13 @@ def test_scontrol_answers_nothing_for_a_purged_job() -> None:
 def test_job_completion_log_takes_the_jobs_last_line() -> None:
     text = sample("jobcomp.txt")
     requeued = parse_jobcomp(text, "8")  # a requeue writes a PENDING line first, then the real end
-    assert requeued is not None and requeued.state == "CANCELLED" and requeued.node_list == "" and requeued.num_nodes == 0
+    assert (
+        requeued is not None and requeued.state == "CANCELLED" and requeued.node_list == "" and requeued.num_nodes == 0
+    )
     timeout = parse_jobcomp(text, "15")
-    assert timeout is not None and timeout.state == "TIMEOUT" and timeout.elapsed_s == 81.0 and timeout.source == "jobcomp"
+    assert (
+        timeout is not None and timeout.state == "TIMEOUT" and timeout.elapsed_s == 81.0 and timeout.source == "jobcomp"
+    )
     assert parse_jobcomp(text, "1") is not None and parse_jobcomp(text, "1").state == "COMPLETED"  # type: ignore[union-attr]
     assert parse_jobcomp(text, "99") is None
 
@@ -104,12 +111,21 @@ def test_sacct_parsable_line() -> None:
     line = "42|CANCELLED by 0|0:15|2026-12-01T10:00:00|2026-12-01T10:00:30|2026-12-01T10:05:30|gpu[001-002]|2|None\n"
     info = parse_sacct(line, "42")
     assert info is not None and info.state == "CANCELLED" and info.exit_code == "0:15"
-    assert info.queue_wait_s == 30.0 and info.elapsed_s == 300.0 and info.node_list == "gpu[001-002]" and info.num_nodes == 2
+    assert (
+        info.queue_wait_s == 30.0
+        and info.elapsed_s == 300.0
+        and info.node_list == "gpu[001-002]"
+        and info.num_nodes == 2
+    )
     assert parse_sacct(sample("sacct-disabled.txt"), "42") is None
 
 
 def test_base_state_drops_what_follows_the_state() -> None:
-    assert base_state("CANCELLED by 1000") == "CANCELLED" and base_state("COMPLETED+") == "COMPLETED" and base_state("") == ""
+    assert (
+        base_state("CANCELLED by 1000") == "CANCELLED"
+        and base_state("COMPLETED+") == "COMPLETED"
+        and base_state("") == ""
+    )
 
 
 def test_config_value_reads_the_completion_log_location() -> None:

@@ -63,8 +63,12 @@ def user_repo(tmp_path: Path) -> Path:
     (repo / "data").mkdir()
     (repo / "data" / "seed.txt").write_text("7\n")
     text = (ROOT / "recipes" / "llama3-tiny" / "cpu.yaml").read_text()
-    text = text.replace("id: llama3-tiny/cpu", "id: mine/cpu").replace("module: bot.inrank.workloads.llama3_tiny", "module: mymods.tiny")
-    text = text.replace("config: llama3_tiny_cpu", "config: tiny_from_repo").replace('OMP_NUM_THREADS: "2"', 'OMP_NUM_THREADS: "1"')
+    text = text.replace("id: llama3-tiny/cpu", "id: mine/cpu").replace(
+        "module: bot.inrank.workloads.llama3_tiny", "module: mymods.tiny"
+    )
+    text = text.replace("config: llama3_tiny_cpu", "config: tiny_from_repo").replace(
+        'OMP_NUM_THREADS: "2"', 'OMP_NUM_THREADS: "1"'
+    )
     text = text.replace("  steps: 20\n  warmup_steps: 5\n", "  steps: 3\n  warmup_steps: 1\n")
     assert "mymods.tiny" in text and "tiny_from_repo" in text and "steps: 3" in text
     (repo / "recipes" / "mine").mkdir(parents=True)
@@ -75,7 +79,9 @@ def user_repo(tmp_path: Path) -> Path:
     return repo
 
 
-def test_the_root_is_the_git_repository_holding_the_recipe(user_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_root_is_the_git_repository_holding_the_recipe(
+    user_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ATTUNE_REPO", raising=False)
     assert recipe_root(user_repo / "recipes" / "mine" / "cpu.yaml") == user_repo.resolve()
     monkeypatch.chdir(user_repo / "recipes")
@@ -84,7 +90,9 @@ def test_the_root_is_the_git_repository_holding_the_recipe(user_repo: Path, tmp_
     (loose / "recipes").mkdir(parents=True)
     (loose / "recipes" / "r.yaml").write_text("x")
     assert recipe_root(loose / "recipes" / "r.yaml") == loose.resolve()  # no git: the folder holding recipes/
-    assert recipe_root(None) == recipe_root(user_repo / "nope.yaml") == (user_repo / "recipes").resolve()  # the caller's checkout
+    assert (
+        recipe_root(None) == recipe_root(user_repo / "nope.yaml") == (user_repo / "recipes").resolve()
+    )  # the caller's checkout
     path = rank_pythonpath(user_repo, "/elsewhere").split(os.pathsep)
     assert path[2:] == [str(user_repo.resolve()), "/elsewhere"] and path[0].endswith("_site")
 
@@ -103,10 +111,16 @@ def test_a_module_torchtitan_cannot_import_is_the_workloads_module_not_the_layou
     with pytest.raises(RecipeError) as info:
         check_runnable(load_recipe(path), path)
     line = str(info.value)
-    assert line.startswith(f"{path}:7: workload.module: torchtitan cannot import 'mymods.tinier' from the repository root "
-                           f"{user_repo.resolve()}"), line
+    assert line.startswith(
+        f"{path}:7: workload.module: torchtitan cannot import 'mymods.tinier' from the repository root "
+        f"{user_repo.resolve()}"
+    ), line
     assert "No module named 'mymods.tinier'" in line and "layout" not in line and "\n" not in line
-    path.write_text(path.read_text().replace("module: mymods.tinier", "module: mymods.tiny").replace("tiny_from_repo", "tiny_from_nowhere"))
+    path.write_text(
+        path.read_text()
+        .replace("module: mymods.tinier", "module: mymods.tiny")
+        .replace("tiny_from_repo", "tiny_from_nowhere")
+    )
     with pytest.raises(ResolveError) as err:
         resolve_recipe(load_recipe(path), workdir=user_repo)
     assert err.value.field == ("workload", "config") and "tiny_from_nowhere" in str(err.value)
@@ -125,7 +139,9 @@ def test_the_slurm_batch_script_starts_torchrun_in_the_repository_root(user_repo
     assert f"--dump-folder {tmp_path / 'run' / 'titan'}" in lines[srun]  # the run folder keeps the logs, absolute
     recipe.cluster.slurm = SlurmSettings(container_image="nvcr.io/x")
     body, _ = batch_script(recipe, steps=3, out_dir=tmp_path / "run", workdir=user_repo)
-    assert f"--container-workdir={user_repo.resolve()}" in body and f"{user_repo.resolve()}:{user_repo.resolve()}" in body
+    assert (
+        f"--container-workdir={user_repo.resolve()}" in body and f"{user_repo.resolve()}:{user_repo.resolve()}" in body
+    )
 
 
 @pytest.mark.torchtitan
@@ -134,8 +150,14 @@ def test_attune_run_trains_a_module_kept_in_the_users_repository(user_repo: Path
     ``data/seed.txt`` relative to it; the run folder holds the logs and records, the repository gains no file."""
     out = tmp_path / "run"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTUNE_REPO")}
-    proc = subprocess.run([str(ATTUNE), "run", str(user_repo / "recipes" / "mine" / "cpu.yaml"), "--json", "--out", str(out)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(
+        [str(ATTUNE), "run", str(user_repo / "recipes" / "mine" / "cpu.yaml"), "--json", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     record = json.loads((out / "record.json").read_text())
     assert record["outcome"] == "ok" and [s["step"] for s in record["steps"]] == [1, 2, 3], record.get("reason")

@@ -20,7 +20,11 @@ def test_attention_multiplier_per_hardware():
 def test_b200_attention_time_by_hand():
     # Llama 3.1 8B, FSDP8 on one B200 node, seq 8192, microbatch 1, no AC, torchtitan stack (attn_eff 0.246).
     m, hw = get_model("llama3.1-8b"), get_hardware("b200")
-    levers = {"parallelism.data_parallel_shard_degree": 8, "training.local_batch_size": 1, "activation_checkpoint": "none"}
+    levers = {
+        "parallelism.data_parallel_shard_degree": 8,
+        "training.local_batch_size": 1,
+        "activation_checkpoint": "none",
+    }
     lay, _ = resolve_layout(m, hw, 1, 8, levers, {"training.seq_len": 8192, "training.global_batch_size": 8})
     with_gain = DEFAULT_FACTORS.model_copy(update={"attn_hw_eff": {}})  # old behaviour: attention x hw_eff.b200
     new, old = microbatch_time(m, hw, lay, DEFAULT_FACTORS, 0), microbatch_time(m, hw, lay, with_gain, 0)

@@ -32,8 +32,7 @@ def test_error_within_target(report):
 
 def test_fit_ignores_holdout_rows():
     rows = load_rows()
-    mangled = [r.model_copy(update={"measured_tps": r.measured_tps * 3}) if r.split == "holdout" else r
-               for r in rows]
+    mangled = [r.model_copy(update={"measured_tps": r.measured_tps * 3}) if r.split == "holdout" else r for r in rows]
     names = ("gemm_eff", "attn_eff")
     assert fit_factors(rows, names=names, rounds=2) == fit_factors(mangled, names=names, rounds=2)
 

@@ -10,9 +10,14 @@ from bot.sim.zoo import get_model
 
 # mb-qwen3-30b-b200: 8 B200, EP8, one 4K-token sequence per microbatch, no PP / TP / CP.
 Q30_LEVERS = {
-    "parallelism.data_parallel_shard_degree": 8, "parallelism.expert_parallel_degree": 8,
-    "training.local_batch_size": 1, "activation_checkpoint": "none", "compile.enable": True,
-    "quantize.linear": "float8_tensorwise", "quantize.grouped_mm": "float8", "training.disable_cuda_graphs": True,
+    "parallelism.data_parallel_shard_degree": 8,
+    "parallelism.expert_parallel_degree": 8,
+    "training.local_batch_size": 1,
+    "activation_checkpoint": "none",
+    "compile.enable": True,
+    "quantize.linear": "float8_tensorwise",
+    "quantize.grouped_mm": "float8",
+    "training.disable_cuda_graphs": True,
     "sim.stack": "megatron",
 }
 Q30_PINNED = {"training.seq_len": 4096, "training.global_batch_size": 512}
@@ -59,16 +64,25 @@ def test_floor_hidden_behind_a_slower_all_to_all():
     # EP32 across four nodes (mb-qwen3-235b-fp8's shape): the modelled all-to-all already exceeds the floor.
     m, hw = get_model("qwen3-235b-a22b"), get_hardware("h100-sxm-80gb")
     levers = {
-        "parallelism.data_parallel_shard_degree": 16, "parallelism.tensor_parallel_degree": 2,
-        "parallelism.pipeline_parallel_degree": 8, "parallelism.expert_parallel_degree": 32,
-        "parallelism.pipeline_parallel_schedule": "Interleaved1F1B", "parallelism.pipeline_parallel_microbatch_size": 1,
-        "sim.virtual_stages": 4, "training.local_batch_size": 128, "activation_checkpoint": "none",
-        "compile.enable": True, "training.disable_cuda_graphs": True, "sim.stack": "megatron",
+        "parallelism.data_parallel_shard_degree": 16,
+        "parallelism.tensor_parallel_degree": 2,
+        "parallelism.pipeline_parallel_degree": 8,
+        "parallelism.expert_parallel_degree": 32,
+        "parallelism.pipeline_parallel_schedule": "Interleaved1F1B",
+        "parallelism.pipeline_parallel_microbatch_size": 1,
+        "sim.virtual_stages": 4,
+        "training.local_batch_size": 128,
+        "activation_checkpoint": "none",
+        "compile.enable": True,
+        "training.disable_cuda_graphs": True,
+        "sim.stack": "megatron",
     }
     pinned = {"training.seq_len": 4096, "training.global_batch_size": 2048}
     plain, _ = resolve_layout(m, hw, 32, 8, levers, pinned)
     dropless, _ = resolve_layout(m, hw, 32, 8, {**levers, "sim.moe_dispatch": "dropless-hostsync"}, pinned)
-    assert step_time(m, hw, dropless, DEFAULT_FACTORS).step_time_s == step_time(m, hw, plain, DEFAULT_FACTORS).step_time_s
+    assert (
+        step_time(m, hw, dropless, DEFAULT_FACTORS).step_time_s == step_time(m, hw, plain, DEFAULT_FACTORS).step_time_s
+    )
 
 
 def test_unknown_dispatch_value_is_refused():

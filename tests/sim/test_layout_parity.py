@@ -32,8 +32,14 @@ def _recipe(levers: dict):
 def _sim_legal(levers: dict) -> tuple[bool, str]:
     r = _recipe(levers)
     try:
-        resolve_layout(get_model(r.workload.model or ""), get_hardware(r.cluster.hardware), r.cluster.nodes,
-                       r.cluster.devices_per_node, dict(r.levers), dict(r.pinned))
+        resolve_layout(
+            get_model(r.workload.model or ""),
+            get_hardware(r.cluster.hardware),
+            r.cluster.nodes,
+            r.cluster.devices_per_node,
+            dict(r.levers),
+            dict(r.pinned),
+        )
     except LayoutError as exc:
         return False, str(exc)
     return True, ""
@@ -60,10 +66,14 @@ def test_the_matrix_has_both_outcomes() -> None:
 @pytest.mark.parametrize("row", MATRIX, ids=[row["layout"] for row in MATRIX])
 def test_simulator_legality_matches_the_real_run(row: dict) -> None:
     legal, why = _sim_legal(row["levers"])
-    assert legal == (row["outcome"] == "ok"), f"{row['layout']}: real run {row['outcome']} ({row['reason'][:200]}); simulator: {why or 'legal'}"
+    assert legal == (row["outcome"] == "ok"), (
+        f"{row['layout']}: real run {row['outcome']} ({row['reason'][:200]}); simulator: {why or 'legal'}"
+    )
 
 
 @pytest.mark.parametrize("row", MATRIX, ids=[row["layout"] for row in MATRIX])
 def test_catalog_legality_matches_the_real_run(row: dict) -> None:
     legal, why = _catalog_legal(row["levers"])
-    assert legal == (row["outcome"] == "ok"), f"{row['layout']}: real run {row['outcome']} ({row['reason'][:200]}); catalog: {why or 'legal'}"
+    assert legal == (row["outcome"] == "ok"), (
+        f"{row['layout']}: real run {row['outcome']} ({row['reason'][:200]}); catalog: {why or 'legal'}"
+    )

@@ -18,8 +18,9 @@ def _lay(model, nodes, levers, pinned, hw="h100-sxm-80gb"):
 
 
 def test_fsdp_model_states_by_hand():
-    lay = _lay("llama3.1-8b", 1, {"training.local_batch_size": 1, "activation_checkpoint": "full"},
-               {"training.seq_len": 2048})
+    lay = _lay(
+        "llama3.1-8b", 1, {"training.local_batch_size": 1, "activation_checkpoint": "full"}, {"training.seq_len": 2048}
+    )
     mem = peak_memory(M8, lay, F)
     # fp32 master + 2 fp32 AdamW moments = 12 B/param, sharded over FSDP 8 (grads counted separately)
     assert mem.model_states == pytest.approx(12 * N8 / 8 / GIB)
@@ -31,10 +32,19 @@ def test_fsdp_model_states_by_hand():
 
 
 def test_pipeline_holds_unsharded_stage_and_fp32_grads():
-    lay = _lay("llama3.1-405b", 16, {"parallelism.tensor_parallel_degree": 8,
-                                     "parallelism.pipeline_parallel_degree": 8, "training.disable_cuda_graphs": True,
-                                     "training.local_batch_size": 32, "activation_checkpoint": "full"},
-               {"training.global_batch_size": 256, "training.seq_len": 8192}, hw="h200")
+    lay = _lay(
+        "llama3.1-405b",
+        16,
+        {
+            "parallelism.tensor_parallel_degree": 8,
+            "parallelism.pipeline_parallel_degree": 8,
+            "training.disable_cuda_graphs": True,
+            "training.local_batch_size": 32,
+            "activation_checkpoint": "full",
+        },
+        {"training.global_batch_size": 256, "training.seq_len": 8192},
+        hw="h200",
+    )
     rp = rank_params(get_model("llama3.1-405b"), lay, lay.ranks[1])
     mem = peak_memory(get_model("llama3.1-405b"), lay, F)
     # reshard-after-forward is off under PP: bf16 copy of the stage (2 B) + fp32 grad accumulation (4 B)
@@ -55,16 +65,27 @@ def test_activation_elements_by_hand():
 
 
 def test_logits_by_hand():
-    lay = _lay("llama3.1-8b", 1, {"training.local_batch_size": 2, "loss.num_chunks": 1,
-                                  "activation_checkpoint": "full"}, {"training.seq_len": 8192})
+    lay = _lay(
+        "llama3.1-8b",
+        1,
+        {"training.local_batch_size": 2, "loss.num_chunks": 1, "activation_checkpoint": "full"},
+        {"training.seq_len": 8192},
+    )
     mem = peak_memory(M8, lay, F)
     # bf16 logits + fp32 log-softmax + fp32 grad = 10 B per logit, 2 x 8192 tokens x 128256 vocab, one chunk
     assert mem.logits == pytest.approx(10 * 2 * 8192 * 128256 / GIB)
 
 
 def test_oom_when_peak_exceeds_capacity():
-    res = simulate("llama3.1-405b", "h100-sxm-80gb", 1, 8, {"parallelism.tensor_parallel_degree": 8},
-                   {"training.seq_len": 8192}, seed=0)
+    res = simulate(
+        "llama3.1-405b",
+        "h100-sxm-80gb",
+        1,
+        8,
+        {"parallelism.tensor_parallel_degree": 8},
+        {"training.seq_len": 8192},
+        seed=0,
+    )
     assert res.outcome == "oom"
     assert res.peak_memory_gib > res.memory_capacity_gib == 79.6
     assert "exceeds" in res.reason and res.tokens_per_s_per_device == 0.0
@@ -72,7 +93,13 @@ def test_oom_when_peak_exceeds_capacity():
 
 def test_torchtitan_8b_benchmark_memory_close():
     # torchtitan Dec-2024 Table 1: FSDP8, lbs 2, SAC, eager -> 82.4 GiB on the 96 GB part
-    res = simulate("llama3.1-8b", "h100-96gb", 1, 8, {"training.local_batch_size": 2, "loss.num_chunks": 1,
-                                                    "training.disable_cuda_graphs": True},
-                   {"training.seq_len": 8192, "training.global_batch_size": 16}, seed=0)
+    res = simulate(
+        "llama3.1-8b",
+        "h100-96gb",
+        1,
+        8,
+        {"training.local_batch_size": 2, "loss.num_chunks": 1, "training.disable_cuda_graphs": True},
+        {"training.seq_len": 8192, "training.global_batch_size": 16},
+        seed=0,
+    )
     assert res.peak_memory_gib == pytest.approx(82.4, rel=0.05)

@@ -9,11 +9,22 @@ from bot.sim.zoo import get_model
 
 
 def _layout(schedule, pp=8, lbs=32, lps=None):
-    levers = {"parallelism.tensor_parallel_degree": 8, "parallelism.pipeline_parallel_degree": pp,
-              "parallelism.pipeline_parallel_schedule": schedule, "training.disable_cuda_graphs": True,
-              "training.local_batch_size": lbs, "parallelism.pipeline_parallel_layers_per_stage": lps}
-    lay, _ = resolve_layout(get_model("llama3.1-405b"), get_hardware("h200"), 16, 8, levers,
-                            {"training.global_batch_size": 256, "training.seq_len": 8192})
+    levers = {
+        "parallelism.tensor_parallel_degree": 8,
+        "parallelism.pipeline_parallel_degree": pp,
+        "parallelism.pipeline_parallel_schedule": schedule,
+        "training.disable_cuda_graphs": True,
+        "training.local_batch_size": lbs,
+        "parallelism.pipeline_parallel_layers_per_stage": lps,
+    }
+    lay, _ = resolve_layout(
+        get_model("llama3.1-405b"),
+        get_hardware("h200"),
+        16,
+        8,
+        levers,
+        {"training.global_batch_size": 256, "training.seq_len": 8192},
+    )
     return lay
 
 

@@ -9,8 +9,12 @@ from bot.sim.explore import one_lever_neighbours
 from bot.sim.recipes import load_recipe_yaml, simulate_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-RECIPES = ["bot/bench/tasks/llama3.1-405b/h200x128.yaml", "bot/bench/tasks/glm-4.5/h100x128.yaml",
-           "bot/bench/tasks/mixtral-8x22b/h100x64.yaml", "bot/bench/tasks/minimax-m2/h200x64.yaml"]
+RECIPES = [
+    "bot/bench/tasks/llama3.1-405b/h200x128.yaml",
+    "bot/bench/tasks/glm-4.5/h100x128.yaml",
+    "bot/bench/tasks/mixtral-8x22b/h100x64.yaml",
+    "bot/bench/tasks/minimax-m2/h200x64.yaml",
+]
 
 
 @pytest.mark.parametrize("path", RECIPES)
@@ -24,11 +28,22 @@ def test_recipe_starts_valid_with_headroom(path):
     assert start.outcome == "ok", start.reason
     assert start.peak_memory_gib < start.memory_capacity_gib
     # every recipe can be improved, by some margin, but not absurdly, by one lever
-    domains = {"training.local_batch_size": [8, 64, 128, 256], "activation_checkpoint": ["selective", "none"],
-               "parallelism.pipeline_parallel_microbatch_size": [2], "compile.enable": [True],
-               "parallelism.tensor_parallel_degree": [1, 4]}
+    domains = {
+        "training.local_batch_size": [8, 64, 128, 256],
+        "activation_checkpoint": ["selective", "none"],
+        "parallelism.pipeline_parallel_microbatch_size": [2],
+        "compile.enable": [True],
+        "parallelism.tensor_parallel_degree": [1, 4],
+    }
     c = raw["cluster"]
-    moves = one_lever_neighbours(raw["workload"]["model"], c["hardware"], c["nodes"], c["devices_per_node"],
-                                 raw["levers"], raw["pinned"], domains)
+    moves = one_lever_neighbours(
+        raw["workload"]["model"],
+        c["hardware"],
+        c["nodes"],
+        c["devices_per_node"],
+        raw["levers"],
+        raw["pinned"],
+        domains,
+    )
     best = moves[0].result.tokens_per_s_per_device / start.tokens_per_s_per_device
     assert 1.02 < best < 1.5

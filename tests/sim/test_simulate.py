@@ -35,10 +35,20 @@ def test_noise_is_one_to_three_percent():
 
 
 def test_breakdown_sums_and_throughput_identity():
-    r = simulate("llama3.1-70b", "h100-sxm-80gb", 4, 8,
-                 {"parallelism.tensor_parallel_degree": 8, "training.local_batch_size": 4,
-                  "activation_checkpoint": "full", "compile.enable": True},
-                 {"training.seq_len": 8192, "training.global_batch_size": 64}, seed=0)
+    r = simulate(
+        "llama3.1-70b",
+        "h100-sxm-80gb",
+        4,
+        8,
+        {
+            "parallelism.tensor_parallel_degree": 8,
+            "training.local_batch_size": 4,
+            "activation_checkpoint": "full",
+            "compile.enable": True,
+        },
+        {"training.seq_len": 8192, "training.global_batch_size": 64},
+        seed=0,
+    )
     assert r.outcome == "ok"
     b = r.breakdown
     assert b.compute_s + b.exposed_comm_s + b.bubble_s + b.recompute_s + b.other_s == pytest.approx(r.step_time_s)
@@ -55,11 +65,13 @@ def _tps(recipe, **levers):
 def test_lever_directions_are_physical():
     r405 = load_recipe_yaml(ROOT / "bot/bench/tasks/llama3.1-405b/h200x128.yaml")
     assert _tps(r405, **{"parallelism.pipeline_parallel_schedule": "Interleaved1F1B"}) > _tps(
-        r405, **{"parallelism.pipeline_parallel_schedule": "1F1B"})  # smaller bubble
+        r405, **{"parallelism.pipeline_parallel_schedule": "1F1B"}
+    )  # smaller bubble
     assert _tps(r405, **{"training.local_batch_size": 128}) > _tps(r405)  # fewer fill/drain per step
     mini = load_recipe_yaml(ROOT / "bot/bench/tasks/minimax-m2/h200x64.yaml")
     assert _tps(mini, **{"parallelism.expert_parallel_degree": 8}) > _tps(
-        mini, **{"parallelism.expert_parallel_degree": 16})  # all-to-all stays on NVLink
+        mini, **{"parallelism.expert_parallel_degree": 16}
+    )  # all-to-all stays on NVLink
     assert _tps(mini, **{"compile.enable": True}) > _tps(mini)
     assert _tps(mini, **{"training.enable_cpu_offload": True}) < _tps(mini)
     assert _tps(mini, **{"profiler.enable_profiling": True}) < _tps(mini)
@@ -72,8 +84,7 @@ def test_loss_curve_same_for_every_layout_and_seeded():
     assert a == b and a != c and a.label == "simulated" and len(a) == 50
     assert all(abs(x / y - 1) < 0.05 for x, y in zip(a, c, strict=True))  # only tiny seeded noise differs
     assert a[-1] < a[0]  # it learns
-    drift = sim_loss_curve(50, seed=42, model="glm-4.5", global_batch_size=2048, seq_len=4096, lr=1e-4,
-                           perturbation=1)
+    drift = sim_loss_curve(50, seed=42, model="glm-4.5", global_batch_size=2048, seq_len=4096, lr=1e-4, perturbation=1)
     assert drift != a and all(abs(x / y - 1) < 0.01 for x, y in zip(a, drift, strict=True))
     changed = sim_loss_curve(50, seed=42, model="glm-4.5", global_batch_size=1024, seq_len=4096, lr=1e-4)
     assert changed[-1] > a[-1]  # a different objective (half the batch) gives a different curve

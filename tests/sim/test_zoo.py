@@ -5,8 +5,16 @@ import pytest
 from bot.sim.flops import active_params, total_params
 from bot.sim.zoo import ZOO, ModelSpec, get_model
 
-REQUIRED = ["llama3.1-8b", "llama3.1-70b", "llama3.1-405b", "mixtral-8x22b", "glm-4.5", "minimax-m2",
-            "deepseek-v3", "qwen3-30b-a3b"]
+REQUIRED = [
+    "llama3.1-8b",
+    "llama3.1-70b",
+    "llama3.1-405b",
+    "mixtral-8x22b",
+    "glm-4.5",
+    "minimax-m2",
+    "deepseek-v3",
+    "qwen3-30b-a3b",
+]
 
 
 @pytest.mark.parametrize("model_id", REQUIRED)

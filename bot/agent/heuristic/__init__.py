@@ -31,15 +31,26 @@ from bot.core.diagnosis import Diagnosis
 from bot.core.records import Change, RecordReader, Stop
 from bot.core.state import Campaign
 
-__all__ = ["JUMP_LESSON", "LESS_RECOMPUTE", "MAX_CHAIN", "MOVES", "OBLIGATIONS", "OOM_BATCH_LESSON", "REVIEW_LESSON",
-           "Context", "HeuristicPolicy", "Move"]
+__all__ = [
+    "JUMP_LESSON",
+    "LESS_RECOMPUTE",
+    "MAX_CHAIN",
+    "MOVES",
+    "OBLIGATIONS",
+    "OOM_BATCH_LESSON",
+    "REVIEW_LESSON",
+    "Context",
+    "HeuristicPolicy",
+    "Move",
+]
 
 
 class HeuristicPolicy:
     name = POLICY
 
-    def propose(self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace,
-                records: RecordReader) -> Change | Stop:
+    def propose(
+        self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
+    ) -> Change | Stop:
         incumbent = incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis
         flat = no_gain_stop(campaign, incumbent)
         if flat is not None:

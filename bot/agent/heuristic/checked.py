@@ -19,14 +19,24 @@ def relative(space: LeverSpace, current: Scalar | None, lc: LeverChange) -> Scal
     return apply_op(lc.op, current, space.values.get(lc.lever) or list(catalog.get(lc.lever).choices))
 
 
-def checked(campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, why: str, lessons: list[str],
-            incumbent: Diagnosis | None = None, *, probe: bool = False) -> Change | None:
+def checked(
+    campaign: Campaign,
+    space: LeverSpace,
+    lever: str,
+    value: Scalar,
+    why: str,
+    lessons: list[str],
+    incumbent: Diagnosis | None = None,
+    *,
+    probe: bool = False,
+) -> Change | None:
     """``lever=value`` as a step from the incumbent if it may be one; else its enabler (a local batch that keeps the
     pinned global batch, a missing prerequisite) when one exists; else None. ``incumbent``: the incumbent's
     diagnosis, which a prerequisite that replaces its pipeline schedule needs (:meth:`_prerequisite`)."""
     current = catalog.effective(campaign.incumbent_levers)
-    change = Change(lever=lever, before=current.get(lever), after=value, why=why, lessons=lessons, policy=POLICY,
-                    probe=probe)
+    change = Change(
+        lever=lever, before=current.get(lever), after=value, why=why, lessons=lessons, policy=POLICY, probe=probe
+    )
     problem = validate_change(campaign, change, space)
     if problem is None:
         illegal = layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value})
@@ -36,7 +46,9 @@ def checked(campaign: Campaign, space: LeverSpace, lever: str, value: Scalar, wh
             return microbatch_enabler(campaign, space, value, illegal, why, lessons, probe)
         return batch_enabler(campaign, space, lever, value, illegal, lessons)
     if problem.startswith("prerequisite missing") and lever == SCHEDULE and TOO_FEW_MICROBATCHES in problem:
-        return microbatch_enabler(campaign, space, value, problem.removeprefix("prerequisite missing: "), why, lessons, probe)
+        return microbatch_enabler(
+            campaign, space, value, problem.removeprefix("prerequisite missing: "), why, lessons, probe
+        )
     if problem.startswith("prerequisite missing"):
         fix = catalog.prerequisite_for(campaign.incumbent_levers, lever, value, space.model)
         if fix is not None:

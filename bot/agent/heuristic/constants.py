@@ -12,11 +12,19 @@ OOM_LESSON = "oom-enable-recompute"
 OOM_PP_LESSON = "oom-raise-pipeline-parallel"
 # Generic exploration order once the lessons are spent: the levers with the largest effect on step
 # time first (recompute, batch split, pipeline schedule, parallel degrees), housekeeping last.
-EXPLORE_ORDER = ("activation_checkpoint", "training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size",
-                 "parallelism.pipeline_parallel_schedule", "parallelism.tensor_parallel_degree",
-                 "parallelism.pipeline_parallel_degree", "parallelism.expert_parallel_degree",
-                 "parallelism.context_parallel_degree", "compile.enable", "compile.enable_async_tensor_parallel",
-                 "parallelism.fsdp_reshard_after_forward")
+EXPLORE_ORDER = (
+    "activation_checkpoint",
+    "training.local_batch_size",
+    "parallelism.pipeline_parallel_microbatch_size",
+    "parallelism.pipeline_parallel_schedule",
+    "parallelism.tensor_parallel_degree",
+    "parallelism.pipeline_parallel_degree",
+    "parallelism.expert_parallel_degree",
+    "parallelism.context_parallel_degree",
+    "compile.enable",
+    "compile.enable_async_tensor_parallel",
+    "parallelism.fsdp_reshard_after_forward",
+)
 MAX_CHAIN = 5  # coupled changes: at most this many stacked steps on top of the incumbent
 LONG_SEQ = 8192
 # of the step: a pipeline bubble worth filling (a larger local batch, a zero-bubble schedule, fewer DP ranks) and

@@ -32,8 +32,13 @@ def diagnosis_driven(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace
         return None
     eff = catalog.effective(campaign.incumbent_levers)
     lbs_name = "training.local_batch_size"
-    legal = [v for v in space.values.get(lbs_name, []) if isinstance(v, int) and v > int(eff[lbs_name])
-             and layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: v}) is None]
+    legal = [
+        v
+        for v in space.values.get(lbs_name, [])
+        if isinstance(v, int)
+        and v > int(eff[lbs_name])
+        and layout_problem(space.recipe, {**campaign.incumbent_levers, lbs_name: v}) is None
+    ]
     pp = int(eff["parallelism.pipeline_parallel_degree"])
     comm = diagnosis.breakdown.get("exposed_comm", 0.0)
     if pp <= 1 and not legal and comm >= COMM_FRAC and dp_spans_nodes(space, eff):
@@ -42,9 +47,15 @@ def diagnosis_driven(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace
         return None
     if not legal:
         return fewer_dp_ranks(campaign, diagnosis, space)
-    change = Change(lever=lbs_name, before=eff[lbs_name], after=max(legal), lessons=[BUBBLE_LESSON], policy=POLICY,
-                    why=f"the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step in the pipeline bubble: the "
-                        "largest local batch the pinned global batch allows gives the most microbatches per flush and the fewest flushes")
+    change = Change(
+        lever=lbs_name,
+        before=eff[lbs_name],
+        after=max(legal),
+        lessons=[BUBBLE_LESSON],
+        policy=POLICY,
+        why=f"the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step in the pipeline bubble: the "
+        "largest local batch the pinned global batch allows gives the most microbatches per flush and the fewest flushes",
+    )
     return change if validate_change(campaign, change, space) is None else None
 
 
@@ -60,29 +71,48 @@ def fewer_dp_ranks(campaign: Campaign, diagnosis: Diagnosis, space: LeverSpace, 
     if lbs_name not in space.values or 2 * lbs not in space.values[lbs_name]:
         return None
     lesson = COMM_DP_LESSON if cost == "comm" else DP_BUBBLE_LESSON
-    if any(s.n > campaign.incumbent_step and lesson in s.change.lessons and not s.kept
-           and any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs) for s in campaign.steps):
+    if any(
+        s.n > campaign.incumbent_step
+        and lesson in s.change.lessons
+        and not s.kept
+        and any(r.kind == "trial" and r.outcome in MEASURED_OUTCOMES for r in s.runs)
+        for s in campaign.steps
+    ):
         return None  # one degree's try measured what halving the DP ranks buys this incumbent; the other buys the same
     for lever, value in fewer_dp_degrees(space, eff, (2,)):
         if cost == "comm" and lever == CP:
             continue
         name = "tensor parallel" if lever == TP else "context parallel"
         enabled = {**campaign.incumbent_levers, lever: value, lbs_name: 2 * lbs}
-        if layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value}) or layout_problem(space.recipe, enabled):
+        if layout_problem(space.recipe, {**campaign.incumbent_levers, lever: value}) or layout_problem(
+            space.recipe, enabled
+        ):
             continue
         if already_stepped(campaign, enabled):
             continue
         if cost == "comm":
-            why = (f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['exposed_comm']:.0%} of its step in "
-                   "exposed communication with its FSDP group spread over nodes, and its local batch is already the global batch's "
-                   f"share; twice the {name} degree (inside the node) halves the FSDP group and the weight shard each all-gather "
-                   "moves, and each rank's local batch can double")
+            why = (
+                f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['exposed_comm']:.0%} of its step in "
+                "exposed communication with its FSDP group spread over nodes, and its local batch is already the global batch's "
+                f"share; twice the {name} degree (inside the node) halves the FSDP group and the weight shard each all-gather "
+                "moves, and each rank's local batch can double"
+            )
         else:
-            why = (f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step "
-                   f"in the pipeline bubble and its local batch is already the global batch's share; twice the {name} "
-                   "degree halves the DP degree, so the local batch and the microbatches per flush can double ((p-1)/m halves)")
-        change = Change(lever=lever, before=eff[lever], after=value, lessons=[lesson], policy=POLICY, enabler=True,
-                        enables=[Setting(lever=lbs_name, value=2 * lbs)], why=why)
+            why = (
+                f"enabler of {lbs_name}={2 * lbs}: the incumbent spends {diagnosis.breakdown['bubble']:.0%} of its step "
+                f"in the pipeline bubble and its local batch is already the global batch's share; twice the {name} "
+                "degree halves the DP degree, so the local batch and the microbatches per flush can double ((p-1)/m halves)"
+            )
+        change = Change(
+            lever=lever,
+            before=eff[lever],
+            after=value,
+            lessons=[lesson],
+            policy=POLICY,
+            enabler=True,
+            enables=[Setting(lever=lbs_name, value=2 * lbs)],
+            why=why,
+        )
         if validate_change(campaign, change, space) is None:
             return change
     return None

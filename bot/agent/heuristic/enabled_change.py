@@ -19,8 +19,11 @@ def enabled_change(campaign: Campaign, space: LeverSpace) -> Change | None:
     if last is None or not enables:
         return None
     # an enabler is gated, not run (records from before that rule: it ran)
-    ready = (last.config_verdict is not None and last.config_verdict.ok) if last.change.enabler else (
-        trial is not None and trial.outcome in MEASURED_OUTCOMES)
+    ready = (
+        (last.config_verdict is not None and last.config_verdict.ok)
+        if last.change.enabler
+        else (trial is not None and trial.outcome in MEASURED_OUTCOMES)
+    )
     if not ready:
         return None
     (lever, value), rest = (enables[0].lever, enables[0].value), enables[1:]
@@ -28,9 +31,18 @@ def enabled_change(campaign: Campaign, space: LeverSpace) -> Change | None:
     why = enabled_why(campaign, last)
     if rest:  # the first link of a two-link chain: the change it enables is the gated enabler of the second
         why = f"enabler of {', then '.join(f'{s.lever}={s.value}' for s in rest)}: {why}"
-    change = Change(lever=lever, before=cur.get(lever), after=value, lessons=last.change.lessons, policy=POLICY,
-                    why=why, stacked_on=None if last.kept else last.n, enabler=bool(rest), enables=rest,
-                    probe=is_probe(chain_root(campaign, last).change))  # its why carries the chain's first reason
+    change = Change(
+        lever=lever,
+        before=cur.get(lever),
+        after=value,
+        lessons=last.change.lessons,
+        policy=POLICY,
+        why=why,
+        stacked_on=None if last.kept else last.n,
+        enabler=bool(rest),
+        enables=rest,
+        probe=is_probe(chain_root(campaign, last).change),
+    )  # its why carries the chain's first reason
     if validate_change(campaign, change, space) is not None:
         return None
     if layout_problem(space.recipe, base_levers(campaign, change) | {lever: value}) is not None:

@@ -6,12 +6,22 @@ from bot.agent.heuristic.scorer import Score
 from bot.core.diagnosis import Diagnosis
 from bot.core.records import Prediction
 
-NAMES = {"exposed_comm": "exposed communication", "bubble": "the pipeline bubble", "recompute": "recompute",
-         "compute": "compute", "other": "other work", "fwd_bwd": "forward and backward", "optim": "the optimizer",
-         "fetching_batch": "data loading"}
-PRIOR_BASIS = {"diagnosis": "half of the {cost} it is aimed at", "lesson": "the gain its lesson's evidence measured",
-               "momentum": "half the saving the last notch measured",
-               "blind": "a blind prior: no cost model here and no measured cost it is aimed at"}
+NAMES = {
+    "exposed_comm": "exposed communication",
+    "bubble": "the pipeline bubble",
+    "recompute": "recompute",
+    "compute": "compute",
+    "other": "other work",
+    "fwd_bwd": "forward and backward",
+    "optim": "the optimizer",
+    "fetching_batch": "data loading",
+}
+PRIOR_BASIS = {
+    "diagnosis": "half of the {cost} it is aimed at",
+    "lesson": "the gain its lesson's evidence measured",
+    "momentum": "half the saving the last notch measured",
+    "blind": "a blind prior: no cost model here and no measured cost it is aimed at",
+}
 SHOWN = 2  # the largest shares named (compute aside)
 
 
@@ -42,4 +52,3 @@ def prediction(move: str, diagnosis: Diagnosis | None, score: Score | None) -> P
     else:
         basis = f"the cost model weighted {score.credibility:.2f} by how it reproduced the kept steps, the diagnosis the rest"
     return Prediction(move=move, saw=saw(diagnosis), gain=gain, basis=basis)
-

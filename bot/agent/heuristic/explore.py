@@ -30,8 +30,10 @@ def neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scala
         worst = min((AC_RANK.get(str(v), 2) for v in oom), default=None)
         # only towards less recomputation (more never speeds a step up), least aggressive first
         cur = AC_RANK.get(str(current), 2)
-        return sorted((v for v in values if AC_RANK.get(str(v), 2) < cur and (worst is None or AC_RANK.get(str(v), 2) > worst)),
-                      key=lambda v: -AC_RANK.get(str(v), 2))
+        return sorted(
+            (v for v in values if AC_RANK.get(str(v), 2) < cur and (worst is None or AC_RANK.get(str(v), 2) > worst)),
+            key=lambda v: -AC_RANK.get(str(v), 2),
+        )
     numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in values) and isinstance(current, int)
     if not numeric or current not in values:
         return values
@@ -41,7 +43,10 @@ def neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scala
     if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"):
         limit = min((int(v) for v in oom), default=None)
         out = [v for v in out if limit is None or int(v) < limit]
-    if lever == "training.local_batch_size" and int(catalog.effective(campaign.incumbent_levers)["parallelism.pipeline_parallel_degree"]) > 1:
+    if (
+        lever == "training.local_batch_size"
+        and int(catalog.effective(campaign.incumbent_levers)["parallelism.pipeline_parallel_degree"]) > 1
+    ):
         # under PP the activations follow the PP microbatch, not the local batch: a smaller one only means fewer
         # microbatches per flush (a larger bubble), never a memory or speed win
         out = [v for v in out if int(v) > int(current)]
@@ -70,7 +75,9 @@ class Explore:
 
     def propose(self, ctx: Context) -> Proposal:
         campaign, levers, current = ctx.campaign, ctx.space, ctx.current
-        order = sorted(levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER))
+        order = sorted(
+            levers.values, key=lambda k: EXPLORE_ORDER.index(k) if k in EXPLORE_ORDER else len(EXPLORE_ORDER)
+        )
         # blind probes skip, besides the moot levers, those that do nothing in the incumbent's layout
         moot = ctx.moot | {k for k in levers.values if catalog.inert(campaign.incumbent_levers, k)}
         order = [k for k in order if k not in moot]

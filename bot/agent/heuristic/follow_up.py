@@ -35,7 +35,9 @@ from bot.core.records import MEASURED_OUTCOMES, Change, RecordReader, Scalar
 from bot.core.state import Campaign, Step
 
 
-def follow_up(campaign: Campaign, space: LeverSpace, records: RecordReader, lessons: list[Lesson] | None = None) -> Change | None:
+def follow_up(
+    campaign: Campaign, space: LeverSpace, records: RecordReader, lessons: list[Lesson] | None = None
+) -> Change | None:
     """The last step was a coupled retry (stacked) that ran but did not beat the incumbent, and its own diagnosis
     names the cost the coupling left behind: stack the move that removes it (a large pipeline bubble -> fill the
     pipeline with the whole local batch, or, with it full, the schedule the lessons pick for that run; recompute
@@ -43,7 +45,13 @@ def follow_up(campaign: Campaign, space: LeverSpace, records: RecordReader, less
     last, trial = last_step_trial(campaign)
     if last is None:
         return None
-    if last.kept or last.stacked_on is None or trial is None or trial.outcome not in MEASURED_OUTCOMES or not trial.record:
+    if (
+        last.kept
+        or last.stacked_on is None
+        or trial is None
+        or trial.outcome not in MEASURED_OUTCOMES
+        or not trial.record
+    ):
         return None
     if chain_depth(campaign, last) >= MAX_CHAIN:
         return None
@@ -51,14 +59,31 @@ def follow_up(campaign: Campaign, space: LeverSpace, records: RecordReader, less
     if record is None:
         return None
     d = diagnose(record)
-    return fix_for(campaign, space, d, last.levers, stacked_on=last.n, why_prefix=f"step {last.n} ({last.change.title()}) ran",
-                         behind=last.gain, recompute_left=recompute_left_behind(campaign, last, space, records),
-                         lessons=lessons)
+    return fix_for(
+        campaign,
+        space,
+        d,
+        last.levers,
+        stacked_on=last.n,
+        why_prefix=f"step {last.n} ({last.change.title()}) ran",
+        behind=last.gain,
+        recompute_left=recompute_left_behind(campaign, last, space, records),
+        lessons=lessons,
+    )
 
 
-def fix_for(campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[str, Scalar], *, stacked_on: int | None,
-             why_prefix: str, behind: float | None = None, recompute_left: bool = True,
-             lessons: list[Lesson] | None = None) -> Change | None:
+def fix_for(
+    campaign: Campaign,
+    space: LeverSpace,
+    d: Diagnosis,
+    levers: dict[str, Scalar],
+    *,
+    stacked_on: int | None,
+    why_prefix: str,
+    behind: float | None = None,
+    recompute_left: bool = True,
+    lessons: list[Lesson] | None = None,
+) -> Change | None:
     """The stacked move for the cost ``d`` names: a large bubble -> the largest local batch; a bubble the local batch
     can no longer shrink -> the pipeline schedule the ``lessons`` pick for that run (before less recompute where the
     bubble is the larger cost); recompute -> less recompute, only where removing all of it could lift a layout
@@ -66,38 +91,77 @@ def fix_for(campaign: Campaign, space: LeverSpace, d: Diagnosis, levers: dict[st
     eff = catalog.effective(levers)
     bubble = d.breakdown.get("bubble", 0.0)
     recompute = d.breakdown.get("recompute", 0.0)
-    if (behind is not None and (1.0 + behind) / max(1.0 - recompute, 1e-9) < 1.0 + campaign.min_gain) or not recompute_left:
+    if (
+        behind is not None and (1.0 + behind) / max(1.0 - recompute, 1e-9) < 1.0 + campaign.min_gain
+    ) or not recompute_left:
         recompute = 0.0
     lbs_name = "training.local_batch_size"
     if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC and lbs_name in space.values:
-        legal = [v for v in space.values[lbs_name] if isinstance(v, int) and v > int(eff[lbs_name])
-                 and layout_problem(space.recipe, {**levers, lbs_name: v}) is None]
+        legal = [
+            v
+            for v in space.values[lbs_name]
+            if isinstance(v, int)
+            and v > int(eff[lbs_name])
+            and layout_problem(space.recipe, {**levers, lbs_name: v}) is None
+        ]
         if legal:
-            change = Change(lever=lbs_name, before=eff[lbs_name], after=max(legal), lessons=[BUBBLE_LESSON], policy=POLICY,
-                            stacked_on=stacked_on,
-                            why=f"{why_prefix} with a {bubble:.0%} pipeline bubble: the largest local batch the pinned global "
-                                "batch allows gives the most microbatches per flush ((p-1)/m shrinks) and fewer flushes")
+            change = Change(
+                lever=lbs_name,
+                before=eff[lbs_name],
+                after=max(legal),
+                lessons=[BUBBLE_LESSON],
+                policy=POLICY,
+                stacked_on=stacked_on,
+                why=f"{why_prefix} with a {bubble:.0%} pipeline bubble: the largest local batch the pinned global "
+                "batch allows gives the most microbatches per flush ((p-1)/m shrinks) and fewer flushes",
+            )
             if validate_change(campaign, change, space) is None:
                 return change
     schedule = None
     if int(eff["parallelism.pipeline_parallel_degree"]) > 1 and bubble >= BUBBLE_FRAC and lessons:
-        schedule = schedule_for(campaign, space, lessons, d, levers, stacked_on=stacked_on,
-                                      why=f"{why_prefix} with a {bubble:.0%} pipeline bubble and the local batch at the global batch's share")
+        schedule = schedule_for(
+            campaign,
+            space,
+            lessons,
+            d,
+            levers,
+            stacked_on=stacked_on,
+            why=f"{why_prefix} with a {bubble:.0%} pipeline bubble and the local batch at the global batch's share",
+        )
     if schedule is not None and bubble >= recompute:
         return schedule
     headroom = d.mem_headroom_frac
     mode = str(eff["activation_checkpoint"])
-    if recompute >= RECOMPUTE_FRAC and mode in LESS_RECOMPUTE and "activation_checkpoint" in space.values and (headroom or 0) >= 0.05:
-        change = Change(lever="activation_checkpoint", before=mode, after=LESS_RECOMPUTE[mode], lessons=[RECOMPUTE_LESSON],
-                        policy=POLICY, stacked_on=stacked_on,
-                        why=f"{why_prefix} with {recompute:.0%} of the step recomputing activations: less recompute")
+    if (
+        recompute >= RECOMPUTE_FRAC
+        and mode in LESS_RECOMPUTE
+        and "activation_checkpoint" in space.values
+        and (headroom or 0) >= 0.05
+    ):
+        change = Change(
+            lever="activation_checkpoint",
+            before=mode,
+            after=LESS_RECOMPUTE[mode],
+            lessons=[RECOMPUTE_LESSON],
+            policy=POLICY,
+            stacked_on=stacked_on,
+            why=f"{why_prefix} with {recompute:.0%} of the step recomputing activations: less recompute",
+        )
         if validate_change(campaign, change, space) is None:
             return change
     return schedule
 
 
-def schedule_for(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], d: Diagnosis, levers: dict[str, Scalar], *,
-                  stacked_on: int | None, why: str) -> Change | None:
+def schedule_for(
+    campaign: Campaign,
+    space: LeverSpace,
+    lessons: list[Lesson],
+    d: Diagnosis,
+    levers: dict[str, Scalar],
+    *,
+    stacked_on: int | None,
+    why: str,
+) -> Change | None:
     """The first legal, not yet stepped pipeline schedule that the lessons relevant to the run of ``levers`` (its
     diagnosis ``d``) try, those aimed at its dominant cost first, stacked on ``stacked_on``; None without one."""
     if d.outcome in MEASURED_OUTCOMES:  # a run stopped early ran as well as one measured to the end
@@ -111,12 +175,23 @@ def schedule_for(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], d
             if lc.lever != SCHEDULE or SCHEDULE not in space.values:
                 continue
             value = relative(space, eff.get(SCHEDULE), lc)
-            if value is None or str(value) == str(eff[SCHEDULE]) or already_stepped(campaign, {**levers, SCHEDULE: value}):
+            if (
+                value is None
+                or str(value) == str(eff[SCHEDULE])
+                or already_stepped(campaign, {**levers, SCHEDULE: value})
+            ):
                 continue
             if layout_problem(space.recipe, {**levers, SCHEDULE: value}) is not None:
                 continue
-            change = Change(lever=SCHEDULE, before=eff[SCHEDULE], after=value, lessons=[lesson.id], policy=POLICY,
-                            stacked_on=stacked_on, why=f"{why}: {lesson.why}")
+            change = Change(
+                lever=SCHEDULE,
+                before=eff[SCHEDULE],
+                after=value,
+                lessons=[lesson.id],
+                policy=POLICY,
+                stacked_on=stacked_on,
+                why=f"{why}: {lesson.why}",
+            )
             if validate_change(campaign, change, space) is None:
                 return change
     return None

@@ -23,8 +23,15 @@ from bot.core.records import Change, Scalar
 from bot.core.state import Campaign
 
 
-def from_lessons(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], current: dict[str, Scalar], moot: set[str],
-                  incumbent: Diagnosis | None = None, fits: Callable[[Change, dict[str, Scalar]], Change | None] | None = None) -> Change | None:
+def from_lessons(
+    campaign: Campaign,
+    space: LeverSpace,
+    lessons: list[Lesson],
+    current: dict[str, Scalar],
+    moot: set[str],
+    incumbent: Diagnosis | None = None,
+    fits: Callable[[Change, dict[str, Scalar]], Change | None] | None = None,
+) -> Change | None:
     """The first legal, untried change of ``lessons`` (in order; each lesson's ``try`` list in order), passed
     through ``fits`` when given, with the levers the lesson's change runs with (an enabler's too; None from it:
     that change is passed over)."""
@@ -37,7 +44,11 @@ def from_lessons(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], c
             if lc.lever in moot:
                 continue
             value = relative(space, current.get(lc.lever), lc)
-            if value is None or refuted(campaign, lesson, lc.lever, value) or undoes_a_kept_step(campaign, lc.lever, value, MOMENTUM_GAIN):
+            if (
+                value is None
+                or refuted(campaign, lesson, lc.lever, value)
+                or undoes_a_kept_step(campaign, lc.lever, value, MOMENTUM_GAIN)
+            ):
                 continue
             change = checked(campaign, space, lc.lever, value, lesson.why, [lesson.id], incumbent)
             if change is not None and fits is not None:
@@ -69,6 +80,14 @@ class HeldBackLessons:
     def propose(self, ctx: Context) -> Change | None:
         c, space, records = ctx.campaign, ctx.space, ctx.records
         held = dominant_cost_first(held_back_by_headroom(ctx.lessons, ctx.lesson_ctx, ctx.hits), ctx.matched)
-        return from_lessons(c, space, held, ctx.current, ctx.moot, ctx.incumbent,
-                            fits=lambda ch, lv: if_predicted_to_fit(c, ch, lv, space, records)
-                            or smaller_batch_share(c, space, ch, lv, records))
+        return from_lessons(
+            c,
+            space,
+            held,
+            ctx.current,
+            ctx.moot,
+            ctx.incumbent,
+            fits=lambda ch, lv: (
+                if_predicted_to_fit(c, ch, lv, space, records) or smaller_batch_share(c, space, ch, lv, records)
+            ),
+        )

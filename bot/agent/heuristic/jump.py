@@ -24,8 +24,14 @@ from bot.core.records import Change, RecordReader, Setting
 from bot.core.state import Campaign
 
 
-def layout_jump(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis,
-                 records: RecordReader, anchor: MeasuredPeak | None = None) -> Change | None:
+def layout_jump(
+    campaign: Campaign,
+    space: LeverSpace,
+    lessons: list[Lesson],
+    diagnosis: Diagnosis,
+    records: RecordReader,
+    anchor: MeasuredPeak | None = None,
+) -> Change | None:
     """The diagnosis- and lesson-driven moves are spent: the layout the analytic cost model ranks best from the
     incumbent (:mod:`bot.agent.layout_jump`), once per incumbent, as a chain of one-lever enablers with its last
     lever measured on them (``layout-jump-from-cost-model``; the lesson must be in the catalog and match).
@@ -38,34 +44,57 @@ def layout_jump(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], di
     if not campaign.incumbent_step:
         return None  # nothing kept: no measured speed-up the model could be checked against
     stepped = [campaign.baseline_levers, *(s.levers for s in campaign.steps if s.runs or not s.change.enabler)]
-    jump = jump_target(space.recipe, campaign.baseline_levers, campaign.incumbent_levers, space.values, stepped, space.model,
-                       frozenset(unmeasurable(campaign, diagnosis)), anchor or reference_peak(campaign, None, records),
-                       campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None,
-                       last_layout_step(campaign), compile_untried(campaign, space))
+    jump = jump_target(
+        space.recipe,
+        campaign.baseline_levers,
+        campaign.incumbent_levers,
+        space.values,
+        stepped,
+        space.model,
+        frozenset(unmeasurable(campaign, diagnosis)),
+        anchor or reference_peak(campaign, None, records),
+        campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None,
+        last_layout_step(campaign),
+        compile_untried(campaign, space),
+    )
     if jump is None:
         return None
     current = catalog.effective(campaign.incumbent_levers)
     (lever, value), *rest = jump.links
     layout = ", ".join(f"{k.rsplit('.', 1)[-1]} {current.get(k)} -> {v}" for k, v in jump.links)
-    why = (f"no diagnosis- or lesson-driven move is left; the analytic cost model predicts the layout {layout} "
-           f"{jump.saving:.0%} faster than the incumbent's ({jump.incumbent_step_s:.2f} s -> {jump.step_s:.2f} s a step; "
-           f"{jump.summary}), its other levers kept: measured once, reached one lever at a time")
+    why = (
+        f"no diagnosis- or lesson-driven move is left; the analytic cost model predicts the layout {layout} "
+        f"{jump.saving:.0%} faster than the incumbent's ({jump.incumbent_step_s:.2f} s -> {jump.step_s:.2f} s a step; "
+        f"{jump.summary}), its other levers kept: measured once, reached one lever at a time"
+    )
     if rest:
         why = f"enabler of {', then '.join(f'{k}={v}' for k, v in rest)}: {why}"
-    change = Change(lever=lever, before=current.get(lever), after=value, lessons=[JUMP_LESSON], policy=POLICY,
-                    why=why, enabler=bool(rest), enables=[Setting(lever=k, value=v) for k, v in rest])
+    change = Change(
+        lever=lever,
+        before=current.get(lever),
+        after=value,
+        lessons=[JUMP_LESSON],
+        policy=POLICY,
+        why=why,
+        enabler=bool(rest),
+        enables=[Setting(lever=k, value=v) for k, v in rest],
+    )
     return change if validate_change(campaign, change, space) is None else None
 
 
-def reaimed_jump(campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis,
-                  records: RecordReader) -> Change | None:
+def reaimed_jump(
+    campaign: Campaign, space: LeverSpace, lessons: list[Lesson], diagnosis: Diagnosis, records: RecordReader
+) -> Change | None:
     """The incumbent's layout jump ran out of memory and its run measured a peak: one more jump from the same
     incumbent, its memory anchored on that peak (the memory model's ratio errs more the further layouts lie apart,
     and the failed layout is the measured one nearest the jump). None otherwise, and never a third jump."""
     last, trial = last_step_trial(campaign)
     if last is None or trial is None or trial.outcome != "oom" or JUMP_LESSON not in last.change.lessons:
         return None
-    if sum(1 for s in campaign.steps if s.n > campaign.incumbent_step and JUMP_LESSON in s.change.lessons and s.runs) != 1:
+    if (
+        sum(1 for s in campaign.steps if s.n > campaign.incumbent_step and JUMP_LESSON in s.change.lessons and s.runs)
+        != 1
+    ):
         return None
     peak = reference_peak(campaign, last.n, records)
     if peak is None or catalog.effective(peak.levers) != catalog.effective(last.levers):

@@ -30,7 +30,11 @@ def jump_review(campaign: Campaign, space: LeverSpace, records: RecordReader) ->
     global batch's share as an enabler), measured once on the incumbent, predicted fastest first, none predicted not
     to fit: a coordinate-descent pass over the jump's own degrees (lesson ``layout-jump-review``); the model errs most
     on the terms a jump trades. No more once one ran and measured no gain (an out-of-memory run does not end them)."""
-    jumps = [s for s in campaign.steps if s.kept and any(JUMP_LESSON in campaign.step(m).change.lessons for m in chain_steps(campaign, s.n))]
+    jumps = [
+        s
+        for s in campaign.steps
+        if s.kept and any(JUMP_LESSON in campaign.step(m).change.lessons for m in chain_steps(campaign, s.n))
+    ]
     if not jumps:
         return None
     jump = jumps[-1]
@@ -44,8 +48,10 @@ def jump_review(campaign: Campaign, space: LeverSpace, records: RecordReader) ->
         c = campaign.step(m).change
         if c.lever not in DEGREES or c.lever not in space.values or current.get(c.lever) != c.after:
             continue
-        for notch, way in ((notch_toward(space.values[c.lever], c.after, c.before), "back"),
-                           (next_notch(space.values[c.lever], c.before, c.after), "further")):
+        for notch, way in (
+            (notch_toward(space.values[c.lever], c.after, c.before), "back"),
+            (next_notch(space.values[c.lever], c.before, c.after), "further"),
+        ):
             if notch is None or (c.lever, str(notch)) in tried or proposed_by(campaign, REVIEW_LESSON, c.lever, notch):
                 continue
             target = with_batch_share(campaign.incumbent_levers, c.lever, notch)
@@ -54,9 +60,11 @@ def jump_review(campaign: Campaign, space: LeverSpace, records: RecordReader) ->
                 continue  # the jump's own test (layout_jump): anchored on the measured peak, no margin
             options.append((predicted_step(space, target), c, notch, way))
     for _, c, notch, way in sorted(options, key=lambda o: o[0]):
-        why = (f"step {jump.n} (the layout jump, kept at {jump.gain:+.1%}) moved {c.lever.rsplit('.', 1)[-1]} {c.before} -> "
-               f"{c.after} together with other levers, on the cost model's word: one notch {way}, {c.after} -> {notch}, "
-               "measured once on the incumbent (a coordinate-descent pass over the jump's degrees)")
+        why = (
+            f"step {jump.n} (the layout jump, kept at {jump.gain:+.1%}) moved {c.lever.rsplit('.', 1)[-1]} {c.before} -> "
+            f"{c.after} together with other levers, on the cost model's word: one notch {way}, {c.after} -> {notch}, "
+            "measured once on the incumbent (a coordinate-descent pass over the jump's degrees)"
+        )
         change = checked(campaign, space, c.lever, notch, why, [REVIEW_LESSON])
         if change is not None:
             return change

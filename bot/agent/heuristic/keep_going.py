@@ -31,7 +31,13 @@ def keep_going(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | Non
     degree, the same coupling one notch further, while the incumbent spends COMM_FRAC of its step in exposed
     communication."""
     last, trial = last_step_trial(campaign)
-    if last is None or not last.kept or campaign.incumbent_step != last.n or last.gain is None or last.gain < MOMENTUM_GAIN:
+    if (
+        last is None
+        or not last.kept
+        or campaign.incumbent_step != last.n
+        or last.gain is None
+        or last.gain < MOMENTUM_GAIN
+    ):
         return None
     # the kept step's own lever first; then, where that has no legal next notch and the kept change was enabled by
     # a parallel degree (PP 1 -> 2 as the gated enabler of local batch 2 -> 4, kept together), the same coupling
@@ -58,12 +64,23 @@ def keep_going(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | Non
         if c.lever not in DEGREES or not enables or enables[0].lever != top.lever or degree is None:
             continue
         enabled = {**campaign.incumbent_levers, c.lever: degree, top.lever: notch}
-        if (layout_problem(space.recipe, {**campaign.incumbent_levers, c.lever: degree}) or layout_problem(space.recipe, enabled)
-                or already_stepped(campaign, enabled)):
+        if (
+            layout_problem(space.recipe, {**campaign.incumbent_levers, c.lever: degree})
+            or layout_problem(space.recipe, enabled)
+            or already_stepped(campaign, enabled)
+        ):
             continue
-        change = Change(lever=c.lever, before=cur.get(c.lever), after=degree, lessons=list(last.change.lessons), policy=POLICY,
-                        enabler=True, enables=[Setting(lever=top.lever, value=notch)], why=f"enabler of {top.lever}={notch}: step {last.n} ({last.change.title()}, enabled by "
-                        f"{c.title()}) gained {last.gain:+.1%}; the same coupling one notch further along both (a line search along what paid)")
+        change = Change(
+            lever=c.lever,
+            before=cur.get(c.lever),
+            after=degree,
+            lessons=list(last.change.lessons),
+            policy=POLICY,
+            enabler=True,
+            enables=[Setting(lever=top.lever, value=notch)],
+            why=f"enabler of {top.lever}={notch}: step {last.n} ({last.change.title()}, enabled by "
+            f"{c.title()}) gained {last.gain:+.1%}; the same coupling one notch further along both (a line search along what paid)",
+        )
         if validate_change(campaign, change, space) is None:
             return change
     return None

@@ -31,11 +31,18 @@ def less_recompute_that_fits(campaign: Campaign, space: LeverSpace, records: Rec
         return None
     b = incumbent.breakdown
     share = b.get("recompute", 0.0)
-    if share <= max(b.get("exposed_comm", 0.0), b.get("bubble", 0.0)) or share / max(1.0 - share, 1e-9) < campaign.min_gain:
+    if (
+        share <= max(b.get("exposed_comm", 0.0), b.get("bubble", 0.0))
+        or share / max(1.0 - share, 1e-9) < campaign.min_gain
+    ):
         return None
     mode = str(catalog.effective(campaign.incumbent_levers)["activation_checkpoint"])
     after = LESS_RECOMPUTE.get(mode)
-    if after is None or after not in space.values["activation_checkpoint"] or ("activation_checkpoint", after) in tried_from_incumbent(campaign):
+    if (
+        after is None
+        or after not in space.values["activation_checkpoint"]
+        or ("activation_checkpoint", after) in tried_from_incumbent(campaign)
+    ):
         return None
     levers = {**campaign.incumbent_levers, "activation_checkpoint": after}
     if already_stepped(campaign, levers):
@@ -43,9 +50,11 @@ def less_recompute_that_fits(campaign: Campaign, space: LeverSpace, records: Rec
     pred = predicted_peak(campaign, levers, None, space, records)
     if pred is None or pred.predicted > pred.capacity:
         return None
-    why = (f"the incumbent spends {share:.0%} of its step recomputing activations, its largest removable cost, and "
-           f"{after} recompute is predicted to fit: {pred.predicted:.0f} GiB (its measured {pred.measured:.0f} GiB x "
-           f"the memory model's {pred.ratio:.2f}) of the device's {pred.capacity:.0f} GiB")
+    why = (
+        f"the incumbent spends {share:.0%} of its step recomputing activations, its largest removable cost, and "
+        f"{after} recompute is predicted to fit: {pred.predicted:.0f} GiB (its measured {pred.measured:.0f} GiB x "
+        f"the memory model's {pred.ratio:.2f}) of the device's {pred.capacity:.0f} GiB"
+    )
     return checked(campaign, space, "activation_checkpoint", after, why, [LESS_RECOMPUTE_FITS_LESSON])
 
 

@@ -71,21 +71,39 @@ def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | Non
         halve = halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
         if halve is not None and last.change.lever in DEGREES and chain_depth(campaign, last) < MAX_CHAIN:
             return halve
-        if (halve is not None and OOM_BATCH_LESSON in last.change.lessons and last.stacked_on is not None
-                and chain_depth(campaign, last) < MAX_CHAIN and records is not None):
+        if (
+            halve is not None
+            and OOM_BATCH_LESSON in last.change.lessons
+            and last.stacked_on is not None
+            and chain_depth(campaign, last) < MAX_CHAIN
+            and records is not None
+        ):
             peak = predicted_peak(campaign, change_levers(campaign, halve), last.n, space, records)
             if peak is not None and peak.predicted <= peak.capacity:
-                return halve.model_copy(update={"why": halve.why + (
-                    f"; halved once already, it measured {peak.measured:.0f} GiB, and the memory model, anchored on "
-                    f"that peak, puts half of it at {peak.predicted:.0f} GiB of {peak.capacity:.0f}")})
+                return halve.model_copy(
+                    update={
+                        "why": halve.why
+                        + (
+                            f"; halved once already, it measured {peak.measured:.0f} GiB, and the memory model, anchored on "
+                            f"that peak, puts half of it at {peak.predicted:.0f} GiB of {peak.capacity:.0f}"
+                        )
+                    }
+                )
         if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES:
             return None  # only a parallel-degree change that ran out of memory is worth re-sharding
         if 2 * pp not in space.values[pp_name] or layout_problem(space.recipe, {**last.levers, pp_name: 2 * pp}):
             return None
-        change = Change(lever=pp_name, before=pp, after=2 * pp, lessons=[OOM_PP_LESSON], policy=POLICY, stacked_on=last.n,
-                        why=f"step {last.n} ({last.change.title()}) ran out of memory under full recomputation; retry that "
-                            "layout with the model split over twice the pipeline stages (half the weights, optimizer "
-                            "state and in-flight activations per rank)")
+        change = Change(
+            lever=pp_name,
+            before=pp,
+            after=2 * pp,
+            lessons=[OOM_PP_LESSON],
+            policy=POLICY,
+            stacked_on=last.n,
+            why=f"step {last.n} ({last.change.title()}) ran out of memory under full recomputation; retry that "
+            "layout with the model split over twice the pipeline stages (half the weights, optimizer "
+            "state and in-flight activations per rank)",
+        )
         return change if validate_change(campaign, change, space) is None else None
     change = Change(
         lever="activation_checkpoint",
@@ -108,42 +126,87 @@ def halve_batch(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scal
         return None
     if layout_problem(space.recipe, {**last.levers, name: cur // 2}) is not None:
         return None
-    change = Change(lever=name, before=cur, after=cur // 2, lessons=[lesson], policy=POLICY, stacked_on=last.n,
-                    why=f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with half the "
-                        "activations per microbatch (the global batch stays pinned: only the accumulation split changes)")
+    change = Change(
+        lever=name,
+        before=cur,
+        after=cur // 2,
+        lessons=[lesson],
+        policy=POLICY,
+        stacked_on=last.n,
+        why=f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with half the "
+        "activations per microbatch (the global batch stays pinned: only the accumulation split changes)",
+    )
     return change if validate_change(campaign, change, space) is None else None
 
 
-def memory_partner(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], inc: dict[str, Scalar]) -> Change | None:
+def memory_partner(
+    campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], inc: dict[str, Scalar]
+) -> Change | None:
     """A recompute reduction ran out of memory: retry it (stacked) with the next activation-memory partner --
     context parallel at long sequences, the non-interleaved schedule, more pipeline stages, twice the TP inside the
     node, in the order the cost model predicts fastest (:func:`fastest_first`) -- then memory_budget recompute in
     place, then smaller microbatches."""
     if chain_depth(campaign, last) >= MAX_CHAIN:
         return None
-    cp_name, pp_name, sch_name = ("parallelism.context_parallel_degree", "parallelism.pipeline_parallel_degree",
-                                  "parallelism.pipeline_parallel_schedule")
+    cp_name, pp_name, sch_name = (
+        "parallelism.context_parallel_degree",
+        "parallelism.pipeline_parallel_degree",
+        "parallelism.pipeline_parallel_schedule",
+    )
     seq = space.recipe.pinned.get("training.seq_len")
     pp = int(eff[pp_name])
     options: list[Partner] = []
     if isinstance(seq, int) and seq >= LONG_SEQ and cp_name in space.values and int(eff[cp_name]) == int(inc[cp_name]):
-        options.append((cp_name, 2 * int(eff[cp_name]), CP_PARTNER_LESSON,
-                        f"context parallel splits the {seq}-token sequence, halving the activations each rank keeps"))
-    if pp > 1 and sch_name in space.values and str(eff.get(sch_name, "")).lower().startswith("interleaved") and "1F1B" in space.values[sch_name]:
-        options.append((sch_name, "1F1B", SCHEDULE_PARTNER_LESSON,
-                        "1F1B keeps at most PP microbatches in flight per rank; the interleaved schedule keeps more"))
+        options.append(
+            (
+                cp_name,
+                2 * int(eff[cp_name]),
+                CP_PARTNER_LESSON,
+                f"context parallel splits the {seq}-token sequence, halving the activations each rank keeps",
+            )
+        )
+    if (
+        pp > 1
+        and sch_name in space.values
+        and str(eff.get(sch_name, "")).lower().startswith("interleaved")
+        and "1F1B" in space.values[sch_name]
+    ):
+        options.append(
+            (
+                sch_name,
+                "1F1B",
+                SCHEDULE_PARTNER_LESSON,
+                "1F1B keeps at most PP microbatches in flight per rank; the interleaved schedule keeps more",
+            )
+        )
     if pp_name in space.values and 2 * pp in space.values[pp_name]:
-        options.append((pp_name, 2 * pp, PP_PARTNER_LESSON,
-                        "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
-                        "and activations per microbatch instead of per local batch"))
+        options.append(
+            (
+                pp_name,
+                2 * pp,
+                PP_PARTNER_LESSON,
+                "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
+                "and activations per microbatch instead of per local batch",
+            )
+        )
     tp = int(eff[TP_NAME])
     # a partner of the recompute change itself (or, out of memory, in its own place), never stacked on another
     # partner (docs/agent-moves.md)
-    if (TP_NAME in space.values and 2 * tp in space.values[TP_NAME] and 2 * tp <= space.recipe.cluster.devices_per_node
-            and last.change.lever in ("activation_checkpoint", TP_NAME)):
-        options.append((TP_NAME, 2 * tp, TP_PARTNER_LESSON,
-                        "twice the tensor-parallel ranks inside the node, which with sequence parallel split every "
-                        "activation a layer keeps"))
+    if (
+        TP_NAME in space.values
+        and 2 * tp in space.values[TP_NAME]
+        and 2 * tp <= space.recipe.cluster.devices_per_node
+        and last.change.lever in ("activation_checkpoint", TP_NAME)
+    ):
+        options.append(
+            (
+                TP_NAME,
+                2 * tp,
+                TP_PARTNER_LESSON,
+                "twice the tensor-parallel ranks inside the node, which with sequence parallel split every "
+                "activation a layer keeps",
+            )
+        )
     for lever, value, lesson, how in fastest_first(campaign, space, last, options):
         # a partner that itself ran out of memory is retried one notch further in its place, not stacked on itself:
         # PP 1 -> 2 out of memory -> PP 1 -> 4 on the same recompute change (the chain stays as deep)
@@ -154,17 +217,26 @@ def memory_partner(campaign: Campaign, space: LeverSpace, last, eff: dict[str, S
             # refused by the pinned global batch or by the schedule's microbatch bound: the local batch (or, where
             # no local batch is legal on its own, the stepping-stone schedule) goes first as a gated enabler, the
             # partner stacked on it and measured -- within the chain's bound
-            enabler = None if chain_depth(campaign, on) + 2 > MAX_CHAIN else (
-                batch_enabler(campaign, space, lever, value, illegal, [lesson], stacked_on=on.n, why=why)
-                or stepping_stone(campaign, space, on, lever, value, illegal, lesson, why))
+            enabler = (
+                None
+                if chain_depth(campaign, on) + 2 > MAX_CHAIN
+                else (
+                    batch_enabler(campaign, space, lever, value, illegal, [lesson], stacked_on=on.n, why=why)
+                    or stepping_stone(campaign, space, on, lever, value, illegal, lesson, why)
+                )
+            )
             if enabler is not None:
                 return enabler
             continue
         before = catalog.effective(on.levers).get(lever)
-        change = Change(lever=lever, before=before, after=value, lessons=[lesson], policy=POLICY, stacked_on=on.n, why=why)
+        change = Change(
+            lever=lever, before=before, after=value, lessons=[lesson], policy=POLICY, stacked_on=on.n, why=why
+        )
         if validate_change(campaign, change, space) is None:
             return change
-    return memory_budget_in_place(campaign, space, last, eff) or halve_batch(campaign, space, last, eff, OOM_BATCH_LESSON)
+    return memory_budget_in_place(campaign, space, last, eff) or halve_batch(
+        campaign, space, last, eff, OOM_BATCH_LESSON
+    )
 
 
 def memory_budget_in_place(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar]) -> Change | None:
@@ -175,19 +247,34 @@ def memory_budget_in_place(campaign: Campaign, space: LeverSpace, last, eff: dic
     ac = "activation_checkpoint"
     if str(eff[ac]) != "none" or "memory_budget" not in space.values.get(ac, []) or not catalog.compiles_model(eff):
         return None
-    ac_step = next((campaign.step(n) for n in chain_steps(campaign, last.n)
-                    if campaign.step(n).change.lever == ac and str(campaign.step(n).change.after) == "none"), None)
+    ac_step = next(
+        (
+            campaign.step(n)
+            for n in chain_steps(campaign, last.n)
+            if campaign.step(n).change.lever == ac and str(campaign.step(n).change.after) == "none"
+        ),
+        None,
+    )
     if ac_step is None:
         return None
-    why = (f"step {ac_step.n} ({ac_step.change.title()}) gave up recomputation and ran out of memory"
-           f"{'' if ac_step is last else ', its memory partners too'}; keep part of the saving instead: memory_budget "
-           "recompute keeps what the compiler's partitioner fits in half the activations and recomputes the cheapest "
-           "of the rest, with the layout unchanged")
+    why = (
+        f"step {ac_step.n} ({ac_step.change.title()}) gave up recomputation and ran out of memory"
+        f"{'' if ac_step is last else ', its memory partners too'}; keep part of the saving instead: memory_budget "
+        "recompute keeps what the compiler's partitioner fits in half the activations and recomputes the cheapest "
+        "of the rest, with the layout unchanged"
+    )
     if ac_step.stacked_on is None:
         return checked(campaign, space, ac, "memory_budget", why, [BUDGET_PARTNER_LESSON])
     on = campaign.step(ac_step.stacked_on)
-    change = Change(lever=ac, before=catalog.effective(on.levers)[ac], after="memory_budget", lessons=[BUDGET_PARTNER_LESSON],
-                    policy=POLICY, stacked_on=on.n, why=why)
+    change = Change(
+        lever=ac,
+        before=catalog.effective(on.levers)[ac],
+        after="memory_budget",
+        lessons=[BUDGET_PARTNER_LESSON],
+        policy=POLICY,
+        stacked_on=on.n,
+        why=why,
+    )
     return change if validate_change(campaign, change, space) is None else None
 
 
@@ -196,13 +283,26 @@ class OomRetry:
     speed -- except a blind probe's recompute retry once patience is spent (it is a probe too)."""
 
     id = "oom-retry"
-    lessons = (OOM_LESSON, OOM_PP_LESSON, OOM_BATCH_LESSON, CP_PARTNER_LESSON, SCHEDULE_PARTNER_LESSON, PP_PARTNER_LESSON,
-               TP_PARTNER_LESSON, BUDGET_PARTNER_LESSON, STONE_LESSON)
+    lessons = (
+        OOM_LESSON,
+        OOM_PP_LESSON,
+        OOM_BATCH_LESSON,
+        CP_PARTNER_LESSON,
+        SCHEDULE_PARTNER_LESSON,
+        PP_PARTNER_LESSON,
+        TP_PARTNER_LESSON,
+        BUDGET_PARTNER_LESSON,
+        STONE_LESSON,
+    )
     obligation = True
 
     def propose(self, ctx: Context) -> Change | None:
         retry = screened(ctx.campaign, ctx.space, oom_retry(ctx.campaign, ctx.space, ctx.records))
-        if retry is not None and OOM_LESSON in retry.lessons and from_a_blind_probe(ctx.campaign, retry.stacked_on) \
-                and patience_stop(ctx.campaign):
+        if (
+            retry is not None
+            and OOM_LESSON in retry.lessons
+            and from_a_blind_probe(ctx.campaign, retry.stacked_on)
+            and patience_stop(ctx.campaign)
+        ):
             return None
         return retry

@@ -23,17 +23,29 @@ def push_further(campaign: Campaign, space: LeverSpace) -> Change | None:
     last, trial = last_step_trial(campaign)
     if last is None:
         return None
-    if (last.kept or last.stacked_on is not None or last.change.extra or trial is None or trial.outcome != "ok"
-            or last.gain is None or last.gain <= 0 or last.verdict is None or not last.verdict.ok
-            or last.measurement is None or last.measurement.decision != "undecided"):
+    if (
+        last.kept
+        or last.stacked_on is not None
+        or last.change.extra
+        or trial is None
+        or trial.outcome != "ok"
+        or last.gain is None
+        or last.gain <= 0
+        or last.verdict is None
+        or not last.verdict.ok
+        or last.measurement is None
+        or last.measurement.decision != "undecided"
+    ):
         return None
     if catalog.effective(campaign.incumbent_levers).get(last.change.lever) != last.change.before:
         return None  # the incumbent moved on since
     notch = next_notch(space.values.get(last.change.lever, []), last.change.before, last.change.after)
     if notch is None:
         return None
-    why = (f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}, undecided (its interval straddles the minimum gain): one notch further "
-           "along the same lever, for a larger effect to measure")
+    why = (
+        f"step {last.n} ({last.change.title()}) gained {last.gain:+.1%}, undecided (its interval straddles the minimum gain): one notch further "
+        "along the same lever, for a larger effect to measure"
+    )
     return checked(campaign, space, last.change.lever, notch, why, list(last.change.lessons))
 
 

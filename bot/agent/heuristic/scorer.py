@@ -99,8 +99,12 @@ def _saving(gain: float) -> float:
     return 1.0 - 1.0 / (1.0 + gain)
 
 
-def prior_saving(change: Change, incumbent: Diagnosis | None, lessons: Mapping[str, Lesson] | None = None,
-                 campaign: Campaign | None = None) -> tuple[float, str, str]:
+def prior_saving(
+    change: Change,
+    incumbent: Diagnosis | None,
+    lessons: Mapping[str, Lesson] | None = None,
+    campaign: Campaign | None = None,
+) -> tuple[float, str, str]:
     """The diagnosis-side prior of ``change``: the largest of half the share of the incumbent's step it is aimed at,
     the gain its lessons' evidence measured (``expected_gain``), and half the saving the last kept step measured on
     the same lever in the same direction (a line search's next notch); BLIND_PRIOR where none applies. Returns the
@@ -113,8 +117,13 @@ def prior_saving(change: Change, incumbent: Diagnosis | None, lessons: Mapping[s
         if lesson is not None and lesson.expected_gain is not None and lesson.expected_gain > 0:
             options.append((_saving(lesson.expected_gain), "lesson"))
     last = next((st for st in reversed(campaign.steps) if st.kept), None) if campaign is not None else None
-    if last is not None and last.gain and last.gain > 0 and last.change.lever == change.lever \
-            and _same_direction(last.change.before, last.change.after, change.after):
+    if (
+        last is not None
+        and last.gain
+        and last.gain > 0
+        and last.change.lever == change.lever
+        and _same_direction(last.change.before, last.change.after, change.after)
+    ):
         options.append((REMOVED_SHARE * _saving(last.gain), "momentum"))
     best, basis = max(options, default=(BLIND_PRIOR, "blind"))
     return best, cost, basis
@@ -128,8 +137,14 @@ def _same_direction(before: Scalar | None, after: Scalar, further: Scalar) -> bo
     return (after - before) * (further - after) > 0  # type: ignore[operator]
 
 
-def score(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | None, change: Change,
-          trust: float | None = None, lessons: Mapping[str, Lesson] | None = None) -> Score:
+def score(
+    campaign: Campaign,
+    space: LeverSpace,
+    incumbent: Diagnosis | None,
+    change: Change,
+    trust: float | None = None,
+    lessons: Mapping[str, Lesson] | None = None,
+) -> Score:
     """The score of ``change`` against the incumbent (``trust``: :func:`credibility`, computed where not given;
     ``lessons`` by id, for their measured gains)."""
     here = catalog.effective(campaign.incumbent_levers)
@@ -140,5 +155,6 @@ def score(campaign: Campaign, space: LeverSpace, incumbent: Diagnosis | None, ch
     saving = c * m + (1.0 - c) * prior if m is not None else prior
     ratio = 1.0 / (1.0 - m) if m is not None and m < 1.0 else 1.0  # candidate step time over the incumbent's
     cost = 1.0 + (ratio if math.isfinite(ratio) else 1.0)
-    return Score(saving=saving, model_saving=m, prior_saving=prior, credibility=c, cost=cost, aimed_at=aimed,
-                 prior_basis=basis)
+    return Score(
+        saving=saving, model_saving=m, prior_saving=prior, credibility=c, cost=cost, aimed_at=aimed, prior_basis=basis
+    )

@@ -20,8 +20,9 @@ def screened(campaign: Campaign, space: LeverSpace, change: Change | None) -> Ch
     return change.model_copy(update={"predicted_slower": slower}) if slower is not None else change
 
 
-def if_predicted_to_fit(campaign: Campaign, change: Change, target: dict[str, Scalar], space: LeverSpace,
-                         records: RecordReader) -> Change | None:
+def if_predicted_to_fit(
+    campaign: Campaign, change: Change, target: dict[str, Scalar], space: LeverSpace, records: RecordReader
+) -> Change | None:
     """``change`` (of a lesson held back only by its headroom threshold; an enabler of it included) when the memory
     screen predicts the levers it leads to, ``target``, fit the device -- the incumbent's measured peak x the memory
     model's ratio, at most the device's memory, no margin -- with the prediction added to its reasons; else None
@@ -29,6 +30,8 @@ def if_predicted_to_fit(campaign: Campaign, change: Change, target: dict[str, Sc
     pred = predicted_peak(campaign, target, change.stacked_on, space, records)
     if pred is None or pred.predicted > pred.capacity:
         return None
-    why = (f"{change.why} (below the lesson's memory headroom, but predicted to fit: {pred.predicted:.0f} GiB, the "
-           f"measured {pred.measured:.0f} GiB x the memory model's {pred.ratio:.2f}, of the device's {pred.capacity:.0f} GiB)")
+    why = (
+        f"{change.why} (below the lesson's memory headroom, but predicted to fit: {pred.predicted:.0f} GiB, the "
+        f"measured {pred.measured:.0f} GiB x the memory model's {pred.ratio:.2f}, of the device's {pred.capacity:.0f} GiB)"
+    )
     return change.model_copy(update={"why": why})

@@ -172,7 +172,9 @@ def cpu_trainer_config(spec: ModelSpec, *, local_batch_size: int, steps: int) ->
         model_spec=spec,
         tokenizer=CharTokenizer.Config(),
         optimizer=default_adamw(lr=3e-3),
-        lr_scheduler=LRSchedulersContainer.Config(warmup_steps=5, decay_ratio=None, decay_type="linear", min_lr_factor=0.1),
+        lr_scheduler=LRSchedulersContainer.Config(
+            warmup_steps=5, decay_ratio=None, decay_type="linear", min_lr_factor=0.1
+        ),
         training=TrainingConfig(
             local_batch_size=local_batch_size,
             seq_len=256,

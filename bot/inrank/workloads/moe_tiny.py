@@ -48,7 +48,9 @@ MOE_HIDDEN, NUM_EXPERTS, TOP_K = 96, 8, 2
 ROPE_THETA = 1_000_000.0
 
 
-def moe_model_config(*, num_experts: int = NUM_EXPERTS, top_k: int = TOP_K, comm_backend: str = "standard") -> Qwen3Model.Config:
+def moe_model_config(
+    *, num_experts: int = NUM_EXPERTS, top_k: int = TOP_K, comm_backend: str = "standard"
+) -> Qwen3Model.Config:
     """torchtitan's Qwen3-MoE model config at the tiny sizes above."""
     vocab = CharTokenizerCore().vocab_size
     return Qwen3Model.Config(

@@ -64,7 +64,9 @@ def make_document(rng: random.Random) -> Document:
     return Document(f"q: what colour is {obj}?", f" a: {colour}; {obj} is {colour}.")
 
 
-def build_sample(index: int, seq_len: int, tok: CharTokenizerCore, seed: int = 1234) -> tuple[list[int], list[int], list[int]]:
+def build_sample(
+    index: int, seq_len: int, tok: CharTokenizerCore, seed: int = 1234
+) -> tuple[list[int], list[int], list[int]]:
     """Global sample ``index``: (inputs, labels, positions), each exactly ``seq_len`` long.
 
     Documents are packed; positions restart at 0 for each document (torchtitan's block-causal

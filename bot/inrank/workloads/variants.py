@@ -50,7 +50,9 @@ def no_decay_on_norms() -> Trainer.Config:
     config = llama3_tiny_cpu()
     decay = dict(config.optimizer.param_groups[0].optimizer_kwargs)
     config.optimizer.param_groups = [
-        ParamGroupConfig(pattern=r"(norm|tok_embeddings)", optimizer_name="AdamW", optimizer_kwargs={**decay, "weight_decay": 0.0}),
+        ParamGroupConfig(
+            pattern=r"(norm|tok_embeddings)", optimizer_name="AdamW", optimizer_kwargs={**decay, "weight_decay": 0.0}
+        ),
         ParamGroupConfig(pattern=r".*", optimizer_name="AdamW", optimizer_kwargs=decay),
     ]
     return config
@@ -59,7 +61,9 @@ def no_decay_on_norms() -> Trainer.Config:
 def sgd_optimizer() -> Trainer.Config:
     """AdamW replaced by SGD with the same learning rate."""
     config = llama3_tiny_cpu()
-    config.optimizer.param_groups = [ParamGroupConfig(pattern=r".*", optimizer_name="SGD", optimizer_kwargs={"lr": BASE_LR})]
+    config.optimizer.param_groups = [
+        ParamGroupConfig(pattern=r".*", optimizer_name="SGD", optimizer_kwargs={"lr": BASE_LR})
+    ]
     return config
 
 

@@ -98,11 +98,21 @@ def checkout() -> int:
 
 
 def setup_python() -> int:
-    venv = _state() / "venvs" / f"{os.environ.get('GITHUB_RUN_ID', '0')}-{os.environ.get('GITHUB_JOB', 'job')}-{uuid.uuid4().hex[:8]}"
+    venv = (
+        _state()
+        / "venvs"
+        / f"{os.environ.get('GITHUB_RUN_ID', '0')}-{os.environ.get('GITHUB_JOB', 'job')}-{uuid.uuid4().hex[:8]}"
+    )
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  check=True, capture_output=True, text=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     # a path entry, not a site dir: the test venv's .pth files (its editable install of this project) are not processed
     (purelib / "attune-test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     # the venv's own pip configuration: build with the test venv's setuptools (no download, no isolated build env;
@@ -144,7 +154,9 @@ def upload_artifact() -> int:
         elif path.is_file():
             files.add(path)
     if not files:
-        print(f"::warning::No files were found with the provided path: {os.environ['SOURCE']}. No artifacts will be uploaded.")
+        print(
+            f"::warning::No files were found with the provided path: {os.environ['SOURCE']}. No artifacts will be uploaded."
+        )
         return 0 if os.environ.get("IF_NO_FILES_FOUND", "warn") != "error" else 1
     for path in sorted(files):
         (target / path.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
@@ -170,12 +182,19 @@ def app_token() -> int:
         return 1
     answer = _get("app-token", app_id=os.environ["APP_ID"])
     print(f"::add-mask::{answer['token']}")
-    _output(token=answer["token"], **{"app-slug": answer["app_slug"], "installation-id": str(answer["installation_id"])})
+    _output(
+        token=answer["token"], **{"app-slug": answer["app_slug"], "installation-id": str(answer["installation_id"])}
+    )
     return 0
 
 
-COMMANDS = {"checkout": checkout, "setup-python": setup_python, "upload-artifact": upload_artifact,
-            "download-artifact": download_artifact, "create-github-app-token": app_token}
+COMMANDS = {
+    "checkout": checkout,
+    "setup-python": setup_python,
+    "upload-artifact": upload_artifact,
+    "download-artifact": download_artifact,
+    "create-github-app-token": app_token,
+}
 
 if __name__ == "__main__":
     sys.exit(COMMANDS[sys.argv[1]]())
