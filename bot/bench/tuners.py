@@ -351,6 +351,8 @@ def trace_rows(state: cm.Campaign) -> list[dict[str, Any]]:
                 "n": s.n,
                 "change": change + (f" (on step {s.stacked_on})" if s.stacked_on else ""),
                 "why": s.change.why,
+                "move": s.change.prediction.move if s.change.prediction else None,
+                "predicted_gain": s.change.prediction.gain if s.change.prediction else None,
                 "outcome": trial.outcome if trial else ("enabler" if s.change.enabler else "not run"),
                 "measured_gain": s.gain,
                 "decision": decision,

@@ -138,6 +138,8 @@ def render_trace(task: str, pols: dict[str, list[dict[str, Any]]]) -> str:
                 s["n"],
                 s["change"],
                 s["why"],
+                s.get("move") or "—",
+                "—" if s.get("predicted_gain") is None else f"{s['predicted_gain']:+.1%}",
                 s["outcome"],
                 "—" if s["measured_gain"] is None else f"{s['measured_gain']:+.1%}",
                 s["decision"],
@@ -148,9 +150,9 @@ def render_trace(task: str, pols: dict[str, list[dict[str, Any]]]) -> str:
         out.append(
             table(
                 rows,
-                ["step", "change", "why", "trial", "measured vs incumbent", "decision"],
-                "rlllrl",
-                maxcolwidths=[None, 60, 90, None, None, 60],
+                ["step", "change", "why", "move", "predicted", "trial", "measured vs incumbent", "decision"],
+                "rlllrlrl",
+                maxcolwidths=[None, 60, 90, 20, None, None, None, 60],
             )
         )
         out.append("")
