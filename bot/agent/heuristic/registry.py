@@ -43,4 +43,6 @@ MOVES: tuple[Move, ...] = (
 )
 OBLIGATIONS: tuple[str, ...] = tuple(m.id for m in MOVES if m.obligation)
 
-LAST_RESORT: tuple[str, ...] = ("patience-stop", "explore")  # asked, in this order, only when no opportunity proposes
+# asked in this order only when no ranked opportunity proposes: the late second pass and the late layout jump (their
+# own rule: once no diagnosis- or lesson-driven move is left), then the patience stop, then exploration
+LAST_RESORT: tuple[str, ...] = ("second-pass", "layout-jump", "patience-stop", "explore")
