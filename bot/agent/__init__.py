@@ -1,7 +1,7 @@
 """Policies: they propose the next one-lever change of a campaign (or stop).
 
 The registry, the only importer of the concrete policies: ``heuristic`` (cited lessons, :mod:`.heuristic`),
-``claude`` (:mod:`.claude`), and the baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`), ``cmaes``
+``ranked`` (the same moves, opportunities ranked by one score), ``claude`` (:mod:`.claude`), and the baselines ``random``, ``tpe``, ``gp`` (:mod:`.samplers`), ``cmaes``
 (:mod:`.cma`), ``greedy`` (:mod:`.greedy`) and ``costmodel`` (:mod:`.costmodel_tuner`). The protocol and the lever
 space are :mod:`.policy`, the search space :mod:`.space`, the lessons :mod:`.lessons`. A policy reads the campaign
 and its run records; it never runs anything.
@@ -13,17 +13,17 @@ from typing import Any
 
 from bot.agent.policy import LeverSpace, Policy
 
-POLICIES = ("heuristic", "claude", "random", "tpe", "gp", "cmaes", "greedy", "costmodel")
+POLICIES = ("heuristic", "ranked", "claude", "random", "tpe", "gp", "cmaes", "greedy", "costmodel")
 
 __all__ = ["POLICIES", "LeverSpace", "Policy", "get_policy"]
 
 
 def get_policy(name: str, **options: Any) -> Policy:
     """The policy called ``name`` (``options``: e.g. a sampler's seed)."""
-    if name == "heuristic":
+    if name in ("heuristic", "ranked"):
         from bot.agent.heuristic import HeuristicPolicy
 
-        return HeuristicPolicy()
+        return HeuristicPolicy(ranked=name == "ranked")
     if name == "claude":
         from bot.agent.claude import ClaudePolicy
 

@@ -18,7 +18,9 @@ from pydantic import BaseModel, Field
 
 from bot.github.issue_form import parse_sections
 
-Policy = Literal["heuristic", "claude", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]  # bot.agent.POLICIES
+Policy = Literal[
+    "heuristic", "ranked", "claude", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"
+]  # bot.agent.POLICIES
 POLICIES: tuple[str, ...] = get_args(Policy)
 MAX_BUDGET_HOURS = 500.0
 MIN_BENCH_STEPS = 5

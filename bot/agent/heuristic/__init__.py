@@ -15,6 +15,7 @@ from bot.agent.heuristic.constants import (
     MAX_CHAIN,
     OOM_BATCH_LESSON,
     POLICY,
+    RANKED_POLICY,
     REVIEW_LESSON,
 )
 from bot.agent.heuristic.enablers import fill_first
@@ -46,7 +47,12 @@ __all__ = [
 
 
 class HeuristicPolicy:
-    name = POLICY
+    """The default policy; ``ranked``: its opportunities ranked by the one score instead of the registry's order (the
+    ``ranked`` policy, kept for measurement: docs/agent-moves.md#the-score)."""
+
+    def __init__(self, ranked: bool = False) -> None:
+        self.ranked = ranked
+        self.name = RANKED_POLICY if ranked else POLICY
 
     def propose(
         self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
@@ -55,7 +61,7 @@ class HeuristicPolicy:
         flat = no_gain_stop(campaign, incumbent)
         if flat is not None:
             return Stop(why=flat, policy=self.name)
-        decision = first_proposal(Context(campaign, diagnosis, lessons, levers, records, incumbent))
+        decision = first_proposal(Context(campaign, diagnosis, lessons, levers, records, incumbent), self.ranked)
         if isinstance(decision, Change) and not decision.enabler:  # not run when it cannot fit: an OOM, for free
             oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
             if oom is not None:  # a layout that cannot fit is not slow: its retries follow from the out-of-memory trial
@@ -66,16 +72,19 @@ class HeuristicPolicy:
             return decision
         # what it enables and whether it is a blind probe, stated on every proposal (None is left to older records)
         update = {"enables": decision.enables or [], "probe": bool(decision.probe)}
+        if self.ranked:
+            update["policy"] = self.name
         left = no_gain_allowance_left(campaign, incumbent)
         if left:  # a probe with no gain in hand spends what is left of it
             update["max_device_hours"] = left
         return decision.model_copy(update=update)
 
 
-def first_proposal(ctx: Context) -> Proposal:
-    """The first obligation that proposes something; else the opportunity the scorer ranks highest
-    (:mod:`.scorer`; registry order breaks ties); else the patience stop, else exploration. A change carries what
-    the policy saw and expected (:mod:`.explain`)."""
+def first_proposal(ctx: Context, ranked: bool = False) -> Proposal:
+    """The first move of :data:`MOVES` that proposes something (exploration, last, always does). ``ranked``: the first
+    obligation that proposes, else the opportunity with the highest score (:mod:`.scorer`, registry order breaking
+    ties), else the last resorts in order. Either way a change carries the move that proposed it, what the policy saw
+    and its score's prediction (:mod:`.explain`)."""
     trust = credibility(ctx.campaign, ctx.space)
     by_id = {lesson.id: lesson for lesson in ctx.lessons}
 
@@ -86,6 +95,12 @@ def first_proposal(ctx: Context) -> Proposal:
             scored = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust, by_id)
         return proposal.model_copy(update={"prediction": prediction(move, ctx.incumbent, scored)})
 
+    if not ranked:
+        for move in MOVES:
+            proposal = move.propose(ctx)
+            if proposal is not None:
+                return told(move.id, proposal)
+        return Stop(why="no untried legal change is left in the search space", policy=POLICY)
     for move in MOVES:
         if move.obligation:
             proposal = move.propose(ctx)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bot.core import levers as catalog
 
 POLICY = "heuristic"  # the policy name its proposals carry
+RANKED_POLICY = "ranked"  # the same moves, opportunities ranked by the one score
 DEGREES = catalog.PARALLEL_DEGREES
 RECOMPUTE_LADDER = {"none": "selective", "selective": "full", "memory_budget": "full"}
 LESS_RECOMPUTE = {"full": "selective", "selective": "none", "memory_budget": "none"}
