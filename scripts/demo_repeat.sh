@@ -16,7 +16,7 @@ for i in $(seq 1 "$N"); do
   start=$(date +%s)
   ./dev demo > "$work/demo$i.log" 2>&1 || { echo "demo $i failed"; tail -20 "$work/demo$i.log"; exit 1; }
   wall=$(( $(date +%s) - start ))
-  gain=$(grep -m1 '^| gain' "$work/demo$i.log" | cut -d'|' -f3 | xargs)
+  gain=$(grep -m1 '^| gain' "$work/demo$i.log" | cut -d'|' -f3 | sed 's/^ *//; s/ *(.*//')
   clone=$(grep -m1 -o ' in /[^ ]*attune-demo-[^ ]*/repo' "$work/demo$i.log" | sed 's/^ in //')
   cp "$clone/recipes/llama3-tiny/cpu.yaml" "$work/tuned$i.yaml"
   cp "$work/demo$i.log" "/tmp/demo_repeat_$i.log"
