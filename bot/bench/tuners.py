@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+import yaml
 
 from bot import campaign as cm
 from bot.agent import get_policy
@@ -82,21 +83,9 @@ __all__ = [
 
 SEEDED = ("random", "tpe", "gp", "cmaes")  # the policies that draw from a seeded RNG
 DEFAULT_POLICIES = ["heuristic", "random", "tpe", "gp", "cmaes", "greedy", "costmodel"]
-# the tasks whose traces were read while the agent's rules were developed (which, and the rule each shaped:
-# docs/agent-evidence.md, Development tasks); every other task is report-only: run to report, its traces not used for rules
-DEV_TASKS = (
-    "glm-4.5/h100x128",
-    "llama3.1-405b/h200x128",
-    "minimax-m2/h200x64",
-    "mixtral-8x22b/h100x64",
-    "deepseek-v3/h200x256",
-    "qwen3-30b-a3b/b200x16",
-    "llama3.1-70b/h100x64",
-    "qwen3-235b-a22b/h200x64",
-    "llama3.1-70b/b200x32",
-    "llama3.1-70b/h200x32",
-)
 TASKS_DIR = Path(__file__).with_name("tasks")  # the task recipes (``<model>/<cluster>.yaml``, package data)
+# the tasks whose traces were read while the rules were developed (data: task_groups.yaml); the rest are report-only
+DEV_TASKS: tuple[str, ...] = tuple(yaml.safe_load((Path(__file__).with_name("task_groups.yaml")).read_text())["dev"])
 BUDGET_RUNS = 14  # the common budget: this many baseline-sized runs' device-hours
 
 

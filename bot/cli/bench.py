@@ -351,7 +351,7 @@ def register(sub: Any) -> None:
     bt.add_argument(
         "--tasks",
         default=None,
-        help="comma list of tasks (recipe ids like llama3.1-8b/h100x8, or model ids); default all",
+        help="comma list of tasks (recipe ids, <model>/<cluster> as under bot/bench/tasks/, or model ids); default all",
     )
     bt.add_argument(
         "--policies", default=None, help="comma list of policies (default heuristic, the agent, and every baseline)"
