@@ -14,9 +14,10 @@ from bot.core.records import Scalar
 # The ops a relative change may use, by the kind of its lever (bot.core.levers), as the heuristic applies them
 # (bot.agent.heuristic ``_relative``): double and halve are arithmetic on an integer (a degree, a batch size); next and
 # prev step through the lever's values in order (a choice's catalog order; the legal values of an int or float lever
-# in the recipe's search space, bot.agent.space). A flag takes a value (true or false), never an op.
+# in the recipe's search space, bot.agent.space); max takes an integer to the largest of them that torchtitan would
+# start with the incumbent's other levers. A flag takes a value (true or false), never an op.
 OPS_BY_KIND: dict[str, tuple[str, ...]] = {
-    "int": ("double", "halve", "next", "prev"),
+    "int": ("double", "halve", "next", "prev", "max"),
     "float": ("next", "prev"),
     "choice": ("next", "prev"),
     "bool": (),
@@ -27,7 +28,11 @@ def apply_op(op: str, current: Scalar | None, order: Sequence[Scalar]) -> Scalar
     """The value a lesson's relative ``op`` takes ``current`` to (None: there is none). ``double`` / ``halve`` an
     integer multiply or divide it by 2 (``halve`` stops at 1); otherwise ``next`` / ``double`` step up ``order``
     (the lever's legal values, in order) and ``prev`` / ``halve`` down, None past either end or for a value not in
-    it. Which ops a lesson may name for a lever's kind is :data:`OPS_BY_KIND`; this is what each does."""
+    it; ``max`` takes it to the last of ``order`` (None when it is there already; the heuristic walks down from there
+    to the largest legal layout). Which ops a lesson may name for a lever's kind is :data:`OPS_BY_KIND`."""
+    if op == "max":
+        values = list(order)
+        return values[-1] if values and current != values[-1] else None
     if op in ("double", "halve") and isinstance(current, int) and not isinstance(current, bool):
         return current * 2 if op == "double" else (current // 2 if current > 1 else None)
     values = list(order)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 from bot.core.datafile import DataFileError
 from bot.core.matcher import Condition, parse_specifier, show, to_data
 
-RelOp = Literal["double", "halve", "next", "prev"]
+RelOp = Literal["double", "halve", "next", "prev", "max"]
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 LessonId = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 LeverName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")]
@@ -49,7 +49,7 @@ class LeverChange(BaseModel):
     def _one_of(self) -> LeverChange:
         has_value = "value" in self.model_fields_set
         if has_value == (self.op is not None):
-            raise ValueError("give exactly one of 'value' or 'op' (double|halve|next|prev)")
+            raise ValueError("give exactly one of 'value' or 'op' (double|halve|next|prev|max)")
         return self
 
     def render(self) -> str:

@@ -259,7 +259,8 @@ def _next_pair(s: Campaign, st: Step) -> list[Action]:
     last = next((r.order for r in reversed(st.runs) if r.kind == "pair"), "")
     order = ("BA" if last == "AB" else "AB") if last else ms.pair_order(k, with_trial=s.pair_with_trial)
     action = MeasurePair(n=st.n, k=k, order=order, with_trial=with_trial)
-    return _run_or_close(s, st, action, runs=1 if with_trial else 2)
+    runs = 1 if with_trial else 2
+    return _run_or_close(s, st, action, runs, s.pair_runs_cost(st, runs))
 
 
 def _unmeasured(s: Campaign, gain: float | None, decision: str, why: str, *, cut: bool = False) -> Measurement:
@@ -362,29 +363,30 @@ def _on_verdict(s: Campaign, ev: GateVerdict) -> list[Action]:
     return _next_pair(s, st)
 
 
-def _run_or_close(s: Campaign, st: Step, action: Action, runs: int = 1) -> list[Action]:
-    """``action`` (``runs`` runs of step ``st``) when their expected cost fits both the step's allowance and the
-    campaign's budget; else the step is closed on the pairs it has (*undecided*, as at the pair cap), and a budget that
-    does not fit them finishes the campaign."""
-    if not s.step_run_fits(st, runs):  # the policy's allowance for this step ends it; the campaign goes on
-        st.close_reason = f"allowance: {_runs_not_fit(s, runs)} the {_cap_left_text(s, st)}"
+def _run_or_close(s: Campaign, st: Step, action: Action, runs: int = 1, cost: float | None = None) -> list[Action]:
+    """``action`` (``runs`` runs of step ``st``, expected to cost ``cost``, else the campaign's run estimate each) when
+    that fits both the step's allowance and the campaign's budget; else the step is closed on the pairs it has
+    (*undecided*, as at the pair cap), and a budget that does not fit them finishes the campaign."""
+    if not s.step_run_fits(st, runs, cost):  # the policy's allowance for this step ends it; the campaign goes on
+        st.close_reason = f"allowance: {_runs_not_fit(s, runs, cost)} the {_cap_left_text(s, st)}"
         _end_undecided(st, "the step's allowance ends the pairs")
         return [
             Comment(n=st.n),
             SetStatus(n=st.n, state="success", description="undecided: allowance spent"),
             Close(n=st.n, reason=st.close_reason),
         ]
-    if not s.next_run_fits(runs):
-        st.close_reason = f"budget: {_runs_not_fit(s, runs)} the {s.budget - s.spent:.4g} device-hours left"
+    if not s.next_run_fits(runs, cost):
+        st.close_reason = f"budget: {_runs_not_fit(s, runs, cost)} the {s.budget - s.spent:.4g} device-hours left"
         _end_undecided(st, "the budget ends the pairs")
         return [Close(n=st.n, reason=st.close_reason), *_finish(s, "budget exhausted")]
     return [action]
 
 
-def _runs_not_fit(s: Campaign, runs: int) -> str:
+def _runs_not_fit(s: Campaign, runs: int, cost: float | None = None) -> str:
     """``runs`` runs, their expected cost and the verb, e.g. "the 2 runs (~0.0121 device-hours) do not fit"."""
     what = "the run" if runs == 1 else f"the {runs} runs"
-    return f"{what} (~{runs * s.expected_run_cost():.4g} device-hours) {'does' if runs == 1 else 'do'} not fit"
+    expected = runs * s.expected_run_cost() if cost is None else cost
+    return f"{what} (~{expected:.4g} device-hours) {'does' if runs == 1 else 'do'} not fit"
 
 
 def _cap_left_text(s: Campaign, st: Step) -> str:

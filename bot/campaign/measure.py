@@ -321,10 +321,10 @@ def pairs_to_decide(ds: list[float], sd_pair: float, df: int, confidence: float,
 
 
 def pair_cost(state: Campaign, st: Step) -> float:
-    """Device-hours one more pair of step ``st`` is expected to cost: its last pair of two fresh runs, else two runs
-    at the campaign's expected run cost."""
+    """Device-hours one more pair of step ``st`` is expected to cost: its last pair of two fresh runs, else its
+    candidate's and the incumbent's runs as measured (:meth:`Campaign.pair_runs_cost`)."""
     made = [r.device_hours for r in st.runs if r.kind == "pair" and not r.reused and state.per_run(r) != r.device_hours]
-    return made[-1] if made else 2.0 * state.expected_run_cost()
+    return made[-1] if made else state.pair_runs_cost(st, 2)
 
 
 def st_pairs(st: Step) -> int:

@@ -450,21 +450,51 @@ class Campaign(BaseModel):
         """The device-hours of one run of ``ref`` (a pair's shared among the runs made for it)."""
         if ref.kind != "pair" or ref.reused:
             return ref.device_hours
-        return ref.device_hours / (1 if self.pair_with_trial and ref.attempt == 1 else 2)
+        return ref.device_hours / self._runs_made(ref)
 
-    def next_run_fits(self, runs: int = 1) -> bool:
-        """Whether ``runs`` more runs may start: their expected cost fits what is left (with no estimate yet,
-        something must be left)."""
-        expected = self.expected_run_cost()
-        return self.spent + runs * expected <= self.budget and (expected > 0 or self.spent < self.budget)
+    def pair_runs_cost(self, st: Step, runs: int) -> float:
+        """Device-hours the next pair of step ``st`` is expected to cost, ``runs`` of its runs made (1: the incumbent's
+        alone, the trial being its candidate), plus 10%: the step's last pair of as many runs; else its trial (the
+        candidate) and the incumbent's run, each as measured; :meth:`expected_run_cost` a run when neither is known.
+        Per arm, not the largest run twice: a cold compile makes a trial several times an incumbent run, and its pairs
+        then looked unaffordable."""
+        made = [r for r in st.runs if r.kind == "pair" and not r.reused]
+        same = [r.device_hours for r in made if self._runs_made(r) == runs]
+        if same:
+            return 1.1 * same[-1]
+        trial = next((r.device_hours for r in st.runs if r.kind == "trial"), None)
+        incumbent = self.incumbent_run_cost(st)
+        if incumbent is None or (runs == 2 and trial is None):
+            return runs * self.expected_run_cost()
+        return 1.1 * (incumbent + (trial if runs == 2 and trial is not None else 0.0))
 
-    def step_run_fits(self, st: Step, runs: int = 1) -> bool:
+    def incumbent_run_cost(self, st: Step) -> float | None:
+        """Device-hours of one run of the incumbent: a one-run pair of ``st`` (its incumbent side), else the trial of
+        the last kept step, else the largest baseline run (None before any)."""
+        single = [r.device_hours for r in st.runs if r.kind == "pair" and not r.reused and self._runs_made(r) == 1]
+        if single:
+            return single[-1]
+        kept = [r.device_hours for s in self.steps if s.kept for r in s.runs if r.kind == "trial"]
+        if kept:
+            return kept[-1]
+        return max((r.device_hours for r in self.baseline), default=None)
+
+    def _runs_made(self, ref: RunRef) -> int:
+        return 1 if self.pair_with_trial and ref.attempt == 1 else 2
+
+    def next_run_fits(self, runs: int = 1, cost: float | None = None) -> bool:
+        """Whether ``runs`` more runs may start: their expected cost (``cost``, else :meth:`expected_run_cost` each)
+        fits what is left (with no estimate yet, something must be left)."""
+        expected = runs * self.expected_run_cost() if cost is None else cost
+        return self.spent + expected <= self.budget and (expected > 0 or self.spent < self.budget)
+
+    def step_run_fits(self, st: Step, runs: int = 1, cost: float | None = None) -> bool:
         """Whether ``runs`` more runs of step ``st`` fit the allowance its policy gave it (``Change.max_device_hours``):
         always with none, and always while its estimate so far (the paired one, or the trial's unpaired look before the
         first pair) clears the minimum worthwhile gain -- the allowance stops a probe for futility, never a step on its
         way to a gain (such a step may spend past it, up to its pair cap: a real first gain is what a recipe with no gain
         in hand most needs, and closing it undecided for want of one pair would lose it); else what the step spent plus
-        their expected cost (:meth:`expected_run_cost` each) must be within it."""
+        their expected cost (``cost``, else :meth:`expected_run_cost` each) must be within it."""
         cap = st.change.max_device_hours
         if cap is None:
             return True
@@ -476,7 +506,7 @@ class Campaign(BaseModel):
             )
         if est is not None and est >= self.min_gain:
             return True
-        return self.step_spent(st) + runs * self.expected_run_cost() <= cap
+        return self.step_spent(st) + (runs * self.expected_run_cost() if cost is None else cost) <= cap
 
     @staticmethod
     def step_spent(st: Step) -> float:

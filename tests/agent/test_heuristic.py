@@ -79,13 +79,14 @@ def numstat(repo: Path, branch: str) -> list[str]:
 def test_after_an_oom_the_next_step_retries_that_layout_with_recompute(tmp_path: Path) -> None:
     state, forge, repo = run_oom_campaign(tmp_path, ("none",), max_steps=2)
     first, retry = state.steps
-    assert (first.change.lever, first.change.after) == ("training.local_batch_size", 2)
+    # the CPU lessons take the micro-batch to one a step (8, the pinned global batch): that layout runs out of memory
+    assert (first.change.lever, first.change.after) == ("training.local_batch_size", 8)
     assert first.runs[0].outcome == "oom" and first.state == "closed"
     assert retry.change.lever == "activation_checkpoint" and retry.change.after == "selective"
     assert retry.change.stacked_on == 1 == retry.stacked_on and "oom-enable-recompute" in retry.change.lessons
     # the retry's recipe, read from its branch, carries both changes: the layout that failed, plus recompute
     recipe = parse_recipe_text(forge.read_file(RECIPE_REL, retry.branch), RECIPE_REL)
-    assert recipe.levers["training.local_batch_size"] == 2 and recipe.levers["activation_checkpoint"] == "selective"
+    assert recipe.levers["training.local_batch_size"] == 8 and recipe.levers["activation_checkpoint"] == "selective"
     assert numstat(repo, retry.branch) == ["2", "2"]  # two recipe lines differ from the base: both changes
     assert numstat(repo, first.branch) == ["1", "1"]
     assert retry.runs[0].outcome == "ok"
@@ -97,10 +98,10 @@ def test_the_layout_is_abandoned_only_after_recompute_also_fails(tmp_path: Path)
     assert [s.runs[0].outcome for s in (s1, s2, s3)] == ["oom", "oom", "oom"]
     assert (s2.change.after, s2.stacked_on) == ("selective", 1)
     assert (s3.change.after, s3.stacked_on) == ("full", 2)  # selective was not enough: climb to full recompute
-    assert s3.levers["training.local_batch_size"] == 2 and s3.levers["activation_checkpoint"] == "full"
+    assert s3.levers["training.local_batch_size"] == 8 and s3.levers["activation_checkpoint"] == "full"
     # full recompute failed too: the layout is abandoned, and no OOM lesson is applied to the incumbent (which fits)
     assert s4.stacked_on is None and s4.change.lever != "activation_checkpoint"
-    assert (s4.change.lever, s4.change.after) != ("training.local_batch_size", 2)
+    assert (s4.change.lever, s4.change.after) != ("training.local_batch_size", 8)
 
 
 def test_a_retry_that_fits_ends_the_ladder(tmp_path: Path) -> None:

@@ -264,6 +264,28 @@ def test_the_allowance_is_checked_on_the_state_alone_with_the_measured_run_cost(
     assert state.step_run_fits(gaining, 2)  # on its way to a gain: measured to its decision
 
 
+def test_a_pair_is_costed_per_arm_so_a_cold_compile_trial_does_not_price_its_pairs_out() -> None:
+    # the trial (a cold compile) cost 4x the incumbent's run; the next pair is its candidate and one incumbent run,
+    # not twice the largest run; once a pair of two runs is made, that pair is the estimate
+    text = recipe_text()
+    change = Change(lever="compile.enable", before=False, after=True, why="t")
+    trial = cm.RunRef(kind="trial", n=1, outcome="ok", tps=1100.0, device_hours=0.016)
+    one = cm.RunRef(kind="pair", n=1, attempt=1, outcome="ok", tps=1100.0, reference_tps=1000.0, device_hours=0.004)
+    step = cm.Step(n=1, change=change, runs=[trial, one])
+    base = [cm.RunRef(kind="baseline", attempt=1, outcome="ok", tps=1000.0, device_hours=0.004)]
+    state = new_state(text, budget=0.03, pair_with_trial=True).model_copy(
+        update={"baseline": base, "steps": [step], "spent": 0.024, "incumbent_tps": 1000.0}
+    )
+    assert state.pair_runs_cost(step, 1) == pytest.approx(1.1 * 0.004)
+    assert state.pair_runs_cost(step, 2) == pytest.approx(1.1 * (0.016 + 0.004))
+    assert not state.next_run_fits(2)  # the old estimate: twice the largest run, 0.0352
+    assert not state.next_run_fits(2, state.pair_runs_cost(step, 2))  # 0.022 > the 0.006 left
+    two = one.model_copy(update={"attempt": 2, "device_hours": 0.0045})
+    warm = step.model_copy(update={"runs": [trial, one, two]})
+    assert state.pair_runs_cost(warm, 2) == pytest.approx(1.1 * 0.0045)
+    assert state.next_run_fits(2, state.pair_runs_cost(warm, 2))
+
+
 def test_config_gate_reject_closes_the_step_without_a_run(tmp_path: Path) -> None:
     gate = make_gate_config(reject=lambda recipe: recipe.levers.get("activation_checkpoint") == "none")
     state, forge, runner, actions = run_campaign(

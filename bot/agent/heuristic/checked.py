@@ -13,10 +13,21 @@ from bot.core.records import Change, Scalar
 from bot.core.state import Campaign
 
 
-def relative(space: LeverSpace, current: Scalar | None, lc: LeverChange) -> Scalar | None:
+def relative(
+    space: LeverSpace, current: Scalar | None, lc: LeverChange, levers: dict[str, Scalar] | None = None
+) -> Scalar | None:
+    """The value a lesson's change takes ``current`` to; ``max``: the largest legal value above it with the other
+    ``levers`` (the incumbent's) as they are, None when there is none."""
     if lc.op is None:
         return lc.value
-    return apply_op(lc.op, current, space.values.get(lc.lever) or list(catalog.get(lc.lever).choices))
+    order = space.values.get(lc.lever) or list(catalog.get(lc.lever).choices)
+    if lc.op != "max":
+        return apply_op(lc.op, current, order)
+    above = order[order.index(current) + 1 :] if current in order else order
+    for value in reversed(above):
+        if layout_problem(space.recipe, {**(levers or {}), lc.lever: value}) is None:
+            return value
+    return None
 
 
 def checked(

@@ -43,7 +43,7 @@ def from_lessons(
                 continue  # the recipe does not let the tuner change it
             if lc.lever in moot:
                 continue
-            value = relative(space, current.get(lc.lever), lc)
+            value = relative(space, current.get(lc.lever), lc, campaign.incumbent_levers)
             if (
                 value is None
                 or refuted(campaign, lesson, lc.lever, value)
