@@ -240,7 +240,8 @@ def problems(name: str, p: Proposal) -> list[str]:
     return out
 
 
-TASKS = pytest.mark.parametrize("task", [SHIPPED, PINNED_TASK])
+# the pinned task in the default suite (every policy, every check); the shipped task too in the slow matrix
+TASKS = pytest.mark.parametrize("task", [pytest.param(SHIPPED, marks=pytest.mark.slow), PINNED_TASK])
 
 
 @pytest.mark.parametrize("name", POLICIES)
