@@ -15,6 +15,7 @@ from bot.agent.heuristic.jump_review import JumpReview
 from bot.agent.heuristic.keep_going import KeepGoing
 from bot.agent.heuristic.less_recompute import LessRecompute
 from bot.agent.heuristic.lessons_first import LessonsFirst
+from bot.agent.heuristic.model_guided import ModelGuided
 from bot.agent.heuristic.move import Move
 from bot.agent.heuristic.oom_retry import OomRetry
 from bot.agent.heuristic.push_further import PushFurther
@@ -36,6 +37,7 @@ MOVES: tuple[Move, ...] = (
     LayoutJumpAtAThird(),
     LessonsFirst(),
     HeldBackLessons(),
+    ModelGuided(),
     SecondPass(),
     LayoutJump(),
     PatienceStop(),
