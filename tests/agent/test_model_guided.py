@@ -46,9 +46,7 @@ def test_it_proposes_the_neighbour_the_cost_model_predicts_saves_the_most() -> N
 
 def test_a_raised_bar_stops_it() -> None:
     ctx = _context(GPU)
-    high = Context(
-        ctx.campaign.model_copy(update={"min_gain": 0.99}), ctx.diagnosis, [], ctx.space, ctx.records, None
-    )
+    high = Context(ctx.campaign.model_copy(update={"min_gain": 0.99}), ctx.diagnosis, [], ctx.space, ctx.records, None)
     assert ModelGuided().propose(high) is None
 
 

@@ -46,7 +46,9 @@ class ModelGuided:
                 if saving > floor:
                     ranked.append((saving, lever, value))
         for saving, lever, value in sorted(ranked, key=lambda r: -r[0])[:TRIES]:
-            why = f"the cost model predicts this saves {saving:.0%} of the step, the most of any one-lever neighbour left"
+            why = (
+                f"the cost model predicts this saves {saving:.0%} of the step, the most of any one-lever neighbour left"
+            )
             change = checked(campaign, space, lever, value, why, [], ctx.incumbent)
             if change is None or change.enabler:
                 continue
