@@ -147,6 +147,16 @@ def test_hardware_scoping() -> None:
     assert "cpu-compile-brings-nothing" in cpu and "cpu-compile-brings-nothing" not in gpu
 
 
+def test_a_recipe_that_compiles_only_the_loss_is_offered_the_blocks_compiled() -> None:
+    loss_only = ids(relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": True, "levers.compile.components": "loss"})))
+    whole = ids(relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": True, "levers.compile.components": "model,loss"})))
+    eager = ids(relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": False, "levers.compile.components": "loss"})))
+    assert "compile-the-model" in loss_only
+    assert "compile-the-model" not in whole and "compile-the-model" not in eager
+    cpu = ids(relevant(LESSONS, cpu_ctx(**{"levers.compile.enable": True, "levers.compile.components": "loss"})))
+    assert "compile-the-model" not in cpu
+
+
 def test_cpu_lessons() -> None:
     found = ids(
         relevant(
