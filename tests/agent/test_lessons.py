@@ -149,7 +149,9 @@ def test_hardware_scoping() -> None:
 
 def test_a_recipe_that_compiles_only_the_loss_is_offered_the_blocks_compiled() -> None:
     loss_only = ids(relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": True, "levers.compile.components": "loss"})))
-    whole = ids(relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": True, "levers.compile.components": "model,loss"})))
+    whole = ids(
+        relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": True, "levers.compile.components": "model,loss"}))
+    )
     eager = ids(relevant(LESSONS, gpu_ctx(**{"levers.compile.enable": False, "levers.compile.components": "loss"})))
     assert "compile-the-model" in loss_only
     assert "compile-the-model" not in whole and "compile-the-model" not in eager
