@@ -47,9 +47,11 @@ def test_missing_package_blames_the_config_not_the_module(monkeypatch):
 
 
 def test_a_model_module_in_the_tuning_repository(tmp_path):
-    (tmp_path / "mymods").mkdir()
-    (tmp_path / "mymods" / "__init__.py").write_text("")
-    (tmp_path / "mymods" / "tiny.py").write_text(
+    # a package name of its own: a module once imported stays in sys.modules for the process, and
+    # tests/runner/test_workdir.py imports a different mymods.tiny in the same worker
+    (tmp_path / "factsmods").mkdir()
+    (tmp_path / "factsmods" / "__init__.py").write_text("")
+    (tmp_path / "factsmods" / "tiny.py").write_text(
         textwrap.dedent("""
         from bot.inrank.workloads.llama3_tiny import llama3_tiny_cpu as _base
 
@@ -58,7 +60,7 @@ def test_a_model_module_in_the_tuning_repository(tmp_path):
             return _base()
     """)
     )
-    spec = model_for(Workload(module="mymods.tiny", config="tiny_wide"), root=tmp_path)
+    spec = model_for(Workload(module="factsmods.tiny", config="tiny_wide"), root=tmp_path)
     assert spec.n_layers == 4 and spec.n_params == 799872
 
 
