@@ -580,6 +580,7 @@ def test_pipeline_off_is_not_tried_where_communication_is_already_exposed(comm: 
         ("Interleaved1F1B", "none", 0.12, True),
         ("1F1B", "none", 0.3, True),
         ("Interleaved1F1B", "selective", 0.3, False),
+        ("Interleaved1F1B", "none", 0.04, True),  # two thirds of it, what the schedule removes, is over the 2 % band
         ("Interleaved1F1B", "none", 0.02, False),
         ("InterleavedZeroBubble", "none", 0.3, False),
     ],
