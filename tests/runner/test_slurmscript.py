@@ -104,7 +104,7 @@ def test_budget_cap_below_the_time_limit_becomes_the_jobs_time_limit(tmp_path: P
 
 def test_prologue_container_and_quoting(tmp_path: Path) -> None:
     settings = SlurmSettings(
-        prologue=["module load cuda/12.4", "source /shared/venv/bin/activate"],
+        prologue=["module load cuda/12.4", "source /lustre/venv/bin/activate"],
         container_image="nvcr.io#nvidia/pytorch:25.01-py3",
         container_mounts=["/data:/data"],
     )
@@ -123,10 +123,10 @@ def test_prologue_container_and_quoting(tmp_path: Path) -> None:
 
 
 def test_the_recipe_names_the_torchrun_command(tmp_path: Path) -> None:
-    r = recipe_with(slurm=SlurmSettings(torchrun="/shared/env/bin/python -m torch.distributed.run"))
+    r = recipe_with(slurm=SlurmSettings(torchrun="/lustre/env/bin/python -m torch.distributed.run"))
     body, _ = batch_script(r, steps=4, out_dir=tmp_path)
     srun = next(ln for ln in body.splitlines() if ln.startswith("srun "))
-    assert srun.startswith('srun --kill-on-bad-exit=1 /shared/env/bin/python -m torch.distributed.run "--nnodes=')
+    assert srun.startswith('srun --kill-on-bad-exit=1 /lustre/env/bin/python -m torch.distributed.run "--nnodes=')
 
 
 def test_an_env_name_that_is_no_variable_is_refused() -> None:
