@@ -39,6 +39,9 @@ REMOVES = {
 # nothing measured; lower, a moderate one went before the moves that shrink it: docs/agent-evidence.md)
 DOMINANT = 0.4
 AIMS = {BUBBLE_LESSON: "bubble", DP_BUBBLE_LESSON: "bubble", COMM_DP_LESSON: "exposed_comm"}
+# measured steps aimed at the dominant cost that gained nothing, after which it no longer goes first: the diagnosis
+# named a cost its moves did not reach, and the lessons' own order gives the other costs their turn
+SPENT = 2
 LARGER_COST = 2.0  # a diagnosis-driven move aimed at a cost this many times a lesson's goes ahead of the lesson
 
 
@@ -64,29 +67,52 @@ def costs_aimed_at(change: Change, lessons: dict[str, Lesson]) -> set[str]:
     return out
 
 
-def aimed_at_a_larger_cost(driven: Change | None, lesson_change: Change, diagnosis: Diagnosis) -> bool:
+def aimed_at_a_larger_cost(
+    driven: Change | None, lesson_change: Change, diagnosis: Diagnosis, campaign: Campaign | None = None
+) -> bool:
     """Whether the diagnosis-driven move is aimed at a cost more than LARGER_COST times the one the lesson's change
-    is aimed at (both named by the incumbent's breakdown)."""
+    is aimed at (both named by the incumbent's breakdown), and not at one SPENT measured steps since the incumbent
+    was kept failed to reach (``campaign``)."""
     if driven is None or diagnosis.outcome != "ok" or not diagnosis.breakdown:
+        return False
+    if campaign is not None and failed_aims(campaign).count(aimed_cost(driven)) >= SPENT:
         return False
     d, lesson = diagnosis.breakdown.get(aimed_cost(driven)), diagnosis.breakdown.get(aimed_cost(lesson_change))
     return d is not None and lesson is not None and d > LARGER_COST * lesson
 
 
-def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis) -> list[Lesson]:
+def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis, campaign: Campaign | None = None) -> list[Lesson]:
     """The relevant lessons with those aimed at the incumbent's dominant cost first (the largest addressable cost,
     when over DOMINANT of its measured step), each group in priority order: a first probe is better spent on what
     dominates the step than on a small cost, however high that lesson's priority. Without a dominant cost (or a
-    breakdown) the order is the lessons' own."""
+    breakdown), or once SPENT measured steps aimed at it since the incumbent was kept gained nothing (``campaign``),
+    the order is the lessons' own."""
     if diagnosis.outcome != "ok" or not diagnosis.breakdown:
         return lessons
     cost, share = max(
         ((k, v) for k, v in diagnosis.breakdown.items() if k in ADDRESSABLE), key=lambda kv: kv[1], default=("", 0.0)
     )
-    if share <= DOMINANT:
+    if share <= DOMINANT or campaign is not None and failed_aims(campaign).count(cost) >= SPENT:
         return lessons
     aimed = [ls for ls in lessons if aims_at(ls, cost)]
     return aimed + [ls for ls in lessons if ls not in aimed]
+
+
+def failed_aims(campaign: Campaign) -> list[str]:
+    """The cost each measured step since the incumbent was kept was aimed at (an enabled change's: its enabler's
+    when its own names none), for those that gained nothing -- not kept, and not an enabler or a predicted
+    out-of-memory that made no run."""
+    out = []
+    for st in campaign.steps[campaign.incumbent_step :]:
+        if st.kept or not st.runs or st.change.enabler:
+            continue
+        cost = aimed_cost(st.change)
+        n = st.stacked_on
+        while not cost and n:
+            base = campaign.step(n)
+            cost, n = (aimed_cost(base.change), base.stacked_on) if base.change.enabler else ("", None)
+        out.append(cost)
+    return out
 
 
 def aims_at(lesson: Lesson, cost: str) -> bool:

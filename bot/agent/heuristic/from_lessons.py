@@ -79,7 +79,7 @@ class HeldBackLessons:
 
     def propose(self, ctx: Context) -> Change | None:
         c, space, records = ctx.campaign, ctx.space, ctx.records
-        held = dominant_cost_first(held_back_by_headroom(ctx.lessons, ctx.lesson_ctx, ctx.hits), ctx.matched)
+        held = dominant_cost_first(held_back_by_headroom(ctx.lessons, ctx.lesson_ctx, ctx.hits), ctx.matched, c)
         return from_lessons(
             c,
             space,

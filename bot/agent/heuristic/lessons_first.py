@@ -26,9 +26,11 @@ class LessonsFirst:
 
     def propose(self, ctx: Context) -> Change | None:
         c, space, d = ctx.campaign, ctx.space, ctx.matched
-        lesson_change = from_lessons(c, space, dominant_cost_first(ctx.hits, d), ctx.current, ctx.moot, ctx.incumbent)
+        lesson_change = from_lessons(
+            c, space, dominant_cost_first(ctx.hits, d, c), ctx.current, ctx.moot, ctx.incumbent
+        )
         driven = diagnosis_driven(c, d, space)
-        if lesson_change is not None and not aimed_at_a_larger_cost(driven, lesson_change, d):
+        if lesson_change is not None and not aimed_at_a_larger_cost(driven, lesson_change, d, c):
             return lesson_change
         if driven is None:
             return None
