@@ -9,9 +9,10 @@ Pure functions of the measured breakdown (:class:`bot.core.diagnosis.Diagnosis`)
 from __future__ import annotations
 
 import math
+from itertools import takewhile
 
 from bot.agent.costmodel import estimate_of
-from bot.agent.history import enabled_settings
+from bot.agent.history import chain_steps, enabled_settings
 from bot.agent.lessons import Lesson
 from bot.agent.memory_screen import change_levers
 from bot.agent.policy import LeverSpace
@@ -99,19 +100,16 @@ def dominant_cost_first(lessons: list[Lesson], diagnosis: Diagnosis, campaign: C
 
 
 def failed_aims(campaign: Campaign) -> list[str]:
-    """The cost each measured step since the incumbent was kept was aimed at (an enabled change's: its enabler's
-    when its own names none), for those that gained nothing -- not kept, and not an enabler or a predicted
-    out-of-memory that made no run."""
-    out = []
+    """The cost each measured step since the incumbent was kept was aimed at (an enabled change's: the first its
+    enablers name, where its own names none), for those that gained nothing -- not kept, and not an enabler or a
+    predicted out-of-memory that made no run."""
+    out: list[str] = []
     for st in campaign.steps[campaign.incumbent_step :]:
         if st.kept or not st.runs or st.change.enabler:
             continue
-        cost = aimed_cost(st.change)
-        n = st.stacked_on
-        while not cost and n:
-            base = campaign.step(n)
-            cost, n = (aimed_cost(base.change), base.stacked_on) if base.change.enabler else ("", None)
-        out.append(cost)
+        below = [campaign.step(n) for n in chain_steps(campaign, st.n)[1:]]
+        links = [st, *takewhile(lambda s: s.change.enabler, below)]
+        out.append(next((cost for s in links if (cost := aimed_cost(s.change))), ""))
     return out
 
 

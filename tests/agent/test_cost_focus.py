@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
-from bot.agent.cost_focus import aims_at, dominant_cost_first
+import pytest
+from campaign_fakes import new_state
+
+from bot.agent.cost_focus import aimed_at_a_larger_cost, aims_at, dominant_cost_first, failed_aims
 from bot.agent.lessons import load_lessons
 from bot.core.diagnosis import Diagnosis
+from bot.core.records import Change
+from bot.core.state import RunRef, Step
 
 LESSONS = load_lessons()
+RECIPE = Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml"
 
 
 @pytest.mark.parametrize(
@@ -45,15 +51,10 @@ def test_a_lesson_that_fires_on_the_dominant_costs_share_is_aimed_at_it() -> Non
     assert [ls.id for ls in dominant_cost_first([ac, pp], comm_bound)] == [pp.id, ac.id]
 
 
-def _comm_steps(recipe_text: str, outcomes: list[bool]):
-    """A campaign whose steps after the baseline each changed fsdp_reshard_after_forward or expert-parallel levers
-    (aimed at exposed communication), measured, kept or not as ``outcomes`` says."""
-    from campaign_fakes import new_state
-
-    from bot.core.records import Change
-    from bot.core.state import RunRef, Step
-
-    state = new_state(recipe_text)
+def _comm_steps(outcomes: list[bool]):
+    """A campaign whose steps after the baseline each set fsdp_reshard_after_forward to never (aimed at exposed
+    communication), measured, kept or not as ``outcomes`` says."""
+    state = new_state(RECIPE.read_text())
     steps, incumbent = [], 0
     for n, kept in enumerate(outcomes, start=1):
         change = Change(lever="parallelism.fsdp_reshard_after_forward", **{"from": "default", "to": "never"})
@@ -67,12 +68,6 @@ def test_a_dominant_cost_goes_first_until_two_steps_aimed_at_it_since_the_incumb
     """The diagnosis names a cost; once two measured steps aimed at it since the incumbent was kept gained nothing,
     its moves no longer go ahead of the lessons' own order (nor does a diagnosis-driven move aimed at it pre-empt a
     lesson's), so the other costs get their turn."""
-    from pathlib import Path
-
-    from bot.agent.cost_focus import aimed_at_a_larger_cost, failed_aims
-    from bot.core.records import Change
-
-    text = (Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml").read_text()
     by_id = {ls.id: ls for ls in LESSONS}
     ac, comm = by_id["ac-full-to-selective-with-headroom"], by_id["reshard-never-when-memory-allows"]
     comm_bound = Diagnosis(
@@ -87,7 +82,7 @@ def test_a_dominant_cost_goes_first_until_two_steps_aimed_at_it_since_the_incumb
         ([False, False], True),
         ([True, False, False], True),
     ]:
-        campaign = _comm_steps(text, outcomes)
+        campaign = _comm_steps(outcomes)
         assert (failed_aims(campaign).count("exposed_comm") >= 2) is spent
         order = [ls.id for ls in dominant_cost_first([ac, comm], comm_bound, campaign)]
         assert order == ([ac.id, comm.id] if spent else [comm.id, ac.id]), outcomes
