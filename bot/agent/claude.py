@@ -1,12 +1,11 @@
 """The ``claude`` policy: Claude through the anthropic SDK, an agent loop over the default policy's moves.
 
-Claude sees the campaign as text (the diagnosis, the history, the relevant lessons, the levers and their legal
-values) and works with tools (:mod:`.claude_tools`): it lists the moves the registry proposes now with their
-predictions, asks a layout's predicted step time and memory, reads a lesson, and ends with ``propose`` (one lever,
-or a listed move, validated like any proposal: an invalid one is answered with why, and it may try again) or
-``stop``. Several turns fit in a per-step token budget; a refusal, a timeout or another API error, an answer with no
-tool call, repeated bad input, or a spent budget or turn allowance hands the step to the default policy's own pick.
-The Change records what Claude relied on (``Change.consulted``), and a fallback says why in its ``policy``.
+Claude sees the campaign as text (diagnosis, history, relevant lessons, levers and legal values) and works with
+tools (:mod:`.claude_tools`): list the moves the registry proposes now with their predictions, predict a layout's
+step time and memory, read a lesson, then ``propose`` (one lever or a listed move, validated like any proposal; an
+invalid one is answered with why) or ``stop``. Several turns fit a per-step token budget; a refusal, a timeout, an
+API error, no tool call, repeated bad input or a spent allowance hands the step to the default policy's pick.
+The Change records what Claude relied on (``Change.consulted``); a fallback says why in its ``policy``.
 """
 
 from __future__ import annotations
