@@ -7,6 +7,7 @@ Register with ``from bot.cli.github import register_github``. Bad payloads or fl
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -17,6 +18,27 @@ from typing import Any
 def _fail(msg: str) -> int:
     print(f"attune github: {msg}", file=sys.stderr)
     return 2
+
+
+def _reaching_github(func: Any) -> Any:
+    """``func`` with GitHub out of reach (refused, no DNS, a timeout) or answering an error no handler expects,
+    reported in one line naming the API it tried, exit 1: the environment failed, not the input."""
+
+    @functools.wraps(func)
+    def wrapped(args: argparse.Namespace) -> int:
+        import requests
+        from github import GithubException
+
+        api = os.environ.get("GITHUB_API_URL", "https://api.github.com")
+        try:
+            return int(func(args))
+        except requests.exceptions.RequestException as exc:
+            print(f"attune github: GitHub's API at {api} could not be reached ({type(exc).__name__})", file=sys.stderr)
+        except GithubException as exc:
+            print(f"attune github: GitHub's API at {api} answered {exc.status}: {_first_line(exc)}", file=sys.stderr)
+        return 1
+
+    return wrapped
 
 
 def _forge(args: argparse.Namespace, issue: int | None = None) -> Any:
@@ -138,12 +160,10 @@ def cmd_handle(args: argparse.Namespace) -> int:
                 "no event payload: give --event-path FILE (in a workflow, $GITHUB_EVENT_PATH names it), "
                 "or --trial-result DIR"
             )
-        try:
-            payload = json.loads(Path(path).read_text())
-            if not isinstance(payload, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as exc:
-            return _fail(f"event payload {path!r}: {exc}")
+        problem = _payload_problem(Path(path))
+        if problem:
+            return _fail(f"--event-path {path}: {problem}")
+        payload = json.loads(Path(path).read_text())
         from bot.github.router import EventError, route
 
         try:
@@ -157,6 +177,21 @@ def cmd_handle(args: argparse.Namespace) -> int:
     except (GitHubForgeError, ValueError) as exc:  # no token or repository, no campaign where the event says one is
         return _fail(_first_line(exc))
     return 0
+
+
+def _payload_problem(path: Path) -> str | None:
+    """Why the event payload at ``path`` cannot be read as a JSON object, in words (None: it can)."""
+    if not path.is_file():
+        return "is a folder; expected a JSON file" if path.is_dir() else "no such file"
+    try:
+        payload = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 text (byte {exc.start}); expected the JSON payload GitHub writes"
+    except ValueError as exc:
+        return f"not JSON ({exc}); expected the JSON payload GitHub writes"
+    return None if isinstance(payload, dict) else "not a JSON object; expected the JSON payload GitHub writes"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -305,7 +340,7 @@ def register(sub: Any) -> None:
         default="",
         help="the workflow run of the trial (default $GITHUB_RUN_ID): its run job's wall time bounds the record's device-hours",
     )
-    h.set_defaults(func=cmd_handle)
+    h.set_defaults(func=_reaching_github(cmd_handle))
     c = gs.add_parser("check-trial", help="may a self-hosted runner execute this sha?")
     c.add_argument("--pr", type=int, required=True)
     c.add_argument("--sha", required=True)
@@ -325,7 +360,7 @@ def register(sub: Any) -> None:
     c.add_argument("--issue", help="the campaign issue: a step may change only the levers its state names")
     c.add_argument("--repo")
     c.add_argument("--token-env", default="GITHUB_TOKEN")
-    c.set_defaults(func=cmd_check_trial)
+    c.set_defaults(func=_reaching_github(cmd_check_trial))
     lp = gs.add_parser(
         "publish-leaderboard", help="regenerate leaderboard.md and land it through a bot pull request (leaderboard.yml)"
     )
@@ -337,7 +372,7 @@ def register(sub: Any) -> None:
     )
     lp.add_argument("--repo")
     lp.add_argument("--token-env", default="GITHUB_TOKEN")
-    lp.set_defaults(func=cmd_publish_leaderboard)
+    lp.set_defaults(func=_reaching_github(cmd_publish_leaderboard))
     k = gs.add_parser(
         "calibrate", help="run the gate's loss-band calibration for a campaign baseline (self-hosted job)"
     )
@@ -352,4 +387,4 @@ def register(sub: Any) -> None:
         default=None,
         help="what is left of the campaign's budget, in wall seconds: shared by the fresh calibration runs",
     )
-    k.set_defaults(func=cmd_calibrate)
+    k.set_defaults(func=_reaching_github(cmd_calibrate))

@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, emit_json
 
+MAX_DEVICES = 2**20  # a world size no cluster reaches: above it a flag is a typo, not a cluster
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Refuse an --out the recipe cannot be written to, before anything is resolved, built or made."""
+    if out.is_dir():
+        raise UsageError(f"--out {out}: is a folder; expected the path of a .yaml file")
+    if out.exists() and not force:
+        raise UsageError(f"{out}: exists; choose another --out or pass --force")
+    for parent in out.parents:
+        if parent.exists() and not parent.is_dir():
+            raise UsageError(f"--out {out}: {parent} is a file, not a folder")
+
 
 def cmd_recipe_init(args: argparse.Namespace) -> int:
     """Resolve the user's torchtitan command line, build its model, write the drafted recipe (or refuse: one line)."""
-    from pathlib import Path
-
     from bot.core.recipe import parse_recipe_text
     from bot.core.records import atomic_write_text
     from bot.facts import FactsError, model_facts
@@ -26,8 +38,16 @@ def cmd_recipe_init(args: argparse.Namespace) -> int:
         hw = get_hardware(hardware_id(args.hardware))
     except ValueError as exc:
         raise UsageError(f"--hardware: {exc}") from None
-    if args.nodes < 1 or args.devices_per_node < 1:
-        raise UsageError("--nodes and --devices-per-node: expected positive integers")
+    if not (1 <= args.nodes <= MAX_DEVICES and 1 <= args.devices_per_node <= MAX_DEVICES):
+        raise UsageError(f"--nodes and --devices-per-node: expected positive integers up to {MAX_DEVICES:,}")
+    if args.nodes * args.devices_per_node > MAX_DEVICES:
+        raise UsageError(f"--nodes x --devices-per-node: expected at most {MAX_DEVICES:,} devices in all")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path("recipes") / args.config / f"{hw.id}x{args.nodes * args.devices_per_node}.yaml"
+    )
+    _check_out(out, args.force)
     overrides = list(args.overrides or [])
     root = Path.cwd()
     argv = ["--module", args.module, "--config", args.config, *overrides]
@@ -52,14 +72,7 @@ def cmd_recipe_init(args: argparse.Namespace) -> int:
         quantized=QUANTIZED_NOTE in facts.family_notes,
     )
     text = render(draft)
-    out = (
-        Path(args.out)
-        if args.out
-        else Path("recipes") / args.config / f"{hw.id}x{args.nodes * args.devices_per_node}.yaml"
-    )
     parse_recipe_text(text, str(out))  # the draft is a valid recipe (a RecipeError here is a bug: exit 2, no file)
-    if out.exists() and not args.force:
-        raise UsageError(f"{out}: exists; choose another --out or pass --force")
     made = _debug_assets(root, flat) if args.launcher != "sim" else []
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)
@@ -114,6 +127,9 @@ def cmd_recipe_show(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe)
     steps = recipe.bench.steps
     if recipe.cluster.launcher == "sim":
+        from bot.runner.check import check_runnable
+
+        check_runnable(recipe, args.recipe)  # as `attune run` would refuse it: the file, the field, what is known
         print(
             f"# {recipe.name}: simulated ({recipe.cluster.devices} x {recipe.cluster.hardware}); no torchtitan command"
         )

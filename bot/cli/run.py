@@ -53,7 +53,10 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
         if not (math.isfinite(args.max_wall_s) and args.max_wall_s > 0):
             raise UsageError(f"--max-wall-s: expected a positive number of seconds; got {args.max_wall_s}")
         limits["max_wall_s"] = args.max_wall_s
+    if args.stop_after is not None and args.stop_below is None:
+        raise UsageError("--stop-after: only with --stop-below (the tokens/s a run is stopped under)")
     if args.stop_below is not None:
+        args.stop_after = 3 if args.stop_after is None else args.stop_after
         if not (math.isfinite(args.stop_below) and args.stop_below > 0) or args.stop_after < 2:
             raise UsageError(
                 f"--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}"
@@ -125,9 +128,9 @@ def register(sub: Any) -> None:
     r.add_argument(
         "--stop-after",
         type=int,
-        default=3,
+        default=None,
         metavar="N",
-        help="measured steps before --stop-below may stop it (default 3)",
+        help="measured steps before --stop-below may stop it (default 3; only with --stop-below)",
     )
     r.add_argument("--hook", help=argparse.SUPPRESS)  # test-only workload hook
     r.set_defaults(func=cmd_run)

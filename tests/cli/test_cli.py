@@ -161,6 +161,19 @@ def test_recipe_show_refused_config(recipe_copy: Path, capsys: pytest.CaptureFix
     assert "# resolved config: refused by torchtitan" in out and "Async TP" in out
 
 
+def test_recipe_show_refuses_a_simulated_recipe_run_would_refuse(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An unknown cluster.hardware was printed as "simulated (32 x tpu9000)", exit 0, where `attune run` refuses it."""
+    task = REPO / "bot" / "bench" / "tasks" / "llama3.1-70b" / "h200x32.yaml"
+    bad = tmp_path / "r.yaml"
+    bad.write_text(task.read_text().replace("hardware: h200", "hardware: tpu9000"))
+    assert main(["recipe", "show", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:" in err and "cluster.hardware: 'tpu9000' is unknown to the simulator; known: " in err
+    assert main(["recipe", "show", str(task)]) == 0
+
+
 GLM = REPO / "bot" / "bench" / "tasks" / "glm-4.5" / "h100x128.yaml"
 
 
@@ -179,9 +192,11 @@ def test_run_takes_the_campaign_limits(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 @pytest.mark.parametrize(
-    "args", [["--max-wall-s", "0"], ["--stop-below", "-5"], ["--stop-below", "10", "--stop-after", "1"]]
+    "args",
+    [["--max-wall-s", "0"], ["--stop-below", "-5"], ["--stop-below", "10", "--stop-after", "1"], ["--stop-after", "4"]],
 )
 def test_run_refuses_bad_limits(args: list[str], tmp_path: Path) -> None:
+    """``--stop-after`` alone was silently ignored: the run went ahead with no early stop."""
     line = assert_one_line_error(attune("run", str(GLM), "--out", str(tmp_path), *args))
     assert "--max-wall-s" in line or "--stop-below" in line
     assert not (tmp_path / "record.json").exists()

@@ -186,6 +186,30 @@ def test_an_existing_recipe_is_not_overwritten(repo, capsys):
 
 
 @pytest.mark.parametrize(
+    ("out", "size", "says"),
+    [
+        ("afile/mine.yaml", "1", "--out afile/mine.yaml: afile is a file, not a folder"),
+        ("adir", "1", "--out adir: is a folder"),
+        ("mine.yaml", "99999999999999999999999", "--nodes and --devices-per-node: expected positive integers up to"),
+    ],
+)
+def test_an_out_that_cannot_be_written_or_a_typo_size_is_refused_before_anything_is_made(repo, capsys, out, size, says):
+    """Were tracebacks (FileExistsError from mkdir, IsADirectoryError from the replace with --force), or a recipe for
+    10^23 devices. Even with --force: one line, exit 2, and the tree as it was (no debug assets made either)."""
+    (repo / "afile").write_text("keep me\n")
+    (repo / "adir").mkdir()
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*") if ".git" not in p.parts)
+    rc = main(
+        ["recipe", "init", "--module", "torchtitan.models.llama3", "--config", "llama3_debugmodel"]
+        + ["--hardware", "cpu", "--nodes", "1", "--devices-per-node", size, "--out", out, "--force"]
+    )
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"attune: {says}") and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*") if ".git" not in p.parts) == before
+    assert (repo / "afile").read_text() == "keep me\n"
+
+
+@pytest.mark.parametrize(
     ("name", "profile"),
     [
         ("h100", "h100-sxm-80gb"),

@@ -4,6 +4,7 @@ spec-validated GitHub fake)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -334,6 +335,60 @@ def test_handle_without_an_event_payload_says_which_flag_gives_one(monkeypatch, 
     assert (
         err.startswith("attune github: no event payload: give --event-path FILE") and len(err.strip().splitlines()) == 1
     ), err
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\xff\xfe{}", "not UTF-8 text (byte 0)"),
+        (b"[1]", "not a JSON object"),
+        (b"{x", "not JSON ("),
+        (None, "no such file"),
+    ],
+)
+def test_handle_says_what_is_wrong_with_the_event_file_in_words(tmp_path, capsys, content, says) -> None:
+    """Were Python's own texts ('utf-8' codec can't decode byte 0xff ..., [Errno 2] No such file ...)."""
+    event = tmp_path / "event.json"
+    if content is not None:
+        event.write_bytes(content)
+    args = argparse.Namespace(
+        trial_result=None, event_path=str(event), event_name="issues", issue=None, repo=None, token_env="GITHUB_TOKEN"
+    )
+    assert cli.cmd_handle(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attune github: --event-path {event}: {says}") and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_unreachable_github_api_is_one_line_naming_it_not_a_traceback(tmp_path) -> None:
+    """check-trial as trial.yml runs it, with the API on a port nothing listens on: was a requests ConnectionError
+    traceback. Exit 1 (the environment failed), the API named; $GITHUB_OUTPUT not written."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "GITHUB_REPOSITORY": "octo/repo",
+        "GITHUB_TOKEN": "t",
+        "GITHUB_API_URL": f"http://127.0.0.1:{port}",
+    }
+    out = tmp_path / "github_output"
+    run = subprocess.run(
+        [sys.executable, "-m", "bot.cli", "github", "check-trial", "--runner-labels", "gpu", "--pr", "1"]
+        + ["--sha", "a" * 40, "--campaign", "c", "--github-output", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1, run.stderr
+    assert (
+        run.stderr.strip()
+        == f"attune github: GitHub's API at http://127.0.0.1:{port} could not be reached (ConnectionError)"
+    )
+    assert not out.exists()
 
 
 # ------------------------------------------------------------------ attune github handle --trial-result, as trial.yml's report job
