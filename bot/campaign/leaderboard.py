@@ -22,6 +22,7 @@ import math
 import re
 import statistics
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -182,6 +183,18 @@ class ResultRecord(_Strict):
     created_at: Cell = ""
     campaign: str | None = None  # names campaigns/<id>/ in the gate link
     step: Annotated[int, Field(ge=0)] | None = None
+
+    @field_validator("created_at")
+    @classmethod
+    def _when(cls, value: str) -> str:
+        if value:
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(
+                    "expected an ISO 8601 date and time, as a run record writes it (2026-12-01T14:07:35+00:00)"
+                ) from None
+        return value
 
     @field_validator("campaign")
     @classmethod

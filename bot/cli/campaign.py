@@ -503,8 +503,11 @@ def cmd_campaign_show(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign_list(args: argparse.Namespace) -> int:
+    from bot.cli.leaderboard import repo_root
     from bot.drive.lifecycle import list_campaigns
 
+    if args.repo is not None:
+        repo_root(args.repo)  # a folder that is not an ATTUNE repository is an error, as for `attune leaderboard`
     repo = _repo_root(args.repo)
     rows = list_campaigns(_campaigns(repo))
     if args.json:

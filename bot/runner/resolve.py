@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import io
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+NOISE = re.compile(r"Failed to load \S+: Could not load this library: \S+|For full helptext, run .*$")
+
+
 def resolve_args(args: list[str], *, capability: tuple[int, int] | None = None) -> dict[str, Any]:
     """Parse torchtitan arguments with ConfigManager (all validators run); flat dict or ResolveError. ``capability``:
     the CUDA capability of the GPU the run is for, answered to torchtitan's converter checks on a host without a GPU."""
@@ -73,7 +77,11 @@ def resolve_args(args: list[str], *, capability: tuple[int, int] | None = None) 
             ln for ln in lines if not set(ln) <= set("─-") and "has no effect" not in ln and "does not exist" not in ln
         ]
         lines = [ln for ln in lines if ln.lower() not in ("value error", "parsing error")]
-        raise ResolveError("torchtitan refused the arguments: " + " ".join(lines[:8])[:600]) from None
+        lines = [ln for i, ln in enumerate(lines) if not (i + 1 < len(lines) and lines[i + 1].startswith(ln))]
+        # less what else wrote to stderr meanwhile (an optional torchao kernel library that does not load on this
+        # host) and tyro's pointer to a help text that is not ours
+        said = NOISE.sub(" ", " ".join(lines)).split()
+        raise ResolveError("torchtitan refused the arguments: " + " ".join(said)[:600]) from None
     except ImportError as exc:  # the module (ConfigManager imports ``--module``, or ``<module>.config_registry``)
         raise ResolveError(
             f"torchtitan cannot import it: {type(exc).__name__}: {exc}"[:600], ("workload", "module")

@@ -290,6 +290,10 @@ BAD: dict[str, tuple[Callable[[dict[str, Any]], bytes], str]] = {
         _edit(lambda d: d.update(campaign="../../etc")),
         ": campaign: expected a campaign id",
     ),
+    "a date in words": (  # was printed in the board's date column as it stood
+        _edit(lambda d: d.update(created_at="yesterday")),
+        ": created_at: expected an ISO 8601 date and time",
+    ),
 }
 
 

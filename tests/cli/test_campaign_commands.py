@@ -310,6 +310,8 @@ def test_without_repo_the_campaign_commands_find_the_repository_as_every_command
     assert missing.startswith(f"attune: $ATTUNE_REPO={tmp_path / 'none'}: no ATTUNE repository there or above")
     below = attune(repo / "recipes", "campaign", "list", "--json")  # from a folder inside it
     assert below.returncode == 0 and json.loads(below.stdout)["repo"] == str(repo), below.stderr
+    given = one_line_error(attune(repo, "campaign", "list", "--repo", str(outside)))  # as `attune leaderboard` says
+    assert given.startswith(f"attune: --repo {outside}: not an ATTUNE repository"), given
 
 
 def test_stop_json_is_one_object_when_the_running_process_does_not_let_go(

@@ -40,6 +40,16 @@ def test_async_tp_without_compile_is_refused(cpu_recipe: Recipe) -> None:
         resolve_recipe(cpu_recipe.with_lever("compile.enable_async_tensor_parallel", True))
 
 
+def test_an_unknown_pinned_setting_is_named_without_the_noise_around_it(cpu_recipe: Recipe) -> None:
+    """The refusal read "Failed to load .../torchao/_C_mxfp8...so: Could not load this library ... Unrecognized options
+    Unrecognized options: --foo.bar, 1 For full helptext, run ...": what else wrote to stderr, a repeated title and
+    a help pointer that is not ATTUNE's."""
+    with pytest.raises(ResolveError) as caught:
+        resolve_recipe(cpu_recipe.model_copy(update={"pinned": {**cpu_recipe.pinned, "foo.bar": 1}}))
+    assert str(caught.value).startswith("torchtitan refused the arguments: Unrecognized options: --foo.bar, 1")
+    assert "Failed to load" not in str(caught.value) and "helptext" not in str(caught.value)
+
+
 def test_memory_budget_ac_without_compile_is_refused(cpu_recipe: Recipe) -> None:
     recipe = cpu_recipe.with_lever("activation_checkpoint", "memory_budget").with_lever(
         "activation_checkpoint.memory_budget", 0.5
