@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from bot.agent.lesson_checks import try_problem
+from bot.agent.lesson_checks import lesson_problem
 from bot.agent.lesson_schema import Lesson, LessonFileError
 from bot.core.datafile import load_entries
 from bot.core.repo import RepoError, find_repo
@@ -27,7 +27,7 @@ def load_lesson_folder(folder: Path | str) -> list[Lesson]:
     lessons: list[Lesson] = []
     origin: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")):
-        for lesson in load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson", check=try_problem):
+        for lesson in load_entries(path, "lessons", Lesson, LessonFileError, kind="lesson", check=lesson_problem):
             if lesson.id in origin:
                 raise LessonFileError(
                     f"{path}: lesson {lesson.id!r}: field 'id': duplicate id, also in {origin[lesson.id]}"

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from bot.agent.lesson_schema import Lesson, LeverChange
 from bot.core import levers as catalog
 from bot.core.datafile import EntryProblem
+from bot.core.diagnosis import Diagnosis
+from bot.core.matcher import AllOf, AnyOf, Leaf, NotOf
 from bot.core.recipe import ENV_ALLOWED_TEXT, PIN_ALIASES, PIN_TYPES, REQUIRED_PINS, env_allowed
 from bot.core.records import Scalar
 
@@ -101,3 +103,72 @@ def try_problem(lesson: Lesson) -> EntryProblem | None:
             field, message = found
             return EntryProblem(("try", i, field), message)
     return None
+
+
+# What a lesson's ``when`` may read (bot.agent.policy.lesson_context builds it; docs/lessons.md lists it): a field
+# outside these never exists, so a condition on it never matches and the lesson would be silently dead.
+RECIPE_CONTEXT = frozenset(
+    {
+        "hardware",
+        "devices",
+        "nodes",
+        "model",
+        "moe",
+        "global_batch_pinned",
+        "devices_per_node",
+        "expert_parallel_groups_per_node",
+        "seq_len",
+        "tokens_per_microbatch",
+        "grad_accum_steps",
+    }
+)
+DIAGNOSIS_CONTEXT = frozenset(set(Diagnosis.model_fields) - {"breakdown", "spans_ms"})
+
+
+def field_problem(name: str) -> str | None:
+    """Why a ``when`` condition's ``field`` is one the lessons' context never holds (None: it can hold it)."""
+    head, _, rest = name.partition(".")
+    if head == "stack" and rest:
+        return None
+    if head == "recipe" and (rest in RECIPE_CONTEXT or rest.startswith("env.") and len(rest) > 4):
+        return None
+    if head == "diagnosis" and (
+        rest in DIAGNOSIS_CONTEXT or rest.startswith("breakdown.") and rest.endswith("_frac") and len(rest) > 15
+    ):
+        return None
+    if head == "levers" and rest in catalog.CATALOG:
+        return None
+    if head == "levers" and rest.startswith("env."):
+        return f"{name!r} is not in the context a lesson reads; the recipe's environment is read as recipe.{rest}"
+    if head == "levers":
+        return f"{name!r} names no lever: {_unknown_lever(rest)}"
+    known = {
+        "recipe": ", ".join(f"recipe.{k}" for k in sorted(RECIPE_CONTEXT)) + ", recipe.env.<VARIABLE>",
+        "diagnosis": ", ".join(f"diagnosis.{k}" for k in sorted(DIAGNOSIS_CONTEXT))
+        + ", diagnosis.breakdown.<cost>_frac",
+    }
+    if head in known:
+        return f"{name!r} is not in the context a lesson reads; expected one of {known[head]}"
+    return f"{name!r} is not in the context a lesson reads; expected diagnosis.*, recipe.*, stack.* or levers.<lever>"
+
+
+def _leaves(cond: object, path: tuple) -> list[tuple[tuple, Leaf]]:
+    if isinstance(cond, Leaf):
+        return [(path, cond)]
+    if isinstance(cond, AllOf | AnyOf):
+        key = "all" if isinstance(cond, AllOf) else "any"
+        items = cond.all if isinstance(cond, AllOf) else cond.any
+        return [leaf for i, c in enumerate(items) for leaf in _leaves(c, (*path, key, i))]
+    if isinstance(cond, NotOf):
+        return _leaves(cond.not_, (*path, "not"))
+    return []
+
+
+def lesson_problem(lesson: Lesson) -> EntryProblem | None:
+    """The first ``when`` field the lessons' context never holds (:func:`field_problem`), else the first ``try`` change
+    a campaign could never make (:func:`try_problem`), or None: the check :func:`load_lessons` runs on every lesson."""
+    for path, leaf in _leaves(lesson.when, ("when",)):
+        message = field_problem(leaf.field)
+        if message is not None:
+            return EntryProblem((*path, "field"), message)
+    return try_problem(lesson)

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ruamel.yaml import YAML
 
-from bot.agent.lesson_checks import try_problem
+from bot.agent.lesson_checks import lesson_problem
 from bot.agent.lesson_schema import Lesson, LessonFileError, LeverName, Text, check_source, lesson_to_data
 from bot.core.datafile import load_entries
 
@@ -105,7 +105,7 @@ def write_proposed(lessons: Iterable[Mapping[str, Any] | Lesson], path: Path | s
     kept: list[Lesson] = []
     if merge and target.exists():
         ids = {lesson.id for lesson in new}
-        old = load_entries(target, "lessons", Lesson, LessonFileError, kind="lesson", check=try_problem)
+        old = load_entries(target, "lessons", Lesson, LessonFileError, kind="lesson", check=lesson_problem)
         kept = [lesson for lesson in old if lesson.id not in ids]
     data = {
         "about": "Proposed lessons from measured campaign steps; review, then move into a topic file.",

@@ -718,6 +718,63 @@ def test_a_try_a_campaign_can_make_loads(tmp_path: Path, change: str) -> None:
     assert ids(load_lesson_folder(folder)) == ["good-one"]
 
 
+BAD_WHEN = [
+    ("levers.activation_checkpointing", "when.field", "names no lever: unknown lever 'activation_checkpointing'"),
+    ("levers.env.OMP_WAIT_POLICY", "when.field", "the recipe's environment is read as recipe.env.OMP_WAIT_POLICY"),
+    ("recipe.global_batch", "when.field", "is not in the context a lesson reads; expected one of recipe.devices"),
+    ("diagnosis.headroom", "when.field", "expected one of diagnosis.mem_headroom_frac"),
+    ("training.seq_len", "when.field", "expected diagnosis.*, recipe.*, stack.* or levers.<lever>"),
+]
+
+
+@pytest.mark.parametrize(("name", "field", "message"), BAD_WHEN, ids=[c[0] for c in BAD_WHEN])
+def test_a_when_on_a_field_no_context_holds_is_refused_at_load(tmp_path: Path, name: str, field: str, message: str):
+    """A typo in a condition's field loaded and made the lesson silently dead: the context never holds that key."""
+    folder = folder_with(tmp_path, GOOD.replace("field: diagnosis.outcome", f"field: {name}"))
+    msg = lesson_error(folder)
+    assert f"lesson 0 (id 'good-one'): field '{field}': " in msg and message in msg and "\n" not in msg, msg
+    nested = GOOD.replace(
+        "when: {field: diagnosis.outcome, op: eq, value: oom}",
+        f"when: {{all: [{{field: diagnosis.outcome, op: eq, value: oom}}, {{not: {{field: {name}, op: exists}}}}]}}",
+    )
+    msg = lesson_error(folder_with(tmp_path, nested))
+    assert "field 'when.all.1.not.field': " in msg and message in msg, msg
+
+
+def test_every_key_the_lessons_context_holds_passes_the_field_check() -> None:
+    """The check and the context it guards (bot.agent.policy.lesson_context) agree, on a MoE GPU recipe with env."""
+    from campaign_fakes import new_state
+
+    from bot.agent.lesson_checks import field_problem
+    from bot.agent.policy import lesson_context
+    from bot.agent.space import make_space
+    from bot.core.diagnosis import Diagnosis
+    from bot.core.recipe import parse_recipe_text
+
+    text = (ROOT / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "b200x16.yaml").read_text()
+    text = text.replace("env: {}", "env:\n  PYTORCH_ALLOC_CONF: expandable_segments:True")
+    space = make_space(parse_recipe_text(text))
+    breakdown = {"compute": 0.6, "exposed_comm": 0.2, "bubble": 0.1, "recompute": 0.1}
+    ctx = lesson_context(new_state(text), Diagnosis(outcome="ok", tps=1000.0, breakdown=breakdown), space)
+    assert "recipe.env.PYTORCH_ALLOC_CONF" in ctx and "recipe.tokens_per_microbatch" in ctx
+    assert {k: field_problem(k) for k in ctx if field_problem(k)} == {}
+
+
+def test_env_conditions_read_the_recipes_env() -> None:
+    """Two shipped lessons read ``levers.env.X``, which no context holds, in a ``not``: always true, so they were
+    offered to a recipe that already set the variable. They read ``recipe.env.X`` now."""
+    on = {"diagnosis.outcome": "oom", "diagnosis.tps_cv": 0.2}
+    expandable = {"recipe.env.PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    assert ids(relevant([BY_ID["oom-expandable-segments"]], {**on, "recipe.hardware": "h100-sxm-80gb"})) != []
+    assert (
+        ids(relevant([BY_ID["oom-expandable-segments"]], {**on, "recipe.hardware": "h100-sxm-80gb", **expandable}))
+        == []
+    )
+    passive = {"recipe.env.OMP_WAIT_POLICY": "passive", "recipe.hardware": "cpu"}
+    assert ids(relevant([BY_ID["cpu-omp-passive-when-noisy"]], {**on, "recipe.hardware": "cpu"})) != []
+    assert ids(relevant([BY_ID["cpu-omp-passive-when-noisy"]], {**on, **passive})) == []
+
+
 def test_ops_by_kind_names_every_op_and_lever_kind() -> None:
     from typing import get_args
 
