@@ -102,7 +102,7 @@ class RunRecord(BaseModel):
     # a diverged run logs "loss: nan": written as NaN (not pydantic's default null, which reads back as no number),
     # so its record round-trips and the gate sees the divergence
     model_config = ConfigDict(ser_json_inf_nan="constants")
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(default=SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)  # a newer ATTUNE's record: refused
     run_id: str
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     recipe_id: str

@@ -339,10 +339,12 @@ class Campaign(BaseModel):
     # recorded (an in-memory or GitHub forge, or a state written before this field: resumed on the branch checked out)
     base_branch: str = ""
     devices: int = 1
-    usd_per_device_hour: float = 0.0
-    budget: float  # device-hours
-    spent: float = 0.0
-    abandoned: float = 0.0  # of ``spent``: device-hours of real runs stopped by a signal before they ended (no record)
+    usd_per_device_hour: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    budget: float = Field(ge=0.0, allow_inf_nan=False)  # device-hours
+    spent: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    abandoned: float = Field(
+        default=0.0, ge=0.0, allow_inf_nan=False
+    )  # of ``spent``: device-hours of real runs stopped by a signal before they ended (no record)
     # measured baseline runs: two at least, so the campaign has a noise estimate of its own, unless the machine kind's
     # run noise is known (noise_prior_df > 0), when one does: the prior is the estimate (bot.campaign.measurement_settings)
     baseline_runs_wanted: int = Field(default=2, ge=1)

@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bot.core.repo import current_branch
 from bot.core.state import Campaign, read_campaign
 
@@ -45,6 +47,27 @@ def test_a_state_whose_cut_trial_was_stored_as_screened_reads_as_cut(tmp_path: P
     m = read_campaign(path).steps[0].measurement
     assert m is not None and m.cut
     assert Campaign.model_validate_json(state.model_dump_json()).steps[0].measurement == cut
+
+
+def test_a_state_with_device_hours_that_are_not_a_count_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """``spent: NaN`` read and was shown as ``nan/1``; a negative budget read too."""
+    good = json.loads(Campaign(id="c", recipe_path="recipes/x.yaml", recipe_id="x", budget=1.0).model_dump_json())
+    path = tmp_path / "state.json"
+    for field, value in (("spent", "NaN"), ("budget", "-1"), ("abandoned", "Infinity")):
+        path.write_text(json.dumps(good).replace(f'"{field}": {json.dumps(good[field])}', f'"{field}": {value}'))
+        with pytest.raises(ValueError) as caught:
+            read_campaign(path)
+        assert str(caught.value).startswith(f"{path}: not a campaign state: {field}: "), str(caught.value)
+
+
+def test_a_run_record_of_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    from bot.core.records import SCHEMA_VERSION, RecordFileError, read_record
+
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps({"schema_version": SCHEMA_VERSION + 98}))
+    with pytest.raises(RecordFileError) as caught:
+        read_record(path)
+    assert str(caught.value).startswith(f"{path}: not a run record: schema_version: expected less than or equal to ")
 
 
 IDENTITY = {
