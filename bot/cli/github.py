@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bot.cli.common import output_problem
+
 
 def _fail(msg: str) -> int:
     print(f"attune github: {msg}", file=sys.stderr)
@@ -160,10 +162,9 @@ def cmd_handle(args: argparse.Namespace) -> int:
                 "no event payload: give --event-path FILE (in a workflow, $GITHUB_EVENT_PATH names it), "
                 "or --trial-result DIR"
             )
-        problem = _payload_problem(Path(path))
-        if problem:
-            return _fail(f"--event-path {path}: {problem}")
-        payload = json.loads(Path(path).read_text())
+        payload = _read_payload(Path(path))
+        if isinstance(payload, str):
+            return _fail(f"--event-path {path}: {payload}")
         from bot.github.router import EventError, route
 
         try:
@@ -179,8 +180,8 @@ def cmd_handle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _payload_problem(path: Path) -> str | None:
-    """Why the event payload at ``path`` cannot be read as a JSON object, in words (None: it can)."""
+def _read_payload(path: Path) -> dict[str, Any] | str:
+    """The event payload at ``path``, a JSON object; else why it cannot be read as one, in words."""
     if not path.is_file():
         return "is a folder; expected a JSON file" if path.is_dir() else "no such file"
     try:
@@ -191,25 +192,11 @@ def _payload_problem(path: Path) -> str | None:
         return f"not UTF-8 text (byte {exc.start}); expected the JSON payload GitHub writes"
     except ValueError as exc:
         return f"not JSON ({exc}); expected the JSON payload GitHub writes"
-    return None if isinstance(payload, dict) else "not a JSON object; expected the JSON payload GitHub writes"
+    return payload if isinstance(payload, dict) else "not a JSON object; expected the JSON payload GitHub writes"
 
 
 def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-
-
-def _output_problem(path: str, *, make_folders: bool = False) -> str | None:
-    """Why the file ``path`` (``--github-output``, ``--out``) cannot be written, found before any work is done;
-    ``make_folders``: its missing folders will be made (then the nearest existing one must be a folder)."""
-    target = Path(path)
-    if target.is_dir():
-        return f"{path}: is a folder; expected a file"
-    folder = target.parent
-    while make_folders and not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{path}: {folder} is {'a file' if folder.exists() else 'missing'}; expected a folder there"
-    return None
 
 
 def cmd_check_trial(args: argparse.Namespace) -> int:
@@ -217,7 +204,7 @@ def cmd_check_trial(args: argparse.Namespace) -> int:
     from bot.forge.github import GitHubForgeError
     from bot.github.check_trial import check_trial
 
-    problem = _output_problem(args.github_output) if args.github_output else None
+    problem = output_problem(args.github_output) if args.github_output else None
     if problem:
         return _fail(f"--github-output {problem}")
     try:
@@ -257,7 +244,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         return _fail(f"calibrate: --jobs: expected at least 1; got {args.jobs}")
-    problem = _output_problem(args.out, make_folders=True)
+    problem = output_problem(args.out, make_folders=True)
     if problem:
         return _fail(f"calibrate: --out {problem}")
     try:

@@ -8,20 +8,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, emit_json
+from bot.cli.common import EXIT_FAILED, EXIT_OK, UsageError, emit_json, output_problem
 
 MAX_DEVICES = 2**20  # a world size no cluster reaches: above it a flag is a typo, not a cluster
 
 
 def _check_out(out: Path, force: bool) -> None:
     """Refuse an --out the recipe cannot be written to, before anything is resolved, built or made."""
-    if out.is_dir():
-        raise UsageError(f"--out {out}: is a folder; expected the path of a .yaml file")
+    problem = output_problem(str(out), make_folders=True)
+    if problem:
+        raise UsageError(f"--out {problem}")
     if out.exists() and not force:
         raise UsageError(f"{out}: exists; choose another --out or pass --force")
-    for parent in out.parents:
-        if parent.exists() and not parent.is_dir():
-            raise UsageError(f"--out {out}: {parent} is a file, not a folder")
 
 
 def cmd_recipe_init(args: argparse.Namespace) -> int:

@@ -44,6 +44,9 @@ def _out_dir(flag: str | None, recipe: Recipe) -> Path:
     return out
 
 
+STOP_AFTER = 3  # measured steps before --stop-below may stop a run, unless --stop-after says otherwise
+
+
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
     """The run's limits (``--max-wall-s``, ``--stop-below``/``--stop-after``), each a positive finite number."""
     from bot.runner import EarlyStop
@@ -56,12 +59,12 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
     if args.stop_after is not None and args.stop_below is None:
         raise UsageError("--stop-after: only with --stop-below (the tokens/s a run is stopped under)")
     if args.stop_below is not None:
-        args.stop_after = 3 if args.stop_after is None else args.stop_after
-        if not (math.isfinite(args.stop_below) and args.stop_below > 0) or args.stop_after < 2:
+        after = STOP_AFTER if args.stop_after is None else args.stop_after
+        if not (math.isfinite(args.stop_below) and args.stop_below > 0) or after < 2:
             raise UsageError(
-                f"--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got {args.stop_below}, {args.stop_after}"
+                f"--stop-below/--stop-after: expected a positive, finite tokens/s and at least 2 steps; got {args.stop_below}, {after}"
             )
-        limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=args.stop_after)
+        limits["early_stop"] = EarlyStop(below_tps=args.stop_below, after_steps=after)
     return limits
 
 
@@ -130,7 +133,7 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="measured steps before --stop-below may stop it (default 3; only with --stop-below)",
+        help=f"measured steps before --stop-below may stop it (default {STOP_AFTER}; only with --stop-below)",
     )
     r.add_argument("--hook", help=argparse.SUPPRESS)  # test-only workload hook
     r.set_defaults(func=cmd_run)

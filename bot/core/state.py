@@ -342,9 +342,8 @@ class Campaign(BaseModel):
     usd_per_device_hour: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     budget: float = Field(ge=0.0, allow_inf_nan=False)  # device-hours
     spent: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
-    abandoned: float = Field(
-        default=0.0, ge=0.0, allow_inf_nan=False
-    )  # of ``spent``: device-hours of real runs stopped by a signal before they ended (no record)
+    # of ``spent``: device-hours of real runs stopped by a signal before they ended (no record)
+    abandoned: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
     # measured baseline runs: two at least, so the campaign has a noise estimate of its own, unless the machine kind's
     # run noise is known (noise_prior_df > 0), when one does: the prior is the estimate (bot.campaign.measurement_settings)
     baseline_runs_wanted: int = Field(default=2, ge=1)

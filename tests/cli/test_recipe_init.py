@@ -188,7 +188,7 @@ def test_an_existing_recipe_is_not_overwritten(repo, capsys):
 @pytest.mark.parametrize(
     ("out", "size", "says"),
     [
-        ("afile/mine.yaml", "1", "--out afile/mine.yaml: afile is a file, not a folder"),
+        ("afile/mine.yaml", "1", "--out afile/mine.yaml: afile is a file; expected a folder there"),
         ("adir", "1", "--out adir: is a folder"),
         ("mine.yaml", "99999999999999999999999", "--nodes and --devices-per-node: expected positive integers up to"),
     ],
