@@ -64,18 +64,34 @@ def _non_negative(v: float) -> bool:
     return v >= 0
 
 
+MAX_SEQ_LEN = 2**24  # tokens: above the longest context any published pre-training recipe trains (a typo beyond it)
+MAX_PIN_INT = 2**31 - 1  # an integer pin beyond a 32-bit int is a typo (steps, batch sizes, seeds)
+
+
+def _within(limit: int, ok: Callable[[float], bool]) -> Callable[[Any], bool]:
+    return lambda v: ok(v) and v <= limit
+
+
 # The kinds of the pinned keys that torchtitan 0.3.0 reads as numbers, flags or choices (the shipped recipes' pins and
 # the gate benchmark's, bot/bench/gate_faults.py). Any other pinned key may be any scalar (a path, a name), but a finite one.
 PIN_TYPES: dict[str, PinType] = {
     # -1 is torchtitan's "local batch x data parallel": valid here, refused separately by the gate's config check
     "training.global_batch_size": PinType(
-        "int", "a positive integer or -1 (local batch x data parallel)", lambda v: v > 0 or v == -1
+        "int",
+        f"a positive integer up to {MAX_PIN_INT:,} or -1 (local batch x data parallel)",
+        _within(MAX_PIN_INT, lambda v: v > 0 or v == -1),
     ),
-    "training.seq_len": PinType("int", "a positive integer", _positive),
-    "lr_scheduler.total_steps": PinType("int", "a positive integer", _positive),
-    "lr_scheduler.warmup_steps": PinType("int", "an integer >= 0", _non_negative),
-    "debug.seed": PinType("int", "an integer >= 0", _non_negative),
-    "dataloader.data_seed": PinType("int", "an integer >= 0", _non_negative),
+    "training.seq_len": PinType("int", f"a positive integer up to {MAX_SEQ_LEN:,}", _within(MAX_SEQ_LEN, _positive)),
+    "lr_scheduler.total_steps": PinType(
+        "int", f"a positive integer up to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _positive)
+    ),
+    "lr_scheduler.warmup_steps": PinType(
+        "int", f"an integer from 0 to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _non_negative)
+    ),
+    "debug.seed": PinType("int", f"an integer from 0 to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _non_negative)),
+    "dataloader.data_seed": PinType(
+        "int", f"an integer from 0 to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _non_negative)
+    ),
     "optimizer.lr": PinType("number", "a positive finite number", _positive),
     "optimizer.weight_decay": PinType("number", "a finite number >= 0", _non_negative),
     "optimizer.eps": PinType("number", "a positive finite number", _positive),

@@ -125,7 +125,12 @@ def _malformed() -> list[tuple[str, str, str, str, str]]:
     for name, old, new, message in [
         ("pin-seed-text", "debug.seed: 42", "debug.seed: abc", "expected an integer, got 'abc'"),
         ("pin-seed-flag", "debug.seed: 42", "debug.seed: true", "expected an integer, got True"),
-        ("pin-seed-negative", "debug.seed: 42", "debug.seed: -1", "expected an integer >= 0, got -1"),
+        (
+            "pin-seed-negative",
+            "debug.seed: 42",
+            "debug.seed: -1",
+            "expected an integer from 0 to 2,147,483,647, got -1",
+        ),
         ("pin-lr-zero", "optimizer.lr: 0.003", "optimizer.lr: 0", "expected a positive finite number, got 0"),
         ("pin-lr-text", "optimizer.lr: 0.003", "optimizer.lr: '3e-4'", "expected a number, got '3e-4'"),
         ("pin-lr-nan", "optimizer.lr: 0.003", "optimizer.lr: .nan", "expected a finite number, got nan"),
@@ -139,13 +144,25 @@ def _malformed() -> list[tuple[str, str, str, str, str]]:
             "pin-gbs-zero",
             "training.global_batch_size: 8",
             "training.global_batch_size: 0",
-            "expected a positive integer or -1 (local batch x data parallel), got 0",
+            "expected a positive integer up to 2,147,483,647 or -1 (local batch x data parallel), got 0",
         ),
         (
             "pin-seq-len-negative",
             "training.seq_len: 256",
             "training.seq_len: -256",
-            "expected a positive integer, got -256",
+            "expected a positive integer up to 16,777,216, got -256",
+        ),
+        (
+            "pin-seq-len-huge",
+            "training.seq_len: 256",
+            "training.seq_len: 1000000000000000000000000000000",
+            "expected a positive integer up to 16,777,216, got 1000000000000000000000000000000",
+        ),
+        (
+            "pin-gbs-huge",
+            "training.global_batch_size: 8",
+            "training.global_batch_size: 2147483648",
+            "expected a positive integer up to 2,147,483,647 or -1 (local batch x data parallel), got 2147483648",
         ),
         (
             "pin-total-steps-float",
@@ -157,7 +174,7 @@ def _malformed() -> list[tuple[str, str, str, str, str]]:
             "pin-warmup-negative",
             "lr_scheduler.warmup_steps: 5",
             "lr_scheduler.warmup_steps: -5",
-            "expected an integer >= 0, got -5",
+            "expected an integer from 0 to 2,147,483,647, got -5",
         ),
         (
             "pin-weight-decay-negative",
