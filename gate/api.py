@@ -114,7 +114,10 @@ def run_gate(
         band = calibrate(base_text, baseline_spec=base_spec, cache_dir=cache, steps=steps, jobs=jobs, progress=progress)
     if band is not None and config.precision_change and precision_tolerance is not None:
         band = band.widened(precision_tolerance, base_rec)
-    conv = check_convergence(base_rec, cand_rec, tier=config.tier, band=band, steps=steps)
+    try:
+        conv = check_convergence(base_rec, cand_rec, tier=config.tier, band=band, steps=steps)
+    except GateInputError as exc:  # the baseline cannot serve: name its record where the user gave one
+        raise GateInputError(f"{baseline_run}: {exc}" if baseline_run else str(exc)) from None
     return _finish(_merge(config, conv), out_dir)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bot.bench.gate_faults import edit_recipe_text
-from bot.core.records import LaunchShape, RunRecord, StackFingerprint, write_record
+from bot.core.records import LaunchShape, RunRecord, StackFingerprint, StepMetric, content_hash, write_record
 from gate.api import render_verdict, run_gate, verdict_json
 from gate.errors import GateInputError
 
@@ -56,6 +56,43 @@ def test_input_errors(tmp_path: Path) -> None:
     rec = write_record(record, tmp_path / "r.json")
     with pytest.raises(GateInputError, match="another recipe"):
         run_gate(BASE, BASE, baseline_run=rec, candidate_run=rec, cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "losses", "expected"),
+    [
+        ("oom", [], "baseline run b ended oom: out of memory"),
+        ("ok", [4.0, 3.9], "baseline run b has no complete loss curve for steps 1..20"),
+    ],
+)
+def test_a_baseline_record_that_cannot_serve_names_its_file(
+    tmp_path: Path, outcome: str, losses: list[float], expected: str
+) -> None:
+    """A --baseline-run record that ended badly or is too short: one line naming the record file, nothing run."""
+    fields = {
+        "recipe_id": "llama3-tiny/cpu",
+        "recipe_hash": content_hash(BASE.read_text()),
+        "hardware": "cpu",
+        "stack": StackFingerprint(python="3.11", torch="2.13.0", torchtitan="0.3.0"),
+        "launch": LaunchShape(launcher="local", nodes=1, devices_per_node=1, world_size=1),
+    }
+    reason = "out of memory" if outcome == "oom" else ""
+    base = write_record(
+        RunRecord(
+            run_id="b",
+            outcome=outcome,
+            reason=reason,
+            steps=[StepMetric(step=i + 1, loss=x) for i, x in enumerate(losses)],
+            **fields,
+        ),
+        tmp_path / "b.json",
+    )
+    cand_recipe = write(tmp_path, "ac.yaml", levers={"activation_checkpoint": "none"})
+    fields["recipe_hash"] = content_hash(cand_recipe.read_text())
+    cand = write_record(RunRecord(run_id="c", outcome="ok", **fields), tmp_path / "c.json")
+    with pytest.raises(GateInputError) as info:
+        run_gate(BASE, cand_recipe, baseline_run=base, candidate_run=cand, cache_dir=tmp_path / "cache")
+    assert str(info.value) == f"{base}: {expected}"
 
 
 def test_rendering(tmp_path: Path) -> None:
