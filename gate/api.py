@@ -19,7 +19,7 @@ from bot.core.records import RunRecord, Verdict, content_hash, read_record
 from bot.core.textfile import NotText, read_utf8
 from gate.calibration import DEFAULT_CACHE, calibrate, load_band
 from gate.config_check import check_config
-from gate.convergence import LossBand, check_convergence
+from gate.convergence import LossBand, baseline_problem, check_convergence
 from gate.errors import GateInputError
 from gate.runs import RunSpec, run_one
 
@@ -102,9 +102,13 @@ def run_gate(
     cand_spec = RunSpec(
         label=f"candidate {candidate.name}", recipe_text=cand_text, steps=steps, recipe_path=str(candidate_path)
     )
-    base_rec = (
-        _record(baseline_run, "baseline", base_text, allow_hook=False) if baseline_run else run_one(base_spec, cache)
-    )
+    if baseline_run:
+        base_rec = _record(baseline_run, "baseline", base_text, allow_hook=False)
+        problem = baseline_problem(base_rec, steps)
+        if problem is not None:  # before anything is run or calibrated, naming the file the user gave
+            raise GateInputError(f"{baseline_run}: {problem}")
+    else:
+        base_rec = run_one(base_spec, cache)
     cand_rec = (
         _record(candidate_run, "candidate", cand_text, allow_hook=True) if candidate_run else run_one(cand_spec, cache)
     )
@@ -114,10 +118,7 @@ def run_gate(
         band = calibrate(base_text, baseline_spec=base_spec, cache_dir=cache, steps=steps, jobs=jobs, progress=progress)
     if band is not None and config.precision_change and precision_tolerance is not None:
         band = band.widened(precision_tolerance, base_rec)
-    try:
-        conv = check_convergence(base_rec, cand_rec, tier=config.tier, band=band, steps=steps)
-    except GateInputError as exc:  # the baseline cannot serve: name its record where the user gave one
-        raise GateInputError(f"{baseline_run}: {exc}" if baseline_run else str(exc)) from None
+    conv = check_convergence(base_rec, cand_rec, tier=config.tier, band=band, steps=steps)
     return _finish(_merge(config, conv), out_dir)
 
 

@@ -178,6 +178,15 @@ def _reject(tier: str, reason: str, evidence: dict[str, Any] | None = None) -> V
     return Verdict(verdict="reject", stage="convergence", tier=tier, reasons=[reason], checks=[check])
 
 
+def baseline_problem(baseline: RunRecord, steps: int) -> str | None:
+    """Why ``baseline`` cannot serve as the curve a candidate's first ``steps`` steps are compared with, or None."""
+    if baseline.outcome != "ok":
+        return f"baseline run {baseline.run_id} ended {baseline.outcome}: {baseline.reason}"
+    if not _available(baseline, "loss", steps):
+        return f"baseline run {baseline.run_id} has no complete loss curve for steps 1..{steps}"
+    return None
+
+
 def check_convergence(
     baseline: RunRecord, candidate: RunRecord, *, tier: str, band: LossBand | None, steps: int = 20
 ) -> Verdict:
@@ -188,10 +197,9 @@ def check_convergence(
     """
     if tier == "X":
         return _reject(tier, "tier X changes the objective: curves are never compared (config stage rejects it)")
-    if baseline.outcome != "ok":
-        raise GateInputError(f"baseline run {baseline.run_id} ended {baseline.outcome}: {baseline.reason}")
-    if not _available(baseline, "loss", steps):
-        raise GateInputError(f"baseline run {baseline.run_id} has no complete loss curve for steps 1..{steps}")
+    problem = baseline_problem(baseline, steps)
+    if problem is not None:
+        raise GateInputError(problem)
     if candidate.outcome != "ok":
         return _reject(
             tier,

@@ -45,15 +45,20 @@ PIN_ALIASES = {
 }
 MAX_BENCH_STEPS = 1_000_000  # a benchmark measures tens of steps; more is a typo (and an overflow further on)
 
+MAX_SEQ_LEN = 2**24  # tokens: above the longest context any published pre-training recipe trains (a typo beyond it)
+MAX_PIN_INT = 2**31 - 1  # an integer pin beyond a 32-bit int is a typo (steps, batch sizes, seeds)
+
 
 @dataclass(frozen=True)
 class PinType:
-    """What a pinned key's value must be: ``kind`` (the type), ``ok`` (its range) and ``expected`` (the range in words)."""
+    """What a pinned key's value must be: ``kind`` (the type), ``ok`` (its range), ``most`` (an int's largest) and
+    ``expected`` (the range in words)."""
 
     kind: Literal["int", "number", "bool", "choice"]
     expected: str = ""
     ok: Callable[[Any], bool] = lambda _: True
     choices: tuple[str, ...] = ()
+    most: int = MAX_PIN_INT  # the largest an "int" pin may be
 
 
 def _positive(v: float) -> bool:
@@ -64,14 +69,6 @@ def _non_negative(v: float) -> bool:
     return v >= 0
 
 
-MAX_SEQ_LEN = 2**24  # tokens: above the longest context any published pre-training recipe trains (a typo beyond it)
-MAX_PIN_INT = 2**31 - 1  # an integer pin beyond a 32-bit int is a typo (steps, batch sizes, seeds)
-
-
-def _within(limit: int, ok: Callable[[float], bool]) -> Callable[[Any], bool]:
-    return lambda v: ok(v) and v <= limit
-
-
 # The kinds of the pinned keys that torchtitan 0.3.0 reads as numbers, flags or choices (the shipped recipes' pins and
 # the gate benchmark's, bot/bench/gate_faults.py). Any other pinned key may be any scalar (a path, a name), but a finite one.
 PIN_TYPES: dict[str, PinType] = {
@@ -79,19 +76,13 @@ PIN_TYPES: dict[str, PinType] = {
     "training.global_batch_size": PinType(
         "int",
         f"a positive integer up to {MAX_PIN_INT:,} or -1 (local batch x data parallel)",
-        _within(MAX_PIN_INT, lambda v: v > 0 or v == -1),
+        lambda v: v > 0 or v == -1,
     ),
-    "training.seq_len": PinType("int", f"a positive integer up to {MAX_SEQ_LEN:,}", _within(MAX_SEQ_LEN, _positive)),
-    "lr_scheduler.total_steps": PinType(
-        "int", f"a positive integer up to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _positive)
-    ),
-    "lr_scheduler.warmup_steps": PinType(
-        "int", f"an integer from 0 to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _non_negative)
-    ),
-    "debug.seed": PinType("int", f"an integer from 0 to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _non_negative)),
-    "dataloader.data_seed": PinType(
-        "int", f"an integer from 0 to {MAX_PIN_INT:,}", _within(MAX_PIN_INT, _non_negative)
-    ),
+    "training.seq_len": PinType("int", f"a positive integer up to {MAX_SEQ_LEN:,}", _positive, most=MAX_SEQ_LEN),
+    "lr_scheduler.total_steps": PinType("int", f"a positive integer up to {MAX_PIN_INT:,}", _positive),
+    "lr_scheduler.warmup_steps": PinType("int", f"an integer from 0 to {MAX_PIN_INT:,}", _non_negative),
+    "debug.seed": PinType("int", f"an integer from 0 to {MAX_PIN_INT:,}", _non_negative),
+    "dataloader.data_seed": PinType("int", f"an integer from 0 to {MAX_PIN_INT:,}", _non_negative),
     "optimizer.lr": PinType("number", "a positive finite number", _positive),
     "optimizer.weight_decay": PinType("number", "a finite number >= 0", _non_negative),
     "optimizer.eps": PinType("number", "a positive finite number", _positive),
@@ -267,7 +258,8 @@ def _pin_problem(key: str, value: Any) -> str | None:
         return f"expected an integer, got {_shown(value)}"
     if pin.kind == "number" and not number:
         return f"expected a number, got {_shown(value)}"
-    return None if pin.ok(value) else f"expected {pin.expected}, got {_shown(value)}"
+    within = pin.kind != "int" or isinstance(value, int) and value <= pin.most  # beyond its bound: a typo
+    return None if pin.ok(value) and within else f"expected {pin.expected}, got {_shown(value)}"
 
 
 class Recipe(BaseModel):
