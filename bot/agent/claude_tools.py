@@ -18,7 +18,7 @@ from bot.agent.claude_predict import forecast
 from bot.agent.heuristic import MOVES, Context, HeuristicPolicy
 from bot.agent.history import enabled_settings, incumbent_diagnosis
 from bot.agent.lessons import Lesson, find_lesson, relevant, render_lesson
-from bot.agent.memory_screen import change_levers, predicted_oom
+from bot.agent.memory_screen import change_levers, checks_the_screen, predicted_oom
 from bot.agent.policy import LeverSpace, lesson_context, validate_change
 from bot.agent.space import layout_problem
 from bot.agent.stopping import no_gain_allowance_left
@@ -319,7 +319,7 @@ class Toolbox:
         """``change`` as the default policy would send it: with the memory screen's prediction where its layout cannot
         fit (not run: an OOM, for free), and capped by what is left of the no-gain allowance."""
         c, update = self.campaign, dict[str, Any]()
-        if not change.enabler:
+        if not change.enabler and not checks_the_screen(change):
             oom = predicted_oom(c, change_levers(c, change), change.stacked_on, self.space, self.records)
             if oom:  # a layout that cannot fit is not slow: its retries follow from the out-of-memory trial
                 update |= {"predicted_oom": oom, "predicted_slower": ""}

@@ -159,21 +159,24 @@ def chain_depth(campaign: Campaign, step) -> int:
     return len(chain_steps(campaign, step.n))
 
 
-def oom_values(campaign: Campaign, lever: str) -> list[Scalar]:
-    """Values of ``lever`` that ran out of memory as a one-lever step from the current incumbent."""
+def oom_values(campaign: Campaign, lever: str, measured_only: bool = False) -> list[Scalar]:
+    """Values of ``lever`` that ran out of memory as a one-lever step from the current incumbent (``measured_only``:
+    not those the memory screen only predicted to)."""
     return [
         s.change.after
         for s in campaign.steps
         if s.change.lever == lever
         and s.change.stacked_on is None
+        and not (measured_only and s.change.predicted_oom)
         and s.levers == {**campaign.incumbent_levers, lever: s.change.after}
         and any(r.kind == "trial" and r.outcome == "oom" for r in s.runs)
     ]
 
 
-def oom_dominated(campaign: Campaign, lever: str, value: Scalar) -> bool:
-    """A value that needs more memory than one that already ran out of memory from this incumbent."""
-    oom = oom_values(campaign, lever)
+def oom_dominated(campaign: Campaign, lever: str, value: Scalar, measured_only: bool = False) -> bool:
+    """A value that needs more memory than one that already ran out of memory from this incumbent (``measured_only``:
+    in a run, not only by the memory screen's prediction)."""
+    oom = oom_values(campaign, lever, measured_only)
     if not oom:
         return False
     if lever == "activation_checkpoint":

@@ -18,11 +18,18 @@ from bot.core.records import Change, RecordReader, Scalar
 from bot.core.state import Campaign
 
 MARGIN = 0.25  # screened only above (1 + MARGIN) x the device's memory: over the ratio's usual error (docs)
+# the rule that runs, once, a change this screen ruled out (bot.agent.heuristic.screen_check): never screened itself
+SCREEN_CHECK_LESSON = "memory-screen-check-before-stopping"
 
 
 def change_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:
     """The full lever set a change would run with."""
     return {**base_levers(campaign, change), change.lever: change.after, **change.extra}
+
+
+def checks_the_screen(change: Change) -> bool:
+    """Whether ``change`` is the run that measures what this screen predicted (it is not screened again)."""
+    return SCREEN_CHECK_LESSON in change.lessons
 
 
 class MeasuredPeak(NamedTuple):

@@ -48,8 +48,10 @@ def validate_change(
     *,
     allow_multi: bool = False,
     check_prerequisites: bool = True,
+    reopen_screened: bool = False,
 ) -> str | None:
-    """Why ``change`` may not become a step, or None when it may."""
+    """Why ``change`` may not become a step, or None when it may; ``reopen_screened``: a configuration the memory
+    screen ruled out (predicted, not run) counts as untried."""
     try:
         lever = catalog.get(change.lever)
         value = lever.parse(change.after)
@@ -81,7 +83,13 @@ def validate_change(
     # lever value on top of another incumbent is a new configuration (AC off may lose at microbatch 1 and win at 8)
     target = catalog.effective(effective)
     # an enabler that was gated but never run measured nothing: its configuration stays open
-    same = [s for s in campaign.steps if catalog.effective(s.levers) == target and (s.runs or not s.change.enabler)]
+    same = [
+        s
+        for s in campaign.steps
+        if catalog.effective(s.levers) == target
+        and (s.runs or not s.change.enabler)
+        and not (reopen_screened and s.change.predicted_oom)
+    ]
     undecided = all(s.measurement is not None and s.measurement.decision == "undecided" for s in same)
     if same and not (undecided and change.retry_reason):
         if undecided:

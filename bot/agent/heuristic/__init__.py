@@ -25,7 +25,7 @@ from bot.agent.heuristic.registry import LAST_RESORT, MOVES, OBLIGATIONS
 from bot.agent.heuristic.scorer import Score, credibility, score
 from bot.agent.history import incumbent_diagnosis
 from bot.agent.lessons import Lesson
-from bot.agent.memory_screen import change_levers, predicted_oom
+from bot.agent.memory_screen import change_levers, checks_the_screen, predicted_oom
 from bot.agent.policy import LeverSpace
 from bot.agent.stopping import no_gain_allowance_left, no_gain_stop
 from bot.core.diagnosis import Diagnosis
@@ -62,7 +62,7 @@ class HeuristicPolicy:
         if flat is not None:
             return Stop(why=flat, policy=self.name)
         decision = first_proposal(Context(campaign, diagnosis, lessons, levers, records, incumbent), self.ranked)
-        if isinstance(decision, Change) and not decision.enabler:  # not run when it cannot fit: an OOM, for free
+        if isinstance(decision, Change) and not decision.enabler and not checks_the_screen(decision):  # OOM, for free
             oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
             if oom is not None:  # a layout that cannot fit is not slow: its retries follow from the out-of-memory trial
                 decision = decision.model_copy(update={"predicted_oom": oom, "predicted_slower": ""})

@@ -57,3 +57,4 @@ REVIEW_LESSON = "layout-jump-review"  # each degree a kept jump moved, one notch
 # of the budget spent: the jump is proposed then (once a campaign) if the lessons have not run out before: a search
 # still climbing in its starting layout's basin gets to see another (how it was chosen: docs/agent-moves.md)
 JUMP_AT = 1 / 3
+SCREEN_CHECK_RUNS = 3  # runs' device-hours the budget must still hold: the check's trial and its pairs

@@ -21,6 +21,7 @@ from bot.agent.heuristic.oom_retry import OomRetry
 from bot.agent.heuristic.push_further import PushFurther
 from bot.agent.heuristic.reaimed_jump import ReaimedJump
 from bot.agent.heuristic.restore_schedule import RestoreSchedule
+from bot.agent.heuristic.screen_check import ScreenCheck
 from bot.agent.heuristic.second_pass import SecondPass
 
 MOVES: tuple[Move, ...] = (
@@ -40,6 +41,7 @@ MOVES: tuple[Move, ...] = (
     ModelGuided(),
     SecondPass(),
     LayoutJump(),
+    ScreenCheck(),
     PatienceStop(),
     Explore(),
 )
@@ -47,4 +49,4 @@ OBLIGATIONS: tuple[str, ...] = tuple(m.id for m in MOVES if m.obligation)
 
 # asked in this order only when no ranked opportunity proposes: the late second pass and the late layout jump (their
 # own rule: once no diagnosis- or lesson-driven move is left), then the patience stop, then exploration
-LAST_RESORT: tuple[str, ...] = ("second-pass", "layout-jump", "patience-stop", "explore")
+LAST_RESORT: tuple[str, ...] = ("second-pass", "layout-jump", "screen-check", "patience-stop", "explore")
