@@ -105,7 +105,7 @@ def test_the_screened_change_is_proposed_again_on_the_incumbent_with_the_predict
     change = ScreenCheck().propose(ctx)
     assert change is not None and (change.lever, change.after) == (AC, "none")
     assert change.lessons == [SCREEN_CHECK_LESSON] and change.stacked_on is None
-    assert "the memory screen ruled this out earlier, predicting" in change.why
+    assert "the memory screen rules this out, predicting" in change.why
     assert "of the budget is unspent" in change.why
 
 

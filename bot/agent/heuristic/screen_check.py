@@ -54,7 +54,7 @@ class ScreenCheck:
             if pred is None or pred.predicted <= pred.capacity * (1.0 + MARGIN):
                 continue  # the screen would let it through now: what other moves left is not the screen's doing
             why = (
-                f"the memory screen ruled this out earlier, predicting {pred.predicted:.0f} GiB (the measured "
+                f"the memory screen rules this out, predicting {pred.predicted:.0f} GiB (the measured "
                 f"{pred.measured:.0f} GiB x the memory model's {pred.ratio:.2f}) of the device's {pred.capacity:.0f} "
                 f"GiB; nothing else is left and {left / campaign.budget:.0%} of the budget is unspent: one run "
                 "measures what the model only predicted"
