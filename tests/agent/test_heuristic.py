@@ -2246,3 +2246,46 @@ def test_a_halved_batch_that_ran_out_of_memory_again_is_halved_once_more_only_wh
         assert retry is None
     # without the records to anchor on, the ladder ends as before
     assert oom_retry(state, space) is None
+
+
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_less_recompute_out_of_memory_with_parameters_held_unsharded_is_retried_resharding_after_forward(
+    pipeline: bool,
+) -> None:
+    """Full -> selective ran out of memory on a layout that holds the gathered parameters from forward to backward
+    (reshard_after_forward never): resharding after forward is its memory partner, stacked on it -- even where the
+    memory screen had ruled that very layout out before (predicted, not run: the retry is anchored on the peak the
+    failed run measured). Under PP torchtitan never reshards after forward anyway: no such partner."""
+    text = _sim_recipe(
+        "reshard",
+        "  training.disable_cuda_graphs: true\n  parallelism.fsdp_reshard_after_forward: never\n"
+        + ("  parallelism.pipeline_parallel_degree: 2\n" if pipeline else "")
+        + "  training.local_batch_size: 8\n  activation_checkpoint: full\n",
+    )
+    state, space = _state_and_space(text)
+    ac, reshard = "activation_checkpoint", "parallelism.fsdp_reshard_after_forward"
+    space.values = {ac: ["full", "selective", "none"], reshard: ["default", "always", "never"]}
+    base = dict(state.incumbent_levers)
+    screened = cm.Step(
+        n=1,
+        change=Change(lever=ac, before="full", after="selective", predicted_oom="predicted to run out of memory: ..."),
+        state="closed",
+        levers={**base, reshard: "default", ac: "selective"},
+        runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="not run: predicted to run out of memory: ...")],
+    )
+    oom = cm.Step(
+        n=2,
+        change=Change(lever=ac, before="full", after="selective", why="t"),
+        state="closed",
+        levers={**base, ac: "selective"},
+        runs=[cm.RunRef(kind="trial", n=2, outcome="oom")],
+    )
+    s = state.model_copy(update={"steps": [screened, oom]})
+    got = oom_retry(s, space)
+    if pipeline:
+        assert got is None or got.lever != reshard
+        return
+    assert isinstance(got, Change)
+    assert (got.lever, got.before, got.after, got.stacked_on) == (reshard, "never", "default", 2)
+    assert got.lessons == ["less-recompute-partner-reshard-after-forward"]
+    assert "frees each layer's gathered parameters after its forward" in got.why

@@ -20,6 +20,7 @@ from bot.agent.heuristic.constants import (
     POLICY,
     PP_PARTNER_LESSON,
     RECOMPUTE_LADDER,
+    RESHARD_PARTNER_LESSON,
     SCHEDULE_PARTNER_LESSON,
     STONE_LESSON,
     TP_NAME,
@@ -143,8 +144,8 @@ def memory_partner(
     campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], inc: dict[str, Scalar]
 ) -> Change | None:
     """A recompute reduction ran out of memory: retry it (stacked) with the next activation-memory partner --
-    context parallel at long sequences, the non-interleaved schedule, more pipeline stages, twice the TP inside the
-    node, in the order the cost model predicts fastest (:func:`fastest_first`) -- then memory_budget recompute in
+    context parallel at long sequences, the non-interleaved schedule, more pipeline stages, parameters resharded
+    after the forward again, twice the TP inside the node, in the order the cost model predicts fastest (:func:`fastest_first`) -- then memory_budget recompute in
     place, then smaller microbatches."""
     if chain_depth(campaign, last) >= MAX_CHAIN:
         return None
@@ -187,6 +188,17 @@ def memory_partner(
                 PP_PARTNER_LESSON,
                 "twice the pipeline stages: half the layers (weights, optimizer state, saved activations) per rank, "
                 "and activations per microbatch instead of per local batch",
+            )
+        )
+    reshard = "parallelism.fsdp_reshard_after_forward"
+    if pp == 1 and str(eff.get(reshard)) == "never" and "default" in space.values.get(reshard, []):
+        options.append(
+            (
+                reshard,
+                "default",
+                RESHARD_PARTNER_LESSON,
+                "FSDP frees each layer's gathered parameters after its forward again, instead of holding them "
+                "unsharded until its backward",
             )
         )
     tp = int(eff[TP_NAME])
@@ -232,7 +244,9 @@ def memory_partner(
         change = Change(
             lever=lever, before=before, after=value, lessons=[lesson], policy=POLICY, stacked_on=on.n, why=why
         )
-        if validate_change(campaign, change, space) is None:
+        # a layout the memory screen only predicted to run out stays open to a partner: this retry is anchored on
+        # the peak the failed run measured
+        if validate_change(campaign, change, space, reopen_screened=True) is None:
             return change
     return memory_budget_in_place(campaign, space, last, eff) or halve_batch(
         campaign, space, last, eff, OOM_BATCH_LESSON
@@ -290,6 +304,7 @@ class OomRetry:
         CP_PARTNER_LESSON,
         SCHEDULE_PARTNER_LESSON,
         PP_PARTNER_LESSON,
+        RESHARD_PARTNER_LESSON,
         TP_PARTNER_LESSON,
         BUDGET_PARTNER_LESSON,
         STONE_LESSON,
