@@ -22,6 +22,7 @@ from campaign_fakes import (
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
 from bot.agent.heuristic.checked import checked
+from bot.agent.heuristic.constants import OOM_LESSON
 from bot.agent.heuristic.diagnosis_driven import fewer_dp_ranks
 from bot.agent.heuristic.enablers import fill_first
 from bot.agent.heuristic.follow_up import fix_for
@@ -2289,3 +2290,56 @@ def test_less_recompute_out_of_memory_with_parameters_held_unsharded_is_retried_
     assert (got.lever, got.before, got.after, got.stacked_on) == (reshard, "never", "default", 2)
     assert got.lessons == ["less-recompute-partner-reshard-after-forward"]
     assert "frees each layer's gathered parameters after its forward" in got.why
+
+
+def test_a_degree_change_out_of_memory_whose_recompute_retry_is_predicted_slower_is_retried_with_the_layout() -> None:
+    """TP 2 -> 1 ran out of memory and its retry with recompute was predicted slower (closed, not run): the degree
+    change is retried with a layout that frees memory instead -- here the non-interleaved schedule, stacked on it,
+    once; a retry of that partner predicted slower ends the chain."""
+    tp, ac, sch = (
+        "parallelism.tensor_parallel_degree",
+        "activation_checkpoint",
+        "parallelism.pipeline_parallel_schedule",
+    )
+    text = _sim_recipe(
+        "degree-partner",
+        "  training.disable_cuda_graphs: true\n  parallelism.pipeline_parallel_degree: 2\n"
+        f"  {tp}: 2\n  {sch}: Interleaved1F1B\n  training.local_batch_size: 8\n  {ac}: none\n",
+    )
+    state, space = _state_and_space(text)
+    space.values = {tp: [1, 2], ac: ["full", "selective", "none"], sch: ["Interleaved1F1B", "1F1B"]}
+    base = dict(state.incumbent_levers)
+    oom = cm.Step(
+        n=1,
+        change=Change(lever=tp, before=2, after=1, why="t"),
+        state="closed",
+        levers={**base, tp: 1},
+        runs=[cm.RunRef(kind="trial", n=1, outcome="oom")],
+    )
+    slower = cm.Step(
+        n=2,
+        change=Change(
+            lever=ac,
+            before="none",
+            after="selective",
+            stacked_on=1,
+            lessons=[OOM_LESSON],
+            predicted_slower="predicted slower: ...",
+        ),
+        stacked_on=1,
+        state="closed",
+        levers={**base, tp: 1, ac: "selective"},
+    )
+    s = state.model_copy(update={"steps": [oom, slower]})
+    got = oom_retry(s, space)
+    assert isinstance(got, Change)
+    assert (got.lever, got.before, got.after, got.stacked_on) == (sch, "Interleaved1F1B", "1F1B", 1)
+    assert "recomputing more is predicted slower" in got.why
+    partner_slower = cm.Step(
+        n=3,
+        change=got.model_copy(update={"predicted_slower": "predicted slower: ..."}),
+        stacked_on=1,
+        state="closed",
+        levers={**base, tp: 1, sch: "1F1B"},
+    )
+    assert oom_retry(s.model_copy(update={"steps": [oom, slower, partner_slower]}), space) is None

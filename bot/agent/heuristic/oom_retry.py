@@ -11,6 +11,7 @@ from bot.agent.heuristic.checked import checked
 from bot.agent.heuristic.constants import (
     BUDGET_PARTNER_LESSON,
     CP_PARTNER_LESSON,
+    DEGREE_PARTNER_LESSON,
     DEGREES,
     LONG_SEQ,
     MAX_CHAIN,
@@ -43,7 +44,7 @@ from bot.agent.space import layout_problem
 from bot.agent.stopping import patience_stop
 from bot.core import levers as catalog
 from bot.core.records import Change, RecordReader, Scalar
-from bot.core.state import Campaign
+from bot.core.state import Campaign, Step
 
 
 def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | None = None) -> Change | None:
@@ -51,6 +52,8 @@ def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | Non
     full recompute a degree change with half the local batch (or PP microbatch) first, halved again only where the
     memory model anchored on the measured peak (``records``) puts the half within the device."""
     last, trial = last_step_trial(campaign)
+    if last is not None and trial is None and last.change.predicted_slower and OOM_LESSON in last.change.lessons:
+        return degree_partner(campaign, space, last)
     if last is None or trial is None or trial.outcome != "oom":
         return None
     eff = catalog.effective(last.levers)
@@ -140,32 +143,12 @@ def halve_batch(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scal
     return change if validate_change(campaign, change, space) is None else None
 
 
-def memory_partner(
-    campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], inc: dict[str, Scalar]
-) -> Change | None:
-    """A recompute reduction ran out of memory: retry it (stacked) with the next activation-memory partner --
-    context parallel at long sequences, the non-interleaved schedule, more pipeline stages, parameters resharded
-    after the forward again, twice the TP inside the node, in the order the cost model predicts fastest (:func:`fastest_first`) -- then memory_budget recompute in
-    place, then smaller microbatches."""
-    if chain_depth(campaign, last) >= MAX_CHAIN:
-        return None
-    cp_name, pp_name, sch_name = (
-        "parallelism.context_parallel_degree",
-        "parallelism.pipeline_parallel_degree",
-        "parallelism.pipeline_parallel_schedule",
-    )
-    seq = space.recipe.pinned.get("training.seq_len")
+def layout_partners(space: LeverSpace, eff: dict[str, Scalar], stages: bool = True) -> list[Partner]:
+    """The layout changes that free activation or parameter memory without recomputing more, for the layout ``eff``:
+    the non-interleaved schedule, twice the pipeline stages (``stages``), resharding after forward again (no PP)."""
+    sch_name, pp_name = "parallelism.pipeline_parallel_schedule", "parallelism.pipeline_parallel_degree"
     pp = int(eff[pp_name])
     options: list[Partner] = []
-    if isinstance(seq, int) and seq >= LONG_SEQ and cp_name in space.values and int(eff[cp_name]) == int(inc[cp_name]):
-        options.append(
-            (
-                cp_name,
-                2 * int(eff[cp_name]),
-                CP_PARTNER_LESSON,
-                f"context parallel splits the {seq}-token sequence, halving the activations each rank keeps",
-            )
-        )
     if (
         pp > 1
         and sch_name in space.values
@@ -180,7 +163,7 @@ def memory_partner(
                 "1F1B keeps at most PP microbatches in flight per rank; the interleaved schedule keeps more",
             )
         )
-    if pp_name in space.values and 2 * pp in space.values[pp_name]:
+    if stages and pp_name in space.values and 2 * pp in space.values[pp_name]:
         options.append(
             (
                 pp_name,
@@ -201,6 +184,62 @@ def memory_partner(
                 "unsharded until its backward",
             )
         )
+    return options
+
+
+def degree_partner(campaign: Campaign, space: LeverSpace, retry: Step) -> Change | None:
+    """A parallel-degree change ran out of memory and its recompute retry (``retry``) was predicted slower, so not
+    run: retry the degree change with one of the :func:`layout_partners` that changes no parallel degree instead,
+    the fastest the cost model predicts first. None where none applies."""
+    failed = campaign.step(retry.stacked_on) if retry.stacked_on else None
+    if failed is None or failed.change.lever not in DEGREES or chain_depth(campaign, failed) >= MAX_CHAIN:
+        return None
+    eff = catalog.effective(failed.levers)
+    # no second degree change: the step measures the one it retries (more stages would be a new layout, not a retry)
+    partners = layout_partners(space, eff, stages=False)
+    for lever, value, lesson, how in fastest_first(campaign, space, failed, partners):
+        if layout_problem(space.recipe, {**failed.levers, lever: value}) is not None:
+            continue
+        why = (
+            f"step {failed.n} ({failed.change.title()}) ran out of memory and recomputing more is predicted slower; "
+            f"free the memory with the layout instead: {how}"
+        )
+        change = Change(
+            lever=lever,
+            before=eff.get(lever),
+            after=value,
+            lessons=[lesson],
+            policy=POLICY,
+            stacked_on=failed.n,
+            why=why,
+        )
+        if validate_change(campaign, change, space, reopen_screened=True) is None:
+            return change
+    return None
+
+
+def memory_partner(
+    campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], inc: dict[str, Scalar]
+) -> Change | None:
+    """A recompute reduction ran out of memory: retry it (stacked) with the next activation-memory partner --
+    context parallel at long sequences, the :func:`layout_partners`, twice the TP inside the node, in the order the
+    cost model predicts fastest (:func:`fastest_first`) -- then memory_budget recompute in place, then smaller
+    microbatches."""
+    if chain_depth(campaign, last) >= MAX_CHAIN:
+        return None
+    cp_name = "parallelism.context_parallel_degree"
+    seq = space.recipe.pinned.get("training.seq_len")
+    options: list[Partner] = []
+    if isinstance(seq, int) and seq >= LONG_SEQ and cp_name in space.values and int(eff[cp_name]) == int(inc[cp_name]):
+        options.append(
+            (
+                cp_name,
+                2 * int(eff[cp_name]),
+                CP_PARTNER_LESSON,
+                f"context parallel splits the {seq}-token sequence, halving the activations each rank keeps",
+            )
+        )
+    options += layout_partners(space, eff)
     tp = int(eff[TP_NAME])
     # a partner of the recompute change itself (or, out of memory, in its own place), never stacked on another
     # partner (docs/agent-moves.md)
@@ -299,6 +338,7 @@ class OomRetry:
     id = "oom-retry"
     lessons = (
         OOM_LESSON,
+        DEGREE_PARTNER_LESSON,
         OOM_PP_LESSON,
         OOM_BATCH_LESSON,
         CP_PARTNER_LESSON,
