@@ -22,7 +22,7 @@ from campaign_fakes import (
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
 from bot.agent.heuristic.checked import checked
-from bot.agent.heuristic.constants import OOM_LESSON
+from bot.agent.heuristic.constants import DEGREE_PARTNER_LESSON, OOM_LESSON
 from bot.agent.heuristic.diagnosis_driven import fewer_dp_ranks
 from bot.agent.heuristic.enablers import fill_first
 from bot.agent.heuristic.follow_up import fix_for
@@ -2334,7 +2334,7 @@ def test_a_degree_change_out_of_memory_whose_recompute_retry_is_predicted_slower
     got = oom_retry(s, space)
     assert isinstance(got, Change)
     assert (got.lever, got.before, got.after, got.stacked_on) == (sch, "Interleaved1F1B", "1F1B", 1)
-    assert "recomputing more is predicted slower" in got.why
+    assert "recomputing more is predicted slower" in got.why and got.lessons[0] == DEGREE_PARTNER_LESSON
     partner_slower = cm.Step(
         n=3,
         change=got.model_copy(update={"predicted_slower": "predicted slower: ..."}),

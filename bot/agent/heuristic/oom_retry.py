@@ -208,7 +208,7 @@ def degree_partner(campaign: Campaign, space: LeverSpace, retry: Step) -> Change
             lever=lever,
             before=eff.get(lever),
             after=value,
-            lessons=[lesson],
+            lessons=[DEGREE_PARTNER_LESSON, lesson],
             policy=POLICY,
             stacked_on=failed.n,
             why=why,
