@@ -132,6 +132,16 @@ class FakeRunner:
         return record
 
 
+class MemoryRecords:
+    """A record store of in-memory records, by reference (a ``RecordReader``)."""
+
+    def __init__(self, records: dict[str, RunRecord] | None = None) -> None:
+        self.records = dict(records or {})
+
+    def read(self, ref: str) -> RunRecord | None:
+        return self.records.get(ref)
+
+
 def table_rule(table: dict[tuple[tuple[str, Scalar], ...], list[float] | str], base: list[float]) -> Rule:
     """tps per measurement for configurations matching a table key (lever=value pairs), else ``base``."""
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from campaign_fakes import new_state
+from campaign_fakes import MemoryRecords, new_state
 
 import bot.agent.heuristic.jump_review as jump_review_module
 from bot import campaign as cm
@@ -36,13 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE_PATH = ROOT / "bot" / "bench" / "tasks" / "llama3.1-70b" / "b200x32.yaml"
 RECIPE = load_recipe(RECIPE_PATH)
 SPACE = make_space(RECIPE)
-
-
-class NoRecords:
-    """A record store with nothing in it: no peak measured yet."""
-
-    def read(self, ref: str) -> RunRecord | None:
-        return None
 
 
 def jump_from(levers: dict, stepped: list[dict] | None = None):
@@ -107,7 +100,7 @@ def test_the_policy_jumps_only_where_its_lesson_applies(path: Path, jumps: bool)
     recipe = load_recipe(path)
     state = _with_a_kept_step(new_state(path.read_text(), policy="heuristic", budget=30.0))
     change = policy_jump(
-        state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"), NoRecords()
+        state, make_space(recipe), load_lessons(ROOT / "lessons"), Diagnosis(outcome="ok"), MemoryRecords()
     )
     assert (change is not None) is jumps
     if change is not None:
@@ -132,8 +125,8 @@ def _with_a_kept_step(state: cm.Campaign) -> cm.Campaign:
 def test_no_jump_before_a_step_is_kept_there_is_no_measured_speedup_to_check_the_model_against() -> None:
     state = new_state(RECIPE_PATH.read_text(), policy="heuristic", budget=30.0).model_copy(update={"phase": "stepping"})
     lessons = load_lessons(ROOT / "lessons")
-    assert policy_jump(state, SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is None
-    assert policy_jump(_with_a_kept_step(state), SPACE, lessons, Diagnosis(outcome="ok"), NoRecords()) is not None
+    assert policy_jump(state, SPACE, lessons, Diagnosis(outcome="ok"), MemoryRecords()) is None
+    assert policy_jump(_with_a_kept_step(state), SPACE, lessons, Diagnosis(outcome="ok"), MemoryRecords()) is not None
 
 
 def test_the_default_policy_proposes_the_jump_as_a_chain_of_enablers_and_measures_its_last_link(tmp_path: Path) -> None:
@@ -329,16 +322,6 @@ H100_SETTLED = {
 }
 
 
-class Records:
-    """A record store of in-memory records, by reference."""
-
-    def __init__(self, records: dict[str, RunRecord]) -> None:
-        self.records = records
-
-    def read(self, ref: str) -> RunRecord | None:
-        return self.records.get(ref)
-
-
 def _stated(change: Change) -> Change:
     """``change`` as the policy returns it: what it enables and whether it is a probe stated, not left to its why."""
     return change.model_copy(update={"enables": change.enables or [], "probe": bool(change.probe)})
@@ -387,7 +370,7 @@ def _after_a_failed_jump(strip_peak: bool = False, jumps: int = 1):
     """The 70b/H100 campaign with its settled layout kept (step 1) and the jump from it run out of memory (steps 2..)."""
     space = make_space(H100)
     base, inc = _sim(H100, dict(H100.levers)), _sim(H100, H100_SETTLED)
-    records = Records({"b1": base, "t1": inc})
+    records = MemoryRecords({"b1": base, "t1": inc})
     state = new_state(
         ROOT.joinpath("bot/bench/tasks/llama3.1-70b/h100x64.yaml").read_text(), policy="heuristic", budget=400.0
     )
@@ -580,10 +563,10 @@ def _right_after_the_jump(campaign: cm.Campaign) -> cm.Campaign:
 def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(reviewed) -> None:
     campaign, space = reviewed
     state = _right_after_the_jump(campaign)
-    review = jump_review(state, space, NoRecords())
+    review = jump_review(state, space, MemoryRecords())
     assert review is not None and REVIEW_LESSON in review.lessons
     proposed = HeuristicPolicy().propose(
-        state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, NoRecords()
+        state, Diagnosis(outcome="ok"), load_lessons(ROOT / "lessons"), space, MemoryRecords()
     )
     assert _plain(proposed) == _stated(review) and proposed.prediction.move == "jump-review"
     # nothing to review where the jump was not kept
@@ -592,7 +575,7 @@ def test_right_after_a_kept_jump_the_review_is_proposed_before_the_lessons(revie
             "steps": [s.model_copy(update={"kept": False}) if s.n == state.incumbent_step else s for s in state.steps]
         }
     )
-    assert jump_review(rejected, space, NoRecords()) is None
+    assert jump_review(rejected, space, MemoryRecords()) is None
 
 
 def test_a_review_predicted_not_to_fit_is_not_run(reviewed, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -601,10 +584,10 @@ def test_a_review_predicted_not_to_fit_is_not_run(reviewed, monkeypatch: pytest.
     state = _right_after_the_jump(campaign)
     over = PeakPrediction(predicted=200.0, capacity=179.0, measured=150.0, ratio=200 / 150)
     monkeypatch.setattr(jump_review_module, "predicted_peak", lambda *a, **k: over)
-    assert jump_review(state, space, NoRecords()) is None
+    assert jump_review(state, space, MemoryRecords()) is None
     fits = over._replace(predicted=170.0)
     monkeypatch.setattr(jump_review_module, "predicted_peak", lambda *a, **k: fits)
-    assert jump_review(state, space, NoRecords()) is not None
+    assert jump_review(state, space, MemoryRecords()) is not None
 
 
 def test_among_layouts_the_model_cannot_tell_apart_the_jump_changes_the_fewest_levers() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from campaign_fakes import new_state, space_fn
+from campaign_fakes import MemoryRecords, new_state, space_fn
 
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
@@ -13,21 +13,11 @@ from bot.agent.heuristic.follow_up import fix_for
 from bot.agent.memory_screen import MARGIN, predicted_oom
 from bot.core.diagnosis import diagnose
 from bot.core.recipe import load_recipe
-from bot.core.records import Change, RunRecord
+from bot.core.records import Change
 from bot.runner.sim import SimRunner
 from bot.sim.simulate import evaluate
 
 RECIPE = Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml"
-
-
-class Records:
-    """A record store of in-memory records, by reference."""
-
-    def __init__(self, records: dict[str, RunRecord]) -> None:
-        self.records = records
-
-    def read(self, ref: str) -> RunRecord | None:
-        return self.records.get(ref)
 
 
 def _campaign(strip_peak: bool = False):
@@ -42,7 +32,7 @@ def _campaign(strip_peak: bool = False):
             "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
         }
     )
-    return recipe, state, Records({"b1": record}), record
+    return recipe, state, MemoryRecords({"b1": record}), record
 
 
 def _sim_peak(recipe, levers: dict) -> float:
@@ -177,7 +167,7 @@ def _pipelined(peak_scale: float = 1.0, levers: dict | None = None):
             "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
         }
     )
-    return recipe, state, Records({"b1": record}), record
+    return recipe, state, MemoryRecords({"b1": record}), record
 
 
 def test_less_recompute_comes_first_when_recompute_is_the_largest_cost_and_less_of_it_is_predicted_to_fit() -> None:
@@ -197,7 +187,7 @@ def test_less_recompute_is_not_proposed_by_the_prediction_when_it_would_not_fit_
         recipe, state, records, record = _pipelined(scale)
         if strip:
             record = record.model_copy(update={"summary": record.summary.model_copy(update={"peak_memory_gib": None})})
-            records = Records({"b1": record})
+            records = MemoryRecords({"b1": record})
         change = HeuristicPolicy().propose(state, diagnose(record), [], space_fn(recipe), records)
         assert not (isinstance(change, Change) and "ac-less-recompute-when-predicted-to-fit" in change.lessons)
 
@@ -278,7 +268,7 @@ def _four_node_h200(peak_scale: float):
             "baseline": [cm.RunRef.of(record, kind="baseline", ref="b1")],
         }
     )
-    return recipe, state, Records({"b1": record}), record
+    return recipe, state, MemoryRecords({"b1": record}), record
 
 
 @pytest.mark.parametrize(("peak_scale", "enabled"), [(1.0, True), (1.35, False)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from campaign_fakes import new_state, space_fn
+from campaign_fakes import MemoryRecords, new_state, space_fn
 
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
@@ -13,21 +13,11 @@ from bot.agent.heuristic.screen_check import ScreenCheck
 from bot.agent.memory_screen import SCREEN_CHECK_LESSON
 from bot.core.diagnosis import diagnose
 from bot.core.recipe import load_recipe
-from bot.core.records import Change, RunRecord, Scalar
+from bot.core.records import Change, Scalar
 from bot.runner.sim import SimRunner
 
 RECIPE = Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml"
 AC = "activation_checkpoint"
-
-
-class Records:
-    """A record store of in-memory records, by reference."""
-
-    def __init__(self, records: dict[str, RunRecord]) -> None:
-        self.records = records
-
-    def read(self, ref: str) -> RunRecord | None:
-        return self.records.get(ref)
 
 
 def _screened(n: int, levers: dict[str, Scalar], value: Scalar) -> cm.Step:
@@ -95,7 +85,7 @@ def _campaign(*, kept: bool = True, budget_runs: float = 20.0, real_oom: bool = 
         }
     )
     space = space_fn(recipe)
-    rec = Records(records)
+    rec = MemoryRecords(records)
     d = diagnose(records["t1"] if kept else base)
     return state, space, rec, Context(state, d, [], space, rec, d)
 

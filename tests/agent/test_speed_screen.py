@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from campaign_fakes import new_state, space_fn
+from campaign_fakes import MemoryRecords, new_state, space_fn
 
 from bot import campaign as cm
 from bot.agent.heuristic import HeuristicPolicy
@@ -13,20 +13,12 @@ from bot.agent.speed_screen import predicted_slower, predicted_tps
 from bot.agent.stopping import patience_stop
 from bot.core.diagnosis import diagnose
 from bot.core.recipe import load_recipe
-from bot.core.records import Change, RunRecord
+from bot.core.records import Change
 from bot.runner.sim import SimRunner
 
 RECIPE = Path(__file__).resolve().parents[2] / "bot/bench/tasks/llama3.1-70b/h100x64.yaml"
 CP = "parallelism.context_parallel_degree"
 LBS = "training.local_batch_size"
-
-
-class Records:
-    def __init__(self, records: dict[str, RunRecord]) -> None:
-        self.records = records
-
-    def read(self, ref: str) -> RunRecord | None:
-        return self.records.get(ref)
 
 
 def test_a_layout_predicted_far_slower_is_screened_and_one_within_the_models_error_is_not() -> None:
@@ -87,7 +79,7 @@ def _after_an_oom_of(levers_change: dict) -> tuple:
         levers={**state.incumbent_levers, lever: value},
         runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="out of memory", device_hours=1.0)],
     )
-    return recipe, state.model_copy(update={"steps": [step]}), Records({"b1": record}), record
+    return recipe, state.model_copy(update={"steps": [step]}), MemoryRecords({"b1": record}), record
 
 
 def test_an_oom_retry_predicted_slower_is_proposed_with_its_prediction_and_not_proposed_again() -> None:
