@@ -26,10 +26,12 @@ for folder in (TESTS, TESTS / "forge"):
 LONGEST_FIRST = (
     "github/test_workflows_act.py",  # 386 s
     "drive/test_local_campaign.py",  # 224 s
+    "cli/test_campaign_commands.py",  # 205 s on two workers (its top tests in a CI run's --durations)
     "runner/test_slurm.py",  # 123 s
     "drive/test_cross_driver.py",  # 98 s
     "runner/test_local.py",  # 93 s
     "cli/test_campaign_signals.py",  # 74 s
+    "cli/test_debug_recipes.py",  # 74 s on two workers
     "gate/test_gate_e2e.py",  # 63 s
     "drive/test_crash_resume.py",  # 60 s
     "runner/test_layouts.py",  # 59 s
