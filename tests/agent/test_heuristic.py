@@ -94,15 +94,17 @@ def test_after_an_oom_the_next_step_retries_that_layout_with_recompute(tmp_path:
 
 
 def test_the_layout_is_abandoned_only_after_recompute_also_fails(tmp_path: Path) -> None:
-    state, _, _ = run_oom_campaign(tmp_path, ("none", "selective", "full"), max_steps=4)
-    s1, s2, s3, s4 = state.steps
-    assert [s.runs[0].outcome for s in (s1, s2, s3)] == ["oom", "oom", "oom"]
+    state, _, _ = run_oom_campaign(tmp_path, ("none", "selective", "full"), max_steps=5)
+    s1, s2, s3, s4, s5 = state.steps
+    assert [s.runs[0].outcome for s in (s1, s2, s3, s4)] == ["oom", "oom", "oom", "oom"]
     assert (s2.change.after, s2.stacked_on) == ("selective", 1)
     assert (s3.change.after, s3.stacked_on) == ("full", 2)  # selective was not enough: climb to full recompute
     assert s3.levers["training.local_batch_size"] == 8 and s3.levers["activation_checkpoint"] == "full"
-    # full recompute failed too: the layout is abandoned, and no OOM lesson is applied to the incumbent (which fits)
-    assert s4.stacked_on is None and s4.change.lever != "activation_checkpoint"
-    assert (s4.change.lever, s4.change.after) != ("training.local_batch_size", 8)
+    # full recompute failed too: the same layout compiled, the last memory saver that changes no layout
+    assert (s4.change.lever, s4.change.after, s4.stacked_on) == ("compile.enable", True, 3)
+    # that failed too: the layout is abandoned, and no OOM lesson is applied to the incumbent (which fits)
+    assert s5.stacked_on is None and s5.change.lever != "activation_checkpoint"
+    assert (s5.change.lever, s5.change.after) != ("training.local_batch_size", 8)
 
 
 def test_a_retry_that_fits_ends_the_ladder(tmp_path: Path) -> None:
@@ -1405,6 +1407,42 @@ def test_more_pipeline_stages_that_ran_out_of_memory_under_full_recompute_are_re
         assert got == expected, (lever, retry)
         if retry is not None:
             assert retry.lessons == ["oom-raise-pipeline-parallel"]
+
+
+@pytest.mark.parametrize(
+    ("compiled", "recompute", "expected"),
+    [
+        (False, "full", ("compile.enable", True, "oom-compile-under-full-recompute")),
+        (True, "full", None),  # compiled already: nothing left to retry it with
+        (False, "selective", ("activation_checkpoint", "full", OOM_LESSON)),  # recompute first
+    ],
+)
+def test_a_larger_batch_out_of_memory_recomputing_all_it_can_is_retried_compiled(
+    compiled: bool, recompute: str, expected: tuple | None
+) -> None:
+    """Local batch 4 -> 8 out of memory: under full recompute and eager, the retry is the same layout compiled, stacked
+    on it (no recompute is left to add, and a batch change is not re-sharded)."""
+    text = (CPU_RECIPE.parents[2] / "bot/bench/tasks/minimax-m2/h200x64.yaml").read_text()
+    state, space = _state_and_space(text)
+    levers = {
+        **state.incumbent_levers,
+        "compile.enable": compiled,
+        "activation_checkpoint": recompute,
+        "training.local_batch_size": 8,
+    }
+    state = state.model_copy(update={"incumbent_levers": {**levers, "training.local_batch_size": 4}})
+    oom = cm.Step(
+        n=1,
+        change=Change(lever="training.local_batch_size", before=4, after=8, why="t"),
+        state="closed",
+        levers=levers,
+        runs=[cm.RunRef(kind="trial", n=1, outcome="oom", reason="peak memory 81 GiB exceeds 80 GiB")],
+    )
+    retry = oom_retry(state.model_copy(update={"steps": [oom]}), space)
+    got = (retry.lever, retry.after, retry.lessons[0]) if isinstance(retry, Change) else None
+    assert got == expected, retry
+    if retry is not None:
+        assert retry.stacked_on == 1
 
 
 DUALPIPE_AT_ITS_SHARE = (

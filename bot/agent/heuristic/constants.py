@@ -11,6 +11,7 @@ RECOMPUTE_LADDER = {"none": "selective", "selective": "full", "memory_budget": "
 LESS_RECOMPUTE = {"full": "selective", "selective": "none", "memory_budget": "none"}
 OOM_LESSON = "oom-enable-recompute"
 OOM_PP_LESSON = "oom-raise-pipeline-parallel"
+OOM_COMPILE_LESSON = "oom-compile-under-full-recompute"
 # Generic exploration order once the lessons are spent: the levers with the largest effect on step
 # time first (recompute, batch split, pipeline schedule, parallel degrees), housekeeping last.
 EXPLORE_ORDER = (

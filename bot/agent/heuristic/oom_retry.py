@@ -16,6 +16,7 @@ from bot.agent.heuristic.constants import (
     LONG_SEQ,
     MAX_CHAIN,
     OOM_BATCH_LESSON,
+    OOM_COMPILE_LESSON,
     OOM_LESSON,
     OOM_PP_LESSON,
     POLICY,
@@ -94,31 +95,56 @@ def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | Non
                     }
                 )
         if mode != "full" or pp <= 1 or pp_name not in space.values or last.change.lever not in DEGREES:
-            return None  # only a parallel-degree change that ran out of memory is worth re-sharding
+            return compile_retry(campaign, space, last, eff)  # a degree change is re-sharded; others compiled
         if 2 * pp not in space.values[pp_name] or layout_problem(space.recipe, {**last.levers, pp_name: 2 * pp}):
-            return None
-        change = Change(
-            lever=pp_name,
-            before=pp,
-            after=2 * pp,
-            lessons=[OOM_PP_LESSON],
-            policy=POLICY,
-            stacked_on=last.n,
-            why=f"step {last.n} ({last.change.title()}) ran out of memory under full recomputation; retry that "
+            return compile_retry(campaign, space, last, eff)
+        return stacked_retry(
+            campaign,
+            space,
+            last.n,
+            (pp_name, pp, 2 * pp),
+            OOM_PP_LESSON,
+            f"step {last.n} ({last.change.title()}) ran out of memory under full recomputation; retry that "
             "layout with the model split over twice the pipeline stages (half the weights, optimizer "
             "state and in-flight activations per rank)",
         )
-        return change if validate_change(campaign, change, space) is None else None
-    change = Change(
-        lever="activation_checkpoint",
-        before=mode,
-        after=nxt,
-        why=f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with recomputation before abandoning it",
-        lessons=[OOM_LESSON],
-        policy=POLICY,
-        stacked_on=last.n,
+    return stacked_retry(
+        campaign,
+        space,
+        last.n,
+        ("activation_checkpoint", mode, nxt),
+        OOM_LESSON,
+        f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with recomputation before abandoning it",
     )
+
+
+def stacked_retry(
+    campaign: Campaign, space: LeverSpace, on: int, move: tuple[str, Scalar, Scalar], lesson: str, why: str
+) -> Change | None:
+    """The change ``move`` (lever, before, after), stacked on step ``on``, citing ``lesson``; None where the campaign
+    would refuse it."""
+    lever, before, after = move
+    change = Change(lever=lever, before=before, after=after, lessons=[lesson], policy=POLICY, stacked_on=on, why=why)
     return change if validate_change(campaign, change, space) is None else None
+
+
+def compile_retry(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar]) -> Change | None:
+    """Stacked on ``last``, which ran out of memory recomputing all it can, eager: the same layout compiled (Inductor's
+    fused kernels save fewer intermediates for backward); None where compile is on, not offered, or illegal there."""
+    name = "compile.enable"
+    if eff.get(name) or True not in space.values.get(name, []):
+        return None
+    if layout_problem(space.recipe, {**last.levers, name: True}) is not None:
+        return None
+    return stacked_retry(
+        campaign,
+        space,
+        last.n,
+        (name, False, True),
+        OOM_COMPILE_LESSON,
+        f"step {last.n} ({last.change.title()}) ran out of memory recomputing all it can; retry that layout "
+        "compiled: the fused kernels save fewer intermediates for backward",
+    )
 
 
 def halve_batch(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar], lesson: str) -> Change | None:
@@ -130,17 +156,15 @@ def halve_batch(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scal
         return None
     if layout_problem(space.recipe, {**last.levers, name: cur // 2}) is not None:
         return None
-    change = Change(
-        lever=name,
-        before=cur,
-        after=cur // 2,
-        lessons=[lesson],
-        policy=POLICY,
-        stacked_on=last.n,
-        why=f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with half the "
+    return stacked_retry(
+        campaign,
+        space,
+        last.n,
+        (name, cur, cur // 2),
+        lesson,
+        f"step {last.n} ({last.change.title()}) ran out of memory; retry that layout with half the "
         "activations per microbatch (the global batch stays pinned: only the accumulation split changes)",
     )
-    return change if validate_change(campaign, change, space) is None else None
 
 
 def layout_partners(space: LeverSpace, eff: dict[str, Scalar], stages: bool = True) -> list[Partner]:
@@ -319,16 +343,8 @@ def memory_budget_in_place(campaign: Campaign, space: LeverSpace, last, eff: dic
     if ac_step.stacked_on is None:
         return checked(campaign, space, ac, "memory_budget", why, [BUDGET_PARTNER_LESSON])
     on = campaign.step(ac_step.stacked_on)
-    change = Change(
-        lever=ac,
-        before=catalog.effective(on.levers)[ac],
-        after="memory_budget",
-        lessons=[BUDGET_PARTNER_LESSON],
-        policy=POLICY,
-        stacked_on=on.n,
-        why=why,
-    )
-    return change if validate_change(campaign, change, space) is None else None
+    move = (ac, catalog.effective(on.levers)[ac], "memory_budget")
+    return stacked_retry(campaign, space, on.n, move, BUDGET_PARTNER_LESSON, why)
 
 
 class OomRetry:
@@ -338,6 +354,7 @@ class OomRetry:
     id = "oom-retry"
     lessons = (
         OOM_LESSON,
+        OOM_COMPILE_LESSON,
         DEGREE_PARTNER_LESSON,
         OOM_PP_LESSON,
         OOM_BATCH_LESSON,
