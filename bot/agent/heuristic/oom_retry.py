@@ -1,5 +1,5 @@
 """The out-of-memory retry (an obligation): the failed layout retried with more recompute, more stages, half the
-batch, or a memory partner that keeps a recompute saving."""
+batch, compiled, or a memory partner that keeps a recompute saving."""
 
 from __future__ import annotations
 
@@ -51,7 +51,8 @@ from bot.core.state import Campaign, Step
 def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | None = None) -> Change | None:
     """The last trial ran out of memory: retry its layout with more recomputation, then more pipeline stages; under
     full recompute a degree change with half the local batch (or PP microbatch) first, halved again only where the
-    memory model anchored on the measured peak (``records``) puts the half within the device."""
+    memory model anchored on the measured peak (``records``) puts the half within the device; where no stages can be
+    added, compiled (:func:`compile_retry`)."""
     last, trial = last_step_trial(campaign)
     if last is not None and trial is None and last.change.predicted_slower and OOM_LESSON in last.change.lessons:
         return degree_partner(campaign, space, last)
