@@ -120,13 +120,20 @@ def oom_retry(campaign: Campaign, space: LeverSpace, records: RecordReader | Non
 
 
 def stacked_retry(
-    campaign: Campaign, space: LeverSpace, on: int, move: tuple[str, Scalar, Scalar], lesson: str, why: str
+    campaign: Campaign,
+    space: LeverSpace,
+    on: int,
+    move: tuple[str, Scalar | None, Scalar],
+    lesson: str | list[str],
+    why: str,
+    reopen_screened: bool = False,
 ) -> Change | None:
-    """The change ``move`` (lever, before, after), stacked on step ``on``, citing ``lesson``; None where the campaign
-    would refuse it."""
+    """The change ``move`` (lever, before, after), stacked on step ``on``, citing ``lesson`` (or lessons); None where
+    the campaign would refuse it (``reopen_screened``: see :func:`validate_change`)."""
     lever, before, after = move
-    change = Change(lever=lever, before=before, after=after, lessons=[lesson], policy=POLICY, stacked_on=on, why=why)
-    return change if validate_change(campaign, change, space) is None else None
+    lessons = [lesson] if isinstance(lesson, str) else lesson
+    change = Change(lever=lever, before=before, after=after, lessons=lessons, policy=POLICY, stacked_on=on, why=why)
+    return change if validate_change(campaign, change, space, reopen_screened=reopen_screened) is None else None
 
 
 def compile_retry(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar]) -> Change | None:
@@ -229,16 +236,11 @@ def degree_partner(campaign: Campaign, space: LeverSpace, retry: Step) -> Change
             f"step {failed.n} ({failed.change.title()}) ran out of memory and recomputing more is predicted slower; "
             f"free the memory with the layout instead: {how}"
         )
-        change = Change(
-            lever=lever,
-            before=eff.get(lever),
-            after=value,
-            lessons=[DEGREE_PARTNER_LESSON, lesson],
-            policy=POLICY,
-            stacked_on=failed.n,
-            why=why,
+        move = (lever, eff.get(lever), value)
+        change = stacked_retry(
+            campaign, space, failed.n, move, [DEGREE_PARTNER_LESSON, lesson], why, reopen_screened=True
         )
-        if validate_change(campaign, change, space, reopen_screened=True) is None:
+        if change is not None:
             return change
     return None
 
@@ -304,13 +306,11 @@ def memory_partner(
             if enabler is not None:
                 return enabler
             continue
-        before = catalog.effective(on.levers).get(lever)
-        change = Change(
-            lever=lever, before=before, after=value, lessons=[lesson], policy=POLICY, stacked_on=on.n, why=why
-        )
         # a layout the memory screen only predicted to run out stays open to a partner: this retry is anchored on
         # the peak the failed run measured
-        if validate_change(campaign, change, space, reopen_screened=True) is None:
+        move = (lever, catalog.effective(on.levers).get(lever), value)
+        change = stacked_retry(campaign, space, on.n, move, lesson, why, reopen_screened=True)
+        if change is not None:
             return change
     return memory_budget_in_place(campaign, space, last, eff) or halve_batch(
         campaign, space, last, eff, OOM_BATCH_LESSON
