@@ -29,13 +29,13 @@ LBS = "training.local_batch_size"
 AC = "activation_checkpoint"
 
 
-def _campaign_with_kept(gain: float):
+def _campaign_with_kept(gain: float, lever: str = LBS, value: object = 4):
     recipe = load_recipe(RECIPE)
     state = new_state(RECIPE.read_text())
-    levers = {**recipe.levers, LBS: 4}
+    levers = {**recipe.levers, lever: value}
     step = Step(
         n=1,
-        change=Change(lever=LBS, **{"from": recipe.levers[LBS], "to": 4}),
+        change=Change(lever=lever, **{"from": recipe.levers[lever], "to": value}),
         levers=levers,
         state="merged",
         gain=gain,
@@ -65,6 +65,12 @@ def test_credibility_follows_how_well_the_model_reproduced_the_kept_steps() -> N
     wrong, _ = _campaign_with_kept(exact_gain + 0.5)
     assert credibility(right, space) > 0.99
     assert credibility(wrong, space) < 0.5
+
+
+def test_a_kept_step_the_model_has_no_term_for_leaves_credibility_at_its_prior() -> None:
+    space = space_fn(load_recipe(RECIPE))
+    compiled, _ = _campaign_with_kept(0.15, "compile.enable", True)  # the model predicts compile saves nothing
+    assert credibility(compiled, space) == PRIOR_CREDIBILITY
 
 
 def test_the_prior_is_half_the_measured_cost_a_change_is_aimed_at() -> None:

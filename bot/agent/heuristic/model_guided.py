@@ -1,8 +1,9 @@
-"""The one-lever neighbour the cost model predicts saves the most step time, once the lessons have nothing left.
+"""The one-lever change the cost model predicts saves the most step time, once the lessons have nothing left.
 
-On a GPU recipe whose model and accelerator the cost model knows: each lever's nearest values (as exploration would
-try them), screened for memory, scored by the predicted share of the step saved; the best is proposed when it clears
-the larger of the minimum worthwhile gain and the model's error on this campaign's kept steps. Not on a CPU host."""
+On a GPU recipe whose model and accelerator the cost model knows: each lever's values (the neighbours exploration
+would try, and for a degree or batch size every legal value further along), screened for memory, scored by the
+predicted share of the step saved; the best is proposed when it clears the larger of the minimum worthwhile gain and
+the model's error on this campaign's kept steps. Not on a CPU host."""
 
 from __future__ import annotations
 
@@ -10,11 +11,32 @@ from bot.agent.heuristic.checked import checked
 from bot.agent.heuristic.explore import neighbours
 from bot.agent.heuristic.move import Context
 from bot.agent.heuristic.scorer import credibility, model_saving
-from bot.agent.history import oom_dominated, tried_from_incumbent, undoes_a_kept_step
+from bot.agent.history import oom_dominated, oom_values, tried_from_incumbent, undoes_a_kept_step
 from bot.agent.layout_jump import MIN_SAVING
 from bot.agent.memory_screen import change_levers, predicted_oom
+from bot.agent.policy import LeverSpace
 from bot.core import levers as catalog
 from bot.core.records import Change, Scalar
+from bot.core.state import Campaign
+
+
+def reach(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar | None) -> list[Scalar]:
+    """The values of ``lever`` the model scores: its exploration neighbours and, for a numeric lever, every value
+    beyond them in the same direction (a degree several doublings away; never a batch at or above one that ran out of
+    memory)."""
+    near = neighbours(campaign, space, lever, current)
+    values = list(space.values.get(lever, []))
+    numeric = all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+    if not near or not numeric or current not in values:
+        return near
+    here, ints = int(current), [int(v) for v in near]  # numeric: every value is an int
+    up = [v for v in values if int(v) > max(ints) > here]  # further only in a direction the neighbours go
+    down = [v for v in values if 0 < int(v) < min(ints) < here]
+    far = up + down
+    if lever in BATCHES:
+        limit = min((int(v) for v in oom_values(campaign, lever)), default=None)
+        far = [v for v in far if limit is None or int(v) < limit]
+    return near + far
 
 
 class ModelGuided:
@@ -35,7 +57,7 @@ class ModelGuided:
         for lever in space.values:
             if lever in moot:
                 continue
-            for value in neighbours(campaign, space, lever, here.get(lever)):
+            for value in reach(campaign, space, lever, here.get(lever)):
                 if (lever, str(value)) in tried or oom_dominated(campaign, lever, value):
                     continue
                 if undoes_a_kept_step(campaign, lever, value):
@@ -46,9 +68,7 @@ class ModelGuided:
                 if saving > floor:
                     ranked.append((saving, lever, value))
         for saving, lever, value in sorted(ranked, key=lambda r: -r[0])[:TRIES]:
-            why = (
-                f"the cost model predicts this saves {saving:.0%} of the step, the most of any one-lever neighbour left"
-            )
+            why = f"the cost model predicts this saves {saving:.0%} of the step, the most of any one-lever change left"
             change = checked(campaign, space, lever, value, why, [], ctx.incumbent)
             if change is None or change.enabler:
                 continue
@@ -57,4 +77,5 @@ class ModelGuided:
         return None
 
 
+BATCHES = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size")
 TRIES = 3  # the best predicted neighbours checked for legality and memory before the move gives up

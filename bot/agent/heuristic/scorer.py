@@ -27,6 +27,7 @@ from bot.sim.hardware import get_hardware
 PRIOR_CREDIBILITY = 0.5  # the model's weight before a kept step has tested it
 REMOVED_SHARE = 0.5  # the share of the cost it is aimed at that a change is expected to remove
 BLIND_PRIOR = 0.01  # the saving expected of a change aimed at no measured cost (a probe)
+UNMODELLED = 0.002  # a predicted saving this small: the model has no term for the change
 ERROR_FLOOR = 0.05  # the smallest saving the model's error is judged against (about the minimum worthwhile gain)
 
 
@@ -75,7 +76,8 @@ def target_levers(campaign: Campaign, change: Change) -> dict[str, Scalar]:
 
 def credibility(campaign: Campaign, space: LeverSpace) -> float:
     """How well the cost model reproduced the kept steps' measured savings: 1 - their mean error over the mean saving
-    (floored at ERROR_FLOOR), within [0, 1]; PRIOR_CREDIBILITY before any kept step it could predict."""
+    (floored at ERROR_FLOOR), within [0, 1]; PRIOR_CREDIBILITY before any kept step it could predict (one it
+    predicts no saving for changed what it has no term for, such as compile, and is left out)."""
     errors, sizes = [], []
     before = catalog.effective(campaign.baseline_levers)
     for st in campaign.steps:
@@ -84,8 +86,8 @@ def credibility(campaign: Campaign, space: LeverSpace) -> float:
         after = catalog.effective(st.levers)
         predicted = model_saving(space, before, after)
         before = after
-        if predicted is None:
-            continue
+        if predicted is None or abs(predicted) < UNMODELLED:
+            continue  # the model has no term for what the step changed (compile): it tests nothing of the model
         measured = 1.0 - 1.0 / (1.0 + st.gain)
         errors.append(abs(predicted - measured))
         sizes.append(abs(measured))
