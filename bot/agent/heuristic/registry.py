@@ -2,7 +2,7 @@
 
 The obligations -- moves that continue an open chain: the re-aimed jump, the out-of-memory retry, the enabled change,
 the follow-up, restoring a schedule -- keep this fixed order among themselves; the opportunities sit where the
-policy's rules put them (a later phase ranks them by one score)."""
+policy's rules put them (the ``ranked`` policy orders them by the one score instead)."""
 
 from __future__ import annotations
 
