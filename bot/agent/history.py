@@ -29,6 +29,8 @@ EXPLORING = "exploring the search space one lever at a time"  # a blind probe's 
 AC_RANK = {"none": 0, "memory_budget": 1, "selective": 1, "full": 2}
 MOMENTUM_GAIN = 0.10  # a kept step that removed a tenth of the step time or more: worth one more notch the same way
 COMPILE_NAME = "compile.enable"
+# the batch levers: more of either keeps more activations (one that ran out of memory bounds every larger one)
+BATCH_LEVERS = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size")
 
 
 def undone(levers: dict[str, Scalar], *changes: Change) -> dict[str, Scalar]:
@@ -181,9 +183,7 @@ def oom_dominated(campaign: Campaign, lever: str, value: Scalar, measured_only: 
         return False
     if lever == "activation_checkpoint":
         return AC_RANK.get(str(value), 2) <= min(AC_RANK.get(str(v), 2) for v in oom)
-    if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size") and isinstance(
-        value, int
-    ):
+    if lever in BATCH_LEVERS and isinstance(value, int):
         return value >= min(int(v) for v in oom)
     return False
 

@@ -7,6 +7,7 @@ from bot.agent.heuristic.constants import EXPLORE_ORDER, POLICY
 from bot.agent.heuristic.move import Context, Proposal
 from bot.agent.history import (
     AC_RANK,
+    BATCH_LEVERS,
     EXPLORING,
     oom_dominated,
     oom_values,
@@ -40,7 +41,7 @@ def neighbours(campaign: Campaign, space: LeverSpace, lever: str, current: Scala
     ints = [int(v) for v in values]  # numeric: every value is an int
     i = values.index(current)
     out: list[Scalar] = [ints[j] for j in (i + 1, i - 1) if 0 <= j < len(ints) and ints[j] > 0]
-    if lever in ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size"):
+    if lever in BATCH_LEVERS:
         limit = min((int(v) for v in oom), default=None)
         out = [v for v in out if limit is None or int(v) < limit]
     if (

@@ -11,7 +11,7 @@ from bot.agent.heuristic.checked import checked
 from bot.agent.heuristic.explore import neighbours
 from bot.agent.heuristic.move import Context
 from bot.agent.heuristic.scorer import credibility, model_saving
-from bot.agent.history import oom_dominated, oom_values, tried_from_incumbent, undoes_a_kept_step
+from bot.agent.history import BATCH_LEVERS, oom_dominated, oom_values, tried_from_incumbent, undoes_a_kept_step
 from bot.agent.layout_jump import MIN_SAVING
 from bot.agent.memory_screen import change_levers, predicted_oom
 from bot.agent.policy import LeverSpace
@@ -33,7 +33,7 @@ def reach(campaign: Campaign, space: LeverSpace, lever: str, current: Scalar | N
     up = [v for v in values if int(v) > max(ints) > here]  # further only in a direction the neighbours go
     down = [v for v in values if 0 < int(v) < min(ints) < here]
     far = up + down
-    if lever in BATCHES:
+    if lever in BATCH_LEVERS:
         limit = min((int(v) for v in oom_values(campaign, lever)), default=None)
         far = [v for v in far if limit is None or int(v) < limit]
     return near + far
@@ -77,5 +77,4 @@ class ModelGuided:
         return None
 
 
-BATCHES = ("training.local_batch_size", "parallelism.pipeline_parallel_microbatch_size")
-TRIES = 3  # the best predicted neighbours checked for legality and memory before the move gives up
+TRIES = 3  # the best predicted values checked for legality and memory before the move gives up

@@ -33,6 +33,7 @@ from bot.agent.heuristic.move import Context
 from bot.agent.heuristic.screens import screened
 from bot.agent.history import (
     AC_RANK,
+    COMPILE_NAME,
     chain_depth,
     chain_steps,
     from_a_blind_probe,
@@ -139,16 +140,15 @@ def stacked_retry(
 def compile_retry(campaign: Campaign, space: LeverSpace, last, eff: dict[str, Scalar]) -> Change | None:
     """Stacked on ``last``, which ran out of memory recomputing all it can, eager: the same layout compiled (Inductor's
     fused kernels save fewer intermediates for backward); None where compile is on, not offered, or illegal there."""
-    name = "compile.enable"
-    if eff.get(name) or True not in space.values.get(name, []):
+    if eff.get(COMPILE_NAME) or True not in space.values.get(COMPILE_NAME, []):
         return None
-    if layout_problem(space.recipe, {**last.levers, name: True}) is not None:
+    if layout_problem(space.recipe, {**last.levers, COMPILE_NAME: True}) is not None:
         return None
     return stacked_retry(
         campaign,
         space,
         last.n,
-        (name, False, True),
+        (COMPILE_NAME, False, True),
         OOM_COMPILE_LESSON,
         f"step {last.n} ({last.change.title()}) ran out of memory recomputing all it can; retry that layout "
         "compiled: the fused kernels save fewer intermediates for backward",
