@@ -623,6 +623,7 @@ def test_the_no_gain_stop_states_the_allowance_and_what_one_step_spent(monkeypat
         ],
     )
     monkeypatch.setattr(heuristic, "incumbent_diagnosis", lambda campaign, records: None)
+    monkeypatch.setattr(heuristic, "model_backed_probe", lambda ctx: None)  # no large predicted saving to go on for
     stop = HeuristicPolicy().propose(
         state.model_copy(update={"steps": [step]}), OK, LESSONS, space_fn(parse_recipe_text(PP_RECIPE)), RECORDS
     )

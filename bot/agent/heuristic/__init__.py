@@ -1,7 +1,8 @@
 """The default policy: deterministic, offline, lesson-guided moves asked in a fixed order.
 
 Each move is a module here with an id, the lessons it follows and ``propose(context)`` (:mod:`.move`); the first
-proposal of :data:`.registry.MOVES` wins. Before the moves, a recipe with no gain in hand stops; after them, a change
+proposal of :data:`.registry.MOVES` wins. Before the moves, a recipe with no gain in hand stops (unless the cost model
+predicts a large saving: :func:`past_the_allowance`); after them, a change
 predicted to run out of memory is proposed with that prediction and not run, more stages that would leave a large
 bubble are gated behind the fill, and a probe with no gain in hand gets what is left of its allowance as its cap.
 What each move does and the measurements behind it: docs/agent-moves.md.
@@ -20,10 +21,11 @@ from bot.agent.heuristic.constants import (
 )
 from bot.agent.heuristic.enablers import fill_first
 from bot.agent.heuristic.explain import prediction
+from bot.agent.heuristic.model_guided import ModelGuided, model_backed_probe
 from bot.agent.heuristic.move import Context, Move, Proposal
 from bot.agent.heuristic.registry import LAST_RESORT, MOVES, OBLIGATIONS
 from bot.agent.heuristic.scorer import Score, credibility, score
-from bot.agent.history import incumbent_diagnosis
+from bot.agent.history import chain_steps, incumbent_diagnosis
 from bot.agent.lessons import Lesson
 from bot.agent.memory_screen import change_levers, checks_the_screen, predicted_oom
 from bot.agent.policy import LeverSpace
@@ -58,10 +60,15 @@ class HeuristicPolicy:
         self, campaign: Campaign, diagnosis: Diagnosis, lessons: list[Lesson], levers: LeverSpace, records: RecordReader
     ) -> Change | Stop:
         incumbent = incumbent_diagnosis(campaign, records) if campaign.steps else diagnosis
+        ctx = Context(campaign, diagnosis, lessons, levers, records, incumbent)
         flat = no_gain_stop(campaign, incumbent)
-        if flat is not None:
-            return Stop(why=flat, policy=self.name)
-        decision = first_proposal(Context(campaign, diagnosis, lessons, levers, records, incumbent), self.ranked)
+        if flat is not None:  # no gain in hand and the allowance spent: only a large predicted saving goes on
+            past = past_the_allowance(ctx)
+            if past is None:
+                return Stop(why=flat, policy=self.name)
+            decision: Proposal = told(ctx, *past)
+        else:
+            decision = first_proposal(ctx, self.ranked)
         if isinstance(decision, Change) and not decision.enabler and not checks_the_screen(decision):  # OOM, for free
             oom = predicted_oom(campaign, change_levers(campaign, decision), decision.stacked_on, levers, records)
             if oom is not None:  # a layout that cannot fit is not slow: its retries follow from the out-of-memory trial
@@ -74,10 +81,50 @@ class HeuristicPolicy:
         update = {"enables": decision.enables or [], "probe": bool(decision.probe)}
         if self.ranked:
             update["policy"] = self.name
-        left = no_gain_allowance_left(campaign, incumbent)
+        left = None if flat is not None else no_gain_allowance_left(campaign, incumbent)
         if left:  # a probe with no gain in hand spends what is left of it
             update["max_device_hours"] = left
         return decision.model_copy(update=update)
+
+
+def past_the_allowance(ctx: Context) -> tuple[str, Change] | None:
+    """With no gain in hand and the allowance spent: the cost model's probe (:func:`.model_guided.model_backed_probe`),
+    once a campaign, and the obligations that continue its chain (an out-of-memory retry); the move's id and change."""
+    campaign = ctx.campaign
+    if not campaign.steps:
+        return None  # stopped before the first step: the diagnosis says nothing measurable is left to win
+    probe = next(
+        (s for s in campaign.steps if s.change.prediction and s.change.prediction.move == ModelGuided.id), None
+    )
+    if probe is None:
+        change = model_backed_probe(ctx)
+        return None if change is None else (ModelGuided.id, change)
+    if chain_steps(campaign, campaign.steps[-1].n)[-1] != probe.n:
+        return None
+    for move in MOVES:
+        proposal = move.propose(ctx) if move.obligation else None
+        if (
+            isinstance(proposal, Change)
+            and proposal.stacked_on
+            and chain_steps(campaign, proposal.stacked_on)[-1] == probe.n
+        ):
+            return move.id, proposal
+    return None
+
+
+def told(ctx: Context, move: str, proposal: Proposal) -> Proposal:
+    """``proposal`` with the record of the move that made it, what the policy saw and its score's prediction."""
+    return _told(ctx, move, proposal, None, credibility(ctx.campaign, ctx.space), {x.id: x for x in ctx.lessons})
+
+
+def _told(
+    ctx: Context, move: str, proposal: Proposal, scored: Score | None, trust: float, by_id: dict[str, Lesson]
+) -> Proposal:
+    if not isinstance(proposal, Change):
+        return proposal
+    if scored is None:
+        scored = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust, by_id)
+    return proposal.model_copy(update={"prediction": prediction(move, ctx.incumbent, scored)})
 
 
 def first_proposal(ctx: Context, ranked: bool = False) -> Proposal:
@@ -89,11 +136,7 @@ def first_proposal(ctx: Context, ranked: bool = False) -> Proposal:
     by_id = {lesson.id: lesson for lesson in ctx.lessons}
 
     def told(move: str, proposal: Proposal, scored: Score | None = None) -> Proposal:
-        if not isinstance(proposal, Change):
-            return proposal
-        if scored is None:
-            scored = score(ctx.campaign, ctx.space, ctx.incumbent, proposal, trust, by_id)
-        return proposal.model_copy(update={"prediction": prediction(move, ctx.incumbent, scored)})
+        return _told(ctx, move, proposal, scored, trust, by_id)
 
     if not ranked:
         for move in MOVES:

@@ -47,34 +47,51 @@ class ModelGuided:
     obligation = False
 
     def propose(self, ctx: Context) -> Change | None:
-        campaign, space = ctx.campaign, ctx.space
-        here = catalog.effective(campaign.incumbent_levers)
-        # the predicted saving must clear the model's error on one layout, less as it reproduced the kept steps
-        floor = max(campaign.min_gain, MIN_SAVING * (1.5 - credibility(campaign, space)))
-        tried = tried_from_incumbent(campaign)
-        moot = ctx.moot | {k for k in space.values if catalog.inert(campaign.incumbent_levers, k)}
-        ranked: list[tuple[float, str, Scalar]] = []
-        for lever in space.values:
-            if lever in moot:
+        return guided_change(ctx)
+
+
+def guided_change(ctx: Context, bar: float = 1.0) -> Change | None:
+    """The move's proposal, its predicted saving ``bar`` times the one it must clear (see the module)."""
+    campaign, space = ctx.campaign, ctx.space
+    here = catalog.effective(campaign.incumbent_levers)
+    # the predicted saving must clear the model's error on one layout, less as it reproduced the kept steps
+    floor = bar * max(campaign.min_gain, MIN_SAVING * (1.5 - credibility(campaign, space)))
+    tried = tried_from_incumbent(campaign)
+    moot = ctx.moot | {k for k in space.values if catalog.inert(campaign.incumbent_levers, k)}
+    ranked: list[tuple[float, str, Scalar]] = []
+    for lever in space.values:
+        if lever in moot:
+            continue
+        for value in reach(campaign, space, lever, here.get(lever)):
+            if (lever, str(value)) in tried or oom_dominated(campaign, lever, value):
                 continue
-            for value in reach(campaign, space, lever, here.get(lever)):
-                if (lever, str(value)) in tried or oom_dominated(campaign, lever, value):
-                    continue
-                if undoes_a_kept_step(campaign, lever, value):
-                    continue
-                saving = model_saving(space, here, {**here, lever: value})
-                if saving is None:
-                    return None  # the model cannot tell on this recipe: nothing to guide by
-                if saving > floor:
-                    ranked.append((saving, lever, value))
-        for saving, lever, value in sorted(ranked, key=lambda r: -r[0])[:TRIES]:
-            why = f"the cost model predicts this saves {saving:.0%} of the step, the most of any one-lever change left"
-            change = checked(campaign, space, lever, value, why, [], ctx.incumbent)
-            if change is None or change.enabler:
+            if undoes_a_kept_step(campaign, lever, value):
                 continue
-            if predicted_oom(campaign, change_levers(campaign, change), change.stacked_on, space, ctx.records) is None:
-                return change
-        return None
+            saving = model_saving(space, here, {**here, lever: value})
+            if saving is None:
+                return None  # the model cannot tell on this recipe: nothing to guide by
+            if saving > floor:
+                ranked.append((saving, lever, value))
+    for saving, lever, value in sorted(ranked, key=lambda r: -r[0])[:TRIES]:
+        why = f"the cost model predicts this saves {saving:.0%} of the step, the most of any one-lever change left"
+        change = checked(campaign, space, lever, value, why, [], ctx.incumbent)
+        if change is None or change.enabler:
+            continue
+        if predicted_oom(campaign, change_levers(campaign, change), change.stacked_on, space, ctx.records) is None:
+            return change
+    return None
 
 
 TRIES = 3  # the best predicted values checked for legality and memory before the move gives up
+PAST_ALLOWANCE_BAR = 3.0  # past the no-gain allowance, only a saving this many times the move's bar is probed
+
+
+def model_backed_probe(ctx: Context) -> Change | None:
+    """No step has gained and the no-gain allowance is spent: one more probe where the cost model predicts a
+    one-lever change saves PAST_ALLOWANCE_BAR times what the move must clear; a recipe it sees no such way to improve
+    still stops."""
+    change = guided_change(ctx, PAST_ALLOWANCE_BAR)
+    if change is None:
+        return None
+    why = f"no step has gained and the no-gain allowance is spent, but {change.why}: one probe past it"
+    return change.model_copy(update={"why": why})
