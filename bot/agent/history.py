@@ -277,6 +277,15 @@ def last_layout_step(campaign: Campaign) -> tuple[dict[str, Scalar], float] | No
     return found
 
 
+def compile_gain(campaign: Campaign) -> float | None:
+    """What the kept step that turned torch.compile on measured (None: no such step; compile from the recipe, or
+    as the prerequisite of another change, was not measured on its own)."""
+    for s in campaign.steps:
+        if s.kept and s.change.lever == COMPILE_NAME and s.change.after is True and s.gain is not None:
+            return s.gain
+    return None
+
+
 def compile_untried(campaign: Campaign, space: LeverSpace) -> bool:
     """Whether torch.compile is off in the incumbent, legal to turn on in the space, and not yet measured on by any
     step (the lessons will propose it: :func:`bot.agent.layout_jump.layout_jump` compares layouts as compiled)."""

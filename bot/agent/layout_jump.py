@@ -30,6 +30,7 @@ TIE = 0.01  # of the fastest estimate: layouts within it are a tie the model can
 # the campaign has yet to try it
 COMPILE_SPEEDUP = 6667 / 5762
 COMPILE = "compile.enable"
+ASYNC_TP = "compile.enable_async_tensor_parallel"
 HEAD = 64  # ranked layouts re-estimated with the incumbent's levers: the ranking's order moves little with them
 # the order of a jump's links: prerequisites, then the parallel degrees, the batch split, the schedule, recompute last
 # (a zero-bubble schedule is refused with recompute on, torchtitan#773, so recompute comes off before it)
@@ -72,13 +73,15 @@ def layout_jump(
     speedup: float | None = None,
     last: tuple[dict[str, Scalar], float] | None = None,
     compile_untried: bool = False,
+    compile_gain: float | None = None,
 ) -> Jump | None:
     """The best layout (by the cost model) reached from ``incumbent`` by changing only modelled levers (and their
     prerequisites), predicted to fit and to save MIN_SAVING, legal, within ``space`` and not ``stepped``; None without
     one or for an unknown model or hardware. ``moot``: levers left alone unless a degree moves. ``measured``: the peak
     memory is anchored on. ``speedup`` (or ``last``: the levers before the latest kept modelled step and its measured
     speed-up): what the model must reproduce. ``compile_untried``: compare as compiled (COMPILE_SPEEDUP where the
-    layout allows compile), except from an incumbent that cannot be compiled."""
+    layout allows compile), except from an incumbent that cannot be compiled. ``compile_gain``: what a kept step
+    turning compile on measured; a layout that rules compile out is then weighed without it, that gain forgone."""
     try:
         ranked_json = recipe.model_copy(update={"levers": dict(baseline)}).model_dump_json()
         both_fit = ranking(ranked_json)
@@ -132,6 +135,25 @@ def layout_jump(
     seen = [catalog.effective(s) for s in stepped]
     here_s = attainable(incumbent, here)[0]
 
+    forgone = f"; not compiled: the schedule rules compile out (pytorch#161904), its measured +{compile_gain or 0:.1%} forgone"
+    schedule = "parallelism.pipeline_parallel_schedule"
+
+    def variants(items: tuple) -> list[tuple[dict[str, Scalar], bool]]:
+        """A ranked layout with the incumbent's other levers and the prerequisites; and, where its schedule rules out
+        the compile the incumbent kept for a measured gain under MIN_SAVING, the layout with compile off too (True)."""
+        raw = {**incumbent, **{k: v for k, v in items if k in MODELLED}}
+        out = [(catalog.with_prerequisites(raw, model, set(space)), False)]
+        # a compile gain the model's own error could hide is traded; a larger one is surer than the model's ranking
+        kept = (
+            compile_gain is not None
+            and compile_gain < MIN_SAVING
+            and current.get(COMPILE)
+            and not current.get(ASYNC_TP)
+        )
+        if kept and out[0][0].get(schedule) != raw.get(schedule):  # the prerequisite fix gave up its schedule
+            out.append((catalog.with_prerequisites({**raw, COMPILE: False}, model, set(space)), True))
+        return out
+
     def best(ranked: tuple[Ranked, ...]) -> Jump | None:
         candidates = []
         fitting = (
@@ -140,23 +162,24 @@ def layout_jump(
         for _t, items, _summary in ranked:
             if fitting >= HEAD:
                 break
-            levers = catalog.with_prerequisites(
-                {**incumbent, **{k: v for k, v in items if k in MODELLED}}, model, set(space)
-            )
-            est = estimate_of(recipe, levers)
-            if not fits(est):
-                continue
-            fitting += 1
-            diff = {k: v for k, v in catalog.effective(levers).items() if current.get(k) != v}
-            if not diff or any(k not in space or v not in space[k] for k, v in diff.items()):
-                continue
-            if moot & set(diff) and not set(diff) & set(DEGREES):
-                continue
-            if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
-                continue
-            step_s, compiled = attainable(levers, est)
-            if step_s <= (1.0 - MIN_SAVING) * here_s:
-                candidates.append((step_s, levers, diff, est.summary + anchored(est) + compiled))
+            for levers, uncompiled in variants(items):
+                est = estimate_of(recipe, levers)
+                if not fits(est):
+                    continue
+                fitting += 1
+                diff = {k: v for k, v in catalog.effective(levers).items() if current.get(k) != v}
+                if not diff or any(k not in space or v not in space[k] for k, v in diff.items()):
+                    continue
+                if moot & set(diff) and not set(diff) & set(DEGREES):
+                    continue
+                if catalog.effective(levers) in seen or layout_problem(recipe, levers) is not None:
+                    continue
+                if uncompiled:  # the compile gain this campaign measured is forgone
+                    step_s, compiled = est.step_s * (1.0 + (compile_gain or 0.0)), forgone
+                else:
+                    step_s, compiled = attainable(levers, est)
+                if step_s <= (1.0 - MIN_SAVING) * here_s:
+                    candidates.append((step_s, levers, diff, est.summary + anchored(est) + compiled))
         for step_s, levers, diff, summary in tie_broken(candidates):
             links = _links(recipe, incumbent, diff, seen)
             if links is not None:

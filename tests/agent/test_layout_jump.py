@@ -674,3 +674,32 @@ def test_compile_counts_as_untried_until_a_step_has_run_with_it() -> None:
     assert not compile_untried(state.model_copy(update={"incumbent_levers": compiled}), SPACE)  # already on
     no_compile = dataclasses.replace(SPACE, values={k: v for k, v in SPACE.values.items() if k != "compile.enable"})
     assert not compile_untried(state, no_compile)  # not a lever this space may turn on
+
+
+@pytest.mark.parametrize(("gain", "traded"), [(0.02, True), (MIN_SAVING + 0.01, False), (None, False)])
+def test_a_compile_gain_under_the_models_error_is_traded_for_a_schedule_that_rules_compile_out(
+    gain: float | None, traded: bool
+) -> None:
+    """The same recipe with compile on and kept: a V-shaped schedule (DualPipeV, no compile: pytorch#161904) is
+    weighed with compile off and the compile gain this campaign measured forgone -- only where that gain is under the
+    model's own error (MIN_SAVING); a larger measured gain, or none measured, keeps compile and the schedules it allows."""
+    recipe = load_recipe(ROOT / "bot" / "bench" / "tasks" / "qwen3-30b-a3b" / "b200x16.yaml")
+    space = make_space(recipe)
+    compiled = {
+        **recipe.levers,
+        "parallelism.expert_parallel_degree": 8,
+        "training.disable_cuda_graphs": True,
+        "compile.enable": True,
+    }
+    jump = layout_jump(
+        recipe, dict(recipe.levers), compiled, space.values, [dict(recipe.levers)], space.model, compile_gain=gain
+    )
+    schedule = "parallelism.pipeline_parallel_schedule"
+    assert jump is not None
+    assert (jump.levers[schedule] in catalog.V_SCHEDULES) == traded
+    assert (dict(jump.links).get("compile.enable") is False) == traded
+    if traded:
+        assert jump.step_s == pytest.approx(estimate_of(recipe, jump.levers).step_s * (1 + gain))
+        assert "forgone" in jump.summary
+    else:
+        assert jump.levers["compile.enable"] is True and "forgone" not in jump.summary

@@ -9,6 +9,7 @@ from bot.agent.cost_focus import (
 from bot.agent.heuristic.constants import JUMP_AT, JUMP_LESSON, POLICY
 from bot.agent.heuristic.move import Context
 from bot.agent.history import (
+    compile_gain,
     compile_untried,
     incumbent_diagnosis,
     last_layout_step,
@@ -56,6 +57,7 @@ def layout_jump(
         campaign.incumbent_tps / campaign.baseline_tps if campaign.incumbent_tps and campaign.baseline_tps else None,
         last_layout_step(campaign),
         compile_untried(campaign, space),
+        compile_gain(campaign),
     )
     if jump is None:
         return None
