@@ -137,20 +137,17 @@ def layout_jump(
 
     forgone = f"; not compiled: the schedule rules compile out (pytorch#161904), its measured +{compile_gain or 0:.1%} forgone"
     schedule = "parallelism.pipeline_parallel_schedule"
+    # a compile gain the model's own error could hide is traded; a larger one is surer than the model's ranking
+    trade_compile = (
+        compile_gain is not None and compile_gain < MIN_SAVING and current.get(COMPILE) and not current.get(ASYNC_TP)
+    )
 
     def variants(items: tuple) -> list[tuple[dict[str, Scalar], bool]]:
         """A ranked layout with the incumbent's other levers and the prerequisites; and, where its schedule rules out
         the compile the incumbent kept for a measured gain under MIN_SAVING, the layout with compile off too (True)."""
         raw = {**incumbent, **{k: v for k, v in items if k in MODELLED}}
         out = [(catalog.with_prerequisites(raw, model, set(space)), False)]
-        # a compile gain the model's own error could hide is traded; a larger one is surer than the model's ranking
-        kept = (
-            compile_gain is not None
-            and compile_gain < MIN_SAVING
-            and current.get(COMPILE)
-            and not current.get(ASYNC_TP)
-        )
-        if kept and out[0][0].get(schedule) != raw.get(schedule):  # the prerequisite fix gave up its schedule
+        if trade_compile and out[0][0].get(schedule) != raw.get(schedule):  # the prerequisite fix gave up its schedule
             out.append((catalog.with_prerequisites({**raw, COMPILE: False}, model, set(space)), True))
         return out
 
