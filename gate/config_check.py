@@ -235,8 +235,8 @@ def model_facts(config: Any) -> dict[str, Any]:
 
 
 def recipe_fields(recipe: Recipe) -> dict[str, Any]:
-    """Recipe-level fields: environment, cluster, workload, benchmark window, metadata."""
-    out: dict[str, Any] = {f"env.{k}": v for k, v in recipe.env.items()}
+    """Recipe-level fields: the ranks' environment (runner levers included), cluster, workload, benchmark window, metadata."""
+    out: dict[str, Any] = {f"env.{k}": v for k, v in recipe.launch_env.items()}
     cluster = recipe.cluster.model_dump()
     out.update({f"cluster.{k}": _norm(v) for k, v in cluster.items()})
     out.update({f"workload.{k}": v for k, v in recipe.workload.model_dump().items()})

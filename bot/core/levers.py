@@ -14,6 +14,7 @@ of the AC subcommand (``ac_flag=True``) must come after that token.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -63,6 +64,8 @@ class Lever:
     ac_flag: bool = False  # belongs after the activation-checkpoint subcommand
     precision: bool = False  # changes numeric precision: never a plain gate pass
     tier_by_value: dict[Scalar, Tier] = field(default_factory=dict)
+    # a runner lever: never a torchtitan flag; each value sets these environment variables on the ranks
+    env_by_value: dict[Scalar, dict[str, str]] = field(default_factory=dict)
 
     def flag(self) -> str:
         """The tyro flag for this lever (``--section.field``)."""
@@ -124,6 +127,19 @@ def _coerce(lever: Lever, raw: Scalar | str) -> Scalar:
         if str(choice).lower() == text.lower():
             return choice
     return text
+
+
+# glibc's malloc serves blocks above its mmap threshold with mmap and unmaps them when freed, and trims the heap's
+# top once it is over its trim threshold: a training step frees and reallocates the same large activation buffers
+# every step, so every step pays fresh page faults. These tunables keep freed memory in the process instead
+# (mallopt(3), https://man7.org/linux/man-pages/man3/mallopt.3.html: M_MMAP_THRESHOLD's ceiling on 64-bit is
+# 32 MiB; M_TRIM_THRESHOLD, M_TOP_PAD). Other C libraries ignore them. Measured: docs/recipes.md, "The runner's lever".
+HOST_ALLOCATOR = "host.allocator"
+RETAIN_FREED_MEMORY = {
+    "MALLOC_MMAP_THRESHOLD_": "33554432",
+    "MALLOC_TRIM_THRESHOLD_": "4294967296",
+    "MALLOC_TOP_PAD_": "268435456",
+}
 
 
 def _levers() -> dict[str, Lever]:
@@ -247,6 +263,15 @@ def _levers() -> dict[str, Lever]:
             precision=True,
             tier_by_value={"none": "B"},
         ),
+        # --- the runner's own: set as environment variables, never passed to torchtitan ---
+        Lever(
+            HOST_ALLOCATOR,
+            "choice",
+            "B",
+            "glibc malloc on the host: return freed memory to the kernel (default) or keep it (retain).",
+            choices=("default", "retain"),
+            env_by_value={"default": {}, "retain": RETAIN_FREED_MEMORY},
+        ),
     ]
     return {lv.name: lv for lv in rows}
 
@@ -280,6 +305,7 @@ DEFAULTS: dict[str, Scalar] = {
     "debug.enable_structured_logging": True,
     "training.mixed_precision_param": "bfloat16",
     "quantize.linear": "none",
+    HOST_ALLOCATOR: "default",
 }
 
 
@@ -292,6 +318,16 @@ def get(name: str) -> Lever:
 
 def parse_value(name: str, raw: Scalar | str) -> Scalar:
     return get(name).parse(raw)
+
+
+def runner_env(levers: Mapping[str, Scalar]) -> dict[str, str]:
+    """The environment variables the runner levers among ``levers`` set on every rank."""
+    out: dict[str, str] = {}
+    for name, value in levers.items():
+        lever = CATALOG.get(name)
+        if lever is not None and lever.env_by_value:
+            out.update(lever.env_by_value.get(value, {}))
+    return out
 
 
 # MoE features of torchtitan 0.3.0 that exist only on CUDA (none is a lever on the CPU). The dispatcher is a

@@ -329,6 +329,11 @@ class Recipe(BaseModel):
     def devices(self) -> int:
         return self.cluster.devices
 
+    @property
+    def launch_env(self) -> dict[str, str]:
+        """The environment every rank gets: ``env`` and what the runner levers set (``host.allocator``)."""
+        return {**self.env, **lever_catalog.runner_env(self.levers)}
+
     def with_lever(self, lever: str, value: Scalar) -> Recipe:
         return self.model_copy(update={"levers": {**self.levers, lever: lever_catalog.parse_value(lever, value)}})
 

@@ -49,8 +49,8 @@ def titan_args(recipe: Recipe, *, steps: int, dump_folder: str, extra: list[str]
         lever = lever_catalog.get(key)
         if key == "activation_checkpoint":
             ac_mode = str(value)
-        elif not lever.cli:
-            continue  # set by the config function only; the resolver checks it
+        elif not lever.cli or lever.env_by_value:
+            continue  # set by the config function only (the resolver checks it), or by the runner's environment
         elif lever.ac_flag:
             ac_flags += flag("activation_checkpoint." + key.rpartition(".")[2], value)
         else:
@@ -101,4 +101,4 @@ def build_launch(
         "torchtitan.train",
         *targs,
     ]
-    return Launch(argv=argv, titan_args=targs, env=dict(recipe.env))
+    return Launch(argv=argv, titan_args=targs, env=recipe.launch_env)

@@ -76,6 +76,9 @@ def draft_recipe(
         elif name == "quantize.linear":
             if not quantized:
                 levers[name] = "none"
+        elif lever.env_by_value:
+            if hw.kind == "cpu":  # the host's allocator matters where the host does the math
+                levers[name] = catalog.DEFAULTS[name]
         elif lever.ac_flag:
             if name in flat and flat.get("activation_checkpoint.mode") == "memory_budget":
                 levers[name] = flat[name]

@@ -231,7 +231,7 @@ def batch_script(
     targs = titan_args(recipe, steps=steps, dump_folder=str(out_dir / "titan"), extra=load_args(seed) if seed else None)
     command = payload or slurmscript.torchrun_argv(recipe, settings, targs, torchrun_command(settings))
     env = {
-        **recipe.env,
+        **recipe.launch_env,
         **(extra_env or {}),
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": rank_pythonpath(root),
@@ -395,7 +395,7 @@ class SlurmRunner:
             devices_per_node=recipe.cluster.devices_per_node,
             world_size=recipe.devices,
             command=sbatch,
-            env=dict(recipe.env),
+            env=recipe.launch_env,
         )
         root = self.workdir or recipe_root(recipe_path)
         try:

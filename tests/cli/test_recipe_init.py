@@ -80,6 +80,7 @@ def test_the_recipe_resolves_to_the_users_command_line(repo, capsys, module, con
     if user["training.global_batch_size"] == -1:  # the implicit global batch, computed
         assert ours["training.global_batch_size"] == user["training.local_batch_size"] * dpn
     assert recipe.levers["activation_checkpoint"] == user["activation_checkpoint.mode"]
+    assert recipe.levers["host.allocator"] == "default"  # on the CPU the host's allocator is a lever too
     assert runnable_problem(recipe) is None
     # and as `attune recipe show` prints it (its run length and dump folder are the runner's)
     assert main(["recipe", "show", str(out)]) == 0
@@ -114,6 +115,7 @@ def test_a_moe_config_on_a_simulated_cluster_gets_the_expert_lever(repo, capsys)
     recipe = load_recipe(path)
     assert recipe.cluster.hardware == "h100-sxm-80gb"
     assert recipe.levers["parallelism.expert_parallel_degree"] == 1
+    assert "host.allocator" not in recipe.levers  # a GPU host does not do the math: no allocator lever
     assert recipe.pinned["training.global_batch_size"] == 2 * 16  # local batch 2 x FSDP over 16 ranks
     assert runnable_problem(recipe) is None  # the simulator knows the built model
     assert not (repo / "tests").exists()  # a real config's tokenizer and data are the user's: nothing made

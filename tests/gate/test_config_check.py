@@ -150,6 +150,12 @@ def test_ac_none_is_bit_identical_tier(base: Recipe) -> None:
     assert any("activation_checkpoint.mode: 'full' -> 'none'" in r for r in v.reasons)
 
 
+def test_keeping_freed_host_memory_is_bit_identical_tier(base: Recipe) -> None:
+    v = check_config(base, base.with_lever("host.allocator", "retain"), stack=STACK_213)
+    assert v.ok and v.tier == "B"
+    assert any("env.MALLOC_MMAP_THRESHOLD_: <absent> -> '33554432' (tier B" in r for r in v.reasons), v.reasons
+
+
 def test_candidate_that_does_not_resolve_is_rejected(base: Recipe) -> None:
     stale_pin = recipe(workload={"module": VARIANTS, "config": "lr_up_10pct"})  # lr 3.3e-3, pin says 3e-3
     v = check_config(base, stale_pin, stack=STACK_213)

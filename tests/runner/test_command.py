@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bot.core.levers import RETAIN_FREED_MEMORY
 from bot.core.recipe import Recipe
 from bot.runner.command import build_launch, flag, titan_args
 from bot.runner.resolve import resolve_args
@@ -99,6 +100,17 @@ def test_log_freq_lever_is_used_once(cpu_recipe: Recipe) -> None:
 def test_config_only_lever_is_not_on_the_cli(cpu_recipe: Recipe) -> None:
     args = titan_args(cpu_recipe.with_lever("quantize.linear", "float8"), steps=8, dump_folder="d")
     assert not any("quantize" in a or "float8" in a for a in args)
+
+
+def test_a_runner_lever_sets_the_ranks_environment_and_is_never_a_flag(cpu_recipe: Recipe) -> None:
+    retain = cpu_recipe.with_lever("host.allocator", "retain")
+    assert titan_args(retain, steps=8, dump_folder="d") == titan_args(cpu_recipe, steps=8, dump_folder="d")
+    assert not any("allocator" in a or "retain" in a for a in titan_args(retain, steps=8, dump_folder="d"))
+    env = build_launch(retain, steps=8, dump_folder="/o").env
+    assert env == {**cpu_recipe.env, **RETAIN_FREED_MEMORY}
+    assert build_launch(cpu_recipe.with_lever("host.allocator", "default"), steps=8, dump_folder="/o").env == dict(
+        cpu_recipe.env
+    )
 
 
 def test_build_launch(cpu_recipe: Recipe) -> None:
