@@ -7,7 +7,7 @@ attribute it patches as it finds it, so hooks compose and the CPU compatibility 
 (installed first by ``bot/inrank/_site/sitecustomize.py``) stays underneath.
 
 Failure hooks (runner tests):
-- ``crash_at:N``  raise inside ``train_step`` at step N (a real crash).
+- ``crash_at:N[@R]``  raise inside ``train_step`` at step N (a real crash; only on rank R if given).
 - ``hang_at:N``   stop making progress at step N (sleep forever) — the runner must call it a hang.
 - ``oom_at:N``    ask torch for an impossible host allocation at step N (torch's real OOM text).
 
@@ -206,10 +206,14 @@ def _local(t):
 
 @hook("crash_at")
 def crash_at(arg: str) -> None:
-    def boom() -> None:
-        raise RuntimeError(f"attune test hook: deliberate crash at step {arg}")
+    text, _, rank = (arg or "2").partition("@")
+    if rank and os.environ.get("RANK", "0") != rank:
+        return
 
-    _at_step(int(arg or 2), boom)
+    def boom() -> None:
+        raise RuntimeError(f"attune test hook: deliberate crash at step {text}")
+
+    _at_step(int(text or 2), boom)
 
 
 @hook("hang_at")

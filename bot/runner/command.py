@@ -85,8 +85,10 @@ def build_launch(
     dump_folder: str,
     torchrun: str | list[str] = "torchrun",
     extra: list[str] | None = None,
+    log_dir: str | None = None,
 ) -> Launch:
-    """``torchrun``: the launcher's command — a path, or a prefix such as ``[python, -m, torch.distributed.run]``."""
+    """``torchrun``: the launcher's command — a path, or a prefix such as ``[python, -m, torch.distributed.run]``;
+    ``log_dir``: where torchrun keeps every rank's log (:mod:`.rank_logs`)."""
     nproc = recipe.cluster.devices_per_node
     targs = titan_args(recipe, steps=steps, dump_folder=dump_folder, extra=extra)
     argv = [
@@ -97,6 +99,7 @@ def build_launch(
         f"--local-ranks-filter={metrics_rank(recipe)}",
         "--role=rank",
         "--tee=3",
+        *([f"--log-dir={log_dir}"] if log_dir else []),
         "-m",
         "torchtitan.train",
         *targs,

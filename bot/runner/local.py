@@ -43,6 +43,7 @@ from bot.runner.command import build_launch
 from bot.runner.compilecache import CACHE_ENV, CompileCache, Lease, cache_root, default_root
 from bot.runner.logparse import is_oom, parse_step_line, span_medians
 from bot.runner.procs import die_with_parent, end_tree
+from bot.runner.rank_logs import RANK_LOGS, crash_cause
 from bot.runner.resolve import ResolveError, dp_degree, resolve_recipe
 from bot.runner.seed import SeedError, ensure_seed_checkpoint, load_args, wants_seed
 from bot.runner.workdir import rank_pythonpath, recipe_root
@@ -116,6 +117,7 @@ class LocalRunner:
             dump_folder=str(dump),
             torchrun=[sys.executable, "-m", "torch.distributed.run"],
             extra=load_args(seed) if seed else None,
+            log_dir=str(out_dir / RANK_LOGS) if recipe.cluster.devices_per_node > 1 else None,
         )
         # torchrun is this Python's torch.distributed.run: a `--system-site-packages` venv (trial.yml's run job on a GPU
         # runner) has no torchrun script of its own beside its python
@@ -332,9 +334,10 @@ class LocalRunner:
         full_log = log_path.read_text(errors="replace")
         if proc.returncode == 0 and got and got[-1].step >= steps:
             return "ok", "", got, tail_text, wall, startup
-        if is_oom(full_log) or proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
-            return "oom", _first_error(full_log) or "out of memory", got, tail_text, wall, startup
-        return "crash", _first_error(full_log) or f"exit code {proc.returncode}", got, tail_text, wall, startup
+        cause = crash_cause(out_dir / RANK_LOGS, full_log)  # from the rank that failed first, where it is not shown
+        if is_oom(full_log) or is_oom(cause) or proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL):
+            return "oom", cause or _first_error(full_log) or "out of memory", got, tail_text, wall, startup
+        return "crash", cause or _first_error(full_log) or f"exit code {proc.returncode}", got, tail_text, wall, startup
 
 
 KILL_MARGIN_S = 12.0  # SIGTERM, 5 s grace, SIGKILL, 5 s: what stopping every rank can take

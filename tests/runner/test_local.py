@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from shared_run import STEPS, cli_ok_run
 
-from bot.core.recipe import Recipe
+from bot.core.recipe import Recipe, load_recipe
 from bot.core.records import RunRecord, read_record, write_record
 from bot.runner.local import LocalRunner
 
@@ -102,6 +102,15 @@ def test_crash(cpu_recipe: Recipe, tmp_path: Path) -> None:
     assert record.hook == "crash_at:3"
     assert [s.step for s in record.steps] == [1, 2]
     assert record.summary.steps_completed == 2
+
+
+def test_a_crash_on_a_rank_the_console_does_not_show_is_named_from_that_ranks_log(tmp_path: Path) -> None:
+    """Two ranks, the console shows rank 0 only (``--local-ranks-filter``); rank 1 raises: the reason is rank 1's
+    own exception (torchrun's summary alone says ``ChildFailedError``)."""
+    recipe = load_recipe(CPU_RECIPE.with_name("cpu-2rank.yaml"))
+    record = LocalRunner(hook="crash_at:2@1", hang_s=60).run(recipe, steps=4, out_dir=tmp_path)
+    assert record.outcome == "crash", f"{record.outcome}: {record.reason}\n{record.log_tail}"
+    assert record.reason == "rank 1: RuntimeError: attune test hook: deliberate crash at step 2"
 
 
 def test_hang_is_killed_with_every_rank(cpu_recipe: Recipe, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
