@@ -143,18 +143,43 @@ def calibration_plan(recipe_text: str, reference: RunRecord, workdir: Path | Non
     )
 
 
-def fresh_calibration_runs(recipe_text: str, recipe: Recipe, cache_dir: Path) -> int:
+def fresh_calibration_runs(recipe_text: str, recipe: Recipe, cache_dir: Path, *, baseline_repeats: int = 0) -> int:
     """How many runs a campaign's calibration of this recipe will make (those not in ``cache_dir``): none for a
-    simulated recipe (its band is modelled). Its baseline's first run runs ``bench.steps``: the window is known."""
+    simulated recipe (its band is modelled). Its baseline's first run runs ``bench.steps``: the window is known.
+    ``baseline_repeats``: the baseline runs besides the first the calibration is given (:func:`baseline_repeat`)."""
     if recipe.cluster.launcher == "sim":
         return 0
     from gate.calibration import calibration_specs
     from gate.runs import lookup
 
     specs = calibration_specs(recipe_text, steps=min(GATE_STEPS, recipe.bench.steps), env={}, label="baseline")
+    if baseline_repeats > 0:
+        specs.pop(REPEAT, None)
     if not (Path(cache_dir) / "runs").is_dir():  # nothing cached (and no need to fingerprint the stack to know it)
         return len(specs)
     return sum(1 for spec in specs.values() if lookup(spec, Path(cache_dir)) is None)
+
+
+REPEAT = "cal:repeat"  # the calibration's run of the baseline recipe once more
+
+
+def baseline_repeat(specs: dict[str, Any], reference: RunRecord, repeats: list[RunRecord]) -> dict[str, RunRecord]:
+    """The calibration's repeat, where the campaign has already made it: another ok run of the reference's recipe,
+    seed checkpoint and length, with no hook (``{REPEAT: record}``; empty where there is none)."""
+    spec = specs.get(REPEAT)
+    if spec is None:
+        return {}
+    for run in repeats:
+        if (
+            run.outcome == "ok"
+            and run.run_id != reference.run_id
+            and run.recipe_hash == reference.recipe_hash
+            and run.seed_checkpoint == reference.seed_checkpoint
+            and run.hook is None
+            and {s.step for s in run.steps} >= set(range(1, spec.steps + 1))
+        ):
+            return {REPEAT: run}
+    return {}
 
 
 def band_from_runs(
@@ -202,6 +227,7 @@ def calibrate_loss_band(
     records_out: Path | None = None,
     max_wall_s: float | None = None,
     workdir: Path | None = None,
+    repeats: list[RunRecord] | None = None,
 ) -> Calibrated:
     """The gate's loss band for a campaign's baseline ``reference``, with the device-hours it cost and a note.
 
@@ -212,6 +238,7 @@ def calibrate_loss_band(
     calibration runs' records are also written (a self-hosted runner uploads them; the report job
     recomputes the band from them, :func:`band_from_runs`). ``max_wall_s``: the campaign's budget cap (what is
     left, in wall seconds on the recipe's devices), shared equally by the fresh runs, each stopped at its share.
+    ``repeats``: the campaign's other baseline runs; one of them is the calibration's repeat (:func:`baseline_repeat`).
     """
     from gate.runs import lookup, run_many
 
@@ -220,7 +247,8 @@ def calibrate_loss_band(
         band, note = _sim_band(recipe, reference)
         return Calibrated(band=band, note=note)
     specs = calibration_plan(recipe_text, reference, workdir)
-    fresh = [sid for sid, spec in specs.items() if lookup(spec, cache_dir) is None]
+    given = baseline_repeat(specs, reference, repeats or [])
+    fresh = [sid for sid, spec in specs.items() if sid not in given and lookup(spec, cache_dir) is None]
     if (
         max_wall_s is not None and fresh
     ):  # the budget cap, shared: the fresh runs together never pass it, however many run at once
@@ -229,12 +257,15 @@ def calibrate_loss_band(
             sid: spec.model_copy(update={"max_wall_s": share}) if sid in fresh else spec for sid, spec in specs.items()
         }
     try:
-        records = run_many(specs, cache_dir, jobs=jobs, progress=progress)
+        made = run_many(
+            {sid: spec for sid, spec in specs.items() if sid not in given}, cache_dir, jobs=jobs, progress=progress
+        )
     except RuntimeError as exc:
         return Calibrated(
             device_hours=_spent_on([specs[sid] for sid in fresh], cache_dir),
             note=f"no loss band: a calibration run failed ({exc}); tier-R/N steps fail closed",
         )
+    records = {**made, **given}
     if records_out is not None:
         for sid, record in records.items():
             write_record(record, Path(records_out) / record_name(sid))
@@ -244,7 +275,8 @@ def calibrate_loss_band(
         records,
         reference,
         spent=spent,
-        where=f"; {len(fresh)} run now, {len(specs) - len(fresh)} reused from {cache_dir}",
+        where=f"; {len(fresh)} run now, {len(specs) - len(fresh) - len(given)} reused from {cache_dir}"
+        + ("; the repeat is a baseline run" if given else ""),
     )
 
 

@@ -376,7 +376,9 @@ def _fit_to_budget(state: Campaign, recipe: Any, text: str, cache: Path) -> tupl
     state = state.model_copy(
         update={
             "run_cost_estimate": sim_run_cost(recipe),
-            "calibration_runs_planned": fresh_calibration_runs(text, recipe, cache),
+            "calibration_runs_planned": fresh_calibration_runs(
+                text, recipe, cache, baseline_repeats=state.baseline_warmup_runs + state.baseline_runs_wanted - 1
+            ),
         }
     )
     fit = fit_setup(state)

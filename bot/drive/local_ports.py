@@ -114,7 +114,13 @@ class LocalRunPort:
             return cm.Calibrated(note="no loss band: the baseline left no record; tier-R/N steps fail closed")
         if self.calibrator is None:
             return cm.Calibrated(note="no loss-band calibration configured: tier-R/N steps fail closed")
+        extra: dict[str, Any] = {}
         if _takes(self.calibrator, "max_wall_s"):  # its runs are capped at what is left of the budget, like every run
-            capped: Callable[..., cm.Calibrated] = self.calibrator
-            return capped(recipe_text, reference, max_wall_s=budget_cap_s(state, state.devices))
+            extra["max_wall_s"] = budget_cap_s(state, state.devices)
+        if _takes(self.calibrator, "repeats"):  # the baseline's other runs: one is the calibration's repeat
+            records = (self.records.read(ref.record) for ref in state.baseline[1:] if ref.record)
+            extra["repeats"] = [record for record in records if record is not None]
+        if extra:
+            takes_more: Callable[..., cm.Calibrated] = self.calibrator
+            return takes_more(recipe_text, reference, **extra)
         return self.calibrator(recipe_text, reference)

@@ -77,3 +77,47 @@ def test_calibration_runs_share_the_budget_cap(monkeypatch, tmp_path: Path) -> N
     event = gate_calls.calibrate_loss_band(text, reference, cache_dir=tmp_path, max_wall_s=400.0)
     assert event.band is None and "stop here" in event.note
     assert len(seen) >= 2 and all(spec.max_wall_s == pytest.approx(400.0 / len(seen)) for spec in seen.values())
+
+
+@pytest.mark.parametrize(
+    ("change", "reused"),
+    [
+        ({}, True),
+        ({"outcome": "crash"}, False),
+        ({"hook": "init_perturb:1"}, False),
+        ({"recipe_hash": "another recipe"}, False),
+        ({"seed_checkpoint": "another seed"}, False),
+        ({"run_id": "r0"}, False),  # the reference itself
+        ({"steps": []}, False),  # shorter than the gate's window
+    ],
+    ids=["a-repeat", "failed", "hooked", "another-recipe", "another-seed", "the-reference", "too-short"],
+)
+def test_the_calibrations_repeat_is_a_baseline_run_already_made(
+    monkeypatch, tmp_path: Path, change: dict, reused: bool
+) -> None:
+    from campaign_fakes import make_record
+
+    from bot.core.recipe import parse_recipe_text
+    from gate import runs as gate_runs
+
+    text = recipe_text()
+    recipe = parse_recipe_text(text, "r.yaml")
+    seen: dict = {}
+
+    def fake_run_many(specs, cache_dir, **kw):
+        seen.update(specs)
+        def losses(sid: str) -> list[float]:
+            return [4.0 - 0.1 * i + (0.001 * i if sid == "cal:init_perturb" else 0.0) for i in range(10)]
+
+        return {sid: make_record(recipe, "ok", 1000.0, 0.01, run_id=sid, losses=losses(sid)) for sid in specs}
+
+    monkeypatch.setattr(gate_runs, "run_many", fake_run_many)
+    reference = make_record(recipe, "ok", 1000.0, 0.01, run_id="r0")
+    other = make_record(recipe, "ok", 1000.0, 0.01, run_id="r1").model_copy(update=change)
+    event = gate_calls.calibrate_loss_band(text, reference, cache_dir=tmp_path, repeats=[other], max_wall_s=300.0)
+    assert ("cal:repeat" not in seen) is reused
+    assert event.band is not None, event.note
+    assert ("the repeat is a baseline run" in event.note) is reused
+    assert all(spec.max_wall_s == pytest.approx(300.0 / len(seen)) for spec in seen.values())  # the fresh runs' share
+    planned = gate_calls.fresh_calibration_runs(text, recipe, tmp_path, baseline_repeats=1)
+    assert planned == gate_calls.fresh_calibration_runs(text, recipe, tmp_path) - 1
