@@ -106,6 +106,7 @@ def test_the_calibrations_repeat_is_a_baseline_run_already_made(
 
     def fake_run_many(specs, cache_dir, **kw):
         seen.update(specs)
+
         def losses(sid: str) -> list[float]:
             return [4.0 - 0.1 * i + (0.001 * i if sid == "cal:init_perturb" else 0.0) for i in range(10)]
 
